@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/** \file
+ * The KV object store: open a store on one or more directories, register paged KV memory, look up
+ * key chains, load chunks into paged KV and save chunks from it.
+ *
+ * Keys. A chunk is named by a caller-provided key of key_bytes bytes (16..64), such as vLLM's hash
+ * of the chunk's last block, which already chains in every earlier token. A request passes the
+ * whole chain from the root; chunk i's parent is chunk i-1. A chunk is only stored when its parent
+ * is stored, and eviction removes chains from their tail, so every stored chunk is reachable.
+ *
+ * Thread safety. A store handle may be used from several threads at once. Lookups run in
+ * parallel with I/O; loads and saves on one store are serialised (they share its I/O engine and
+ * staging memory). A kv handle is immutable after creation and may be shared.
+ */
+#ifndef TUTTI_STORE_H
+#define TUTTI_STORE_H
+
+#include "tutti/base.h"
+#include "tutti/geometry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tutti_store; /* opaque; thread-safe */
+struct tutti_kv;    /* opaque; immutable registration of paged KV memory */
+
+/** I/O engines. */
+enum tutti_engine {
+	TUTTI_ENGINE_URING = 0, /**< io_uring through liburing: batched submission, registered buffers */
+	TUTTI_ENGINE_POSIX = 1, /**< a thread pool issuing pread/pwrite */
+};
+
+/**
+ * Parse an engine name ("uring" or "posix").
+ * \return the enum tutti_engine value, or -EINVAL for an unknown name or NULL.
+ */
+TUTTI_API int tutti_engine_parse(const char *name);
+
+/** Create missing directories (mode 0700) and store files; without it a missing store is -ENOENT. */
+#define TUTTI_OPEN_CREATE 0x1u
+
+struct tutti_store_opts {
+	uint32_t size;            /**< = sizeof(struct tutti_store_opts); set by _opts_init */
+	uint32_t flags;           /**< TUTTI_OPEN_* */
+	const char *const *dirs;  /**< store directories, one per disk; not retained after open */
+	uint32_t nr_dirs;         /**< 1..64 */
+	uint32_t engine;          /**< enum tutti_engine; default TUTTI_ENGINE_URING */
+	uint64_t capacity_bytes;  /**< total store size over all directories, split evenly; required */
+	const void *ns;           /**< namespace bytes (model, dtype, layout, rank); not retained */
+	uint32_t ns_bytes;        /**< length of ns; 0 for the empty namespace */
+	uint32_t key_bytes;       /**< bytes per key, 16..64; default 32 */
+	uint64_t staging_bytes;   /**< staging memory for I/O, allocated at open; default 64 MiB */
+	uint64_t max_io_bytes;    /**< largest single I/O; default 4 MiB; at least one object */
+	uint32_t queue_depth;     /**< most I/Os in flight; default 32 */
+	uint32_t posix_threads;   /**< worker threads of the posix engine; default queue_depth */
+	tutti_log_fn log_fn;      /**< where log lines go; NULL: nowhere */
+	void *log_arg;            /**< passed to log_fn */
+	uint32_t log_level;       /**< most verbose enum tutti_log_level passed on; default WARN */
+	uint32_t reserved;
+};
+
+/** Fill \p opts with defaults and set opts->size. This function can't fail. */
+TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
+
+/**
+ * Open the store held by opts->dirs for geometry \p geo, creating it when TUTTI_OPEN_CREATE is
+ * set. Each directory holds one preallocated data file of fixed-size slots, opened with O_DIRECT
+ * and locked against a second opener. An existing file is resized to the requested capacity.
+ *
+ * \param geo   KV geometry; not retained.
+ * \param opts  options; not retained (strings and arrays are copied).
+ * \param out   receives the handle; release it with tutti_store_close(). NULL on failure.
+ * \return 0, or a negative errno:
+ *         -EINVAL bad geometry or options (sizes zero or out of range, capacity below one slot);
+ *         -ENOENT a directory or store file is missing and TUTTI_OPEN_CREATE is not set;
+ *         -EEXIST the directory holds a store of another geometry, key size or namespace;
+ *         -EPROTO the data file is not a Tutti store or has an unknown format version;
+ *         -EBUSY another handle (in this or another process) has the store open;
+ *         -EOPNOTSUPP the filesystem refuses O_DIRECT or needs an alignment above 4 KiB;
+ *         -ENOSPC the filesystem cannot hold the requested capacity;
+ *         -EACCES, -EROFS, -ENOMEM, or the errno of the failing system call.
+ */
+TUTTI_API int tutti_store_open(const struct tutti_geometry *geo,
+			       const struct tutti_store_opts *opts, struct tutti_store **out);
+
+/**
+ * Close \p st and release its memory, files and locks. No call on \p st may be running.
+ * NULL is allowed. This function can't fail.
+ */
+TUTTI_API void tutti_store_close(struct tutti_store *st);
+
+/** Where registered KV memory lives. */
+enum tutti_mem {
+	TUTTI_MEM_HOST = 0, /**< ordinary host memory, moved by the CPU */
+};
+
+/**
+ * One segment of a layer's paged KV memory: block b's bytes of this segment are at
+ * base + b * block_stride and are \p bytes long. A layer block is the concatenation of its
+ * layer's segments in order. K/V-first layouts have two segments per layer (K and V);
+ * blocks-first and packed layouts have one; cross-layer layouts use a stride of a whole block of
+ * all layers. The library never interprets the bytes.
+ */
+struct tutti_segment {
+	uint64_t base;         /**< address of block 0 of this segment */
+	uint64_t block_stride; /**< bytes from one block to the next */
+	uint64_t bytes;        /**< bytes of this segment in one block */
+};
+
+/**
+ * Register paged KV memory of \p nr_blocks blocks per layer.
+ *
+ * \param segs            nr_layers * segs_per_layer segments, layer-major; copied.
+ * \param segs_per_layer  1..8; each layer's segment bytes must add up to the layer block bytes.
+ * \param mem             enum tutti_mem.
+ * \param out             receives the handle; release it with tutti_kv_destroy().
+ * \return 0, or -EINVAL (invalid geometry, zero base, sizes that do not add up, address overflow),
+ *         -EOPNOTSUPP (a memory kind this build cannot move), -ENOMEM.
+ * The memory must stay valid until the handle is destroyed; the library reads and writes it only
+ * during tutti_store_load() and tutti_store_save().
+ */
+TUTTI_API int tutti_kv_create(const struct tutti_geometry *geo, const struct tutti_segment *segs,
+			      uint32_t segs_per_layer, uint32_t nr_blocks, uint32_t mem,
+			      struct tutti_kv **out);
+
+/** Release \p kv. NULL is allowed. This function can't fail. */
+TUTTI_API void tutti_kv_destroy(struct tutti_kv *kv);
+
+/**
+ * One request of a load or save batch: the chunks [first_chunk, nr_keys) of a key chain.
+ *
+ * block_ids lists the paged block of each token block moved, in token order: for load, chunk
+ * first_chunk contributes its blocks from skip_blocks on; every chunk but the last contributes
+ * blocks_per_chunk blocks; the last may contribute fewer (a partial chunk, which ends a chain).
+ */
+struct tutti_request {
+	uint32_t size;             /**< = sizeof(struct tutti_request) */
+	uint32_t nr_keys;          /**< keys in the chain, from the root to the last chunk moved */
+	const uint8_t *keys;       /**< nr_keys * key_bytes bytes */
+	uint32_t first_chunk;      /**< index of the first chunk moved (< nr_keys) */
+	uint32_t skip_blocks;      /**< load only: leading blocks of chunk first_chunk not moved */
+	uint32_t nr_blocks;        /**< entries in block_ids */
+	uint32_t reserved;         /**< must be 0 */
+	const uint32_t *block_ids; /**< paged block ids, each < the kv's nr_blocks */
+};
+
+/**
+ * Longest-prefix lookup: how many leading chunks of the chain \p keys are stored.
+ *
+ * \param keys       nr_keys * key_bytes bytes, the chain from the root.
+ * \param nr_blocks  if not NULL, receives the number of paged blocks the hit chunks hold.
+ * \return the number of leading chunks stored (0..nr_keys), or -EINVAL.
+ * Hit chunks count as used for eviction.
+ */
+TUTTI_API int64_t tutti_store_lookup(struct tutti_store *st, const uint8_t *keys, uint32_t nr_keys,
+				     uint64_t *nr_blocks);
+
+/**
+ * Load layers [layer_begin, layer_end) of every chunk of every request into the paged blocks of
+ * \p kv. Chunks are independent: one that fails leaves its blocks in an unspecified state and the
+ * others are still loaded.
+ *
+ * \param status  NULL, or one entry per chunk moved (in request order) receiving 0 (loaded),
+ *                -ENOENT (not stored, e.g. evicted since the lookup), -ERANGE (stored with fewer
+ *                blocks than requested) or the I/O error.
+ * \return the number of chunks loaded, or a negative errno for the whole call: -EINVAL (bad
+ *         arguments: sizes, block ids, a kv of another geometry).
+ */
+TUTTI_API int64_t tutti_store_load(struct tutti_store *st, const struct tutti_kv *kv,
+				   const struct tutti_request *reqs, uint32_t nr_reqs,
+				   uint32_t layer_begin, uint32_t layer_end, int32_t *status);
+
+/**
+ * Save every chunk of every request (all layers) from the paged blocks of \p kv. A chunk is
+ * committed (visible to lookups) only after all its objects are written and its parent is stored.
+ * When the store is full, least recently used chains are evicted from their tails.
+ *
+ * \param status  NULL, or one entry per chunk (in request order) receiving 0 (stored),
+ *                1 (already stored; nothing written), -ENOENT (its parent is not stored),
+ *                -ENOSPC (no slot could be freed), or the I/O error.
+ * \return the number of chunks written, or a negative errno for the whole call (-EINVAL).
+ */
+TUTTI_API int64_t tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
+				   const struct tutti_request *reqs, uint32_t nr_reqs,
+				   int32_t *status);
+
+struct tutti_stats {
+	uint32_t size;               /**< = sizeof(struct tutti_stats), set by the caller */
+	uint32_t nr_dirs;
+	uint64_t slot_bytes;
+	uint64_t capacity_slots;     /**< slots over all directories */
+	uint64_t used_slots;         /**< chunks stored */
+	uint64_t lookups;            /**< calls of tutti_store_lookup */
+	uint64_t lookup_keys;        /**< keys asked for */
+	uint64_t lookup_hits;        /**< keys found */
+	uint64_t load_chunks;        /**< chunks loaded */
+	uint64_t load_bytes;         /**< bytes read for loads */
+	uint64_t load_errors;        /**< chunks that failed to load (missing or I/O error) */
+	uint64_t load_ns;            /**< wall time inside tutti_store_load */
+	uint64_t save_chunks;        /**< chunks written */
+	uint64_t save_bytes;         /**< bytes written */
+	uint64_t save_present;       /**< chunks skipped because already stored */
+	uint64_t save_orphans;       /**< chunks skipped because their parent is not stored */
+	uint64_t save_no_space;      /**< chunks skipped because no slot could be freed */
+	uint64_t save_errors;        /**< chunks that failed to write */
+	uint64_t save_ns;            /**< wall time inside tutti_store_save */
+	uint64_t evictions;          /**< chunks evicted to make room */
+	uint64_t io_ops;             /**< I/O requests issued to the engine */
+	uint64_t io_submits;         /**< submission calls into the engine (system calls for uring) */
+	uint64_t staging_bytes;      /**< staging memory owned by the store */
+};
+
+/**
+ * Copy the store's counters into \p out. out->size must be set to sizeof(struct tutti_stats).
+ * \return 0 or -EINVAL.
+ */
+TUTTI_API int tutti_store_get_stats(struct tutti_store *st, struct tutti_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TUTTI_STORE_H */

@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/** \file
+ * Tutti: an SSD-backed KV-cache object store for LLM serving. Include this header for the whole
+ * public API.
+ */
+#ifndef TUTTI_TUTTI_H
+#define TUTTI_TUTTI_H
+
+#include "tutti/base.h"
+#include "tutti/geometry.h"
+#include "tutti/store.h"
+
+#endif /* TUTTI_TUTTI_H */

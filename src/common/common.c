@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Logging, allocation wrappers, clocks, and the library-wide version and error strings.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/common.h"
+#include "tutti/geometry.h"
+
+void
+tt_log_msg(const struct tt_log *log, int level, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	if (log == NULL || log->fn == NULL || level > log->level) {
+		return;
+	}
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	log->fn(log->arg, level, line);
+}
+
+void *
+tt_malloc(size_t bytes)
+{
+	return malloc(bytes ? bytes : 1);
+}
+
+void *
+tt_calloc(size_t nr, size_t bytes)
+{
+	return calloc(nr ? nr : 1, bytes ? bytes : 1);
+}
+
+void
+tt_free(void *p)
+{
+	free(p);
+}
+
+void *
+tt_aligned_alloc(size_t bytes)
+{
+	void *p = NULL;
+
+	bytes = tt_round_up(bytes ? bytes : 1, TUTTI_ALIGN);
+	if (posix_memalign(&p, TUTTI_ALIGN, bytes) != 0) {
+		return NULL;
+	}
+	/* Zeroed so that padding written to disk never carries stale process memory. */
+	memset(p, 0, bytes);
+	return p;
+}
+
+void
+tt_aligned_free(void *p)
+{
+	free(p);
+}
+
+uint64_t
+tt_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+const char *
+tutti_version(void)
+{
+#define TT_STR_(x) #x
+#define TT_STR(x) TT_STR_(x)
+	return TT_STR(TUTTI_VERSION_MAJOR) "." TT_STR(TUTTI_VERSION_MINOR) "." TT_STR(
+		TUTTI_VERSION_PATCH);
+}
+
+const char *
+tutti_strerror(int rc)
+{
+	const char *desc;
+
+	if (rc == 0) {
+		return "Success";
+	}
+	if (rc < 0) {
+		rc = -rc;
+	}
+	/* strerrordesc_np is thread-safe and returns static strings (glibc >= 2.32). */
+	desc = strerrordesc_np(rc);
+	return desc ? desc : "Unknown error";
+}

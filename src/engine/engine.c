@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Engine dispatch and the checks every engine relies on.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "tutti/store.h"
+
+const struct tt_engine_ops *
+tt_engine_ops_for(uint32_t kind)
+{
+	switch (kind) {
+	case TUTTI_ENGINE_URING:
+		return &tt_engine_uring;
+	case TUTTI_ENGINE_POSIX:
+		return &tt_engine_posix;
+	default:
+		return NULL;
+	}
+}
+
+int
+tutti_engine_parse(const char *name)
+{
+	if (name == NULL) {
+		return -EINVAL;
+	}
+	for (uint32_t k = TUTTI_ENGINE_URING; k <= TUTTI_ENGINE_POSIX; k++) {
+		const struct tt_engine_ops *ops = tt_engine_ops_for(k);
+
+		if (ops != NULL && strcmp(ops->name, name) == 0) {
+			return (int)k;
+		}
+	}
+	return -EINVAL;
+}
+
+int
+tt_engine_create(const struct tt_engine_ops *ops, const struct tt_engine_conf *conf,
+		 struct tt_engine **out)
+{
+	int rc;
+
+	if (ops == NULL || conf == NULL || out == NULL || conf->nr_fds == 0 ||
+	    conf->nr_fds > UINT16_MAX || conf->depth == 0) {
+		return -EINVAL;
+	}
+	*out = NULL;
+	rc = ops->create(conf, out);
+	if (rc < 0) {
+		return rc;
+	}
+	(*out)->ops = ops;
+	(*out)->depth = conf->depth;
+	return 0;
+}
+
+void
+tt_engine_destroy(struct tt_engine *e)
+{
+	if (e != NULL) {
+		e->ops->destroy(e);
+	}
+}
+
+int
+tt_engine_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
+{
+	int rc;
+
+	if (nr == 0) {
+		return 0;
+	}
+	if (nr > e->depth - e->inflight) {
+		return -EAGAIN;
+	}
+	rc = e->ops->submit(e, ios, nr);
+	if (rc < 0) {
+		return rc;
+	}
+	e->inflight += nr;
+	e->nr_ios += nr;
+	e->nr_submits++;
+	return 0;
+}
+
+int
+tt_engine_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t min)
+{
+	int n;
+
+	if (min > e->inflight) {
+		min = e->inflight;
+	}
+	if (max == 0 || e->inflight == 0) {
+		return 0;
+	}
+	n = e->ops->reap(e, out, max, min);
+	if (n > 0) {
+		e->inflight -= (uint32_t)n;
+	}
+	return n;
+}

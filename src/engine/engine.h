@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * I/O engines: asynchronous reads and writes of aligned extents of the store's files, behind one
+ * table. An engine belongs to one thread at a time.
+ *
+ * Completion contract: a completion's res is the full length, or a negative errno. Engines finish
+ * short transfers themselves and retry -EAGAIN/-EINTR; end of file inside an extent is -EIO.
+ */
+#ifndef TT_ENGINE_H
+#define TT_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+enum tt_io_op {
+	TT_IO_READ = 0,
+	TT_IO_WRITE = 1,
+};
+
+struct tt_io {
+	uint64_t tag; /* handed back in the completion */
+	uint64_t off;
+	void *buf;    /* TUTTI_ALIGN-aligned, as are off and len */
+	uint32_t len;
+	uint16_t file; /* index into the engine's files */
+	uint8_t op;    /* enum tt_io_op */
+};
+
+struct tt_io_done {
+	uint64_t tag;
+	int32_t res;
+};
+
+struct tt_engine_conf {
+	const int *fds;   /* the files; borrowed for the engine's lifetime */
+	uint32_t nr_fds;
+	void *reg_buf;    /* memory that most I/O targets, registered where the engine can; may be NULL */
+	size_t reg_bytes;
+	uint32_t depth;   /* most I/Os in flight */
+	uint32_t threads; /* posix: worker threads */
+	const struct tt_log *log;
+};
+
+struct tt_engine;
+
+struct tt_engine_ops {
+	const char *name;
+	int (*create)(const struct tt_engine_conf *conf, struct tt_engine **out);
+	void (*destroy)(struct tt_engine *e);
+	/* Queue and start \p nr I/Os (nr <= depth - in flight). 0, or -errno with none queued. */
+	int (*submit)(struct tt_engine *e, const struct tt_io *ios, uint32_t nr);
+	/* Wait until at least \p min I/Os are complete; return how many (<= max) were stored. */
+	int (*reap)(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t min);
+};
+
+/* The part of every engine the generic code sees. Engines embed it first. */
+struct tt_engine {
+	const struct tt_engine_ops *ops;
+	uint32_t depth;
+	uint32_t inflight;
+	uint64_t nr_ios;     /* I/Os accepted */
+	uint64_t nr_submits; /* submission calls (system calls for uring, wakeups for posix) */
+};
+
+extern const struct tt_engine_ops tt_engine_uring;
+extern const struct tt_engine_ops tt_engine_posix;
+
+/* The ops for enum tutti_engine \p kind, or NULL. */
+const struct tt_engine_ops *tt_engine_ops_for(uint32_t kind);
+
+int tt_engine_create(const struct tt_engine_ops *ops, const struct tt_engine_conf *conf,
+		     struct tt_engine **out);
+void tt_engine_destroy(struct tt_engine *e);
+/* Checked wrappers: argument and capacity checks, in-flight accounting. */
+int tt_engine_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr);
+int tt_engine_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t min);
+
+#endif /* TT_ENGINE_H */

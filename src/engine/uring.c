@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * io_uring engine (liburing): every batch of I/Os goes to the kernel in one io_uring_enter; files
+ * and the staging memory are registered once, so the kernel neither looks up the file nor pins
+ * pages per I/O.
+ */
+#include <errno.h>
+#include <liburing.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+struct uring_req {
+	struct tt_io io;
+	uint32_t done; /* bytes transferred so far */
+	uint32_t next_free;
+};
+
+struct uring_engine {
+	struct tt_engine base;
+	struct io_uring ring;
+	bool files_registered;
+	bool buf_registered;
+	const int *fds;
+	uint32_t nr_fds;
+	uint8_t *reg_buf;
+	size_t reg_bytes;
+	struct uring_req *reqs; /* depth entries; user_data is the index */
+	uint32_t free_head;
+	uint32_t pending;       /* SQEs prepared but not yet handed to the kernel */
+	const struct tt_log *log;
+};
+
+#define NO_REQ UINT32_MAX
+
+static struct uring_engine *
+to_uring(struct tt_engine *e)
+{
+	return (struct uring_engine *)e;
+}
+
+static int
+uring_create(const struct tt_engine_conf *conf, struct tt_engine **out)
+{
+	struct uring_engine *u = tt_calloc(1, sizeof(*u));
+	int rc;
+
+	if (u == NULL) {
+		return -ENOMEM;
+	}
+	u->reqs = tt_calloc(conf->depth, sizeof(*u->reqs));
+	if (u->reqs == NULL) {
+		tt_free(u);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < conf->depth; i++) {
+		u->reqs[i].next_free = i + 1 < conf->depth ? i + 1 : NO_REQ;
+	}
+	u->free_head = 0;
+	u->fds = conf->fds;
+	u->nr_fds = conf->nr_fds;
+	u->log = conf->log;
+	rc = io_uring_queue_init(conf->depth, &u->ring, 0);
+	if (rc < 0) {
+		tt_log_err(conf->log, "io_uring setup failed: %s", tutti_strerror(rc));
+		tt_free(u->reqs);
+		tt_free(u);
+		return rc;
+	}
+	/* Registration is an optimisation: run without it where the kernel or limits refuse. */
+	rc = io_uring_register_files(&u->ring, conf->fds, conf->nr_fds);
+	u->files_registered = rc == 0;
+	if (rc < 0) {
+		tt_log_info(conf->log, "io_uring: files not registered: %s", tutti_strerror(rc));
+	}
+	if (conf->reg_buf != NULL && conf->reg_bytes > 0) {
+		struct iovec iov = {.iov_base = conf->reg_buf, .iov_len = conf->reg_bytes};
+
+		rc = io_uring_register_buffers(&u->ring, &iov, 1);
+		u->buf_registered = rc == 0;
+		if (rc == 0) {
+			u->reg_buf = conf->reg_buf;
+			u->reg_bytes = conf->reg_bytes;
+		} else {
+			/* Typically RLIMIT_MEMLOCK for an unprivileged user. */
+			tt_log_info(conf->log, "io_uring: staging not registered: %s",
+				    tutti_strerror(rc));
+		}
+	}
+	*out = &u->base;
+	return 0;
+}
+
+static void
+uring_destroy(struct tt_engine *e)
+{
+	struct uring_engine *u = to_uring(e);
+
+	io_uring_queue_exit(&u->ring);
+	tt_free(u->reqs);
+	tt_free(u);
+}
+
+/* Prepare the SQE for the untransferred rest of request \p idx. */
+static void
+prep(struct uring_engine *u, uint32_t idx)
+{
+	struct uring_req *r = &u->reqs[idx];
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+	uint8_t *buf = (uint8_t *)r->io.buf + r->done;
+	uint32_t len = r->io.len - r->done;
+	uint64_t off = r->io.off + r->done;
+	int fd = u->files_registered ? r->io.file : u->fds[r->io.file];
+	bool fixed = u->buf_registered && buf >= u->reg_buf &&
+		     buf + len <= u->reg_buf + u->reg_bytes;
+
+	/* The SQ has depth entries and at most depth requests exist, so an SQE is always free. */
+	if (r->io.op == TT_IO_READ) {
+		if (fixed) {
+			io_uring_prep_read_fixed(sqe, fd, buf, len, off, 0);
+		} else {
+			io_uring_prep_read(sqe, fd, buf, len, off);
+		}
+	} else {
+		if (fixed) {
+			io_uring_prep_write_fixed(sqe, fd, buf, len, off, 0);
+		} else {
+			io_uring_prep_write(sqe, fd, buf, len, off);
+		}
+	}
+	if (u->files_registered) {
+		sqe->flags |= IOSQE_FIXED_FILE;
+	}
+	io_uring_sqe_set_data64(sqe, idx);
+	u->pending++;
+}
+
+/* Hand prepared SQEs to the kernel. Interrupted or busy submissions stay queued for the next
+ * call; anything else is a broken ring. */
+static int
+flush(struct uring_engine *u, uint32_t wait_nr)
+{
+	for (;;) {
+		int rc = wait_nr ? io_uring_submit_and_wait(&u->ring, wait_nr)
+				 : io_uring_submit(&u->ring);
+
+		if (rc >= 0) {
+			u->pending -= TT_MIN(u->pending, (uint32_t)rc);
+			return 0;
+		}
+		if (rc == -EINTR) {
+			continue;
+		}
+		if (rc == -EAGAIN || rc == -EBUSY) {
+			return 0;
+		}
+		tt_log_err(u->log, "io_uring_enter failed: %s", tutti_strerror(rc));
+		return rc;
+	}
+}
+
+static int
+uring_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
+{
+	struct uring_engine *u = to_uring(e);
+
+	for (uint32_t i = 0; i < nr; i++) {
+		uint32_t idx = u->free_head;
+
+		u->free_head = u->reqs[idx].next_free;
+		u->reqs[idx].io = ios[i];
+		u->reqs[idx].done = 0;
+		prep(u, idx);
+	}
+	return flush(u, 0);
+}
+
+/* Account one CQE. Returns 1 when its request is finished (filling *done), 0 when resubmitted. */
+static int
+complete(struct uring_engine *u, const struct io_uring_cqe *cqe, struct tt_io_done *done)
+{
+	uint32_t idx = (uint32_t)io_uring_cqe_get_data64(cqe);
+	struct uring_req *r = &u->reqs[idx];
+	int res = cqe->res;
+
+	if (res == -EAGAIN || res == -EINTR) {
+		prep(u, idx);
+		return 0;
+	}
+	if (res == 0) {
+		res = -EIO; /* end of file inside an extent: the file is shorter than the store */
+	}
+	if (res > 0) {
+		r->done += (uint32_t)res;
+		if (r->done < r->io.len) {
+			prep(u, idx); /* short transfer: continue where it stopped */
+			return 0;
+		}
+		res = (int)r->io.len;
+	}
+	done->tag = r->io.tag;
+	done->res = res;
+	r->next_free = u->free_head;
+	u->free_head = idx;
+	return 1;
+}
+
+static int
+uring_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t min)
+{
+	struct uring_engine *u = to_uring(e);
+	uint32_t n = 0;
+	int rc;
+
+	for (;;) {
+		struct io_uring_cqe *cqe;
+
+		while (n < max && io_uring_peek_cqe(&u->ring, &cqe) == 0) {
+			n += (uint32_t)complete(u, cqe, &out[n]);
+			io_uring_cqe_seen(&u->ring, cqe);
+		}
+		if (n >= min || n == max) {
+			break;
+		}
+		rc = flush(u, 1);
+		if (rc < 0) {
+			return n > 0 ? (int)n : rc;
+		}
+	}
+	if (u->pending > 0) {
+		rc = flush(u, 0);
+		if (rc < 0 && n == 0) {
+			return rc;
+		}
+	}
+	return (int)n;
+}
+
+const struct tt_engine_ops tt_engine_uring = {
+	.name = "uring",
+	.create = uring_create,
+	.destroy = uring_destroy,
+	.submit = uring_submit,
+	.reap = uring_reap,
+};

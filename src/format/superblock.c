@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Superblock codec. Fields are written at fixed offsets in little-endian order; the checksum is
+ * XXH3-64 over every byte before it.
+ */
+#include <errno.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "format/format.h"
+
+/* Field offsets, fixed by the format. */
+enum {
+	OFF_MAGIC = 0,
+	OFF_VERSION = 8,
+	OFF_HDR_BYTES = 12,
+	OFF_GEO = 16, /* 7 x u32: layers, heads, head_dim, elem, planes, block, chunk */
+	OFF_KEY_BYTES = 44,
+	OFF_NS_FP = 48,
+	OFF_SLOT_BYTES = 64,
+	OFF_DATA_OFF = 72,
+	OFF_NR_SLOTS = 80,
+	OFF_CSUM = 88,
+	HDR_BYTES = 96,
+};
+
+static void
+put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++) {
+		p[i] = (uint8_t)(v >> (8 * i));
+	}
+}
+
+static void
+put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++) {
+		p[i] = (uint8_t)(v >> (8 * i));
+	}
+}
+
+static uint32_t
+get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--) {
+		v = (v << 8) | p[i];
+	}
+	return v;
+}
+
+static uint64_t
+get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--) {
+		v = (v << 8) | p[i];
+	}
+	return v;
+}
+
+void
+tt_sb_encode(const struct tt_superblock *sb, uint8_t *buf)
+{
+	const struct tutti_geometry *g = &sb->geo;
+	const uint32_t geo[7] = {g->nr_layers,  g->nr_kv_heads,  g->head_dim,    g->elem_bytes,
+				 g->kv_planes, g->block_tokens, g->chunk_tokens};
+
+	memset(buf, 0, TT_SB_BYTES);
+	memcpy(buf + OFF_MAGIC, TT_SB_MAGIC, 8);
+	put32(buf + OFF_VERSION, TT_SB_VERSION);
+	put32(buf + OFF_HDR_BYTES, HDR_BYTES);
+	for (int i = 0; i < 7; i++) {
+		put32(buf + OFF_GEO + 4 * i, geo[i]);
+	}
+	put32(buf + OFF_KEY_BYTES, sb->key_bytes);
+	memcpy(buf + OFF_NS_FP, sb->ns_fp, TT_NS_FP_BYTES);
+	put64(buf + OFF_SLOT_BYTES, sb->slot_bytes);
+	put64(buf + OFF_DATA_OFF, sb->data_off);
+	put64(buf + OFF_NR_SLOTS, sb->nr_slots);
+	put64(buf + OFF_CSUM, XXH3_64bits(buf, OFF_CSUM));
+}
+
+int
+tt_sb_decode(const uint8_t *buf, size_t len, struct tt_superblock *out)
+{
+	struct tt_superblock sb;
+	uint32_t geo[7];
+
+	if (buf == NULL || out == NULL || len < 12) {
+		return -EBADMSG;
+	}
+	if (memcmp(buf + OFF_MAGIC, TT_SB_MAGIC, 8) != 0) {
+		return -EPROTO;
+	}
+	if (get32(buf + OFF_VERSION) != TT_SB_VERSION) {
+		return -EPROTO;
+	}
+	if (len < HDR_BYTES || get32(buf + OFF_HDR_BYTES) != HDR_BYTES) {
+		return -EBADMSG;
+	}
+	if (get64(buf + OFF_CSUM) != XXH3_64bits(buf, OFF_CSUM)) {
+		return -EBADMSG;
+	}
+	memset(&sb, 0, sizeof(sb));
+	sb.version = TT_SB_VERSION;
+	for (int i = 0; i < 7; i++) {
+		geo[i] = get32(buf + OFF_GEO + 4 * i);
+	}
+	sb.geo.size = sizeof(sb.geo);
+	sb.geo.nr_layers = geo[0];
+	sb.geo.nr_kv_heads = geo[1];
+	sb.geo.head_dim = geo[2];
+	sb.geo.elem_bytes = geo[3];
+	sb.geo.kv_planes = geo[4];
+	sb.geo.block_tokens = geo[5];
+	sb.geo.chunk_tokens = geo[6];
+	sb.key_bytes = get32(buf + OFF_KEY_BYTES);
+	memcpy(sb.ns_fp, buf + OFF_NS_FP, TT_NS_FP_BYTES);
+	sb.slot_bytes = get64(buf + OFF_SLOT_BYTES);
+	sb.data_off = get64(buf + OFF_DATA_OFF);
+	sb.nr_slots = get64(buf + OFF_NR_SLOTS);
+	*out = sb;
+	return 0;
+}
+
+void
+tt_ns_fingerprint(const void *ns, size_t len, uint8_t out[TT_NS_FP_BYTES])
+{
+	XXH128_hash_t h = XXH3_128bits(len ? ns : "", len);
+	XXH128_canonical_t c;
+
+	XXH128_canonicalFromHash(&c, h);
+	memcpy(out, c.digest, TT_NS_FP_BYTES);
+}

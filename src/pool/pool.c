@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * File pool: creating, checking and resizing the data files, and the slot free lists.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pool/pool.h"
+
+struct pool_dir {
+	int fd;
+	uint32_t *free;   /* stack of free local slot ids; top at free[nr_free - 1] */
+	uint32_t nr_free;
+};
+
+struct tt_pool {
+	uint32_t nr_dirs;
+	uint32_t slots_per_dir;
+	uint64_t slot_bytes;
+	int *fds;
+	struct pool_dir *dirs;
+	const struct tt_log *log;
+};
+
+/* ---- opening one directory ---- */
+
+static int
+ensure_dir(const char *dir, bool create, const struct tt_log *log)
+{
+	struct stat st;
+
+	if (lstat(dir, &st) == 0) {
+		if (!S_ISDIR(st.st_mode)) {
+			tt_log_err(log, "%s: not a directory", dir);
+			return -ENOTDIR;
+		}
+		return 0;
+	}
+	if (errno != ENOENT || !create) {
+		int rc = -errno;
+
+		tt_log_err(log, "%s: %s", dir, tutti_strerror(rc));
+		return rc;
+	}
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+		int rc = -errno;
+
+		tt_log_err(log, "cannot create store directory %s: %s", dir, tutti_strerror(rc));
+		return rc;
+	}
+	return 0;
+}
+
+/* O_DIRECT needs buffers, offsets and lengths aligned to the device; we align to TUTTI_ALIGN. */
+static int
+check_dio_alignment(int fd, const char *path, const struct tt_log *log)
+{
+	struct statx stx;
+
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) != 0 ||
+	    !(stx.stx_mask & STATX_DIOALIGN)) {
+		return 0; /* older kernel or filesystem: the first O_DIRECT I/O will tell */
+	}
+	if (stx.stx_dio_offset_align == 0) {
+		tt_log_err(log, "%s: the filesystem does not support O_DIRECT", path);
+		return -EOPNOTSUPP;
+	}
+	if (stx.stx_dio_offset_align > TUTTI_ALIGN || stx.stx_dio_mem_align > TUTTI_ALIGN) {
+		tt_log_err(log, "%s: O_DIRECT needs %u-byte alignment, above the %u bytes Tutti uses",
+			   path, stx.stx_dio_offset_align, TUTTI_ALIGN);
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
+static int
+write_superblock(int fd, const struct tt_superblock *sb)
+{
+	uint8_t *buf = tt_aligned_alloc(TT_SB_BYTES);
+	ssize_t n;
+
+	if (buf == NULL) {
+		return -ENOMEM;
+	}
+	tt_sb_encode(sb, buf);
+	n = pwrite(fd, buf, TT_SB_BYTES, 0);
+	tt_aligned_free(buf);
+	if (n < 0) {
+		return -errno;
+	}
+	if (n != TT_SB_BYTES) {
+		return -EIO;
+	}
+	/* The superblock is the store's identity; make it durable before any slot refers to it. */
+	return fdatasync(fd) == 0 ? 0 : -errno;
+}
+
+/* Read the superblock; 1 if the file is empty (a new store), 0 if read, or -errno. */
+static int
+read_superblock(int fd, struct tt_superblock *sb)
+{
+	uint8_t *buf = tt_aligned_alloc(TT_SB_BYTES);
+	ssize_t n;
+	int rc;
+
+	if (buf == NULL) {
+		return -ENOMEM;
+	}
+	n = pread(fd, buf, TT_SB_BYTES, 0);
+	if (n < 0) {
+		rc = -errno;
+	} else if (n == 0) {
+		rc = 1;
+	} else {
+		rc = tt_sb_decode(buf, (size_t)n, sb);
+	}
+	tt_aligned_free(buf);
+	return rc;
+}
+
+static int
+sb_matches(const struct tt_superblock *sb, const struct tt_pool_conf *conf, const char *path)
+{
+	struct tt_geo g;
+
+	if (tt_geo_derive(&sb->geo, &g) != 0 || !tt_geo_equal(&g, conf->geo) ||
+	    sb->slot_bytes != conf->geo->slot_bytes || sb->key_bytes != conf->key_bytes ||
+	    memcmp(sb->ns_fp, conf->ns_fp, TT_NS_FP_BYTES) != 0 ||
+	    sb->data_off != TT_POOL_DATA_OFF) {
+		tt_log_err(conf->log,
+			   "%s holds a store of another geometry, key size or namespace "
+			   "(%u layers, %u KV heads, head dim %u, %u-byte keys); use another "
+			   "directory or remove the file",
+			   path, sb->geo.nr_layers, sb->geo.nr_kv_heads, sb->geo.head_dim,
+			   sb->key_bytes);
+		return -EEXIST;
+	}
+	return 0;
+}
+
+/* Give the file exactly the requested slots, reserving the space now so writes never fail
+ * for lack of it. */
+static int
+size_file(int fd, const struct tt_pool_conf *conf, const char *path)
+{
+	uint64_t bytes = TT_POOL_DATA_OFF + conf->slots_per_dir * conf->geo->slot_bytes;
+	struct stat st;
+	int rc;
+
+	if (fstat(fd, &st) != 0) {
+		return -errno;
+	}
+	if ((uint64_t)st.st_size > bytes && ftruncate(fd, (off_t)bytes) != 0) {
+		return -errno;
+	}
+	/* Not posix_fallocate: its fallback writes single bytes, which O_DIRECT refuses. */
+	if (fallocate(fd, 0, 0, (off_t)bytes) == 0) {
+		return 0;
+	}
+	rc = -errno;
+	if (rc == -EOPNOTSUPP && ftruncate(fd, (off_t)bytes) == 0) {
+		tt_log_warn(conf->log, "%s: no fallocate; the file is sparse and a full disk "
+			    "will show up as write errors", path);
+		return 0;
+	}
+	tt_log_err(conf->log, "%s: cannot reserve %llu bytes: %s", path,
+		   (unsigned long long)bytes, tutti_strerror(rc));
+	return rc;
+}
+
+static int
+open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out)
+{
+	char path[4096];
+	struct tt_superblock sb;
+	bool created = false;
+	int fd, rc;
+
+	if (snprintf(path, sizeof(path), "%s/%s", dir, TT_POOL_FILE_NAME) >= (int)sizeof(path)) {
+		return -ENAMETOOLONG;
+	}
+	fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno == ENOENT && conf->create) {
+		fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+		created = fd >= 0;
+	}
+	if (fd < 0) {
+		rc = errno == EINVAL ? -EOPNOTSUPP : -errno;
+		tt_log_err(conf->log, "cannot open %s: %s%s", path, tutti_strerror(rc),
+			   rc == -EOPNOTSUPP ? " (the filesystem refuses O_DIRECT)" : "");
+		return rc;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		tt_log_err(conf->log, "%s is in use by another store handle or process", path);
+		goto err_close;
+	}
+	rc = check_dio_alignment(fd, path, conf->log);
+	if (rc < 0) {
+		goto err_close;
+	}
+	rc = read_superblock(fd, &sb);
+	if (rc == -EINVAL) {
+		rc = -EOPNOTSUPP; /* an O_DIRECT read refused despite the open succeeding */
+		tt_log_err(conf->log, "%s: O_DIRECT reads fail on this filesystem", path);
+		goto err_close;
+	}
+	if (rc < 0) {
+		tt_log_err(conf->log, "%s: not a Tutti store or damaged superblock: %s", path,
+			   tutti_strerror(rc));
+		goto err_close;
+	}
+	if (rc == 0) {
+		rc = sb_matches(&sb, conf, path);
+		if (rc < 0) {
+			goto err_close;
+		}
+	}
+	rc = size_file(fd, conf, path);
+	if (rc < 0) {
+		goto err_close;
+	}
+	memset(&sb, 0, sizeof(sb));
+	sb.version = TT_SB_VERSION;
+	sb.geo = conf->geo->g;
+	sb.key_bytes = conf->key_bytes;
+	memcpy(sb.ns_fp, conf->ns_fp, TT_NS_FP_BYTES);
+	sb.slot_bytes = conf->geo->slot_bytes;
+	sb.data_off = TT_POOL_DATA_OFF;
+	sb.nr_slots = conf->slots_per_dir;
+	rc = write_superblock(fd, &sb);
+	if (rc < 0) {
+		tt_log_err(conf->log, "%s: cannot write the superblock: %s", path,
+			   tutti_strerror(rc));
+		goto err_close;
+	}
+	*fd_out = fd;
+	return 0;
+
+err_close:
+	if (created) {
+		unlink(path);
+	}
+	close(fd);
+	return rc;
+}
+
+/* ---- pool ---- */
+
+int
+tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
+{
+	struct tt_pool *pool;
+	int rc;
+
+	*out = NULL;
+	if (conf->nr_dirs == 0 || conf->nr_dirs > TT_POOL_MAX_DIRS || conf->slots_per_dir == 0 ||
+	    conf->slots_per_dir * conf->nr_dirs >= UINT32_MAX) {
+		return -EINVAL;
+	}
+	pool = tt_calloc(1, sizeof(*pool));
+	if (pool == NULL) {
+		return -ENOMEM;
+	}
+	pool->nr_dirs = conf->nr_dirs;
+	pool->slots_per_dir = (uint32_t)conf->slots_per_dir;
+	pool->slot_bytes = conf->geo->slot_bytes;
+	pool->log = conf->log;
+	pool->fds = tt_calloc(conf->nr_dirs, sizeof(*pool->fds));
+	pool->dirs = tt_calloc(conf->nr_dirs, sizeof(*pool->dirs));
+	if (pool->fds == NULL || pool->dirs == NULL) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	for (uint32_t d = 0; d < conf->nr_dirs; d++) {
+		pool->dirs[d].fd = pool->fds[d] = -1;
+	}
+	for (uint32_t d = 0; d < conf->nr_dirs; d++) {
+		struct pool_dir *pd = &pool->dirs[d];
+
+		rc = ensure_dir(conf->dirs[d], conf->create, conf->log);
+		if (rc < 0) {
+			goto err;
+		}
+		rc = open_data_file(conf->dirs[d], conf, &pd->fd);
+		if (rc < 0) {
+			goto err;
+		}
+		pool->fds[d] = pd->fd;
+		pd->free = tt_malloc((size_t)pool->slots_per_dir * sizeof(*pd->free));
+		if (pd->free == NULL) {
+			rc = -ENOMEM;
+			goto err;
+		}
+		/* Pushed in reverse so that allocation walks the file from its start. */
+		for (uint32_t i = 0; i < pool->slots_per_dir; i++) {
+			pd->free[i] = pool->slots_per_dir - 1 - i;
+		}
+		pd->nr_free = pool->slots_per_dir;
+	}
+	*out = pool;
+	return 0;
+
+err:
+	tt_pool_close(pool);
+	return rc;
+}
+
+void
+tt_pool_close(struct tt_pool *pool)
+{
+	if (pool == NULL) {
+		return;
+	}
+	for (uint32_t d = 0; pool->dirs != NULL && d < pool->nr_dirs; d++) {
+		if (pool->dirs[d].fd >= 0) {
+			close(pool->dirs[d].fd); /* also drops the flock */
+		}
+		tt_free(pool->dirs[d].free);
+	}
+	tt_free(pool->dirs);
+	tt_free(pool->fds);
+	tt_free(pool);
+}
+
+uint32_t
+tt_pool_nr_dirs(const struct tt_pool *pool)
+{
+	return pool->nr_dirs;
+}
+
+uint32_t
+tt_pool_nr_slots(const struct tt_pool *pool)
+{
+	return pool->nr_dirs * pool->slots_per_dir;
+}
+
+uint32_t
+tt_pool_nr_free(const struct tt_pool *pool)
+{
+	uint32_t n = 0;
+
+	for (uint32_t d = 0; d < pool->nr_dirs; d++) {
+		n += pool->dirs[d].nr_free;
+	}
+	return n;
+}
+
+const int *
+tt_pool_fds(const struct tt_pool *pool)
+{
+	return pool->fds;
+}
+
+void
+tt_pool_locate(const struct tt_pool *pool, uint32_t slot, uint32_t *dir, uint64_t *off)
+{
+	uint32_t local = slot % pool->slots_per_dir;
+
+	*dir = slot / pool->slots_per_dir;
+	*off = TT_POOL_DATA_OFF + (uint64_t)local * pool->slot_bytes;
+}
+
+int
+tt_pool_alloc(struct tt_pool *pool, uint32_t hint_dir, uint32_t *slot)
+{
+	for (uint32_t i = 0; i < pool->nr_dirs; i++) {
+		uint32_t d = (hint_dir + i) % pool->nr_dirs;
+		struct pool_dir *pd = &pool->dirs[d];
+
+		if (pd->nr_free > 0) {
+			*slot = d * pool->slots_per_dir + pd->free[--pd->nr_free];
+			return 0;
+		}
+	}
+	return -ENOSPC;
+}
+
+void
+tt_pool_free(struct tt_pool *pool, uint32_t slot)
+{
+	struct pool_dir *pd = &pool->dirs[slot / pool->slots_per_dir];
+
+	pd->free[pd->nr_free++] = slot % pool->slots_per_dir;
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The file pool: one preallocated data file of fixed-size slots per store directory, opened with
+ * O_DIRECT and locked; slot allocation with striping of consecutive chunks across directories.
+ *
+ * Slot ids are global: directory d holds slots [d * slots_per_dir, (d + 1) * slots_per_dir).
+ * Not thread-safe except for the read-only accessors (fd, locate), which may be called while
+ * another thread allocates under the store's lock.
+ */
+#ifndef TT_POOL_H
+#define TT_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "format/format.h"
+#include "layout/layout.h"
+
+#define TT_POOL_FILE_NAME "tutti.data"
+/* Slot 0 starts 1 MiB into the file, so that slots stay aligned for any device up to 1 MiB. */
+#define TT_POOL_DATA_OFF (1u << 20)
+#define TT_POOL_MAX_DIRS 64u
+
+struct tt_pool;
+
+struct tt_pool_conf {
+	const char *const *dirs;
+	uint32_t nr_dirs;
+	bool create;
+	uint64_t slots_per_dir;
+	const struct tt_geo *geo;
+	uint32_t key_bytes;
+	const uint8_t *ns_fp; /* TT_NS_FP_BYTES */
+	const struct tt_log *log;
+};
+
+/* Open or create the data files. Errors as documented for tutti_store_open(). */
+int tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out);
+void tt_pool_close(struct tt_pool *pool);
+
+uint32_t tt_pool_nr_dirs(const struct tt_pool *pool);
+uint32_t tt_pool_nr_slots(const struct tt_pool *pool);
+uint32_t tt_pool_nr_free(const struct tt_pool *pool);
+/* The data file descriptors, one per directory, in directory order. */
+const int *tt_pool_fds(const struct tt_pool *pool);
+
+/* Directory and file offset of \p slot's first byte. */
+void tt_pool_locate(const struct tt_pool *pool, uint32_t slot, uint32_t *dir, uint64_t *off);
+
+/*
+ * Take a free slot, preferring directory \p hint_dir (mod nr_dirs) and then the following ones.
+ * Returns 0 and the slot in *slot, or -ENOSPC when every slot is in use.
+ */
+int tt_pool_alloc(struct tt_pool *pool, uint32_t hint_dir, uint32_t *slot);
+void tt_pool_free(struct tt_pool *pool, uint32_t slot);
+
+#endif /* TT_POOL_H */

@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Store handle: open and close, lookup, statistics. Loads and saves are in transfer.c.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "format/format.h"
+#include "store/store_impl.h"
+
+#define DEFAULT_KEY_BYTES 32u
+#define MIN_KEY_BYTES 16u
+#define MAX_KEY_BYTES 64u
+#define DEFAULT_STAGING_BYTES (64ull << 20)
+#define DEFAULT_MAX_IO_BYTES (4ull << 20)
+#define DEFAULT_QUEUE_DEPTH 32u
+#define MAX_QUEUE_DEPTH 4096u
+
+void
+tutti_store_opts_init(struct tutti_store_opts *opts)
+{
+	if (opts == NULL) {
+		return;
+	}
+	memset(opts, 0, sizeof(*opts));
+	opts->size = sizeof(*opts);
+	opts->engine = TUTTI_ENGINE_URING;
+	opts->key_bytes = DEFAULT_KEY_BYTES;
+	opts->staging_bytes = DEFAULT_STAGING_BYTES;
+	opts->max_io_bytes = DEFAULT_MAX_IO_BYTES;
+	opts->queue_depth = DEFAULT_QUEUE_DEPTH;
+	opts->log_level = TUTTI_LOG_WARN;
+}
+
+static int
+check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
+{
+	if (o->size != sizeof(*o)) {
+		tt_log_err(log, "store options: size %u, expected %zu (call tutti_store_opts_init)",
+			   o->size, sizeof(*o));
+		return -EINVAL;
+	}
+	if (o->dirs == NULL || o->nr_dirs == 0 || o->nr_dirs > TT_POOL_MAX_DIRS) {
+		tt_log_err(log, "store options: 1 to %u directories are needed", TT_POOL_MAX_DIRS);
+		return -EINVAL;
+	}
+	for (uint32_t d = 0; d < o->nr_dirs; d++) {
+		if (o->dirs[d] == NULL || o->dirs[d][0] == '\0') {
+			tt_log_err(log, "store options: directory %u is empty", d);
+			return -EINVAL;
+		}
+	}
+	if (o->key_bytes < MIN_KEY_BYTES || o->key_bytes > MAX_KEY_BYTES) {
+		tt_log_err(log, "store options: key_bytes %u is outside %u..%u", o->key_bytes,
+			   MIN_KEY_BYTES, MAX_KEY_BYTES);
+		return -EINVAL;
+	}
+	if (o->ns_bytes > 0 && o->ns == NULL) {
+		tt_log_err(log, "store options: ns_bytes without ns");
+		return -EINVAL;
+	}
+	if (tt_engine_ops_for(o->engine) == NULL) {
+		tt_log_err(log, "store options: unknown engine %u", o->engine);
+		return -EINVAL;
+	}
+	if (o->queue_depth == 0 || o->queue_depth > MAX_QUEUE_DEPTH || o->max_io_bytes == 0 ||
+	    o->posix_threads > MAX_QUEUE_DEPTH || o->reserved != 0) {
+		tt_log_err(log, "store options: queue_depth must be 1..%u and max_io_bytes non-zero",
+			   MAX_QUEUE_DEPTH);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Size the staging buffers: each holds one I/O of up to max_io_bytes whole objects. */
+static int
+plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
+{
+	uint64_t layers = o->max_io_bytes / st->geo.object_bytes;
+	uint64_t units;
+
+	if (layers == 0) {
+		layers = 1; /* an object is the smallest I/O */
+	}
+	if (layers > st->geo.g.nr_layers) {
+		layers = st->geo.g.nr_layers;
+	}
+	/* One I/O carries a uint32_t length. */
+	while (layers > 1 && layers * st->geo.object_bytes > UINT32_MAX) {
+		layers--;
+	}
+	if (st->geo.object_bytes > UINT32_MAX) {
+		tt_log_err(&st->log, "objects of %llu bytes exceed the 4 GiB I/O limit",
+			   (unsigned long long)st->geo.object_bytes);
+		return -EINVAL;
+	}
+	st->unit_layers = (uint32_t)layers;
+	st->unit_bytes = layers * st->geo.object_bytes;
+	units = o->staging_bytes / st->unit_bytes;
+	if (units == 0) {
+		tt_log_err(&st->log, "staging_bytes %llu is below one %llu-byte I/O",
+			   (unsigned long long)o->staging_bytes, (unsigned long long)st->unit_bytes);
+		return -EINVAL;
+	}
+	st->nr_units = (uint32_t)TT_MIN(units, (uint64_t)o->queue_depth);
+	st->staging = tt_aligned_alloc(st->nr_units * st->unit_bytes);
+	st->units = tt_calloc(st->nr_units, sizeof(*st->units));
+	st->free_bufs = tt_calloc(st->nr_units, sizeof(*st->free_bufs));
+	st->ios = tt_calloc(st->nr_units, sizeof(*st->ios));
+	st->dones = tt_calloc(st->nr_units, sizeof(*st->dones));
+	if (st->staging == NULL || st->units == NULL || st->free_bufs == NULL || st->ios == NULL ||
+	    st->dones == NULL) {
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int
+tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts *opts,
+		 struct tutti_store **out)
+{
+	struct tutti_store *st;
+	struct tt_pool_conf pc;
+	struct tt_engine_conf ec;
+	uint8_t ns_fp[TT_NS_FP_BYTES];
+	uint64_t per_dir;
+	int rc;
+
+	if (out == NULL) {
+		return -EINVAL;
+	}
+	*out = NULL;
+	if (opts == NULL || geo == NULL) {
+		return -EINVAL;
+	}
+	st = tt_calloc(1, sizeof(*st));
+	if (st == NULL) {
+		return -ENOMEM;
+	}
+	if (opts->size == sizeof(*opts)) {
+		st->log.fn = opts->log_fn;
+		st->log.arg = opts->log_arg;
+		st->log.level = (int)opts->log_level;
+	}
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_mutex_init(&st->io_lock, NULL);
+	st->mover = &tt_mover_cpu;
+	rc = check_opts(opts, &st->log);
+	if (rc < 0) {
+		goto err;
+	}
+	rc = tt_geo_derive(geo, &st->geo);
+	if (rc < 0) {
+		tt_log_err(&st->log, "invalid geometry: every field must be non-zero, kv_planes 1 or "
+				     "2, chunk_tokens a multiple of block_tokens");
+		goto err;
+	}
+	st->key_bytes = opts->key_bytes;
+	per_dir = opts->capacity_bytes / opts->nr_dirs / st->geo.slot_bytes;
+	if (per_dir == 0 || per_dir * opts->nr_dirs >= TT_NO_SLOT) {
+		tt_log_err(&st->log, "capacity %llu bytes over %u directories gives %llu slots of "
+				     "%llu bytes per directory; at least 1 is needed",
+			   (unsigned long long)opts->capacity_bytes, opts->nr_dirs,
+			   (unsigned long long)per_dir, (unsigned long long)st->geo.slot_bytes);
+		rc = -EINVAL;
+		goto err;
+	}
+	rc = plan_staging(st, opts);
+	if (rc < 0) {
+		goto err;
+	}
+	tt_ns_fingerprint(opts->ns, opts->ns_bytes, ns_fp);
+	pc = (struct tt_pool_conf){
+		.dirs = opts->dirs,
+		.nr_dirs = opts->nr_dirs,
+		.create = (opts->flags & TUTTI_OPEN_CREATE) != 0,
+		.slots_per_dir = per_dir,
+		.geo = &st->geo,
+		.key_bytes = st->key_bytes,
+		.ns_fp = ns_fp,
+		.log = &st->log,
+	};
+	rc = tt_pool_open(&pc, &st->pool);
+	if (rc < 0) {
+		goto err;
+	}
+	rc = tt_index_create(tt_pool_nr_slots(st->pool), st->key_bytes, &st->idx);
+	if (rc < 0) {
+		goto err;
+	}
+	ec = (struct tt_engine_conf){
+		.fds = tt_pool_fds(st->pool),
+		.nr_fds = tt_pool_nr_dirs(st->pool),
+		.reg_buf = st->staging,
+		.reg_bytes = st->nr_units * st->unit_bytes,
+		.depth = st->nr_units,
+		.threads = opts->posix_threads,
+		.log = &st->log,
+	};
+	rc = tt_engine_create(tt_engine_ops_for(opts->engine), &ec, &st->engine);
+	if (rc < 0) {
+		goto err;
+	}
+	st->stats.size = sizeof(st->stats);
+	st->stats.nr_dirs = opts->nr_dirs;
+	st->stats.slot_bytes = st->geo.slot_bytes;
+	st->stats.capacity_slots = tt_pool_nr_slots(st->pool);
+	st->stats.staging_bytes = st->nr_units * st->unit_bytes;
+	tt_log_info(&st->log, "store open: %u dirs, %u slots of %llu bytes, engine %s, %u x %llu "
+			      "bytes staging",
+		    opts->nr_dirs, tt_pool_nr_slots(st->pool), (unsigned long long)st->geo.slot_bytes,
+		    st->engine->ops->name, st->nr_units, (unsigned long long)st->unit_bytes);
+	*out = st;
+	return 0;
+
+err:
+	tutti_store_close(st);
+	return rc;
+}
+
+void
+tutti_store_close(struct tutti_store *st)
+{
+	if (st == NULL) {
+		return;
+	}
+	/* The engine goes first: it waits for the kernel to finish with the staging memory. */
+	tt_engine_destroy(st->engine);
+	tt_aligned_free(st->staging);
+	tt_free(st->units);
+	tt_free(st->free_bufs);
+	tt_free(st->ios);
+	tt_free(st->dones);
+	tt_index_destroy(st->idx);
+	tt_pool_close(st->pool);
+	pthread_mutex_destroy(&st->io_lock);
+	pthread_mutex_destroy(&st->lock);
+	tt_free(st);
+}
+
+int64_t
+tutti_store_lookup(struct tutti_store *st, const uint8_t *keys, uint32_t nr_keys,
+		   uint64_t *nr_blocks)
+{
+	uint32_t hit = 0, last = TT_NO_SLOT;
+	uint64_t blocks = 0;
+
+	if (st == NULL || (keys == NULL && nr_keys > 0)) {
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&st->lock);
+	while (hit < nr_keys) {
+		uint32_t slot = tt_index_find(st->idx, keys + (uint64_t)hit * st->key_bytes);
+		uint32_t n;
+
+		if (slot == TT_NO_SLOT) {
+			break;
+		}
+		n = tt_index_nr_blocks(st->idx, slot);
+		blocks += n;
+		last = slot;
+		hit++;
+		if (n < st->geo.blocks_per_chunk) {
+			break; /* a partial chunk ends its chain */
+		}
+	}
+	if (last != TT_NO_SLOT) {
+		tt_index_touch_chain(st->idx, last);
+	}
+	st->stats.lookups++;
+	st->stats.lookup_keys += nr_keys;
+	st->stats.lookup_hits += hit;
+	pthread_mutex_unlock(&st->lock);
+	if (nr_blocks != NULL) {
+		*nr_blocks = blocks;
+	}
+	return hit;
+}
+
+int
+tutti_store_get_stats(struct tutti_store *st, struct tutti_stats *out)
+{
+	if (st == NULL || out == NULL || out->size != sizeof(*out)) {
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&st->lock);
+	*out = st->stats;
+	out->used_slots = tt_index_count(st->idx);
+	pthread_mutex_unlock(&st->lock);
+	return 0;
+}

@@ -1,0 +1,404 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The tutti command line: `tutti demo`, `tutti bench`, `tutti version`.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvbench.h"
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+		"usage: tutti <command> [options]\n"
+		"\n"
+		"commands:\n"
+		"  demo      store a shared-prefix workload in ./tutti-store, retrieve it into a\n"
+		"            shuffled block table, verify it, and compare with the raw disk and a\n"
+		"            page-granular baseline\n"
+		"  bench     the same, with options (below)\n"
+		"  version   print the library version\n"
+		"\n"
+		"bench options:\n"
+		"  --model NAME         geometry preset: llama-3-8b (default), llama-3-70b, glm-4-9b, tiny\n"
+		"  --layers N --kv-heads N --head-dim N --elem-bytes N\n"
+		"  --block-tokens N --chunk-tokens N   override the preset\n"
+		"  --context N          tokens per request (default 32768)\n"
+		"  --requests N         requests sharing the prefix (default 2)\n"
+		"  --shared N           shared prefix tokens (default 24576)\n"
+		"  --engine NAME        uring (default) or posix\n"
+		"  --dir DIR            store directory; repeat for several disks (default tutti-store)\n"
+		"  --layout NAME        kv-first (default), packed or cross-layer\n"
+		"  --layerwise          retrieve one layer per call\n"
+		"  --repeats N          timed repetitions, median reported (default 3)\n"
+		"  --staging-mib N      staging memory (default 64)\n"
+		"  --io-kib N           largest I/O (default 4096)\n"
+		"  --queue-depth N      I/Os in flight (default 32)\n"
+		"  --page-threads N     threads of the page-granular baseline (default 16)\n"
+		"  --raw-mib N          bytes per raw sweep point (default 1024)\n"
+		"  --no-raw --no-baseline   skip those measurements\n"
+		"  --seed N             workload seed (default 42)\n"
+		"  --json               print one JSON object instead of the table\n");
+}
+
+static int
+parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno != 0 || end == s || *end != '\0' || s[0] == '-') {
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static int
+parse_u32(const char *s, uint32_t *out)
+{
+	uint64_t v;
+
+	if (parse_u64(s, &v) < 0 || v > UINT32_MAX) {
+		return -EINVAL;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+enum {
+	OPT_MODEL = 256,
+	OPT_LAYERS,
+	OPT_HEADS,
+	OPT_HEAD_DIM,
+	OPT_ELEM,
+	OPT_BLOCK,
+	OPT_CHUNK,
+	OPT_CONTEXT,
+	OPT_REQUESTS,
+	OPT_SHARED,
+	OPT_ENGINE,
+	OPT_DIR,
+	OPT_LAYOUT,
+	OPT_LAYERWISE,
+	OPT_REPEATS,
+	OPT_STAGING,
+	OPT_IO,
+	OPT_QD,
+	OPT_PAGE_THREADS,
+	OPT_RAW,
+	OPT_NO_RAW,
+	OPT_NO_BASELINE,
+	OPT_SEED,
+	OPT_JSON,
+	OPT_HELP,
+};
+
+static const struct option options[] = {
+	{"model", required_argument, NULL, OPT_MODEL},
+	{"layers", required_argument, NULL, OPT_LAYERS},
+	{"kv-heads", required_argument, NULL, OPT_HEADS},
+	{"head-dim", required_argument, NULL, OPT_HEAD_DIM},
+	{"elem-bytes", required_argument, NULL, OPT_ELEM},
+	{"block-tokens", required_argument, NULL, OPT_BLOCK},
+	{"chunk-tokens", required_argument, NULL, OPT_CHUNK},
+	{"context", required_argument, NULL, OPT_CONTEXT},
+	{"requests", required_argument, NULL, OPT_REQUESTS},
+	{"shared", required_argument, NULL, OPT_SHARED},
+	{"engine", required_argument, NULL, OPT_ENGINE},
+	{"dir", required_argument, NULL, OPT_DIR},
+	{"layout", required_argument, NULL, OPT_LAYOUT},
+	{"layerwise", no_argument, NULL, OPT_LAYERWISE},
+	{"repeats", required_argument, NULL, OPT_REPEATS},
+	{"staging-mib", required_argument, NULL, OPT_STAGING},
+	{"io-kib", required_argument, NULL, OPT_IO},
+	{"queue-depth", required_argument, NULL, OPT_QD},
+	{"page-threads", required_argument, NULL, OPT_PAGE_THREADS},
+	{"raw-mib", required_argument, NULL, OPT_RAW},
+	{"no-raw", no_argument, NULL, OPT_NO_RAW},
+	{"no-baseline", no_argument, NULL, OPT_NO_BASELINE},
+	{"seed", required_argument, NULL, OPT_SEED},
+	{"json", no_argument, NULL, OPT_JSON},
+	{"help", no_argument, NULL, OPT_HELP},
+	{NULL, 0, NULL, 0},
+};
+
+static int
+parse_layout(const char *s, uint32_t *out)
+{
+	static const char *const names[] = {"kv-first", "packed", "cross-layer"};
+
+	for (uint32_t i = 0; i < 3; i++) {
+		if (strcmp(s, names[i]) == 0) {
+			*out = i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* Apply one option; returns 0, 1 for --help, or -EINVAL. */
+static int
+apply_option(int opt, const char *arg, struct kvbench_conf *c, bool *json, bool *dir_given)
+{
+	uint64_t mib;
+	int rc = 0;
+
+	switch (opt) {
+	case OPT_MODEL:
+		c->model = arg;
+		return tutti_geometry_preset(arg, &c->geo) == 0 ? 0 : -EINVAL;
+	case OPT_LAYERS:
+		return parse_u32(arg, &c->geo.nr_layers);
+	case OPT_HEADS:
+		return parse_u32(arg, &c->geo.nr_kv_heads);
+	case OPT_HEAD_DIM:
+		return parse_u32(arg, &c->geo.head_dim);
+	case OPT_ELEM:
+		return parse_u32(arg, &c->geo.elem_bytes);
+	case OPT_BLOCK:
+		return parse_u32(arg, &c->geo.block_tokens);
+	case OPT_CHUNK:
+		return parse_u32(arg, &c->geo.chunk_tokens);
+	case OPT_CONTEXT:
+		return parse_u64(arg, &c->context_tokens);
+	case OPT_REQUESTS:
+		return parse_u32(arg, &c->requests);
+	case OPT_SHARED:
+		return parse_u64(arg, &c->shared_tokens);
+	case OPT_ENGINE:
+		rc = tutti_engine_parse(arg);
+		if (rc >= 0) {
+			c->engine = (uint32_t)rc;
+		}
+		return rc < 0 ? rc : 0;
+	case OPT_DIR:
+		if (!*dir_given) {
+			c->nr_dirs = 0;
+			*dir_given = true;
+		}
+		if (c->nr_dirs == KVBENCH_MAX_DIRS) {
+			return -EINVAL;
+		}
+		c->dirs[c->nr_dirs++] = arg;
+		return 0;
+	case OPT_LAYOUT:
+		return parse_layout(arg, &c->layout);
+	case OPT_LAYERWISE:
+		c->layerwise = true;
+		return 0;
+	case OPT_REPEATS:
+		return parse_u32(arg, &c->repeats);
+	case OPT_STAGING:
+		rc = parse_u64(arg, &mib);
+		c->staging_bytes = mib << 20;
+		return rc;
+	case OPT_IO:
+		rc = parse_u64(arg, &mib);
+		c->max_io_bytes = mib << 10;
+		return rc;
+	case OPT_QD:
+		return parse_u32(arg, &c->queue_depth);
+	case OPT_PAGE_THREADS:
+		return parse_u32(arg, &c->page_threads);
+	case OPT_RAW:
+		rc = parse_u64(arg, &mib);
+		c->raw_bytes = mib << 20;
+		return rc;
+	case OPT_NO_RAW:
+		c->skip_raw = true;
+		return 0;
+	case OPT_NO_BASELINE:
+		c->skip_page = true;
+		return 0;
+	case OPT_SEED:
+		return parse_u64(arg, &c->seed);
+	case OPT_JSON:
+		*json = true;
+		return 0;
+	case OPT_HELP:
+		return 1;
+	default:
+		return -EINVAL;
+	}
+}
+
+static double
+ratio(double a, double b)
+{
+	return b > 0 ? a / b : 0;
+}
+
+static void
+print_row(const char *name, const struct kvbench_phase *p, double limit)
+{
+	if (p->bytes == 0) {
+		printf("  %-34s %8s\n", name, "skipped");
+		return;
+	}
+	printf("  %-34s %8.2f %8.2f %10.3f\n", name, p->gbps, ratio(p->gbps, limit),
+	       p->cpu_s_per_gb);
+}
+
+static void
+print_raw(const char *what, double gbps, uint32_t bs, uint32_t qd)
+{
+	char name[64];
+
+	if (gbps <= 0) {
+		printf("  raw O_DIRECT %-21s %8s\n", what, "skipped");
+		return;
+	}
+	snprintf(name, sizeof(name), "raw O_DIRECT %s (%u KiB x QD%u)", what, bs >> 10, qd);
+	printf("  %-34s %8.2f %8.2f %10s\n", name, gbps, 1.0, "-");
+}
+
+static const char *
+layout_name(uint32_t l)
+{
+	return l == KVBENCH_KV_FIRST ? "kv-first" : l == KVBENCH_PACKED ? "packed" : "cross-layer";
+}
+
+static void
+print_table(const struct kvbench_conf *c, const struct kvbench_result *r)
+{
+	const struct tutti_geometry *g = &c->geo;
+
+	printf("\nTutti store benchmark\n");
+	printf("  model      %s: %u layers, %u KV heads, head dim %u, %u-byte elements\n", c->model,
+	       g->nr_layers, g->nr_kv_heads, g->head_dim, g->elem_bytes);
+	printf("  paging     %u-token blocks, %u-token chunks, %s layout\n", g->block_tokens,
+	       g->chunk_tokens, layout_name(c->layout));
+	printf("  workload   %u requests x %llu tokens sharing a %llu-token prefix: %llu unique "
+	       "chunks, %.2f GiB stored\n",
+	       c->requests, (unsigned long long)c->context_tokens,
+	       (unsigned long long)c->shared_tokens, (unsigned long long)r->unique_chunks,
+	       (double)r->store.bytes / (1 << 30));
+	printf("  store      %s (%u dir%s), engine %s, %.0f MiB staging, %s retrieve\n", c->dirs[0],
+	       c->nr_dirs, c->nr_dirs > 1 ? "s" : "", c->engine == TUTTI_ENGINE_URING ? "uring" : "posix",
+	       (double)r->staging_bytes / (1 << 20), c->layerwise ? "layer-by-layer" : "all-layer");
+	printf("  figures    median of %u repeats; x raw = ratio to the raw O_DIRECT bandwidth of "
+	       "the same directory in this run\n\n",
+	       c->repeats);
+	printf("  %-34s %8s %8s %10s\n", "", "GB/s", "x raw", "CPU s/GB");
+	print_raw("write", r->raw_write_gbps, r->raw_write_bs, r->raw_write_qd);
+	print_row("tutti store", &r->store, r->raw_write_gbps);
+	print_row("page-granular store (baseline)", &r->page_store, r->raw_write_gbps);
+	print_raw("read", r->raw_read_gbps, r->raw_read_bs, r->raw_read_qd);
+	print_row("tutti retrieve", &r->retrieve, r->raw_read_gbps);
+	print_row("page-granular retrieve (baseline)", &r->page_retrieve, r->raw_read_gbps);
+	printf("\n  retrieve: %llu I/Os in %llu engine submissions for %llu load calls; the "
+	       "baseline issues one I/O per block per layer\n",
+	       (unsigned long long)r->retrieve_ios, (unsigned long long)r->retrieve_submits,
+	       (unsigned long long)r->layer_calls);
+	printf("  verified: %s\n\n", r->verified ? "yes, every block of every layer, bit for bit"
+						  : "NO: retrieved KV differs");
+}
+
+static void
+print_phase_json(const char *name, const struct kvbench_phase *p)
+{
+	printf("\"%s_gbps\":%.4f,\"%s_cpu_s_per_gb\":%.4f,\"%s_bytes\":%llu,", name, p->gbps, name,
+	       p->cpu_s_per_gb, name, (unsigned long long)p->bytes);
+}
+
+static void
+print_json(const struct kvbench_conf *c, const struct kvbench_result *r)
+{
+	const struct tutti_geometry *g = &c->geo;
+
+	printf("{\"model\":\"%s\",\"nr_layers\":%u,\"nr_kv_heads\":%u,\"head_dim\":%u,"
+	       "\"elem_bytes\":%u,\"block_tokens\":%u,\"chunk_tokens\":%u,\"layout\":\"%s\","
+	       "\"context_tokens\":%llu,\"requests\":%u,\"shared_tokens\":%llu,\"engine\":\"%s\","
+	       "\"nr_dirs\":%u,\"layerwise\":%s,\"repeats\":%u,\"staging_bytes\":%llu,",
+	       c->model, g->nr_layers, g->nr_kv_heads, g->head_dim, g->elem_bytes, g->block_tokens,
+	       g->chunk_tokens, layout_name(c->layout), (unsigned long long)c->context_tokens,
+	       c->requests, (unsigned long long)c->shared_tokens,
+	       c->engine == TUTTI_ENGINE_URING ? "uring" : "posix", c->nr_dirs,
+	       c->layerwise ? "true" : "false", c->repeats, (unsigned long long)r->staging_bytes);
+	print_phase_json("store", &r->store);
+	print_phase_json("retrieve", &r->retrieve);
+	print_phase_json("page_store", &r->page_store);
+	print_phase_json("page_retrieve", &r->page_retrieve);
+	printf("\"raw_read_gbps\":%.4f,\"raw_write_gbps\":%.4f,\"cpu_s_per_gb\":%.4f,"
+	       "\"page_cpu_s_per_gb\":%.4f,\"retrieve_ios\":%llu,\"retrieve_submits\":%llu,"
+	       "\"load_calls\":%llu,\"unique_chunks\":%llu,\"verified\":%s}\n",
+	       r->raw_read_gbps, r->raw_write_gbps, r->retrieve.cpu_s_per_gb,
+	       r->page_retrieve.cpu_s_per_gb, (unsigned long long)r->retrieve_ios,
+	       (unsigned long long)r->retrieve_submits, (unsigned long long)r->layer_calls,
+	       (unsigned long long)r->unique_chunks, r->verified ? "true" : "false");
+}
+
+static int
+cmd_bench(int argc, char **argv, bool demo)
+{
+	struct kvbench_conf conf;
+	struct kvbench_result res;
+	bool json = false, dir_given = false;
+	int opt, rc;
+
+	kvbench_conf_init(&conf);
+	conf.progress = stderr;
+	if (demo) {
+		/* Small enough for any machine: 16K-token requests, 5.5 GiB of host KV. */
+		conf.context_tokens = 16384;
+		conf.requests = 4;
+		conf.shared_tokens = 12288;
+	}
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		rc = apply_option(opt, optarg, &conf, &json, &dir_given);
+		if (rc == 1) {
+			usage(stdout);
+			return 0;
+		}
+		if (rc < 0) {
+			fprintf(stderr, "tutti: bad option or value%s%s\n", optarg ? ": " : "",
+				optarg ? optarg : "");
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "tutti: unexpected argument %s\n", argv[optind]);
+		return 2;
+	}
+	if (json) {
+		conf.progress = NULL;
+	}
+	rc = kvbench_run(&conf, &res);
+	if (rc < 0) {
+		return 1;
+	}
+	if (json) {
+		print_json(&conf, &res);
+	} else {
+		print_table(&conf, &res);
+	}
+	return res.verified ? 0 : 1;
+}
+
+int
+main(int argc, char **argv)
+{
+	if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (strcmp(argv[1], "version") == 0) {
+		printf("tutti %s\n", tutti_version());
+		return 0;
+	}
+	if (strcmp(argv[1], "demo") == 0 || strcmp(argv[1], "bench") == 0) {
+		return cmd_bench(argc - 1, argv + 1, strcmp(argv[1], "demo") == 0);
+	}
+	fprintf(stderr, "tutti: unknown command %s\n", argv[1]);
+	usage(stderr);
+	return 2;
+}
