@@ -17,12 +17,14 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "kvbench.h"
+#include "pool/pool.h"
 
 #define KEY_BYTES 32u
 #define MAX_REPEATS 64u
@@ -85,6 +87,18 @@ struct bench {
 	uint8_t *keys;      /* scratch: key chain of one request */
 	struct arena src, dst;
 	struct tutti_store *st;
+	uint64_t slots_per_dir;
+	/* raw measurements next to every timed round */
+	bool raw;
+	struct rawbw_result best;          /* the sweep's best points */
+	int store_fds[KVBENCH_MAX_DIRS];   /* the store's data files, read-only */
+	int scratch_fds[KVBENCH_MAX_DIRS]; /* temporary files for raw writes */
+	/* page-granular baseline */
+	bool page;
+	int page_fd;
+	struct page_io *pages;
+	struct iovec *iovs;
+	uint32_t *lids, *blks;
 };
 
 static void
@@ -153,10 +167,13 @@ arena_init(struct bench *b, struct arena *a, uint32_t nr_blocks)
 
 	a->nr_blocks = nr_blocks;
 	a->bytes = (uint64_t)L * nr_blocks * page;
-	if (posix_memalign((void **)&a->mem, 4096, a->bytes) != 0) {
+	a->mem = mmap(NULL, a->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (a->mem == MAP_FAILED) {
 		a->mem = NULL;
 		return -ENOMEM;
 	}
+	/* Huge pages: gigabytes of 4 KiB page faults would dominate the set-up time. */
+	madvise(a->mem, a->bytes, MADV_HUGEPAGE);
 	a->segs_per_layer = b->conf->layout == KVBENCH_KV_FIRST ? 2 : 1;
 	a->segs = calloc((size_t)L * a->segs_per_layer, sizeof(*a->segs));
 	if (a->segs == NULL) {
@@ -171,20 +188,20 @@ arena_init(struct bench *b, struct arena *a, uint32_t nr_blocks)
 			base += (uint64_t)l * nr_blocks * page;
 			s[0] = (struct tutti_segment){base, page / 2, page / 2};
 			s[1] = (struct tutti_segment){base + nr_blocks * (page / 2), page / 2,
-						      page / 2};
+			                              page / 2};
 			break;
 		case KVBENCH_PACKED: /* [layer][block] */
 			s[0] = (struct tutti_segment){base + (uint64_t)l * nr_blocks * page, page,
-						      page};
+			                              page};
 			break;
 		default: /* cross-layer: [block][layer] */
 			s[0] = (struct tutti_segment){base + (uint64_t)l * page, (uint64_t)L * page,
-						      page};
+			                              page};
 			break;
 		}
 	}
 	return tutti_kv_create(&b->geo, a->segs, a->segs_per_layer, nr_blocks, TUTTI_MEM_HOST,
-			       &a->kv);
+	                       &a->kv);
 }
 
 static void
@@ -192,7 +209,9 @@ arena_fini(struct arena *a)
 {
 	tutti_kv_destroy(a->kv);
 	free(a->segs);
-	free(a->mem);
+	if (a->mem != NULL) {
+		munmap(a->mem, a->bytes);
+	}
 }
 
 static void
@@ -224,10 +243,11 @@ verify_request(const struct bench *b, uint32_t req)
 
 		for (uint32_t l = 0; l < b->geo.nr_layers; l++) {
 			for (uint32_t s = 0; s < b->src.segs_per_layer; s++) {
-				uint64_t len = b->src.segs[(size_t)l * b->src.segs_per_layer + s].bytes;
+				uint64_t len =
+				    b->src.segs[(size_t)l * b->src.segs_per_layer + s].bytes;
 
-				if (memcmp(block_seg(&b->src, l, s, src), block_seg(&b->dst, l, s, dst),
-					   len) != 0) {
+				if (memcmp(block_seg(&b->src, l, s, src),
+				           block_seg(&b->dst, l, s, dst), len) != 0) {
 					return false;
 				}
 			}
@@ -296,7 +316,7 @@ median(double *v, uint32_t n)
 /* Fill a phase's median figures from per-repeat elapsed time and CPU time. */
 static void
 phase_result(struct kvbench_phase *p, uint64_t bytes, const uint64_t *ns, const double *cpu,
-	     uint32_t n)
+             uint32_t n)
 {
 	double gbps[MAX_REPEATS], cpg[MAX_REPEATS];
 
@@ -323,51 +343,64 @@ static struct tutti_request
 make_request(const struct bench *b)
 {
 	return (struct tutti_request){
-		.size = sizeof(struct tutti_request),
-		.nr_keys = b->chunks_per_req,
-		.keys = b->keys,
-		.nr_blocks = b->blocks_per_req,
-		.block_ids = b->ids,
+	    .size = sizeof(struct tutti_request),
+	    .nr_keys = b->chunks_per_req,
+	    .keys = b->keys,
+	    .nr_blocks = b->blocks_per_req,
+	    .block_ids = b->ids,
 	};
 }
 
+/* Raw O_DIRECT transfer at the sweep's best point, of as many bytes as the round of the store
+ * it is paired with: writes to the scratch files, reads of the store's own data files (the
+ * bytes the retrieve reads, on the same device; shared chunks are read again, as there). */
 static int
-store_phase(struct bench *b, struct kvbench_result *res)
+raw_round(struct bench *b, bool write, uint64_t bytes, double *gbps)
 {
-	uint64_t ns[MAX_REPEATS] = {0}, bytes = 0;
-	double cpu[MAX_REPEATS] = {0};
+	const struct rawbw_result *r = &b->best;
+	uint32_t nr = b->conf->nr_dirs;
+	uint64_t span = b->slots_per_dir * tutti_geometry_slot_bytes(&b->geo);
+	double g;
 
-	for (uint32_t rep = 0; rep < b->conf->repeats; rep++) {
-		struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
-
-		tutti_store_get_stats(b->st, &s0);
-		for (uint32_t r = 0; r < b->conf->requests; r++) {
-			struct tutti_request req;
-			struct sample smp;
-			int64_t n;
-
-			make_keys(b, r, rep);
-			fill_ids_src(b, r);
-			req = make_request(b);
-			sample_start(&smp);
-			n = tutti_store_save(b->st, b->src.kv, &req, 1, NULL);
-			sample_stop(&smp, &ns[rep], &cpu[rep]);
-			if (n < 0) {
-				fprintf(stderr, "tutti: save failed: %s\n", tutti_strerror((int)n));
-				return (int)n;
-			}
-		}
-		tutti_store_get_stats(b->st, &s1);
-		if (s1.save_errors != s0.save_errors || s1.save_no_space != s0.save_no_space ||
-		    s1.save_chunks - s0.save_chunks != res->unique_chunks) {
-			fprintf(stderr, "tutti: save stored %llu of %llu chunks\n",
-				(unsigned long long)(s1.save_chunks - s0.save_chunks),
-				(unsigned long long)res->unique_chunks);
-			return -EIO;
-		}
-		bytes = s1.save_bytes - s0.save_bytes;
+	g = write
+	        ? rawbw_run(b->scratch_fds, nr, 0, span, bytes / nr, r->write_bs, r->write_qd, true)
+	        : rawbw_run(b->store_fds, nr, TT_POOL_DATA_OFF, span, bytes / nr, r->read_bs,
+	                    r->read_qd, false);
+	if (g < 0) {
+		fprintf(stderr, "tutti: raw %s: %s\n", write ? "write" : "read",
+		        tutti_strerror((int)g));
+		return (int)g;
 	}
-	phase_result(&res->store, bytes, ns, cpu, b->conf->repeats);
+	*gbps = g;
+	return 0;
+}
+
+static int
+store_round(struct bench *b, uint32_t round, uint64_t *ns, double *cpu, uint64_t *bytes,
+            uint64_t *nr_chunks)
+{
+	struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+
+	tutti_store_get_stats(b->st, &s0);
+	for (uint32_t r = 0; r < b->conf->requests; r++) {
+		struct tutti_request req;
+		struct sample smp;
+		int64_t n;
+
+		make_keys(b, r, round);
+		fill_ids_src(b, r);
+		req = make_request(b);
+		sample_start(&smp);
+		n = tutti_store_save(b->st, b->src.kv, &req, 1, NULL);
+		sample_stop(&smp, ns, cpu);
+		if (n < 0) {
+			fprintf(stderr, "tutti: save failed: %s\n", tutti_strerror((int)n));
+			return (int)n;
+		}
+	}
+	tutti_store_get_stats(b->st, &s1);
+	*bytes = s1.save_bytes - s0.save_bytes;
+	*nr_chunks = s1.save_chunks - s0.save_chunks;
 	return 0;
 }
 
@@ -388,7 +421,7 @@ load_request(struct bench *b, uint32_t r, uint64_t *ns, double *cpu, uint64_t *c
 	hit = tutti_store_lookup(b->st, b->keys, b->chunks_per_req, &blocks);
 	if (hit != b->chunks_per_req || blocks != b->blocks_per_req) {
 		fprintf(stderr, "tutti: lookup found %lld of %u chunks\n", (long long)hit,
-			b->chunks_per_req);
+		        b->chunks_per_req);
 		return -ENOENT;
 	}
 	for (uint32_t l = 0; l < L; l += step) {
@@ -397,7 +430,7 @@ load_request(struct bench *b, uint32_t r, uint64_t *ns, double *cpu, uint64_t *c
 		(*calls)++;
 		if (n != b->chunks_per_req) {
 			fprintf(stderr, "tutti: load returned %lld of %u chunks\n", (long long)n,
-				b->chunks_per_req);
+			        b->chunks_per_req);
 			return n < 0 ? (int)n : -EIO;
 		}
 	}
@@ -406,37 +439,31 @@ load_request(struct bench *b, uint32_t r, uint64_t *ns, double *cpu, uint64_t *c
 }
 
 static int
-retrieve_phase(struct bench *b, struct kvbench_result *res)
+retrieve_round(struct bench *b, uint32_t round, uint64_t *ns, double *cpu,
+               struct kvbench_result *res)
 {
-	uint64_t ns[MAX_REPEATS] = {0}, bytes = 0;
-	double cpu[MAX_REPEATS] = {0};
-	uint32_t last = b->conf->repeats - 1;
+	struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
 
-	for (uint32_t rep = 0; rep < b->conf->repeats; rep++) {
-		struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+	res->layer_calls = 0;
+	tutti_store_get_stats(b->st, &s0);
+	for (uint32_t r = 0; r < b->conf->requests; r++) {
+		int rc;
 
-		res->layer_calls = 0;
-		tutti_store_get_stats(b->st, &s0);
-		for (uint32_t r = 0; r < b->conf->requests; r++) {
-			int rc;
-
-			make_keys(b, r, last);
-			memset(b->dst.mem, 0xa5, b->dst.bytes);
-			rc = load_request(b, r, &ns[rep], &cpu[rep], &res->layer_calls);
-			if (rc < 0) {
-				return rc;
-			}
-			if (!verify_request(b, r)) {
-				fprintf(stderr, "tutti: request %u: retrieved KV differs\n", r);
-				res->verified = false;
-			}
+		make_keys(b, r, round);
+		memset(b->dst.mem, 0xa5, b->dst.bytes);
+		rc = load_request(b, r, ns, cpu, &res->layer_calls);
+		if (rc < 0) {
+			return rc;
 		}
-		tutti_store_get_stats(b->st, &s1);
-		bytes = s1.load_bytes - s0.load_bytes;
-		res->retrieve_ios = s1.io_ops - s0.io_ops;
-		res->retrieve_submits = s1.io_submits - s0.io_submits;
+		if (!verify_request(b, r)) {
+			fprintf(stderr, "tutti: request %u: retrieved KV differs\n", r);
+			res->verified = false;
+		}
 	}
-	phase_result(&res->retrieve, bytes, ns, cpu, b->conf->repeats);
+	tutti_store_get_stats(b->st, &s1);
+	res->retrieve.bytes = s1.load_bytes - s0.load_bytes;
+	res->retrieve_ios = s1.io_ops - s0.io_ops;
+	res->retrieve_submits = s1.io_submits - s0.io_submits;
 	return 0;
 }
 
@@ -454,103 +481,189 @@ arena_dio_aligned(const struct arena *a, uint32_t L)
 	return true;
 }
 
-/* Pages of blocks (logical id lid(i) at block blk(i)) laid out in the baseline file as
- * [logical block][layer]. */
+/* Pages of n blocks (logical id lids[i] at block blks[i] of arena a), laid out in the baseline
+ * file as [logical block][layer]. */
 static void
-page_plan(const struct bench *b, const struct arena *a, uint32_t n, const uint32_t *lids,
-	  const uint32_t *blks, struct page_io *pages, struct iovec *iovs)
+page_plan(struct bench *b, const struct arena *a, uint32_t n)
 {
 	uint32_t L = b->geo.nr_layers, spl = a->segs_per_layer;
 
 	for (uint32_t i = 0; i < n; i++) {
 		for (uint32_t l = 0; l < L; l++) {
-			struct page_io *p = &pages[(uint64_t)i * L + l];
+			struct page_io *p = &b->pages[(uint64_t)i * L + l];
 
-			p->off = ((uint64_t)lids[i] * L + l) * b->page_bytes;
+			p->off = ((uint64_t)b->lids[i] * L + l) * b->page_bytes;
 			p->nr_iov = spl;
 			p->first_iov = (uint32_t)(((uint64_t)i * L + l) * spl);
 			for (uint32_t s = 0; s < spl; s++) {
-				iovs[p->first_iov + s].iov_base = (void *)block_seg(a, l, s, blks[i]);
-				iovs[p->first_iov + s].iov_len = a->segs[(size_t)l * spl + s].bytes;
+				b->iovs[p->first_iov + s].iov_base =
+				    (void *)block_seg(a, l, s, b->blks[i]);
+				b->iovs[p->first_iov + s].iov_len =
+				    a->segs[(size_t)l * spl + s].bytes;
 			}
 		}
 	}
 }
 
 static int
-page_phase(struct bench *b, struct kvbench_result *res)
+page_setup(struct bench *b)
 {
 	uint32_t L = b->geo.nr_layers, n = max_u32(b->nr_logical, b->blocks_per_req);
-	uint64_t ns_w[MAX_REPEATS] = {0}, ns_r[MAX_REPEATS] = {0};
-	double cpu_w[MAX_REPEATS] = {0}, cpu_r[MAX_REPEATS] = {0};
-	struct page_io *pages = calloc((size_t)n * L, sizeof(*pages));
-	struct iovec *iovs = calloc((size_t)n * L * b->src.segs_per_layer, sizeof(*iovs));
-	uint32_t *lids = calloc(n, sizeof(*lids)), *blks = calloc(n, sizeof(*blks));
-	int fd = -1, rc = 0;
 
-	if (pages == NULL || iovs == NULL || lids == NULL || blks == NULL) {
-		rc = -ENOMEM;
-		goto out;
+	if (!arena_dio_aligned(&b->src, L) || !arena_dio_aligned(&b->dst, L)) {
+		progress(b, "page-granular baseline skipped: blocks are not 4 KiB aligned");
+		return 0;
 	}
-	fd = open(b->conf->dirs[0], O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
-	if (fd < 0 || fallocate(fd, 0, 0, (off_t)((uint64_t)b->nr_logical * L * b->page_bytes))) {
-		rc = -errno;
+	b->pages = calloc((size_t)n * L, sizeof(*b->pages));
+	b->iovs = calloc((size_t)n * L * b->src.segs_per_layer, sizeof(*b->iovs));
+	b->lids = calloc(n, sizeof(*b->lids));
+	b->blks = calloc(n, sizeof(*b->blks));
+	if (b->pages == NULL || b->iovs == NULL || b->lids == NULL || b->blks == NULL) {
+		return -ENOMEM;
+	}
+	b->page_fd = open(b->conf->dirs[0], O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+	if (b->page_fd < 0 ||
+	    fallocate(b->page_fd, 0, 0, (off_t)((uint64_t)b->nr_logical * L * b->page_bytes))) {
+		int rc = -errno;
+
 		fprintf(stderr, "tutti: baseline file in %s: %s\n", b->conf->dirs[0],
-			tutti_strerror(rc));
-		goto out;
+		        tutti_strerror(rc));
+		return rc;
 	}
-	for (uint32_t rep = 0; rep < b->conf->repeats; rep++) {
+	b->page = true;
+	return 0;
+}
+
+/* Write every unique block of every layer, one I/O per page. */
+static int
+page_store_round(struct bench *b, uint64_t *ns, double *cpu)
+{
+	struct sample smp;
+	int64_t t;
+
+	for (uint32_t g = 0; g < b->nr_logical; g++) {
+		b->lids[g] = g;
+		b->blks[g] = b->src_phys[g];
+	}
+	page_plan(b, &b->src, b->nr_logical);
+	sample_start(&smp);
+	t = pagebase_run(b->page_fd, b->pages, (uint64_t)b->nr_logical * b->geo.nr_layers, b->iovs,
+	                 true, b->conf->page_threads);
+	sample_stop(&smp, ns, cpu);
+	return t < 0 ? (int)t : 0;
+}
+
+static int
+page_retrieve_round(struct bench *b, uint64_t *ns, double *cpu, struct kvbench_result *res)
+{
+	for (uint32_t r = 0; r < b->conf->requests; r++) {
 		struct sample smp;
 		int64_t t;
 
-		for (uint32_t g = 0; g < b->nr_logical; g++) {
-			lids[g] = g;
-			blks[g] = b->src_phys[g];
+		for (uint32_t pos = 0; pos < b->blocks_per_req; pos++) {
+			b->lids[pos] = logical_id(b, r, pos);
+			b->blks[pos] = b->dst_phys[pos];
 		}
-		page_plan(b, &b->src, b->nr_logical, lids, blks, pages, iovs);
+		page_plan(b, &b->dst, b->blocks_per_req);
+		memset(b->dst.mem, 0xa5, b->dst.bytes);
 		sample_start(&smp);
-		t = pagebase_run(fd, pages, (uint64_t)b->nr_logical * L, iovs, true,
-				 b->conf->page_threads);
-		sample_stop(&smp, &ns_w[rep], &cpu_w[rep]);
+		t = pagebase_run(b->page_fd, b->pages,
+		                 (uint64_t)b->blocks_per_req * b->geo.nr_layers, b->iovs, false,
+		                 b->conf->page_threads);
+		sample_stop(&smp, ns, cpu);
 		if (t < 0) {
-			rc = (int)t;
-			goto out;
+			return (int)t;
 		}
-		for (uint32_t r = 0; r < b->conf->requests; r++) {
-			for (uint32_t pos = 0; pos < b->blocks_per_req; pos++) {
-				lids[pos] = logical_id(b, r, pos);
-				blks[pos] = b->dst_phys[pos];
-			}
-			page_plan(b, &b->dst, b->blocks_per_req, lids, blks, pages, iovs);
-			memset(b->dst.mem, 0xa5, b->dst.bytes);
-			sample_start(&smp);
-			t = pagebase_run(fd, pages, (uint64_t)b->blocks_per_req * L, iovs, false,
-					 b->conf->page_threads);
-			sample_stop(&smp, &ns_r[rep], &cpu_r[rep]);
-			if (t < 0) {
-				rc = (int)t;
-				goto out;
-			}
-			if (!verify_request(b, r)) {
-				fprintf(stderr, "tutti: baseline request %u: retrieved KV differs\n", r);
-				res->verified = false;
-			}
+		if (!verify_request(b, r)) {
+			fprintf(stderr, "tutti: baseline request %u: retrieved KV differs\n", r);
+			res->verified = false;
 		}
 	}
-	phase_result(&res->page_store, (uint64_t)b->nr_logical * L * b->page_bytes, ns_w, cpu_w,
-		     b->conf->repeats);
-	phase_result(&res->page_retrieve,
-		     (uint64_t)b->conf->requests * b->blocks_per_req * L * b->page_bytes, ns_r,
-		     cpu_r, b->conf->repeats);
-out:
-	if (fd >= 0) {
-		close(fd);
+	return 0;
+}
+
+/* ---- the two phases, each interleaving raw, tutti and baseline per repeat ---- */
+
+struct series {
+	uint64_t ns[MAX_REPEATS];
+	double cpu[MAX_REPEATS];
+	double raw[MAX_REPEATS];
+};
+
+static int
+store_phase(struct bench *b, struct kvbench_result *res)
+{
+	uint32_t n = b->conf->repeats;
+	uint64_t bytes = 0, chunks = 0;
+	uint64_t expect = res->unique_chunks * tutti_geometry_slot_bytes(&b->geo);
+	struct series t = {0}, p = {0};
+	int rc = 0;
+
+	for (uint32_t rep = 0; rep < n && rc == 0; rep++) {
+		if (b->raw) {
+			rc = raw_round(b, true, expect, &t.raw[rep]);
+		}
+		if (rc == 0) {
+			rc = store_round(b, rep, &t.ns[rep], &t.cpu[rep], &bytes, &chunks);
+		}
+		if (rc == 0 && chunks != res->unique_chunks) {
+			fprintf(stderr, "tutti: save stored %llu of %llu chunks\n",
+			        (unsigned long long)chunks, (unsigned long long)res->unique_chunks);
+			rc = -EIO;
+		}
+		if (rc == 0 && b->page) {
+			rc = page_store_round(b, &p.ns[rep], &p.cpu[rep]);
+		}
 	}
-	free(pages);
-	free(iovs);
-	free(lids);
-	free(blks);
-	return rc;
+	if (rc < 0) {
+		return rc;
+	}
+	phase_result(&res->store, bytes, t.ns, t.cpu, n);
+	if (b->raw) {
+		res->raw_write_gbps = median(t.raw, n);
+	}
+	if (b->page) {
+		phase_result(&res->page_store,
+		             (uint64_t)b->nr_logical * b->geo.nr_layers * b->page_bytes, p.ns,
+		             p.cpu, n);
+	}
+	return 0;
+}
+
+static int
+retrieve_phase(struct bench *b, struct kvbench_result *res)
+{
+	uint32_t n = b->conf->repeats;
+	uint64_t expect = (uint64_t)b->conf->requests * b->chunks_per_req * b->geo.nr_layers *
+	                  tutti_geometry_object_bytes(&b->geo);
+	struct series t = {0}, p = {0};
+	int rc = 0;
+
+	for (uint32_t rep = 0; rep < n && rc == 0; rep++) {
+		if (b->raw) {
+			rc = raw_round(b, false, expect, &t.raw[rep]);
+		}
+		if (rc == 0) {
+			rc = retrieve_round(b, n - 1, &t.ns[rep], &t.cpu[rep], res);
+		}
+		if (rc == 0 && b->page) {
+			rc = page_retrieve_round(b, &p.ns[rep], &p.cpu[rep], res);
+		}
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	phase_result(&res->retrieve, res->retrieve.bytes, t.ns, t.cpu, n);
+	if (b->raw) {
+		res->raw_read_gbps = median(t.raw, n);
+	}
+	if (b->page) {
+		phase_result(&res->page_retrieve,
+		             (uint64_t)b->conf->requests * b->blocks_per_req * b->geo.nr_layers *
+		                 b->page_bytes,
+		             p.ns, p.cpu, n);
+	}
+	return 0;
 }
 
 /* ---- driver ---- */
@@ -570,9 +683,10 @@ plan_workload(struct bench *b, const struct kvbench_conf *conf)
 	b->bpc = tutti_geometry_blocks_per_chunk(&b->geo);
 	if (conf->context_tokens < bs || conf->context_tokens / bs > (1u << 24) ||
 	    conf->shared_tokens > conf->context_tokens) {
-		fprintf(stderr, "tutti: context must be %u..%u tokens and the shared prefix "
-				"no longer than it\n",
-			bs, bs << 24);
+		fprintf(stderr,
+		        "tutti: context must be %u..%u tokens and the shared prefix "
+		        "no longer than it\n",
+		        bs, bs << 24);
 		return -EINVAL;
 	}
 	b->blocks_per_req = (uint32_t)(conf->context_tokens / bs);
@@ -589,6 +703,8 @@ open_store(struct bench *b, uint64_t unique_chunks)
 	const struct kvbench_conf *c = b->conf;
 	struct tutti_store_opts o;
 	uint64_t slot = tutti_geometry_slot_bytes(&b->geo);
+	struct tutti_stats s = {.size = sizeof(s)};
+	int rc;
 
 	tutti_store_opts_init(&o);
 	o.flags = TUTTI_OPEN_CREATE;
@@ -603,12 +719,71 @@ open_store(struct bench *b, uint64_t unique_chunks)
 	o.staging_bytes = c->staging_bytes;
 	o.max_io_bytes = c->max_io_bytes;
 	o.queue_depth = c->queue_depth;
-	return tutti_store_open(&b->geo, &o, &b->st);
+	rc = tutti_store_open(&b->geo, &o, &b->st);
+	if (rc < 0) {
+		fprintf(stderr, "tutti: cannot open the store in %s: %s\n", c->dirs[0],
+		        tutti_strerror(rc));
+		return rc;
+	}
+	tutti_store_get_stats(b->st, &s);
+	b->slots_per_dir = s.capacity_slots / c->nr_dirs;
+	return 0;
+}
+
+/* Sweep for the best raw points, then open what the per-round raw measurements use. */
+static int
+raw_setup(struct bench *b, struct kvbench_result *res)
+{
+	const struct kvbench_conf *c = b->conf;
+	uint64_t per_dir = b->slots_per_dir * tutti_geometry_slot_bytes(&b->geo);
+	char path[4096];
+	int rc;
+
+	progress(b, "sweeping raw O_DIRECT block sizes and queue depths");
+	rc = rawbw_sweep(c->dirs[0], c->raw_bytes, &b->best);
+	if (rc < 0) {
+		fprintf(stderr, "tutti: raw bandwidth of %s: %s\n", c->dirs[0], tutti_strerror(rc));
+		return rc;
+	}
+	res->raw_read_bs = b->best.read_bs;
+	res->raw_read_qd = b->best.read_qd;
+	res->raw_write_bs = b->best.write_bs;
+	res->raw_write_qd = b->best.write_qd;
+	for (uint32_t d = 0; d < c->nr_dirs; d++) {
+		snprintf(path, sizeof(path), "%s/%s", c->dirs[d], TT_POOL_FILE_NAME);
+		b->store_fds[d] = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		b->scratch_fds[d] =
+		    open(c->dirs[d], O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+		if (b->store_fds[d] < 0 || b->scratch_fds[d] < 0 ||
+		    fallocate(b->scratch_fds[d], 0, 0, (off_t)per_dir) != 0) {
+			rc = -errno;
+			fprintf(stderr, "tutti: raw files in %s: %s\n", c->dirs[d],
+			        tutti_strerror(rc));
+			return rc;
+		}
+	}
+	b->raw = true;
+	return 0;
 }
 
 static void
 bench_fini(struct bench *b)
 {
+	for (uint32_t d = 0; d < KVBENCH_MAX_DIRS; d++) {
+		if (b->store_fds[d] >= 0) {
+			close(b->store_fds[d]);
+		}
+		if (b->scratch_fds[d] >= 0) {
+			close(b->scratch_fds[d]);
+		}
+	}
+	if (b->page_fd >= 0) {
+		close(b->page_fd);
+	}
+	free(b->pages);
+	free(b->iovs);
+	free(b->lids);
+	free(b->blks);
 	tutti_store_close(b->st);
 	arena_fini(&b->src);
 	arena_fini(&b->dst);
@@ -618,95 +793,81 @@ bench_fini(struct bench *b)
 	free(b->keys);
 }
 
+static int
+setup(struct bench *b, struct kvbench_result *res)
+{
+	uint64_t seed = b->conf->seed;
+	char msg[256];
+	int rc;
+
+	b->src_phys = calloc(b->nr_logical, sizeof(uint32_t));
+	b->dst_phys = calloc(b->blocks_per_req, sizeof(uint32_t));
+	b->ids = calloc(b->blocks_per_req, sizeof(uint32_t));
+	b->keys = calloc(b->chunks_per_req, KEY_BYTES);
+	if (b->src_phys == NULL || b->dst_phys == NULL || b->ids == NULL || b->keys == NULL) {
+		return -ENOMEM;
+	}
+	shuffle(b->src_phys, b->nr_logical, &seed);
+	shuffle(b->dst_phys, b->blocks_per_req, &seed);
+	rc = arena_init(b, &b->src, b->nr_logical);
+	if (rc == 0) {
+		rc = arena_init(b, &b->dst, b->blocks_per_req);
+	}
+	if (rc < 0) {
+		fprintf(stderr, "tutti: cannot set up %.1f GiB of paged KV: %s\n",
+		        (double)(b->src.bytes + b->dst.bytes) / (1 << 30), tutti_strerror(rc));
+		return rc;
+	}
+	res->kv_bytes = b->src.bytes + b->dst.bytes;
+	snprintf(msg, sizeof(msg), "filling %.2f GiB of source KV (%u unique blocks)",
+	         (double)b->src.bytes / (1 << 30), b->nr_logical);
+	progress(b, msg);
+	fill_random(b->src.mem, b->src.bytes, b->conf->seed ^ 0x5eed);
+	rc = open_store(b, res->unique_chunks);
+	if (rc < 0) {
+		return rc;
+	}
+	{
+		struct tutti_stats s = {.size = sizeof(s)};
+
+		tutti_store_get_stats(b->st, &s);
+		res->staging_bytes = s.staging_bytes;
+	}
+	if (!b->conf->skip_raw) {
+		rc = raw_setup(b, res);
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	return b->conf->skip_page ? 0 : page_setup(b);
+}
+
 int
 kvbench_run(const struct kvbench_conf *conf, struct kvbench_result *res)
 {
-	struct bench b = {.conf = conf};
-	struct rawbw_result raw;
-	uint64_t seed = conf->seed;
-	char msg[256];
+	struct bench b = {.conf = conf, .page_fd = -1};
 	int rc;
 
 	memset(res, 0, sizeof(*res));
 	res->verified = true;
+	for (uint32_t d = 0; d < KVBENCH_MAX_DIRS; d++) {
+		b.store_fds[d] = b.scratch_fds[d] = -1;
+	}
 	rc = plan_workload(&b, conf);
 	if (rc < 0) {
 		return rc;
 	}
 	res->unique_chunks = b.chunks_per_req + (uint64_t)(conf->requests - 1) *
-							(b.chunks_per_req - b.shared_blocks / b.bpc);
-	b.src_phys = calloc(b.nr_logical, sizeof(uint32_t));
-	b.dst_phys = calloc(b.blocks_per_req, sizeof(uint32_t));
-	b.ids = calloc(b.blocks_per_req, sizeof(uint32_t));
-	b.keys = calloc(b.chunks_per_req, KEY_BYTES);
-	if (b.src_phys == NULL || b.dst_phys == NULL || b.ids == NULL || b.keys == NULL) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	shuffle(b.src_phys, b.nr_logical, &seed);
-	shuffle(b.dst_phys, b.blocks_per_req, &seed);
-	rc = arena_init(&b, &b.src, b.nr_logical);
+	                                            (b.chunks_per_req - b.shared_blocks / b.bpc);
+	rc = setup(&b, res);
 	if (rc == 0) {
-		rc = arena_init(&b, &b.dst, b.blocks_per_req);
+		progress(&b, "storing (raw write, tutti, baseline per repeat)");
+		rc = store_phase(&b, res);
 	}
-	if (rc < 0) {
-		fprintf(stderr, "tutti: cannot set up %.1f GiB of paged KV: %s\n",
-			(double)(b.src.bytes + b.dst.bytes) / (1 << 30), tutti_strerror(rc));
-		goto out;
+	if (rc == 0) {
+		progress(&b, "retrieving and verifying (raw read, tutti, baseline per repeat)");
+		rc = retrieve_phase(&b, res);
 	}
-	res->kv_bytes = b.src.bytes + b.dst.bytes;
-	snprintf(msg, sizeof(msg), "filling %.2f GiB of source KV (%u unique blocks)",
-		 (double)b.src.bytes / (1 << 30), b.nr_logical);
-	progress(&b, msg);
-	fill_random(b.src.mem, b.src.bytes, conf->seed ^ 0x5eed);
-
-	if (!conf->skip_raw) {
-		progress(&b, "measuring raw O_DIRECT bandwidth of the store directory");
-		rc = rawbw_measure(conf->dirs[0], conf->raw_bytes, &raw);
-		if (rc < 0) {
-			fprintf(stderr, "tutti: raw bandwidth of %s: %s\n", conf->dirs[0],
-				tutti_strerror(rc));
-			goto out;
-		}
-		res->raw_read_gbps = raw.read_gbps;
-		res->raw_write_gbps = raw.write_gbps;
-		res->raw_read_bs = raw.read_bs;
-		res->raw_read_qd = raw.read_qd;
-		res->raw_write_bs = raw.write_bs;
-		res->raw_write_qd = raw.write_qd;
-	}
-	rc = open_store(&b, res->unique_chunks);
-	if (rc < 0) {
-		fprintf(stderr, "tutti: cannot open the store in %s: %s\n", conf->dirs[0],
-			tutti_strerror(rc));
-		goto out;
-	}
-	{
-		struct tutti_stats s = {.size = sizeof(s)};
-
-		tutti_store_get_stats(b.st, &s);
-		res->staging_bytes = s.staging_bytes;
-	}
-	progress(&b, "storing");
-	rc = store_phase(&b, res);
-	if (rc < 0) {
-		goto out;
-	}
-	progress(&b, "retrieving and verifying");
-	rc = retrieve_phase(&b, res);
-	if (rc < 0) {
-		goto out;
-	}
-	if (!conf->skip_page) {
-		if (arena_dio_aligned(&b.src, b.geo.nr_layers) &&
-		    arena_dio_aligned(&b.dst, b.geo.nr_layers)) {
-			progress(&b, "page-granular baseline");
-			rc = page_phase(&b, res);
-		} else {
-			progress(&b, "page-granular baseline skipped: blocks are not 4 KiB aligned");
-		}
-	}
-out:
 	bench_fini(&b);
 	return rc;
 }

@@ -24,25 +24,25 @@ enum kvbench_layout {
 
 struct kvbench_conf {
 	struct tutti_geometry geo;
-	const char *model;          /* preset name, for the report */
+	const char *model; /* preset name, for the report */
 	const char *dirs[KVBENCH_MAX_DIRS];
 	uint32_t nr_dirs;
-	uint32_t engine;            /* enum tutti_engine */
-	uint32_t layout;            /* enum kvbench_layout */
-	uint64_t context_tokens;    /* tokens per request */
+	uint32_t engine;         /* enum tutti_engine */
+	uint32_t layout;         /* enum kvbench_layout */
+	uint64_t context_tokens; /* tokens per request */
 	uint32_t requests;
-	uint64_t shared_tokens;     /* prefix shared by every request */
-	uint32_t repeats;           /* timed repetitions of each phase; the median is reported */
+	uint64_t shared_tokens; /* prefix shared by every request */
+	uint32_t repeats;       /* timed repetitions of each phase; the median is reported */
 	uint64_t staging_bytes;
 	uint64_t max_io_bytes;
 	uint32_t queue_depth;
-	uint32_t page_threads;      /* threads of the page-granular baseline */
-	uint64_t raw_bytes;         /* bytes per raw sweep point */
-	bool layerwise;             /* retrieve one layer per call */
+	uint32_t page_threads; /* threads of the page-granular baseline */
+	uint64_t raw_bytes;    /* bytes per raw sweep point */
+	bool layerwise;        /* retrieve one layer per call */
 	bool skip_raw;
 	bool skip_page;
 	uint64_t seed;
-	FILE *progress;             /* progress lines, or NULL */
+	FILE *progress; /* progress lines, or NULL */
 };
 
 struct kvbench_phase {
@@ -61,7 +61,7 @@ struct kvbench_result {
 	uint64_t retrieve_submits; /* engine submissions of one retrieve repeat */
 	uint64_t layer_calls;      /* load calls of one retrieve repeat */
 	uint64_t staging_bytes;
-	uint64_t kv_bytes;         /* host paged KV allocated (source + destination) */
+	uint64_t kv_bytes; /* host paged KV allocated (source + destination) */
 };
 
 void kvbench_conf_init(struct kvbench_conf *conf);
@@ -76,9 +76,15 @@ struct rawbw_result {
 	uint32_t read_bs, read_qd, write_bs, write_qd;
 };
 
-/* Best sequential O_DIRECT read and write bandwidth of a temporary file in \p dir, over a short
- * sweep of block sizes and queue depths (io_uring). Returns 0 or a negative errno. */
-int rawbw_measure(const char *dir, uint64_t bytes, struct rawbw_result *out);
+/* Best sequential O_DIRECT read and write points of a temporary file of \p bytes in \p dir,
+ * over a short sweep of block sizes and queue depths. Returns 0 or a negative errno. */
+int rawbw_sweep(const char *dir, uint64_t bytes, struct rawbw_result *out);
+
+/* Sequential O_DIRECT transfer of \p bytes from \p off of each file, wrapping around after
+ * \p span bytes, alternating between files, \p bs per I/O with \p qd in flight. Returns GB/s
+ * (all files together) or a negative errno. */
+double rawbw_run(const int *fds, uint32_t nr_fds, uint64_t off, uint64_t span, uint64_t bytes,
+                 uint32_t bs, uint32_t qd, bool write);
 
 struct page_io {
 	uint64_t off;
@@ -89,6 +95,6 @@ struct page_io {
 /* One pwritev/preadv per page from \p threads threads, the way CPU-driven tiers move KV.
  * Returns the elapsed nanoseconds, or a negative errno. */
 int64_t pagebase_run(int fd, const struct page_io *pages, uint64_t nr_pages,
-		     const struct iovec *iovs, bool write, uint32_t threads);
+                     const struct iovec *iovs, bool write, uint32_t threads);
 
 #endif /* TUTTI_BENCH_KVBENCH_H */

@@ -38,7 +38,7 @@ move_page(const struct pagebase *pb, const struct page_io *p)
 	}
 	while (nr > 0) {
 		ssize_t n = pb->write ? pwritev(pb->fd, iov, (int)nr, (off_t)off)
-				      : preadv(pb->fd, iov, (int)nr, (off_t)off);
+		                      : preadv(pb->fd, iov, (int)nr, (off_t)off);
 		uint32_t k = 0;
 
 		if (n < 0 && errno == EINTR) {
@@ -82,17 +82,17 @@ worker(void *arg)
 			int zero = 0;
 
 			__atomic_compare_exchange_n(&pb->error, &zero, rc, false, __ATOMIC_RELAXED,
-						    __ATOMIC_RELAXED);
+			                            __ATOMIC_RELAXED);
 		}
 	}
 }
 
 int64_t
 pagebase_run(int fd, const struct page_io *pages, uint64_t nr_pages, const struct iovec *iovs,
-	     bool write, uint32_t threads)
+             bool write, uint32_t threads)
 {
 	struct pagebase pb = {
-		.fd = fd, .pages = pages, .nr_pages = nr_pages, .iovs = iovs, .write = write};
+	    .fd = fd, .pages = pages, .nr_pages = nr_pages, .iovs = iovs, .write = write};
 	pthread_t *tids = calloc(threads, sizeof(*tids));
 	struct timespec a, b;
 	uint32_t started = 0;

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Raw device bandwidth: sequential O_DIRECT reads and writes of a temporary file, issued with
- * io_uring at a fixed queue depth, for a short sweep of block sizes and depths. The best point
- * is the physical limit the store is measured against. Written against liburing directly so that
- * it shares no code with the store.
+ * Raw device bandwidth: sequential O_DIRECT reads and writes issued with io_uring at a fixed
+ * block size and queue depth. A short sweep over a temporary file picks the best block size and
+ * depth; the benchmark then measures that point on the same device right next to each timed
+ * store and retrieve, so that the drift of a shared virtual disk affects both sides alike.
+ * Written against liburing directly so that it shares no code with the store.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,68 +28,87 @@ now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Move \p bytes sequentially in \p bs pieces with \p qd in flight; return GB/s or -errno. */
-static double
-run_point(int fd, uint8_t *buf, uint64_t bytes, uint32_t bs, uint32_t qd, bool write)
+/* Move \p bytes sequentially from \p off in each of \p nr_fds files, wrapping around after
+ * \p span bytes, \p bs at a time with \p qd in flight over all files (I/Os alternate between
+ * the files); return GB/s or -errno. */
+double
+rawbw_run(const int *fds, uint32_t nr_fds, uint64_t off, uint64_t span, uint64_t bytes, uint32_t bs,
+          uint32_t qd, bool write)
 {
 	struct io_uring ring;
-	uint64_t next = 0, done = 0, t0;
+	uint64_t issued = 0, done = 0, total, t0;
 	uint32_t inflight = 0;
-	int rc = io_uring_queue_init(qd, &ring, 0);
+	uint8_t *buf = NULL;
+	int rc;
 
+	bytes = bytes / bs * bs;
+	span = span / bs * bs;
+	total = bytes * nr_fds;
+	if (total == 0 || span == 0 || qd == 0) {
+		return -EINVAL;
+	}
+	if (posix_memalign((void **)&buf, 4096, (size_t)bs * qd) != 0) {
+		return -ENOMEM;
+	}
+	memset(buf, 0x5a, (size_t)bs * qd);
+	rc = io_uring_queue_init(qd, &ring, 0);
 	if (rc < 0) {
+		free(buf);
 		return rc;
 	}
 	t0 = now_ns();
-	while (done < bytes) {
+	while (done < total) {
 		struct io_uring_cqe *cqe;
 
-		while (inflight < qd && next < bytes) {
+		while (inflight < qd && issued < total) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+			uint64_t n = issued / bs;
+			int fd = fds[n % nr_fds];
+			uint64_t pos = off + n / nr_fds * bs % span;
 			/* Each in-flight I/O has its own part of the buffer. */
-			uint8_t *b = buf + (uint64_t)(next / bs % qd) * bs;
+			uint8_t *b = buf + (uint64_t)(n % qd) * bs;
 
 			if (write) {
-				io_uring_prep_write(sqe, fd, b, bs, next);
+				io_uring_prep_write(sqe, fd, b, bs, pos);
 			} else {
-				io_uring_prep_read(sqe, fd, b, bs, next);
+				io_uring_prep_read(sqe, fd, b, bs, pos);
 			}
-			next += bs;
+			issued += bs;
 			inflight++;
 		}
 		rc = io_uring_submit_and_wait(&ring, 1);
 		if (rc < 0 && rc != -EINTR) {
 			break;
 		}
+		rc = 0;
 		while (io_uring_peek_cqe(&ring, &cqe) == 0) {
-			if (cqe->res != (int)bs) {
-				rc = cqe->res < 0 ? cqe->res : -EIO;
-				io_uring_cqe_seen(&ring, cqe);
+			int res = cqe->res;
+
+			io_uring_cqe_seen(&ring, cqe);
+			if (res != (int)bs) {
+				rc = res < 0 ? res : -EIO;
 				goto out;
 			}
-			io_uring_cqe_seen(&ring, cqe);
 			inflight--;
 			done += bs;
 		}
-		rc = 0;
 	}
 out:
 	io_uring_queue_exit(&ring);
+	free(buf);
 	if (rc < 0) {
 		return rc;
 	}
-	return (double)bytes / (double)(now_ns() - t0);
+	return (double)total / (double)(now_ns() - t0);
 }
 
 int
-rawbw_measure(const char *dir, uint64_t bytes, struct rawbw_result *out)
+rawbw_sweep(const char *dir, uint64_t bytes, struct rawbw_result *out)
 {
-	uint32_t max_bs = 4u << 20, max_qd = 32;
-	uint8_t *buf = NULL;
 	int fd, rc = 0;
 
 	memset(out, 0, sizeof(*out));
-	bytes = bytes / max_bs * max_bs;
+	bytes = bytes / (4u << 20) * (4u << 20);
 	if (bytes == 0) {
 		return -EINVAL;
 	}
@@ -100,16 +120,12 @@ rawbw_measure(const char *dir, uint64_t bytes, struct rawbw_result *out)
 		rc = -errno;
 		goto out;
 	}
-	if (posix_memalign((void **)&buf, 4096, (size_t)max_bs * max_qd) != 0) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	memset(buf, 0x5a, (size_t)max_bs * max_qd);
 	/* Writes first: they also give the reads real data to fetch. */
 	for (int w = 1; w >= 0; w--) {
 		for (size_t i = 0; i < sizeof(sweep_bs) / sizeof(sweep_bs[0]); i++) {
 			for (size_t j = 0; j < sizeof(sweep_qd) / sizeof(sweep_qd[0]); j++) {
-				double gbps = run_point(fd, buf, bytes, sweep_bs[i], sweep_qd[j], w);
+				double gbps =
+				    rawbw_run(&fd, 1, 0, bytes, bytes, sweep_bs[i], sweep_qd[j], w);
 
 				if (gbps < 0) {
 					rc = (int)gbps;
@@ -128,7 +144,6 @@ rawbw_measure(const char *dir, uint64_t bytes, struct rawbw_result *out)
 		}
 	}
 out:
-	free(buf);
 	close(fd);
 	return rc;
 }

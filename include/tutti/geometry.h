@@ -26,12 +26,12 @@ extern "C" {
 #define TUTTI_DEFAULT_CHUNK_TOKENS 256u
 
 struct tutti_geometry {
-	uint32_t size;         /**< = sizeof(struct tutti_geometry); set by tutti_geometry_init() */
-	uint32_t nr_layers;    /**< attention layers holding KV */
-	uint32_t nr_kv_heads;  /**< KV heads held by this process (this TP rank's share) */
-	uint32_t head_dim;     /**< elements per head */
-	uint32_t elem_bytes;   /**< bytes per element (2 for bf16/fp16, 1 for fp8) */
-	uint32_t kv_planes;    /**< 2 when K and V are stored (default); 1 for a single latent (MLA) */
+	uint32_t size;        /**< = sizeof(struct tutti_geometry); set by tutti_geometry_init() */
+	uint32_t nr_layers;   /**< attention layers holding KV */
+	uint32_t nr_kv_heads; /**< KV heads held by this process (this TP rank's share) */
+	uint32_t head_dim;    /**< elements per head */
+	uint32_t elem_bytes;  /**< bytes per element (2 for bf16/fp16, 1 for fp8) */
+	uint32_t kv_planes; /**< 2 when K and V are stored (default); 1 for a single latent (MLA) */
 	uint32_t block_tokens; /**< tokens per paged block of the serving engine */
 	uint32_t chunk_tokens; /**< tokens per chunk, a multiple of block_tokens (default 256) */
 };

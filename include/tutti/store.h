@@ -27,7 +27,8 @@ struct tutti_kv;    /* opaque; immutable registration of paged KV memory */
 
 /** I/O engines. */
 enum tutti_engine {
-	TUTTI_ENGINE_URING = 0, /**< io_uring through liburing: batched submission, registered buffers */
+	TUTTI_ENGINE_URING =
+	    0, /**< io_uring through liburing: batched submission, registered buffers */
 	TUTTI_ENGINE_POSIX = 1, /**< a thread pool issuing pread/pwrite */
 };
 
@@ -37,26 +38,28 @@ enum tutti_engine {
  */
 TUTTI_API int tutti_engine_parse(const char *name);
 
-/** Create missing directories (mode 0700) and store files; without it a missing store is -ENOENT. */
+/** Create missing directories (mode 0700) and store files; without it a missing store is -ENOENT.
+ */
 #define TUTTI_OPEN_CREATE 0x1u
 
 struct tutti_store_opts {
-	uint32_t size;            /**< = sizeof(struct tutti_store_opts); set by _opts_init */
-	uint32_t flags;           /**< TUTTI_OPEN_* */
-	const char *const *dirs;  /**< store directories, one per disk; not retained after open */
-	uint32_t nr_dirs;         /**< 1..64 */
-	uint32_t engine;          /**< enum tutti_engine; default TUTTI_ENGINE_URING */
-	uint64_t capacity_bytes;  /**< total store size over all directories, split evenly; required */
-	const void *ns;           /**< namespace bytes (model, dtype, layout, rank); not retained */
-	uint32_t ns_bytes;        /**< length of ns; 0 for the empty namespace */
-	uint32_t key_bytes;       /**< bytes per key, 16..64; default 32 */
-	uint64_t staging_bytes;   /**< staging memory for I/O, allocated at open; default 64 MiB */
-	uint64_t max_io_bytes;    /**< largest single I/O; default 4 MiB; at least one object */
-	uint32_t queue_depth;     /**< most I/Os in flight; default 32 */
-	uint32_t posix_threads;   /**< worker threads of the posix engine; default queue_depth */
-	tutti_log_fn log_fn;      /**< where log lines go; NULL: nowhere */
-	void *log_arg;            /**< passed to log_fn */
-	uint32_t log_level;       /**< most verbose enum tutti_log_level passed on; default WARN */
+	uint32_t size;           /**< = sizeof(struct tutti_store_opts); set by _opts_init */
+	uint32_t flags;          /**< TUTTI_OPEN_* */
+	const char *const *dirs; /**< store directories, one per disk; not retained after open */
+	uint32_t nr_dirs;        /**< 1..64 */
+	uint32_t engine;         /**< enum tutti_engine; default TUTTI_ENGINE_URING */
+	uint64_t
+	    capacity_bytes; /**< total store size over all directories, split evenly; required */
+	const void *ns;     /**< namespace bytes (model, dtype, layout, rank); not retained */
+	uint32_t ns_bytes;  /**< length of ns; 0 for the empty namespace */
+	uint32_t key_bytes; /**< bytes per key, 16..64; default 32 */
+	uint64_t staging_bytes; /**< staging memory for I/O, allocated at open; default 64 MiB */
+	uint64_t max_io_bytes;  /**< largest single I/O; default 4 MiB; at least one object */
+	uint32_t queue_depth;   /**< most I/Os in flight; default 32 */
+	uint32_t posix_threads; /**< worker threads of the posix engine; default queue_depth */
+	tutti_log_fn log_fn;    /**< where log lines go; NULL: nowhere */
+	void *log_arg;          /**< passed to log_fn */
+	uint32_t log_level;     /**< most verbose enum tutti_log_level passed on; default WARN */
 	uint32_t reserved;
 };
 
@@ -82,7 +85,7 @@ TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
  *         -EACCES, -EROFS, -ENOMEM, or the errno of the failing system call.
  */
 TUTTI_API int tutti_store_open(const struct tutti_geometry *geo,
-			       const struct tutti_store_opts *opts, struct tutti_store **out);
+                               const struct tutti_store_opts *opts, struct tutti_store **out);
 
 /**
  * Close \p st and release its memory, files and locks. No call on \p st may be running.
@@ -121,8 +124,8 @@ struct tutti_segment {
  * during tutti_store_load() and tutti_store_save().
  */
 TUTTI_API int tutti_kv_create(const struct tutti_geometry *geo, const struct tutti_segment *segs,
-			      uint32_t segs_per_layer, uint32_t nr_blocks, uint32_t mem,
-			      struct tutti_kv **out);
+                              uint32_t segs_per_layer, uint32_t nr_blocks, uint32_t mem,
+                              struct tutti_kv **out);
 
 /** Release \p kv. NULL is allowed. This function can't fail. */
 TUTTI_API void tutti_kv_destroy(struct tutti_kv *kv);
@@ -154,7 +157,7 @@ struct tutti_request {
  * Hit chunks count as used for eviction.
  */
 TUTTI_API int64_t tutti_store_lookup(struct tutti_store *st, const uint8_t *keys, uint32_t nr_keys,
-				     uint64_t *nr_blocks);
+                                     uint64_t *nr_blocks);
 
 /**
  * Load layers [layer_begin, layer_end) of every chunk of every request into the paged blocks of
@@ -168,8 +171,8 @@ TUTTI_API int64_t tutti_store_lookup(struct tutti_store *st, const uint8_t *keys
  *         arguments: sizes, block ids, a kv of another geometry).
  */
 TUTTI_API int64_t tutti_store_load(struct tutti_store *st, const struct tutti_kv *kv,
-				   const struct tutti_request *reqs, uint32_t nr_reqs,
-				   uint32_t layer_begin, uint32_t layer_end, int32_t *status);
+                                   const struct tutti_request *reqs, uint32_t nr_reqs,
+                                   uint32_t layer_begin, uint32_t layer_end, int32_t *status);
 
 /**
  * Save every chunk of every request (all layers) from the paged blocks of \p kv. A chunk is
@@ -182,33 +185,33 @@ TUTTI_API int64_t tutti_store_load(struct tutti_store *st, const struct tutti_kv
  * \return the number of chunks written, or a negative errno for the whole call (-EINVAL).
  */
 TUTTI_API int64_t tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
-				   const struct tutti_request *reqs, uint32_t nr_reqs,
-				   int32_t *status);
+                                   const struct tutti_request *reqs, uint32_t nr_reqs,
+                                   int32_t *status);
 
 struct tutti_stats {
-	uint32_t size;               /**< = sizeof(struct tutti_stats), set by the caller */
+	uint32_t size; /**< = sizeof(struct tutti_stats), set by the caller */
 	uint32_t nr_dirs;
 	uint64_t slot_bytes;
-	uint64_t capacity_slots;     /**< slots over all directories */
-	uint64_t used_slots;         /**< chunks stored */
-	uint64_t lookups;            /**< calls of tutti_store_lookup */
-	uint64_t lookup_keys;        /**< keys asked for */
-	uint64_t lookup_hits;        /**< keys found */
-	uint64_t load_chunks;        /**< chunks loaded */
-	uint64_t load_bytes;         /**< bytes read for loads */
-	uint64_t load_errors;        /**< chunks that failed to load (missing or I/O error) */
-	uint64_t load_ns;            /**< wall time inside tutti_store_load */
-	uint64_t save_chunks;        /**< chunks written */
-	uint64_t save_bytes;         /**< bytes written */
-	uint64_t save_present;       /**< chunks skipped because already stored */
-	uint64_t save_orphans;       /**< chunks skipped because their parent is not stored */
-	uint64_t save_no_space;      /**< chunks skipped because no slot could be freed */
-	uint64_t save_errors;        /**< chunks that failed to write */
-	uint64_t save_ns;            /**< wall time inside tutti_store_save */
-	uint64_t evictions;          /**< chunks evicted to make room */
-	uint64_t io_ops;             /**< I/O requests issued to the engine */
-	uint64_t io_submits;         /**< submission calls into the engine (system calls for uring) */
-	uint64_t staging_bytes;      /**< staging memory owned by the store */
+	uint64_t capacity_slots; /**< slots over all directories */
+	uint64_t used_slots;     /**< chunks stored */
+	uint64_t lookups;        /**< calls of tutti_store_lookup */
+	uint64_t lookup_keys;    /**< keys asked for */
+	uint64_t lookup_hits;    /**< keys found */
+	uint64_t load_chunks;    /**< chunks loaded */
+	uint64_t load_bytes;     /**< bytes read for loads */
+	uint64_t load_errors;    /**< chunks that failed to load (missing or I/O error) */
+	uint64_t load_ns;        /**< wall time inside tutti_store_load */
+	uint64_t save_chunks;    /**< chunks written */
+	uint64_t save_bytes;     /**< bytes written */
+	uint64_t save_present;   /**< chunks skipped because already stored */
+	uint64_t save_orphans;   /**< chunks skipped because their parent is not stored */
+	uint64_t save_no_space;  /**< chunks skipped because no slot could be freed */
+	uint64_t save_errors;    /**< chunks that failed to write */
+	uint64_t save_ns;        /**< wall time inside tutti_store_save */
+	uint64_t evictions;      /**< chunks evicted to make room */
+	uint64_t io_ops;         /**< I/O requests issued to the engine */
+	uint64_t io_submits;     /**< submission calls into the engine (system calls for uring) */
+	uint64_t staging_bytes;  /**< staging memory owned by the store */
 };
 
 /**

@@ -80,7 +80,7 @@ tutti_version(void)
 #define TT_STR_(x) #x
 #define TT_STR(x) TT_STR_(x)
 	return TT_STR(TUTTI_VERSION_MAJOR) "." TT_STR(TUTTI_VERSION_MINOR) "." TT_STR(
-		TUTTI_VERSION_PATCH);
+	    TUTTI_VERSION_PATCH);
 }
 
 const char *

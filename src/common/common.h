@@ -23,7 +23,7 @@ struct tt_log {
 };
 
 void tt_log_msg(const struct tt_log *log, int level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 #define tt_log_err(log, ...) tt_log_msg((log), TUTTI_LOG_ERR, __VA_ARGS__)
 #define tt_log_warn(log, ...) tt_log_msg((log), TUTTI_LOG_WARN, __VA_ARGS__)

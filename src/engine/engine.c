@@ -39,7 +39,7 @@ tutti_engine_parse(const char *name)
 
 int
 tt_engine_create(const struct tt_engine_ops *ops, const struct tt_engine_conf *conf,
-		 struct tt_engine **out)
+                 struct tt_engine **out)
 {
 	int rc;
 

@@ -22,7 +22,7 @@ enum tt_io_op {
 struct tt_io {
 	uint64_t tag; /* handed back in the completion */
 	uint64_t off;
-	void *buf;    /* TUTTI_ALIGN-aligned, as are off and len */
+	void *buf; /* TUTTI_ALIGN-aligned, as are off and len */
 	uint32_t len;
 	uint16_t file; /* index into the engine's files */
 	uint8_t op;    /* enum tt_io_op */
@@ -34,9 +34,10 @@ struct tt_io_done {
 };
 
 struct tt_engine_conf {
-	const int *fds;   /* the files; borrowed for the engine's lifetime */
+	const int *fds; /* the files; borrowed for the engine's lifetime */
 	uint32_t nr_fds;
-	void *reg_buf;    /* memory that most I/O targets, registered where the engine can; may be NULL */
+	void *reg_buf; /* memory that most I/O targets, registered where the engine can; may be NULL
+	                */
 	size_t reg_bytes;
 	uint32_t depth;   /* most I/Os in flight */
 	uint32_t threads; /* posix: worker threads */
@@ -71,7 +72,7 @@ extern const struct tt_engine_ops tt_engine_posix;
 const struct tt_engine_ops *tt_engine_ops_for(uint32_t kind);
 
 int tt_engine_create(const struct tt_engine_ops *ops, const struct tt_engine_conf *conf,
-		     struct tt_engine **out);
+                     struct tt_engine **out);
 void tt_engine_destroy(struct tt_engine *e);
 /* Checked wrappers: argument and capacity checks, in-flight accounting. */
 int tt_engine_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr);

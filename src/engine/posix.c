@@ -13,14 +13,14 @@
 struct posix_engine {
 	struct tt_engine base;
 	const int *fds;
-	uint32_t cap;             /* ring capacity: depth */
-	struct tt_io *todo;       /* ring of queued I/Os */
+	uint32_t cap;       /* ring capacity: depth */
+	struct tt_io *todo; /* ring of queued I/Os */
 	uint32_t todo_head, nr_todo;
-	struct tt_io_done *done;  /* ring of completions */
+	struct tt_io_done *done; /* ring of completions */
 	uint32_t done_head, nr_done;
 	pthread_mutex_t lock;
-	pthread_cond_t work;      /* todo became non-empty, or stopping */
-	pthread_cond_t finished;  /* done became non-empty */
+	pthread_cond_t work;     /* todo became non-empty, or stopping */
+	pthread_cond_t finished; /* done became non-empty */
 	bool stopping;
 	uint32_t nr_threads;
 	pthread_t *threads;
@@ -42,7 +42,7 @@ do_io(const struct posix_engine *p, const struct tt_io *io)
 		uint8_t *buf = (uint8_t *)io->buf + done;
 		off_t off = (off_t)(io->off + done);
 		ssize_t n = io->op == TT_IO_READ ? pread(fd, buf, io->len - done, off)
-						 : pwrite(fd, buf, io->len - done, off);
+		                                 : pwrite(fd, buf, io->len - done, off);
 
 		if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
 			continue;
@@ -142,7 +142,7 @@ posix_create(const struct tt_engine_conf *conf, struct tt_engine **out)
 		rc = -pthread_create(&p->threads[i], NULL, worker, p);
 		if (rc < 0) {
 			tt_log_err(conf->log, "posix engine: cannot start thread: %s",
-				   tutti_strerror(rc));
+			           tutti_strerror(rc));
 			posix_destroy(&p->base); /* joins the threads started so far */
 			return rc;
 		}
@@ -187,9 +187,9 @@ posix_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t m
 }
 
 const struct tt_engine_ops tt_engine_posix = {
-	.name = "posix",
-	.create = posix_create,
-	.destroy = posix_destroy,
-	.submit = posix_submit,
-	.reap = posix_reap,
+    .name = "posix",
+    .create = posix_create,
+    .destroy = posix_destroy,
+    .submit = posix_submit,
+    .reap = posix_reap,
 };

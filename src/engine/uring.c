@@ -28,7 +28,7 @@ struct uring_engine {
 	size_t reg_bytes;
 	struct uring_req *reqs; /* depth entries; user_data is the index */
 	uint32_t free_head;
-	uint32_t pending;       /* SQEs prepared but not yet handed to the kernel */
+	uint32_t pending; /* SQEs prepared but not yet handed to the kernel */
 	const struct tt_log *log;
 };
 
@@ -85,7 +85,7 @@ uring_create(const struct tt_engine_conf *conf, struct tt_engine **out)
 		} else {
 			/* Typically RLIMIT_MEMLOCK for an unprivileged user. */
 			tt_log_info(conf->log, "io_uring: staging not registered: %s",
-				    tutti_strerror(rc));
+			            tutti_strerror(rc));
 		}
 	}
 	*out = &u->base;
@@ -112,8 +112,8 @@ prep(struct uring_engine *u, uint32_t idx)
 	uint32_t len = r->io.len - r->done;
 	uint64_t off = r->io.off + r->done;
 	int fd = u->files_registered ? r->io.file : u->fds[r->io.file];
-	bool fixed = u->buf_registered && buf >= u->reg_buf &&
-		     buf + len <= u->reg_buf + u->reg_bytes;
+	bool fixed =
+	    u->buf_registered && buf >= u->reg_buf && buf + len <= u->reg_buf + u->reg_bytes;
 
 	/* The SQ has depth entries and at most depth requests exist, so an SQE is always free. */
 	if (r->io.op == TT_IO_READ) {
@@ -143,7 +143,7 @@ flush(struct uring_engine *u, uint32_t wait_nr)
 {
 	for (;;) {
 		int rc = wait_nr ? io_uring_submit_and_wait(&u->ring, wait_nr)
-				 : io_uring_submit(&u->ring);
+		                 : io_uring_submit(&u->ring);
 
 		if (rc >= 0) {
 			u->pending -= TT_MIN(u->pending, (uint32_t)rc);
@@ -238,9 +238,9 @@ uring_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t m
 }
 
 const struct tt_engine_ops tt_engine_uring = {
-	.name = "uring",
-	.create = uring_create,
-	.destroy = uring_destroy,
-	.submit = uring_submit,
-	.reap = uring_reap,
+    .name = "uring",
+    .create = uring_create,
+    .destroy = uring_destroy,
+    .submit = uring_submit,
+    .reap = uring_reap,
 };

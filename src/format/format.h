@@ -23,7 +23,7 @@ struct tt_superblock {
 	uint32_t key_bytes;
 	uint8_t ns_fp[TT_NS_FP_BYTES]; /* fingerprint of the namespace */
 	uint64_t slot_bytes;
-	uint64_t data_off;            /* file offset of slot 0 */
+	uint64_t data_off; /* file offset of slot 0 */
 	uint64_t nr_slots;
 };
 

@@ -66,8 +66,8 @@ void
 tt_sb_encode(const struct tt_superblock *sb, uint8_t *buf)
 {
 	const struct tutti_geometry *g = &sb->geo;
-	const uint32_t geo[7] = {g->nr_layers,  g->nr_kv_heads,  g->head_dim,    g->elem_bytes,
-				 g->kv_planes, g->block_tokens, g->chunk_tokens};
+	const uint32_t geo[7] = {g->nr_layers, g->nr_kv_heads,  g->head_dim,    g->elem_bytes,
+	                         g->kv_planes, g->block_tokens, g->chunk_tokens};
 
 	memset(buf, 0, TT_SB_BYTES);
 	memcpy(buf + OFF_MAGIC, TT_SB_MAGIC, 8);

@@ -26,7 +26,7 @@ struct entry {
 	uint32_t prev;        /* towards the most recent end */
 	uint32_t next;        /* towards the least recent end */
 	uint32_t pins;
-	uint32_t nr_blocks;   /* 0: slot not indexed */
+	uint32_t nr_blocks; /* 0: slot not indexed */
 };
 
 struct tt_index {
@@ -38,7 +38,7 @@ struct tt_index {
 	uint32_t table_mask;
 	uint32_t *table; /* slot + 1, or 0 for an empty bucket */
 	struct entry *ents;
-	uint8_t *keys;   /* nr_slots * key_bytes */
+	uint8_t *keys; /* nr_slots * key_bytes */
 };
 
 int
@@ -111,7 +111,7 @@ probe(const struct tt_index *idx, const uint8_t *key, uint32_t hash)
 		}
 		if (idx->ents[v - 1].hash == hash &&
 		    memcmp(idx->keys + (uint64_t)(v - 1) * idx->key_bytes, key, idx->key_bytes) ==
-			    0) {
+		        0) {
 			return b;
 		}
 		b = (b + 1) & idx->table_mask;
@@ -171,7 +171,7 @@ lru_link_after(struct tt_index *idx, uint32_t s, uint32_t after)
 
 int
 tt_index_insert(struct tt_index *idx, const uint8_t *key, uint32_t slot, uint32_t parent,
-		uint32_t nr_blocks)
+                uint32_t nr_blocks)
 {
 	uint32_t hash, b;
 	struct entry *e;

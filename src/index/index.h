@@ -28,7 +28,7 @@ uint32_t tt_index_find(const struct tt_index *idx, const uint8_t *key);
  * -EBUSY (slot already in use), -ENOENT (parent not indexed) or -EINVAL.
  */
 int tt_index_insert(struct tt_index *idx, const uint8_t *key, uint32_t slot, uint32_t parent,
-		    uint32_t nr_blocks);
+                    uint32_t nr_blocks);
 
 /* Remove the leaf chunk in \p slot. Returns 0, -ENOENT (not indexed), -ENOTEMPTY (it has
  * children) or -EBUSY (pinned). */

@@ -91,10 +91,10 @@ struct preset {
 };
 
 static const struct preset presets[] = {
-	{"llama-3-8b", 32, 8, 128, TUTTI_DEFAULT_CHUNK_TOKENS},
-	{"llama-3-70b", 80, 8, 128, TUTTI_DEFAULT_CHUNK_TOKENS},
-	{"glm-4-9b", 40, 2, 128, TUTTI_DEFAULT_CHUNK_TOKENS},
-	{"tiny", 2, 2, 16, 64},
+    {"llama-3-8b", 32, 8, 128, TUTTI_DEFAULT_CHUNK_TOKENS},
+    {"llama-3-70b", 80, 8, 128, TUTTI_DEFAULT_CHUNK_TOKENS},
+    {"glm-4-9b", 40, 2, 128, TUTTI_DEFAULT_CHUNK_TOKENS},
+    {"tiny", 2, 2, 16, 64},
 };
 
 int
@@ -183,7 +183,7 @@ check_segment(const struct tutti_segment *seg, uint32_t nr_blocks)
 
 int
 tutti_kv_create(const struct tutti_geometry *geo, const struct tutti_segment *segs,
-		uint32_t segs_per_layer, uint32_t nr_blocks, uint32_t mem, struct tutti_kv **out)
+                uint32_t segs_per_layer, uint32_t nr_blocks, uint32_t mem, struct tutti_kv **out)
 {
 	struct tutti_kv *kv;
 	struct tt_geo g;

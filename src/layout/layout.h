@@ -41,8 +41,8 @@ struct tutti_kv {
 	struct tt_geo geo;
 	uint32_t segs_per_layer;
 	uint32_t nr_blocks;
-	uint32_t mem;                /* enum tutti_mem */
-	struct tutti_segment *segs;  /* nr_layers * segs_per_layer, layer-major; owned */
+	uint32_t mem;               /* enum tutti_mem */
+	struct tutti_segment *segs; /* nr_layers * segs_per_layer, layer-major; owned */
 };
 
 static inline const struct tutti_segment *

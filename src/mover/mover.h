@@ -16,10 +16,10 @@ struct tt_mover_ops {
 	const char *name;
 	/* Copy blocks block_ids[0..nr_blocks) of layer \p layer from \p kv into \p obj, packed. */
 	void (*gather)(const struct tutti_kv *kv, uint32_t layer, const uint32_t *block_ids,
-		       uint32_t nr_blocks, void *obj);
+	               uint32_t nr_blocks, void *obj);
 	/* Copy \p obj, packed, into blocks block_ids[0..nr_blocks) of layer \p layer of \p kv. */
 	void (*scatter)(const struct tutti_kv *kv, uint32_t layer, const uint32_t *block_ids,
-			uint32_t nr_blocks, const void *obj);
+	                uint32_t nr_blocks, const void *obj);
 };
 
 /* Block ids are checked against kv->nr_blocks by the caller before any mover runs. */

@@ -14,7 +14,7 @@
 
 struct pool_dir {
 	int fd;
-	uint32_t *free;   /* stack of free local slot ids; top at free[nr_free - 1] */
+	uint32_t *free; /* stack of free local slot ids; top at free[nr_free - 1] */
 	uint32_t nr_free;
 };
 
@@ -71,8 +71,9 @@ check_dio_alignment(int fd, const char *path, const struct tt_log *log)
 		return -EOPNOTSUPP;
 	}
 	if (stx.stx_dio_offset_align > TUTTI_ALIGN || stx.stx_dio_mem_align > TUTTI_ALIGN) {
-		tt_log_err(log, "%s: O_DIRECT needs %u-byte alignment, above the %u bytes Tutti uses",
-			   path, stx.stx_dio_offset_align, TUTTI_ALIGN);
+		tt_log_err(log,
+		           "%s: O_DIRECT needs %u-byte alignment, above the %u bytes Tutti uses",
+		           path, stx.stx_dio_offset_align, TUTTI_ALIGN);
 		return -EOPNOTSUPP;
 	}
 	return 0;
@@ -133,11 +134,11 @@ sb_matches(const struct tt_superblock *sb, const struct tt_pool_conf *conf, cons
 	    memcmp(sb->ns_fp, conf->ns_fp, TT_NS_FP_BYTES) != 0 ||
 	    sb->data_off != TT_POOL_DATA_OFF) {
 		tt_log_err(conf->log,
-			   "%s holds a store of another geometry, key size or namespace "
-			   "(%u layers, %u KV heads, head dim %u, %u-byte keys); use another "
-			   "directory or remove the file",
-			   path, sb->geo.nr_layers, sb->geo.nr_kv_heads, sb->geo.head_dim,
-			   sb->key_bytes);
+		           "%s holds a store of another geometry, key size or namespace "
+		           "(%u layers, %u KV heads, head dim %u, %u-byte keys); use another "
+		           "directory or remove the file",
+		           path, sb->geo.nr_layers, sb->geo.nr_kv_heads, sb->geo.head_dim,
+		           sb->key_bytes);
 		return -EEXIST;
 	}
 	return 0;
@@ -164,12 +165,14 @@ size_file(int fd, const struct tt_pool_conf *conf, const char *path)
 	}
 	rc = -errno;
 	if (rc == -EOPNOTSUPP && ftruncate(fd, (off_t)bytes) == 0) {
-		tt_log_warn(conf->log, "%s: no fallocate; the file is sparse and a full disk "
-			    "will show up as write errors", path);
+		tt_log_warn(conf->log,
+		            "%s: no fallocate; the file is sparse and a full disk "
+		            "will show up as write errors",
+		            path);
 		return 0;
 	}
-	tt_log_err(conf->log, "%s: cannot reserve %llu bytes: %s", path,
-		   (unsigned long long)bytes, tutti_strerror(rc));
+	tt_log_err(conf->log, "%s: cannot reserve %llu bytes: %s", path, (unsigned long long)bytes,
+	           tutti_strerror(rc));
 	return rc;
 }
 
@@ -186,13 +189,14 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out)
 	}
 	fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0 && errno == ENOENT && conf->create) {
-		fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+		fd =
+		    open(path, O_RDWR | O_DIRECT | O_CLOEXEC | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
 		created = fd >= 0;
 	}
 	if (fd < 0) {
 		rc = errno == EINVAL ? -EOPNOTSUPP : -errno;
 		tt_log_err(conf->log, "cannot open %s: %s%s", path, tutti_strerror(rc),
-			   rc == -EOPNOTSUPP ? " (the filesystem refuses O_DIRECT)" : "");
+		           rc == -EOPNOTSUPP ? " (the filesystem refuses O_DIRECT)" : "");
 		return rc;
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -212,7 +216,7 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out)
 	}
 	if (rc < 0) {
 		tt_log_err(conf->log, "%s: not a Tutti store or damaged superblock: %s", path,
-			   tutti_strerror(rc));
+		           tutti_strerror(rc));
 		goto err_close;
 	}
 	if (rc == 0) {
@@ -236,7 +240,7 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out)
 	rc = write_superblock(fd, &sb);
 	if (rc < 0) {
 		tt_log_err(conf->log, "%s: cannot write the superblock: %s", path,
-			   tutti_strerror(rc));
+		           tutti_strerror(rc));
 		goto err_close;
 	}
 	*fd_out = fd;

@@ -37,7 +37,7 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 {
 	if (o->size != sizeof(*o)) {
 		tt_log_err(log, "store options: size %u, expected %zu (call tutti_store_opts_init)",
-			   o->size, sizeof(*o));
+		           o->size, sizeof(*o));
 		return -EINVAL;
 	}
 	if (o->dirs == NULL || o->nr_dirs == 0 || o->nr_dirs > TT_POOL_MAX_DIRS) {
@@ -52,7 +52,7 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 	}
 	if (o->key_bytes < MIN_KEY_BYTES || o->key_bytes > MAX_KEY_BYTES) {
 		tt_log_err(log, "store options: key_bytes %u is outside %u..%u", o->key_bytes,
-			   MIN_KEY_BYTES, MAX_KEY_BYTES);
+		           MIN_KEY_BYTES, MAX_KEY_BYTES);
 		return -EINVAL;
 	}
 	if (o->ns_bytes > 0 && o->ns == NULL) {
@@ -65,8 +65,9 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 	}
 	if (o->queue_depth == 0 || o->queue_depth > MAX_QUEUE_DEPTH || o->max_io_bytes == 0 ||
 	    o->posix_threads > MAX_QUEUE_DEPTH || o->reserved != 0) {
-		tt_log_err(log, "store options: queue_depth must be 1..%u and max_io_bytes non-zero",
-			   MAX_QUEUE_DEPTH);
+		tt_log_err(log,
+		           "store options: queue_depth must be 1..%u and max_io_bytes non-zero",
+		           MAX_QUEUE_DEPTH);
 		return -EINVAL;
 	}
 	return 0;
@@ -91,7 +92,7 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
 	}
 	if (st->geo.object_bytes > UINT32_MAX) {
 		tt_log_err(&st->log, "objects of %llu bytes exceed the 4 GiB I/O limit",
-			   (unsigned long long)st->geo.object_bytes);
+		           (unsigned long long)st->geo.object_bytes);
 		return -EINVAL;
 	}
 	st->unit_layers = (uint32_t)layers;
@@ -99,7 +100,8 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
 	units = o->staging_bytes / st->unit_bytes;
 	if (units == 0) {
 		tt_log_err(&st->log, "staging_bytes %llu is below one %llu-byte I/O",
-			   (unsigned long long)o->staging_bytes, (unsigned long long)st->unit_bytes);
+		           (unsigned long long)o->staging_bytes,
+		           (unsigned long long)st->unit_bytes);
 		return -EINVAL;
 	}
 	st->nr_units = (uint32_t)TT_MIN(units, (uint64_t)o->queue_depth);
@@ -117,7 +119,7 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
 
 int
 tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts *opts,
-		 struct tutti_store **out)
+                 struct tutti_store **out)
 {
 	struct tutti_store *st;
 	struct tt_pool_conf pc;
@@ -151,17 +153,19 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	}
 	rc = tt_geo_derive(geo, &st->geo);
 	if (rc < 0) {
-		tt_log_err(&st->log, "invalid geometry: every field must be non-zero, kv_planes 1 or "
-				     "2, chunk_tokens a multiple of block_tokens");
+		tt_log_err(&st->log,
+		           "invalid geometry: every field must be non-zero, kv_planes 1 or "
+		           "2, chunk_tokens a multiple of block_tokens");
 		goto err;
 	}
 	st->key_bytes = opts->key_bytes;
 	per_dir = opts->capacity_bytes / opts->nr_dirs / st->geo.slot_bytes;
 	if (per_dir == 0 || per_dir * opts->nr_dirs >= TT_NO_SLOT) {
-		tt_log_err(&st->log, "capacity %llu bytes over %u directories gives %llu slots of "
-				     "%llu bytes per directory; at least 1 is needed",
-			   (unsigned long long)opts->capacity_bytes, opts->nr_dirs,
-			   (unsigned long long)per_dir, (unsigned long long)st->geo.slot_bytes);
+		tt_log_err(&st->log,
+		           "capacity %llu bytes over %u directories gives %llu slots of "
+		           "%llu bytes per directory; at least 1 is needed",
+		           (unsigned long long)opts->capacity_bytes, opts->nr_dirs,
+		           (unsigned long long)per_dir, (unsigned long long)st->geo.slot_bytes);
 		rc = -EINVAL;
 		goto err;
 	}
@@ -171,14 +175,14 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	}
 	tt_ns_fingerprint(opts->ns, opts->ns_bytes, ns_fp);
 	pc = (struct tt_pool_conf){
-		.dirs = opts->dirs,
-		.nr_dirs = opts->nr_dirs,
-		.create = (opts->flags & TUTTI_OPEN_CREATE) != 0,
-		.slots_per_dir = per_dir,
-		.geo = &st->geo,
-		.key_bytes = st->key_bytes,
-		.ns_fp = ns_fp,
-		.log = &st->log,
+	    .dirs = opts->dirs,
+	    .nr_dirs = opts->nr_dirs,
+	    .create = (opts->flags & TUTTI_OPEN_CREATE) != 0,
+	    .slots_per_dir = per_dir,
+	    .geo = &st->geo,
+	    .key_bytes = st->key_bytes,
+	    .ns_fp = ns_fp,
+	    .log = &st->log,
 	};
 	rc = tt_pool_open(&pc, &st->pool);
 	if (rc < 0) {
@@ -189,13 +193,13 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 		goto err;
 	}
 	ec = (struct tt_engine_conf){
-		.fds = tt_pool_fds(st->pool),
-		.nr_fds = tt_pool_nr_dirs(st->pool),
-		.reg_buf = st->staging,
-		.reg_bytes = st->nr_units * st->unit_bytes,
-		.depth = st->nr_units,
-		.threads = opts->posix_threads,
-		.log = &st->log,
+	    .fds = tt_pool_fds(st->pool),
+	    .nr_fds = tt_pool_nr_dirs(st->pool),
+	    .reg_buf = st->staging,
+	    .reg_bytes = st->nr_units * st->unit_bytes,
+	    .depth = st->nr_units,
+	    .threads = opts->posix_threads,
+	    .log = &st->log,
 	};
 	rc = tt_engine_create(tt_engine_ops_for(opts->engine), &ec, &st->engine);
 	if (rc < 0) {
@@ -206,10 +210,12 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	st->stats.slot_bytes = st->geo.slot_bytes;
 	st->stats.capacity_slots = tt_pool_nr_slots(st->pool);
 	st->stats.staging_bytes = st->nr_units * st->unit_bytes;
-	tt_log_info(&st->log, "store open: %u dirs, %u slots of %llu bytes, engine %s, %u x %llu "
-			      "bytes staging",
-		    opts->nr_dirs, tt_pool_nr_slots(st->pool), (unsigned long long)st->geo.slot_bytes,
-		    st->engine->ops->name, st->nr_units, (unsigned long long)st->unit_bytes);
+	tt_log_info(&st->log,
+	            "store open: %u dirs, %u slots of %llu bytes, engine %s, %u x %llu "
+	            "bytes staging",
+	            opts->nr_dirs, tt_pool_nr_slots(st->pool),
+	            (unsigned long long)st->geo.slot_bytes, st->engine->ops->name, st->nr_units,
+	            (unsigned long long)st->unit_bytes);
 	*out = st;
 	return 0;
 
@@ -240,7 +246,7 @@ tutti_store_close(struct tutti_store *st)
 
 int64_t
 tutti_store_lookup(struct tutti_store *st, const uint8_t *keys, uint32_t nr_keys,
-		   uint64_t *nr_blocks)
+                   uint64_t *nr_blocks)
 {
 	uint32_t hit = 0, last = TT_NO_SLOT;
 	uint64_t blocks = 0;

@@ -29,13 +29,13 @@ struct tutti_store {
 	/* Serialises loads and saves: they share the engine and the staging buffers. */
 	pthread_mutex_t io_lock;
 	struct tt_engine *engine;
-	uint8_t *staging;         /* nr_units * unit_bytes, owned */
-	uint32_t nr_units;        /* staging buffers = most I/Os in flight */
-	uint32_t unit_layers;     /* objects (layers) per I/O */
+	uint8_t *staging;     /* nr_units * unit_bytes, owned */
+	uint32_t nr_units;    /* staging buffers = most I/Os in flight */
+	uint32_t unit_layers; /* objects (layers) per I/O */
 	uint64_t unit_bytes;
-	bool engine_broken;       /* a ring-level failure: refuse further I/O */
+	bool engine_broken; /* a ring-level failure: refuse further I/O */
 	/* Per-call scratch with one entry per staging buffer, allocated at open. */
-	struct tt_unit *units;    /* what each staging buffer holds */
+	struct tt_unit *units; /* what each staging buffer holds */
 	uint32_t *free_bufs;
 	struct tt_io *ios;
 	struct tt_io_done *dones;

@@ -28,7 +28,7 @@ struct chunk_op {
 	uint32_t obj_skip;  /* blocks of the object before the first one moved (load) */
 	uint32_t nr_blocks; /* blocks the chunk holds from its start to the last one moved */
 	int32_t status;
-	bool owned;         /* save: slot allocated by this call (free it unless committed) */
+	bool owned; /* save: slot allocated by this call (free it unless committed) */
 	bool pinned;
 };
 
@@ -48,7 +48,7 @@ struct transfer {
 
 static int
 check_request(const struct tutti_store *st, const struct tutti_kv *kv,
-	      const struct tutti_request *r, bool load, uint32_t *nr_chunks)
+              const struct tutti_request *r, bool load, uint32_t *nr_chunks)
 {
 	uint64_t bpc = st->geo.blocks_per_chunk, moved, total;
 
@@ -63,16 +63,16 @@ check_request(const struct tutti_store *st, const struct tutti_kv *kv,
 	total = (uint64_t)r->skip_blocks + r->nr_blocks;
 	/* Every chunk but the last is whole; the last holds at least one block. */
 	if (total <= (moved - 1) * bpc || total > moved * bpc) {
-		tt_log_err(&st->log, "request of %u chunks from chunk %u has %u blocks (skip %u); "
-				     "%u blocks per chunk",
-			   r->nr_keys, r->first_chunk, r->nr_blocks, r->skip_blocks,
-			   (unsigned)bpc);
+		tt_log_err(&st->log,
+		           "request of %u chunks from chunk %u has %u blocks (skip %u); "
+		           "%u blocks per chunk",
+		           r->nr_keys, r->first_chunk, r->nr_blocks, r->skip_blocks, (unsigned)bpc);
 		return -EINVAL;
 	}
 	for (uint32_t i = 0; i < r->nr_blocks; i++) {
 		if (r->block_ids[i] >= kv->nr_blocks) {
 			tt_log_err(&st->log, "block id %u is beyond the %u registered blocks",
-				   r->block_ids[i], kv->nr_blocks);
+			           r->block_ids[i], kv->nr_blocks);
 			return -EINVAL;
 		}
 	}
@@ -83,8 +83,8 @@ check_request(const struct tutti_store *st, const struct tutti_kv *kv,
 /* Check the whole call and split it into chunks. *out is owned by the caller (tt_free). */
 static int
 plan_chunks(const struct tutti_store *st, const struct tutti_kv *kv,
-	    const struct tutti_request *reqs, uint32_t nr_reqs, bool load, struct chunk_op **out,
-	    uint32_t *nr_out)
+            const struct tutti_request *reqs, uint32_t nr_reqs, bool load, struct chunk_op **out,
+            uint32_t *nr_out)
 {
 	uint64_t nr = 0, bpc = st->geo.blocks_per_chunk;
 	struct chunk_op *chunks;
@@ -119,13 +119,13 @@ plan_chunks(const struct tutti_store *st, const struct tutti_kv *kv,
 			uint64_t from = TT_MAX(start, (uint64_t)r->skip_blocks);
 
 			chunks[c] = (struct chunk_op){
-				.req = r,
-				.key = k,
-				.slot = TT_NO_SLOT,
-				.id_off = (uint32_t)(from - r->skip_blocks),
-				.nr_moved = (uint32_t)(end - from),
-				.obj_skip = (uint32_t)(from - start),
-				.nr_blocks = (uint32_t)(end - start),
+			    .req = r,
+			    .key = k,
+			    .slot = TT_NO_SLOT,
+			    .id_off = (uint32_t)(from - r->skip_blocks),
+			    .nr_moved = (uint32_t)(end - from),
+			    .obj_skip = (uint32_t)(from - start),
+			    .nr_blocks = (uint32_t)(end - start),
 			};
 		}
 	}
@@ -189,7 +189,7 @@ gather_unit(const struct transfer *t, const struct tt_unit *u, uint8_t *buf)
 		uint8_t *obj = buf + (uint64_t)i * st->geo.object_bytes;
 
 		st->mover->gather(t->kv, u->layer + i, c->req->block_ids + c->id_off, c->nr_moved,
-				  obj);
+		                  obj);
 		/* Padding of a partial or unaligned object is zero, never stale staging bytes. */
 		memset(obj + payload, 0, st->geo.object_bytes - payload);
 	}
@@ -204,7 +204,7 @@ scatter_unit(const struct transfer *t, const struct tt_unit *u, const uint8_t *b
 
 	for (uint32_t i = 0; i < u->nr_layers; i++) {
 		st->mover->scatter(t->kv, u->layer + i, c->req->block_ids + c->id_off, c->nr_moved,
-				   buf + (uint64_t)i * st->geo.object_bytes + skip);
+		                   buf + (uint64_t)i * st->geo.object_bytes + skip);
 	}
 }
 
@@ -237,12 +237,12 @@ fill(struct transfer *t, uint32_t *nr_free)
 		}
 		tt_pool_locate(st->pool, c->slot, &dir, &off);
 		st->ios[n++] = (struct tt_io){
-			.tag = b,
-			.off = off + tt_geo_object_off(&st->geo, u.layer),
-			.buf = unit_buf(st, b),
-			.len = (uint32_t)(u.nr_layers * st->geo.object_bytes),
-			.file = (uint16_t)dir,
-			.op = t->op,
+		    .tag = b,
+		    .off = off + tt_geo_object_off(&st->geo, u.layer),
+		    .buf = unit_buf(st, b),
+		    .len = (uint32_t)(u.nr_layers * st->geo.object_bytes),
+		    .file = (uint16_t)dir,
+		    .op = t->op,
 		};
 	}
 	rc = tt_engine_submit(st->engine, st->ios, n);
@@ -288,7 +288,7 @@ run(struct transfer *t)
 			/* In-flight I/O may still target the staging: it cannot be reused. */
 			st->engine_broken = true;
 			tt_log_err(&st->log, "I/O engine failed: %s; the store refuses further I/O",
-				   tutti_strerror(got));
+			           tutti_strerror(got));
 			for (uint32_t i = 0; i < t->nr_chunks; i++) {
 				fail_chunk(&t->chunks[i], got);
 			}
@@ -301,9 +301,9 @@ run(struct transfer *t)
 
 			if (st->dones[i].res < 0) {
 				tt_log_warn(&st->log, "%s of slot %u layers %u..%u failed: %s",
-					    t->op == TT_IO_READ ? "read" : "write", c->slot,
-					    u->layer, u->layer + u->nr_layers - 1,
-					    tutti_strerror(st->dones[i].res));
+				            t->op == TT_IO_READ ? "read" : "write", c->slot,
+				            u->layer, u->layer + u->nr_layers - 1,
+				            tutti_strerror(st->dones[i].res));
 				fail_chunk(c, st->dones[i].res);
 			} else if (t->op == TT_IO_READ && c->status == 0) {
 				scatter_unit(t, u, unit_buf(st, b));
@@ -361,8 +361,8 @@ plan_load(struct tutti_store *st, struct chunk_op *chunks, uint32_t nr)
 
 int64_t
 tutti_store_load(struct tutti_store *st, const struct tutti_kv *kv,
-		 const struct tutti_request *reqs, uint32_t nr_reqs, uint32_t layer_begin,
-		 uint32_t layer_end, int32_t *status)
+                 const struct tutti_request *reqs, uint32_t nr_reqs, uint32_t layer_begin,
+                 uint32_t layer_end, int32_t *status)
 {
 	struct transfer t = {.st = st, .kv = kv, .op = TT_IO_READ};
 	uint64_t t0 = tt_now_ns(), loaded = 0, errors = 0;
@@ -425,7 +425,8 @@ alloc_slot(struct tutti_store *st, uint32_t hint_dir, uint32_t *slot)
 		uint32_t victim = tt_index_victim(st->idx);
 
 		if (victim == TT_NO_SLOT) {
-			return -ENOSPC; /* everything left is pinned or a parent of a pinned chunk */
+			return -ENOSPC; /* everything left is pinned or a parent of a pinned chunk
+			                 */
 		}
 		tt_index_remove(st->idx, victim);
 		tt_pool_free(st->pool, victim);
@@ -502,13 +503,14 @@ commit_save(struct tutti_store *st, struct chunk_op *chunks, uint32_t nr)
 				c->status = -ENOENT; /* an earlier chunk of the chain failed */
 			} else {
 				int rc = tt_index_insert(st->idx, chunk_key(st, c), c->slot, parent,
-							 c->nr_blocks);
+				                         c->nr_blocks);
 
 				if (rc == 0) {
 					c->owned = false;
 					written++;
 				} else {
-					/* -EEXIST: written twice in this call; the first one won. */
+					/* -EEXIST: written twice in this call; the first one won.
+					 */
 					c->status = rc == -EEXIST ? 1 : rc;
 				}
 			}
@@ -543,7 +545,7 @@ commit_save(struct tutti_store *st, struct chunk_op *chunks, uint32_t nr)
 
 int64_t
 tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
-		 const struct tutti_request *reqs, uint32_t nr_reqs, int32_t *status)
+                 const struct tutti_request *reqs, uint32_t nr_reqs, int32_t *status)
 {
 	struct transfer t = {.st = st, .kv = kv, .op = TT_IO_WRITE};
 	uint64_t t0 = tt_now_ns(), written;
@@ -586,7 +588,8 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 	written = commit_save(st, t.chunks, t.nr_chunks);
 	unpin_all(st, t.chunks, t.nr_chunks);
 	for (uint32_t i = 0; i < t.nr_chunks; i++) {
-		if (t.chunks[i].key == t.chunks[i].req->first_chunk && parent_pins[i] != TT_NO_SLOT) {
+		if (t.chunks[i].key == t.chunks[i].req->first_chunk &&
+		    parent_pins[i] != TT_NO_SLOT) {
 			tt_index_unpin(st->idx, parent_pins[i]);
 		}
 	}

@@ -14,35 +14,37 @@ static void
 usage(FILE *f)
 {
 	fprintf(f,
-		"usage: tutti <command> [options]\n"
-		"\n"
-		"commands:\n"
-		"  demo      store a shared-prefix workload in ./tutti-store, retrieve it into a\n"
-		"            shuffled block table, verify it, and compare with the raw disk and a\n"
-		"            page-granular baseline\n"
-		"  bench     the same, with options (below)\n"
-		"  version   print the library version\n"
-		"\n"
-		"bench options:\n"
-		"  --model NAME         geometry preset: llama-3-8b (default), llama-3-70b, glm-4-9b, tiny\n"
-		"  --layers N --kv-heads N --head-dim N --elem-bytes N\n"
-		"  --block-tokens N --chunk-tokens N   override the preset\n"
-		"  --context N          tokens per request (default 32768)\n"
-		"  --requests N         requests sharing the prefix (default 2)\n"
-		"  --shared N           shared prefix tokens (default 24576)\n"
-		"  --engine NAME        uring (default) or posix\n"
-		"  --dir DIR            store directory; repeat for several disks (default tutti-store)\n"
-		"  --layout NAME        kv-first (default), packed or cross-layer\n"
-		"  --layerwise          retrieve one layer per call\n"
-		"  --repeats N          timed repetitions, median reported (default 3)\n"
-		"  --staging-mib N      staging memory (default 64)\n"
-		"  --io-kib N           largest I/O (default 4096)\n"
-		"  --queue-depth N      I/Os in flight (default 32)\n"
-		"  --page-threads N     threads of the page-granular baseline (default 16)\n"
-		"  --raw-mib N          bytes per raw sweep point (default 1024)\n"
-		"  --no-raw --no-baseline   skip those measurements\n"
-		"  --seed N             workload seed (default 42)\n"
-		"  --json               print one JSON object instead of the table\n");
+	        "usage: tutti <command> [options]\n"
+	        "\n"
+	        "commands:\n"
+	        "  demo      store a shared-prefix workload in ./tutti-store, retrieve it into a\n"
+	        "            shuffled block table, verify it, and compare with the raw disk and a\n"
+	        "            page-granular baseline\n"
+	        "  bench     the same, with options (below)\n"
+	        "  version   print the library version\n"
+	        "\n"
+	        "bench options:\n"
+	        "  --model NAME         geometry preset: llama-3-8b (default), llama-3-70b, "
+	        "glm-4-9b, tiny\n"
+	        "  --layers N --kv-heads N --head-dim N --elem-bytes N\n"
+	        "  --block-tokens N --chunk-tokens N   override the preset\n"
+	        "  --context N          tokens per request (default 32768)\n"
+	        "  --requests N         requests sharing the prefix (default 2)\n"
+	        "  --shared N           shared prefix tokens (default 24576)\n"
+	        "  --engine NAME        uring (default) or posix\n"
+	        "  --dir DIR            store directory; repeat for several disks (default "
+	        "tutti-store)\n"
+	        "  --layout NAME        kv-first (default), packed or cross-layer\n"
+	        "  --layerwise          retrieve one layer per call\n"
+	        "  --repeats N          timed repetitions, median reported (default 3)\n"
+	        "  --staging-mib N      staging memory (default 64)\n"
+	        "  --io-kib N           largest I/O (default 4096)\n"
+	        "  --queue-depth N      I/Os in flight (default 32)\n"
+	        "  --page-threads N     threads of the page-granular baseline (default 16)\n"
+	        "  --raw-mib N          bytes per raw sweep point (default 1024)\n"
+	        "  --no-raw --no-baseline   skip those measurements\n"
+	        "  --seed N             workload seed (default 42)\n"
+	        "  --json               print one JSON object instead of the table\n");
 }
 
 static int
@@ -101,32 +103,32 @@ enum {
 };
 
 static const struct option options[] = {
-	{"model", required_argument, NULL, OPT_MODEL},
-	{"layers", required_argument, NULL, OPT_LAYERS},
-	{"kv-heads", required_argument, NULL, OPT_HEADS},
-	{"head-dim", required_argument, NULL, OPT_HEAD_DIM},
-	{"elem-bytes", required_argument, NULL, OPT_ELEM},
-	{"block-tokens", required_argument, NULL, OPT_BLOCK},
-	{"chunk-tokens", required_argument, NULL, OPT_CHUNK},
-	{"context", required_argument, NULL, OPT_CONTEXT},
-	{"requests", required_argument, NULL, OPT_REQUESTS},
-	{"shared", required_argument, NULL, OPT_SHARED},
-	{"engine", required_argument, NULL, OPT_ENGINE},
-	{"dir", required_argument, NULL, OPT_DIR},
-	{"layout", required_argument, NULL, OPT_LAYOUT},
-	{"layerwise", no_argument, NULL, OPT_LAYERWISE},
-	{"repeats", required_argument, NULL, OPT_REPEATS},
-	{"staging-mib", required_argument, NULL, OPT_STAGING},
-	{"io-kib", required_argument, NULL, OPT_IO},
-	{"queue-depth", required_argument, NULL, OPT_QD},
-	{"page-threads", required_argument, NULL, OPT_PAGE_THREADS},
-	{"raw-mib", required_argument, NULL, OPT_RAW},
-	{"no-raw", no_argument, NULL, OPT_NO_RAW},
-	{"no-baseline", no_argument, NULL, OPT_NO_BASELINE},
-	{"seed", required_argument, NULL, OPT_SEED},
-	{"json", no_argument, NULL, OPT_JSON},
-	{"help", no_argument, NULL, OPT_HELP},
-	{NULL, 0, NULL, 0},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"kv-heads", required_argument, NULL, OPT_HEADS},
+    {"head-dim", required_argument, NULL, OPT_HEAD_DIM},
+    {"elem-bytes", required_argument, NULL, OPT_ELEM},
+    {"block-tokens", required_argument, NULL, OPT_BLOCK},
+    {"chunk-tokens", required_argument, NULL, OPT_CHUNK},
+    {"context", required_argument, NULL, OPT_CONTEXT},
+    {"requests", required_argument, NULL, OPT_REQUESTS},
+    {"shared", required_argument, NULL, OPT_SHARED},
+    {"engine", required_argument, NULL, OPT_ENGINE},
+    {"dir", required_argument, NULL, OPT_DIR},
+    {"layout", required_argument, NULL, OPT_LAYOUT},
+    {"layerwise", no_argument, NULL, OPT_LAYERWISE},
+    {"repeats", required_argument, NULL, OPT_REPEATS},
+    {"staging-mib", required_argument, NULL, OPT_STAGING},
+    {"io-kib", required_argument, NULL, OPT_IO},
+    {"queue-depth", required_argument, NULL, OPT_QD},
+    {"page-threads", required_argument, NULL, OPT_PAGE_THREADS},
+    {"raw-mib", required_argument, NULL, OPT_RAW},
+    {"no-raw", no_argument, NULL, OPT_NO_RAW},
+    {"no-baseline", no_argument, NULL, OPT_NO_BASELINE},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
 };
 
 static int
@@ -281,7 +283,8 @@ print_table(const struct kvbench_conf *c, const struct kvbench_result *r)
 	       (unsigned long long)c->shared_tokens, (unsigned long long)r->unique_chunks,
 	       (double)r->store.bytes / (1 << 30));
 	printf("  store      %s (%u dir%s), engine %s, %.0f MiB staging, %s retrieve\n", c->dirs[0],
-	       c->nr_dirs, c->nr_dirs > 1 ? "s" : "", c->engine == TUTTI_ENGINE_URING ? "uring" : "posix",
+	       c->nr_dirs, c->nr_dirs > 1 ? "s" : "",
+	       c->engine == TUTTI_ENGINE_URING ? "uring" : "posix",
 	       (double)r->staging_bytes / (1 << 20), c->layerwise ? "layer-by-layer" : "all-layer");
 	printf("  figures    median of %u repeats; x raw = ratio to the raw O_DIRECT bandwidth of "
 	       "the same directory in this run\n\n",
@@ -298,7 +301,7 @@ print_table(const struct kvbench_conf *c, const struct kvbench_result *r)
 	       (unsigned long long)r->retrieve_ios, (unsigned long long)r->retrieve_submits,
 	       (unsigned long long)r->layer_calls);
 	printf("  verified: %s\n\n", r->verified ? "yes, every block of every layer, bit for bit"
-						  : "NO: retrieved KV differs");
+	                                         : "NO: retrieved KV differs");
 }
 
 static void
@@ -360,7 +363,7 @@ cmd_bench(int argc, char **argv, bool demo)
 		}
 		if (rc < 0) {
 			fprintf(stderr, "tutti: bad option or value%s%s\n", optarg ? ": " : "",
-				optarg ? optarg : "");
+			        optarg ? optarg : "");
 			usage(stderr);
 			return 2;
 		}

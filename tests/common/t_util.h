@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Description: helpers shared by the tests: temporary directories, a seeded random generator,
+ * aligned buffers, capability probes (O_DIRECT, io_uring, mounts) and a log recorder.
+ */
+#ifndef T_UTIL_H
+#define T_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit code of a test binary whose precondition is missing. */
+#define T_EXIT_SKIP 77
+
+/* ---- temporary directories ---- */
+
+/* Create a unique directory under $TMPDIR (or /tmp). Returns a malloc'd path or NULL. */
+char *t_tmpdir_create(void);
+/* Remove \p path recursively (unmounting nothing) and free it. NULL is allowed. */
+void t_tmpdir_remove(char *path);
+/* malloc'd "\p dir/\p name"; never NULL (aborts on allocation failure). */
+char *t_path_join(const char *dir, const char *name);
+/* True when \p path exists. */
+bool t_path_exists(const char *path);
+
+/* ---- capabilities ---- */
+
+/* 1 when a file in a fresh directory under $TMPDIR accepts 4 KiB O_DIRECT I/O, else 0. */
+int t_tmpdir_supports_odirect(void);
+/* 0 when io_uring works, or the negative errno of io_uring_queue_init. */
+int t_uring_probe(void);
+
+/* ---- random data (xorshift64*, reproducible from a seed) ---- */
+
+struct t_rng {
+	uint64_t s;
+};
+
+/* The seed: $T_SEED when set, else \p dflt. */
+uint64_t t_seed(uint64_t dflt);
+void t_rng_init(struct t_rng *r, uint64_t seed);
+uint64_t t_rng_next(struct t_rng *r);
+/* Uniform in [0, n); n > 0. */
+uint32_t t_rng_below(struct t_rng *r, uint32_t n);
+void t_rng_fill(struct t_rng *r, void *buf, size_t len);
+/* Fisher-Yates shuffle of ids[0..n). */
+void t_shuffle(struct t_rng *r, uint32_t *ids, uint32_t n);
+/* ids[0..n) = n distinct values of [0, range), in random order. n <= range. */
+void t_random_distinct(struct t_rng *r, uint32_t *ids, uint32_t n, uint32_t range);
+
+/* ---- memory ---- */
+
+/* 4 KiB-aligned, zeroed memory; never NULL (aborts). Free with free(). */
+void *t_aligned_alloc(size_t bytes);
+
+/* ---- a log_fn that records what the library says ---- */
+
+#define T_LOG_MAX 64
+
+struct t_log {
+	int nr;      /* messages received (may exceed T_LOG_MAX; only the first are kept) */
+	int nr_err;  /* of which at TUTTI_LOG_ERR */
+	int levels[T_LOG_MAX];
+	char msgs[T_LOG_MAX][512];
+};
+
+/* A tutti_log_fn; \p arg is a struct t_log. */
+void t_log_fn(void *arg, int level, const char *msg);
+void t_log_reset(struct t_log *log);
+/* True when some recorded message contains \p needle. */
+bool t_log_contains(const struct t_log *log, const char *needle);
+
+#endif /* T_UTIL_H */
