@@ -697,6 +697,12 @@ plan_workload(struct bench *b, const struct kvbench_conf *conf)
 	return 0;
 }
 
+static void
+log_line(void *arg, int level, const char *msg)
+{
+	fprintf(stderr, "tutti: %s%s\n", level == TUTTI_LOG_ERR ? "error: " : "", msg);
+}
+
 static int
 open_store(struct bench *b, uint64_t unique_chunks)
 {
@@ -719,6 +725,7 @@ open_store(struct bench *b, uint64_t unique_chunks)
 	o.staging_bytes = c->staging_bytes;
 	o.max_io_bytes = c->max_io_bytes;
 	o.queue_depth = c->queue_depth;
+	o.log_fn = log_line;
 	rc = tutti_store_open(&b->geo, &o, &b->st);
 	if (rc < 0) {
 		fprintf(stderr, "tutti: cannot open the store in %s: %s\n", c->dirs[0],

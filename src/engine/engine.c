@@ -3,6 +3,7 @@
  * Engine dispatch and the checks every engine relies on.
  */
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 
 #include "engine/engine.h"
@@ -44,7 +45,7 @@ tt_engine_create(const struct tt_engine_ops *ops, const struct tt_engine_conf *c
 	int rc;
 
 	if (ops == NULL || conf == NULL || out == NULL || conf->nr_fds == 0 ||
-	    conf->nr_fds > UINT16_MAX || conf->depth == 0) {
+	    conf->nr_fds > UINT16_MAX || conf->depth == 0 || conf->max_iov > IOV_MAX) {
 		return -EINVAL;
 	}
 	*out = NULL;
@@ -54,6 +55,7 @@ tt_engine_create(const struct tt_engine_ops *ops, const struct tt_engine_conf *c
 	}
 	(*out)->ops = ops;
 	(*out)->depth = conf->depth;
+	(*out)->max_iov = conf->max_iov;
 	return 0;
 }
 
@@ -75,6 +77,12 @@ tt_engine_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
 	}
 	if (nr > e->depth - e->inflight) {
 		return -EAGAIN;
+	}
+	for (uint32_t i = 0; i < nr; i++) {
+		if (ios[i].nr_iov > e->max_iov || (ios[i].nr_iov > 0 && ios[i].iov == NULL) ||
+		    (ios[i].nr_iov == 0 && ios[i].buf == NULL) || ios[i].len == 0) {
+			return -EINVAL;
+		}
 	}
 	rc = e->ops->submit(e, ios, nr);
 	if (rc < 0) {
@@ -102,4 +110,38 @@ tt_engine_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32
 		e->inflight -= (uint32_t)n;
 	}
 	return n;
+}
+
+void
+tt_io_state_start(struct tt_io_state *st, const struct tt_io *io)
+{
+	st->io = *io;
+	st->done = 0;
+	if (io->nr_iov > 0) {
+		memcpy(st->iov, io->iov, io->nr_iov * sizeof(*io->iov));
+		st->nr_iov = io->nr_iov;
+	} else {
+		st->iov[0].iov_base = io->buf;
+		st->iov[0].iov_len = io->len;
+		st->nr_iov = 1;
+	}
+}
+
+bool
+tt_io_state_advance(struct tt_io_state *st, uint32_t bytes)
+{
+	uint32_t k = 0;
+
+	st->done += bytes;
+	while (k < st->nr_iov && bytes >= st->iov[k].iov_len) {
+		bytes -= (uint32_t)st->iov[k].iov_len;
+		k++;
+	}
+	if (k < st->nr_iov) {
+		st->iov[k].iov_base = (uint8_t *)st->iov[k].iov_base + bytes;
+		st->iov[k].iov_len -= bytes;
+	}
+	memmove(st->iov, st->iov + k, (st->nr_iov - k) * sizeof(*st->iov));
+	st->nr_iov -= k;
+	return st->done >= st->io.len || st->nr_iov == 0;
 }

@@ -9,8 +9,10 @@
 #ifndef TT_ENGINE_H
 #define TT_ENGINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "common/common.h"
 
@@ -19,10 +21,17 @@ enum tt_io_op {
 	TT_IO_WRITE = 1,
 };
 
+/*
+ * One I/O: either one buffer (nr_iov == 0) or a vector of nr_iov <= the engine's max_iov
+ * buffers (copied at submission, so the array need not outlive the call). Buffers, lengths and
+ * offsets are TUTTI_ALIGN-aligned; len is the total length.
+ */
 struct tt_io {
 	uint64_t tag; /* handed back in the completion */
 	uint64_t off;
-	void *buf; /* TUTTI_ALIGN-aligned, as are off and len */
+	void *buf;
+	const struct iovec *iov;
+	uint32_t nr_iov;
 	uint32_t len;
 	uint16_t file; /* index into the engine's files */
 	uint8_t op;    /* enum tt_io_op */
@@ -40,6 +49,7 @@ struct tt_engine_conf {
 	                */
 	size_t reg_bytes;
 	uint32_t depth;   /* most I/Os in flight */
+	uint32_t max_iov; /* longest I/O vector accepted */
 	uint32_t threads; /* posix: worker threads */
 	const struct tt_log *log;
 };
@@ -60,6 +70,7 @@ struct tt_engine_ops {
 struct tt_engine {
 	const struct tt_engine_ops *ops;
 	uint32_t depth;
+	uint32_t max_iov;
 	uint32_t inflight;
 	uint64_t nr_ios;     /* I/Os accepted */
 	uint64_t nr_submits; /* submission calls (system calls for uring, wakeups for posix) */
@@ -77,5 +88,21 @@ void tt_engine_destroy(struct tt_engine *e);
 /* Checked wrappers: argument and capacity checks, in-flight accounting. */
 int tt_engine_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr);
 int tt_engine_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t min);
+
+/*
+ * An I/O in progress: its own copy of the vector (or one entry for a plain buffer), so that a
+ * short transfer can continue where it stopped. Engines keep one per in-flight I/O.
+ */
+struct tt_io_state {
+	struct tt_io io;
+	struct iovec *iov; /* max(1, max_iov) entries, owned by the engine */
+	uint32_t nr_iov;   /* entries not yet transferred */
+	uint32_t done;     /* bytes transferred */
+};
+
+/* Start \p st on \p io. */
+void tt_io_state_start(struct tt_io_state *st, const struct tt_io *io);
+/* Account \p bytes transferred; returns true when the I/O is complete. */
+bool tt_io_state_advance(struct tt_io_state *st, uint32_t bytes);
 
 #endif /* TT_ENGINE_H */

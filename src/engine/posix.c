@@ -5,10 +5,13 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 #include <stdbool.h>
 #include <unistd.h>
 
 #include "engine/engine.h"
+
+struct posix_worker;
 
 struct posix_engine {
 	struct tt_engine base;
@@ -23,7 +26,10 @@ struct posix_engine {
 	pthread_cond_t finished; /* done became non-empty */
 	bool stopping;
 	uint32_t nr_threads;
-	pthread_t *threads;
+	struct posix_worker *workers;
+	struct iovec *iovs;      /* nr_threads * max(1, max_iov) */
+	struct iovec *todo_iovs; /* cap * max(1, max_iov): queued vectors, copied at submit */
+	uint32_t per_io;         /* max(1, max_iov) */
 };
 
 static struct posix_engine *
@@ -32,17 +38,26 @@ to_posix(struct tt_engine *e)
 	return (struct posix_engine *)e;
 }
 
-static int32_t
-do_io(const struct posix_engine *p, const struct tt_io *io)
+static void
+posix_free(struct posix_engine *p)
 {
-	uint32_t done = 0;
-	int fd = p->fds[io->file];
+	tt_free(p->workers);
+	tt_free(p->iovs);
+	tt_free(p->todo_iovs);
+	tt_free(p->todo);
+	tt_free(p->done);
+	tt_free(p);
+}
 
-	while (done < io->len) {
-		uint8_t *buf = (uint8_t *)io->buf + done;
-		off_t off = (off_t)(io->off + done);
-		ssize_t n = io->op == TT_IO_READ ? pread(fd, buf, io->len - done, off)
-		                                 : pwrite(fd, buf, io->len - done, off);
+static int32_t
+do_io(const struct posix_engine *p, struct tt_io_state *st)
+{
+	int fd = p->fds[st->io.file];
+
+	for (;;) {
+		off_t off = (off_t)(st->io.off + st->done);
+		ssize_t n = st->io.op == TT_IO_READ ? preadv(fd, st->iov, (int)st->nr_iov, off)
+		                                    : pwritev(fd, st->iov, (int)st->nr_iov, off);
 
 		if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
 			continue;
@@ -53,15 +68,23 @@ do_io(const struct posix_engine *p, const struct tt_io *io)
 		if (n == 0) {
 			return -EIO; /* end of file inside an extent */
 		}
-		done += (uint32_t)n;
+		if (tt_io_state_advance(st, (uint32_t)n)) {
+			return (int32_t)st->io.len;
+		}
 	}
-	return (int32_t)io->len;
 }
+
+struct posix_worker {
+	struct posix_engine *p;
+	pthread_t tid;
+	struct tt_io_state st; /* its iov array is this worker's own */
+};
 
 static void *
 worker(void *arg)
 {
-	struct posix_engine *p = arg;
+	struct posix_worker *w = arg;
+	struct posix_engine *p = w->p;
 
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
@@ -77,10 +100,12 @@ worker(void *arg)
 		io = p->todo[p->todo_head];
 		p->todo_head = (p->todo_head + 1) % p->cap;
 		p->nr_todo--;
+		/* Copied under the lock: the queued vector belongs to the submitter's array. */
+		tt_io_state_start(&w->st, &io);
 		pthread_mutex_unlock(&p->lock);
 
 		d.tag = io.tag;
-		d.res = do_io(p, &io);
+		d.res = do_io(p, &w->st);
 
 		pthread_mutex_lock(&p->lock);
 		p->done[(p->done_head + p->nr_done) % p->cap] = d;
@@ -102,15 +127,12 @@ posix_destroy(struct tt_engine *e)
 	pthread_mutex_unlock(&p->lock);
 	/* Workers drain the queue before leaving, so no buffer is touched after this returns. */
 	for (uint32_t i = 0; i < p->nr_threads; i++) {
-		pthread_join(p->threads[i], NULL);
+		pthread_join(p->workers[i].tid, NULL);
 	}
 	pthread_cond_destroy(&p->work);
 	pthread_cond_destroy(&p->finished);
 	pthread_mutex_destroy(&p->lock);
-	tt_free(p->threads);
-	tt_free(p->todo);
-	tt_free(p->done);
-	tt_free(p);
+	posix_free(p);
 }
 
 static int
@@ -125,21 +147,26 @@ posix_create(const struct tt_engine_conf *conf, struct tt_engine **out)
 	}
 	p->fds = conf->fds;
 	p->cap = conf->depth;
+	p->per_io = conf->max_iov ? conf->max_iov : 1;
 	p->todo = tt_calloc(conf->depth, sizeof(*p->todo));
 	p->done = tt_calloc(conf->depth, sizeof(*p->done));
-	p->threads = tt_calloc(nr_threads, sizeof(*p->threads));
-	if (p->todo == NULL || p->done == NULL || p->threads == NULL) {
-		tt_free(p->todo);
-		tt_free(p->done);
-		tt_free(p->threads);
-		tt_free(p);
+	p->workers = tt_calloc(nr_threads, sizeof(*p->workers));
+	p->iovs = tt_calloc((size_t)nr_threads * p->per_io, sizeof(*p->iovs));
+	p->todo_iovs = tt_calloc((size_t)conf->depth * p->per_io, sizeof(*p->todo_iovs));
+	if (p->todo == NULL || p->done == NULL || p->workers == NULL || p->iovs == NULL ||
+	    p->todo_iovs == NULL) {
+		posix_free(p);
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->work, NULL);
 	pthread_cond_init(&p->finished, NULL);
 	for (uint32_t i = 0; i < nr_threads; i++) {
-		rc = -pthread_create(&p->threads[i], NULL, worker, p);
+		struct posix_worker *w = &p->workers[i];
+
+		w->p = p;
+		w->st.iov = p->iovs + (size_t)i * p->per_io;
+		rc = -pthread_create(&w->tid, NULL, worker, w);
 		if (rc < 0) {
 			tt_log_err(conf->log, "posix engine: cannot start thread: %s",
 			           tutti_strerror(rc));
@@ -159,7 +186,15 @@ posix_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
 
 	pthread_mutex_lock(&p->lock);
 	for (uint32_t i = 0; i < nr; i++) {
-		p->todo[(p->todo_head + p->nr_todo) % p->cap] = ios[i];
+		uint32_t at = (p->todo_head + p->nr_todo) % p->cap;
+
+		p->todo[at] = ios[i];
+		if (ios[i].nr_iov > 0) {
+			/* The caller's array need not outlive this call; queue a copy. */
+			p->todo[at].iov = p->todo_iovs + (size_t)at * p->per_io;
+			memcpy(p->todo_iovs + (size_t)at * p->per_io, ios[i].iov,
+			       ios[i].nr_iov * sizeof(*ios[i].iov));
+		}
 		p->nr_todo++;
 	}
 	pthread_cond_broadcast(&p->work);

@@ -12,8 +12,7 @@
 #include "engine/engine.h"
 
 struct uring_req {
-	struct tt_io io;
-	uint32_t done; /* bytes transferred so far */
+	struct tt_io_state st;
 	uint32_t next_free;
 };
 
@@ -27,6 +26,7 @@ struct uring_engine {
 	uint8_t *reg_buf;
 	size_t reg_bytes;
 	struct uring_req *reqs; /* depth entries; user_data is the index */
+	struct iovec *iovs;     /* depth * max(1, max_iov), the requests' vectors */
 	uint32_t free_head;
 	uint32_t pending; /* SQEs prepared but not yet handed to the kernel */
 	const struct tt_log *log;
@@ -40,22 +40,33 @@ to_uring(struct tt_engine *e)
 	return (struct uring_engine *)e;
 }
 
+static void
+uring_free(struct uring_engine *u)
+{
+	tt_free(u->reqs);
+	tt_free(u->iovs);
+	tt_free(u);
+}
+
 static int
 uring_create(const struct tt_engine_conf *conf, struct tt_engine **out)
 {
 	struct uring_engine *u = tt_calloc(1, sizeof(*u));
+	uint32_t per_req = conf->max_iov ? conf->max_iov : 1;
 	int rc;
 
 	if (u == NULL) {
 		return -ENOMEM;
 	}
 	u->reqs = tt_calloc(conf->depth, sizeof(*u->reqs));
-	if (u->reqs == NULL) {
-		tt_free(u);
+	u->iovs = tt_calloc((size_t)conf->depth * per_req, sizeof(*u->iovs));
+	if (u->reqs == NULL || u->iovs == NULL) {
+		uring_free(u);
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < conf->depth; i++) {
 		u->reqs[i].next_free = i + 1 < conf->depth ? i + 1 : NO_REQ;
+		u->reqs[i].st.iov = u->iovs + (size_t)i * per_req;
 	}
 	u->free_head = 0;
 	u->fds = conf->fds;
@@ -64,8 +75,7 @@ uring_create(const struct tt_engine_conf *conf, struct tt_engine **out)
 	rc = io_uring_queue_init(conf->depth, &u->ring, 0);
 	if (rc < 0) {
 		tt_log_err(conf->log, "io_uring setup failed: %s", tutti_strerror(rc));
-		tt_free(u->reqs);
-		tt_free(u);
+		uring_free(u);
 		return rc;
 	}
 	/* Registration is an optimisation: run without it where the kernel or limits refuse. */
@@ -98,36 +108,32 @@ uring_destroy(struct tt_engine *e)
 	struct uring_engine *u = to_uring(e);
 
 	io_uring_queue_exit(&u->ring);
-	tt_free(u->reqs);
-	tt_free(u);
+	uring_free(u);
 }
 
 /* Prepare the SQE for the untransferred rest of request \p idx. */
 static void
 prep(struct uring_engine *u, uint32_t idx)
 {
-	struct uring_req *r = &u->reqs[idx];
+	struct tt_io_state *st = &u->reqs[idx].st;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
-	uint8_t *buf = (uint8_t *)r->io.buf + r->done;
-	uint32_t len = r->io.len - r->done;
-	uint64_t off = r->io.off + r->done;
-	int fd = u->files_registered ? r->io.file : u->fds[r->io.file];
-	bool fixed =
-	    u->buf_registered && buf >= u->reg_buf && buf + len <= u->reg_buf + u->reg_bytes;
+	uint8_t *buf = st->iov[0].iov_base;
+	uint32_t len = (uint32_t)st->iov[0].iov_len;
+	uint64_t off = st->io.off + st->done;
+	int fd = u->files_registered ? st->io.file : u->fds[st->io.file];
+	bool fixed = st->nr_iov == 1 && u->buf_registered && buf >= u->reg_buf &&
+	             buf + len <= u->reg_buf + u->reg_bytes;
+	bool rd = st->io.op == TT_IO_READ;
 
 	/* The SQ has depth entries and at most depth requests exist, so an SQE is always free. */
-	if (r->io.op == TT_IO_READ) {
-		if (fixed) {
-			io_uring_prep_read_fixed(sqe, fd, buf, len, off, 0);
-		} else {
-			io_uring_prep_read(sqe, fd, buf, len, off);
-		}
+	if (fixed && rd) {
+		io_uring_prep_read_fixed(sqe, fd, buf, len, off, 0);
+	} else if (fixed) {
+		io_uring_prep_write_fixed(sqe, fd, buf, len, off, 0);
+	} else if (rd) {
+		io_uring_prep_readv(sqe, fd, st->iov, st->nr_iov, off);
 	} else {
-		if (fixed) {
-			io_uring_prep_write_fixed(sqe, fd, buf, len, off, 0);
-		} else {
-			io_uring_prep_write(sqe, fd, buf, len, off);
-		}
+		io_uring_prep_writev(sqe, fd, st->iov, st->nr_iov, off);
 	}
 	if (u->files_registered) {
 		sqe->flags |= IOSQE_FIXED_FILE;
@@ -169,8 +175,7 @@ uring_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
 		uint32_t idx = u->free_head;
 
 		u->free_head = u->reqs[idx].next_free;
-		u->reqs[idx].io = ios[i];
-		u->reqs[idx].done = 0;
+		tt_io_state_start(&u->reqs[idx].st, &ios[i]);
 		prep(u, idx);
 	}
 	return flush(u, 0);
@@ -181,7 +186,7 @@ static int
 complete(struct uring_engine *u, const struct io_uring_cqe *cqe, struct tt_io_done *done)
 {
 	uint32_t idx = (uint32_t)io_uring_cqe_get_data64(cqe);
-	struct uring_req *r = &u->reqs[idx];
+	struct tt_io_state *st = &u->reqs[idx].st;
 	int res = cqe->res;
 
 	if (res == -EAGAIN || res == -EINTR) {
@@ -192,16 +197,15 @@ complete(struct uring_engine *u, const struct io_uring_cqe *cqe, struct tt_io_do
 		res = -EIO; /* end of file inside an extent: the file is shorter than the store */
 	}
 	if (res > 0) {
-		r->done += (uint32_t)res;
-		if (r->done < r->io.len) {
+		if (!tt_io_state_advance(st, (uint32_t)res)) {
 			prep(u, idx); /* short transfer: continue where it stopped */
 			return 0;
 		}
-		res = (int)r->io.len;
+		res = (int)st->io.len;
 	}
-	done->tag = r->io.tag;
+	done->tag = st->io.tag;
 	done->res = res;
-	r->next_free = u->free_head;
+	u->reqs[idx].next_free = u->free_head;
 	u->free_head = idx;
 	return 1;
 }

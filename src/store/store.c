@@ -3,6 +3,7 @@
  * Store handle: open and close, lookup, statistics. Loads and saves are in transfer.c.
  */
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 
 #include "format/format.h"
@@ -106,12 +107,17 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
 	}
 	st->nr_units = (uint32_t)TT_MIN(units, (uint64_t)o->queue_depth);
 	st->staging = tt_aligned_alloc(st->nr_units * st->unit_bytes);
+	/* Enough vector entries for a unit of whole chunks with every segment of every block. */
+	st->max_iov = (uint32_t)TT_MIN((uint64_t)IOV_MAX, (uint64_t)st->unit_layers *
+	                                                      st->geo.blocks_per_chunk *
+	                                                      TT_MAX_SEGS_PER_LAYER);
+	st->unit_iovs = tt_calloc((size_t)st->nr_units * st->max_iov, sizeof(*st->unit_iovs));
 	st->units = tt_calloc(st->nr_units, sizeof(*st->units));
 	st->free_bufs = tt_calloc(st->nr_units, sizeof(*st->free_bufs));
 	st->ios = tt_calloc(st->nr_units, sizeof(*st->ios));
 	st->dones = tt_calloc(st->nr_units, sizeof(*st->dones));
 	if (st->staging == NULL || st->units == NULL || st->free_bufs == NULL || st->ios == NULL ||
-	    st->dones == NULL) {
+	    st->dones == NULL || st->unit_iovs == NULL) {
 		return -ENOMEM;
 	}
 	return 0;
@@ -198,6 +204,7 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	    .reg_buf = st->staging,
 	    .reg_bytes = st->nr_units * st->unit_bytes,
 	    .depth = st->nr_units,
+	    .max_iov = st->max_iov,
 	    .threads = opts->posix_threads,
 	    .log = &st->log,
 	};
@@ -237,6 +244,7 @@ tutti_store_close(struct tutti_store *st)
 	tt_free(st->free_bufs);
 	tt_free(st->ios);
 	tt_free(st->dones);
+	tt_free(st->unit_iovs);
 	tt_index_destroy(st->idx);
 	tt_pool_close(st->pool);
 	pthread_mutex_destroy(&st->io_lock);

@@ -39,6 +39,10 @@ struct tutti_store {
 	uint32_t *free_bufs;
 	struct tt_io *ios;
 	struct tt_io_done *dones;
+	/* Direct I/O between the files and aligned host paged KV, without staging: one vector of
+	 * up to max_iov block segments per I/O, max_iov entries per staging buffer index. */
+	uint32_t max_iov;
+	struct iovec *unit_iovs;
 };
 
 /* One I/O: layers [layer, layer + nr_layers) of one chunk of a load or save. */

@@ -9,6 +9,11 @@
  * a load) and refills. Staging memory is fixed at open, so it never grows with the context
  * length; CPU copies of one unit overlap the I/O of the others.
  *
+ * When every segment of the paged KV is 4 KiB aligned in host memory, no staging or copy is
+ * needed: each I/O is a vector of the blocks' segments, and the kernel moves the bytes between
+ * the file and the paged blocks directly (direct mode). The canonical object layout is exactly
+ * the concatenation of those segments, so both modes write the same bytes to disk.
+ *
  * Slots being read are pinned, and a chunk becomes visible only after all its objects are
  * written (commit), so a lookup never returns a chunk whose bytes are not all on disk and an
  * eviction never reuses a slot under a read.
@@ -38,7 +43,8 @@ struct transfer {
 	struct chunk_op *chunks;
 	uint32_t nr_chunks;
 	uint32_t layer_begin, layer_end;
-	uint8_t op; /* TT_IO_READ: load; TT_IO_WRITE: save */
+	uint8_t op;             /* TT_IO_READ: load; TT_IO_WRITE: save */
+	uint32_t direct_layers; /* direct mode: layers per I/O of a whole chunk; 0: staged mode */
 	/* unit cursor */
 	uint32_t next_chunk;
 	uint32_t next_layer;
@@ -160,9 +166,18 @@ next_unit(struct transfer *t, struct tt_unit *u)
 		const struct chunk_op *c = &t->chunks[t->next_chunk];
 
 		if (c->status == 0 && t->next_layer < t->layer_end) {
+			uint32_t layers = t->st->unit_layers;
+
+			if (t->direct_layers > 0) {
+				/* Objects of a chunk are adjacent on disk only when whole. */
+				bool whole =
+				    c->obj_skip == 0 && c->nr_moved == t->st->geo.blocks_per_chunk;
+
+				layers = whole ? t->direct_layers : 1;
+			}
 			u->chunk = t->next_chunk;
 			u->layer = t->next_layer;
-			u->nr_layers = TT_MIN(t->st->unit_layers, t->layer_end - t->next_layer);
+			u->nr_layers = TT_MIN(layers, t->layer_end - t->next_layer);
 			t->next_layer += u->nr_layers;
 			return true;
 		}
@@ -208,6 +223,52 @@ scatter_unit(const struct transfer *t, const struct tt_unit *u, const uint8_t *b
 	}
 }
 
+/* Direct mode is possible when the kernel can move every block segment itself: O_DIRECT needs
+ * addresses and lengths aligned, and a whole layer's vector must fit in one I/O. */
+static uint32_t
+direct_layers(const struct tutti_store *st, const struct tutti_kv *kv)
+{
+	uint64_t per_layer = (uint64_t)st->geo.blocks_per_chunk * kv->segs_per_layer;
+
+	if (kv->mem != TUTTI_MEM_HOST || per_layer > st->max_iov) {
+		return 0;
+	}
+	for (uint64_t i = 0; i < (uint64_t)st->geo.g.nr_layers * kv->segs_per_layer; i++) {
+		const struct tutti_segment *s = &kv->segs[i];
+
+		if (s->base % TUTTI_ALIGN != 0 || s->bytes % TUTTI_ALIGN != 0 ||
+		    (kv->nr_blocks > 1 && s->block_stride % TUTTI_ALIGN != 0)) {
+			return 0;
+		}
+	}
+	return (uint32_t)TT_MIN((uint64_t)st->unit_layers, st->max_iov / per_layer);
+}
+
+/* The vector of unit \p u in direct mode: each moved block's segments, layer by layer. */
+static uint32_t
+unit_vector(const struct transfer *t, const struct tt_unit *u, struct iovec *iov)
+{
+	const struct chunk_op *c = &t->chunks[u->chunk];
+	const uint32_t *ids = c->req->block_ids + c->id_off;
+	uint32_t n = 0;
+
+	for (uint32_t l = u->layer; l < u->layer + u->nr_layers; l++) {
+		const struct tutti_segment *segs = tt_kv_layer_segs(t->kv, l);
+
+		for (uint32_t i = 0; i < c->nr_moved; i++) {
+			for (uint32_t s = 0; s < t->kv->segs_per_layer; s++) {
+				uint64_t addr =
+				    segs[s].base + (uint64_t)ids[i] * segs[s].block_stride;
+
+				iov[n].iov_base = (void *)(uintptr_t)addr;
+				iov[n].iov_len = segs[s].bytes;
+				n++;
+			}
+		}
+	}
+	return n;
+}
+
 static void
 fail_chunk(struct chunk_op *c, int rc)
 {
@@ -232,13 +293,29 @@ fill(struct transfer *t, uint32_t *nr_free)
 		uint64_t off;
 
 		st->units[b] = u;
+		tt_pool_locate(st->pool, c->slot, &dir, &off);
+		off += tt_geo_object_off(&st->geo, u.layer);
+		if (t->direct_layers > 0) {
+			struct iovec *iov = st->unit_iovs + (size_t)b * st->max_iov;
+
+			st->ios[n++] = (struct tt_io){
+			    .tag = b,
+			    .off = off + (uint64_t)c->obj_skip * st->geo.layer_block_bytes,
+			    .iov = iov,
+			    .nr_iov = unit_vector(t, &u, iov),
+			    .len =
+			        (uint32_t)(u.nr_layers * c->nr_moved * st->geo.layer_block_bytes),
+			    .file = (uint16_t)dir,
+			    .op = t->op,
+			};
+			continue;
+		}
 		if (t->op == TT_IO_WRITE) {
 			gather_unit(t, &u, unit_buf(st, b));
 		}
-		tt_pool_locate(st->pool, c->slot, &dir, &off);
 		st->ios[n++] = (struct tt_io){
 		    .tag = b,
-		    .off = off + tt_geo_object_off(&st->geo, u.layer),
+		    .off = off,
 		    .buf = unit_buf(st, b),
 		    .len = (uint32_t)(u.nr_layers * st->geo.object_bytes),
 		    .file = (uint16_t)dir,
@@ -273,6 +350,7 @@ run(struct transfer *t)
 	}
 	t->next_chunk = 0;
 	t->next_layer = t->layer_begin;
+	t->direct_layers = direct_layers(st, t->kv);
 	for (;;) {
 		int got;
 
@@ -305,7 +383,7 @@ run(struct transfer *t)
 				            u->layer, u->layer + u->nr_layers - 1,
 				            tutti_strerror(st->dones[i].res));
 				fail_chunk(c, st->dones[i].res);
-			} else if (t->op == TT_IO_READ && c->status == 0) {
+			} else if (t->op == TT_IO_READ && c->status == 0 && t->direct_layers == 0) {
 				scatter_unit(t, u, unit_buf(st, b));
 			}
 			st->free_bufs[nr_free++] = b;
