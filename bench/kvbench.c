@@ -59,7 +59,6 @@ kvbench_conf_init(struct kvbench_conf *conf)
 	conf->max_io_bytes = 4ull << 20;
 	conf->queue_depth = 32;
 	conf->page_threads = 16;
-	conf->raw_bytes = 1ull << 30;
 	conf->seed = 42;
 }
 
@@ -90,7 +89,6 @@ struct bench {
 	uint64_t slots_per_dir;
 	/* raw measurements next to every timed round */
 	bool raw;
-	struct rawbw_result best;          /* the sweep's best points */
 	int store_fds[KVBENCH_MAX_DIRS];   /* the store's data files, read-only */
 	int scratch_fds[KVBENCH_MAX_DIRS]; /* temporary files for raw writes */
 	/* page-granular baseline */
@@ -351,28 +349,23 @@ make_request(const struct bench *b)
 	};
 }
 
-/* Raw O_DIRECT transfer at the sweep's best point, of as many bytes as the round of the store
- * it is paired with: writes to the scratch files, reads of the store's own data files (the
- * bytes the retrieve reads, on the same device; shared chunks are read again, as there). */
+/* A raw O_DIRECT sweep of as many bytes as the round of the store it stands beside: writes to
+ * the scratch files, reads of the store's own data files (the bytes the retrieve reads, on the
+ * same device; shared chunks are read again, as there). */
 static int
-raw_round(struct bench *b, bool write, uint64_t bytes, double *gbps)
+raw_round(struct bench *b, bool write, uint64_t bytes, struct rawbw_point *best)
 {
-	const struct rawbw_result *r = &b->best;
 	uint32_t nr = b->conf->nr_dirs;
 	uint64_t span = b->slots_per_dir * tutti_geometry_slot_bytes(&b->geo);
-	double g;
+	int rc;
 
-	g = write
-	        ? rawbw_run(b->scratch_fds, nr, 0, span, bytes / nr, r->write_bs, r->write_qd, true)
-	        : rawbw_run(b->store_fds, nr, TT_POOL_DATA_OFF, span, bytes / nr, r->read_bs,
-	                    r->read_qd, false);
-	if (g < 0) {
+	rc = write ? rawbw_sweep(b->scratch_fds, nr, 0, span, bytes / nr, true, best)
+	           : rawbw_sweep(b->store_fds, nr, TT_POOL_DATA_OFF, span, bytes / nr, false, best);
+	if (rc < 0) {
 		fprintf(stderr, "tutti: raw %s: %s\n", write ? "write" : "read",
-		        tutti_strerror((int)g));
-		return (int)g;
+		        tutti_strerror(rc));
 	}
-	*gbps = g;
-	return 0;
+	return rc;
 }
 
 static int
@@ -587,8 +580,28 @@ page_retrieve_round(struct bench *b, uint64_t *ns, double *cpu, struct kvbench_r
 struct series {
 	uint64_t ns[MAX_REPEATS];
 	double cpu[MAX_REPEATS];
-	double raw[MAX_REPEATS];
+	struct rawbw_point raw[MAX_REPEATS];
 };
+
+/* The median of the rounds' best raw points, and the point (size, depth) of that round. */
+static struct rawbw_point
+raw_median(const struct series *t, uint32_t n)
+{
+	double g[MAX_REPEATS];
+	struct rawbw_point m = {0};
+
+	for (uint32_t i = 0; i < n; i++) {
+		g[i] = t->raw[i].gbps;
+	}
+	m.gbps = median(g, n);
+	for (uint32_t i = 0; i < n; i++) {
+		if (t->raw[i].gbps == g[n / 2]) {
+			m.bs = t->raw[i].bs;
+			m.qd = t->raw[i].qd;
+		}
+	}
+	return m;
+}
 
 static int
 store_phase(struct bench *b, struct kvbench_result *res)
@@ -620,7 +633,11 @@ store_phase(struct bench *b, struct kvbench_result *res)
 	}
 	phase_result(&res->store, bytes, t.ns, t.cpu, n);
 	if (b->raw) {
-		res->raw_write_gbps = median(t.raw, n);
+		struct rawbw_point m = raw_median(&t, n);
+
+		res->raw_write_gbps = m.gbps;
+		res->raw_write_bs = m.bs;
+		res->raw_write_qd = m.qd;
 	}
 	if (b->page) {
 		phase_result(&res->page_store,
@@ -655,7 +672,11 @@ retrieve_phase(struct bench *b, struct kvbench_result *res)
 	}
 	phase_result(&res->retrieve, res->retrieve.bytes, t.ns, t.cpu, n);
 	if (b->raw) {
-		res->raw_read_gbps = median(t.raw, n);
+		struct rawbw_point m = raw_median(&t, n);
+
+		res->raw_read_gbps = m.gbps;
+		res->raw_read_bs = m.bs;
+		res->raw_read_qd = m.qd;
 	}
 	if (b->page) {
 		phase_result(&res->page_retrieve,
@@ -737,25 +758,15 @@ open_store(struct bench *b, uint64_t unique_chunks)
 	return 0;
 }
 
-/* Sweep for the best raw points, then open what the per-round raw measurements use. */
+/* Open what the raw measurements use: the store's data files and a scratch file per directory. */
 static int
-raw_setup(struct bench *b, struct kvbench_result *res)
+raw_setup(struct bench *b)
 {
 	const struct kvbench_conf *c = b->conf;
 	uint64_t per_dir = b->slots_per_dir * tutti_geometry_slot_bytes(&b->geo);
 	char path[4096];
 	int rc;
 
-	progress(b, "sweeping raw O_DIRECT block sizes and queue depths");
-	rc = rawbw_sweep(c->dirs[0], c->raw_bytes, &b->best);
-	if (rc < 0) {
-		fprintf(stderr, "tutti: raw bandwidth of %s: %s\n", c->dirs[0], tutti_strerror(rc));
-		return rc;
-	}
-	res->raw_read_bs = b->best.read_bs;
-	res->raw_read_qd = b->best.read_qd;
-	res->raw_write_bs = b->best.write_bs;
-	res->raw_write_qd = b->best.write_qd;
 	for (uint32_t d = 0; d < c->nr_dirs; d++) {
 		snprintf(path, sizeof(path), "%s/%s", c->dirs[d], TT_POOL_FILE_NAME);
 		b->store_fds[d] = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
@@ -841,7 +852,7 @@ setup(struct bench *b, struct kvbench_result *res)
 		res->staging_bytes = s.staging_bytes;
 	}
 	if (!b->conf->skip_raw) {
-		rc = raw_setup(b, res);
+		rc = raw_setup(b);
 		if (rc < 0) {
 			return rc;
 		}

@@ -37,7 +37,6 @@ struct kvbench_conf {
 	uint64_t max_io_bytes;
 	uint32_t queue_depth;
 	uint32_t page_threads; /* threads of the page-granular baseline */
-	uint64_t raw_bytes;    /* bytes per raw sweep point */
 	bool layerwise;        /* retrieve one layer per call */
 	bool skip_raw;
 	bool skip_page;
@@ -71,20 +70,21 @@ int kvbench_run(const struct kvbench_conf *conf, struct kvbench_result *res);
 
 /* ---- pieces, in rawbw.c and pagebase.c ---- */
 
-struct rawbw_result {
-	double read_gbps, write_gbps;
-	uint32_t read_bs, read_qd, write_bs, write_qd;
+struct rawbw_point {
+	double gbps;
+	uint32_t bs, qd;
 };
 
-/* Best sequential O_DIRECT read and write points of a temporary file of \p bytes in \p dir,
- * over a short sweep of block sizes and queue depths. Returns 0 or a negative errno. */
-int rawbw_sweep(const char *dir, uint64_t bytes, struct rawbw_result *out);
+/* The best point of a short sweep of block sizes and queue depths, sharing \p bytes per file
+ * between the points (see rawbw_run for the other arguments). Returns 0 or a negative errno. */
+int rawbw_sweep(const int *fds, uint32_t nr_fds, uint64_t off, uint64_t span, uint64_t bytes,
+                bool write, struct rawbw_point *best);
 
-/* Sequential O_DIRECT transfer of \p bytes from \p off of each file, wrapping around after
- * \p span bytes, alternating between files, \p bs per I/O with \p qd in flight. Returns GB/s
- * (all files together) or a negative errno. */
-double rawbw_run(const int *fds, uint32_t nr_fds, uint64_t off, uint64_t span, uint64_t bytes,
-                 uint32_t bs, uint32_t qd, bool write);
+/* Sequential O_DIRECT transfer of \p bytes of each file, from \p start within the region of
+ * \p span bytes at \p off (wrapping around), alternating between files, \p bs per I/O with
+ * \p qd in flight. Returns GB/s (all files together) or a negative errno. */
+double rawbw_run(const int *fds, uint32_t nr_fds, uint64_t off, uint64_t span, uint64_t start,
+                 uint64_t bytes, uint32_t bs, uint32_t qd, bool write);
 
 struct page_io {
 	uint64_t off;

@@ -41,7 +41,6 @@ usage(FILE *f)
 	        "  --io-kib N           largest I/O (default 4096)\n"
 	        "  --queue-depth N      I/Os in flight (default 32)\n"
 	        "  --page-threads N     threads of the page-granular baseline (default 16)\n"
-	        "  --raw-mib N          bytes per raw sweep point (default 1024)\n"
 	        "  --no-raw --no-baseline   skip those measurements\n"
 	        "  --seed N             workload seed (default 42)\n"
 	        "  --json               print one JSON object instead of the table\n");
@@ -94,7 +93,6 @@ enum {
 	OPT_IO,
 	OPT_QD,
 	OPT_PAGE_THREADS,
-	OPT_RAW,
 	OPT_NO_RAW,
 	OPT_NO_BASELINE,
 	OPT_SEED,
@@ -122,7 +120,6 @@ static const struct option options[] = {
     {"io-kib", required_argument, NULL, OPT_IO},
     {"queue-depth", required_argument, NULL, OPT_QD},
     {"page-threads", required_argument, NULL, OPT_PAGE_THREADS},
-    {"raw-mib", required_argument, NULL, OPT_RAW},
     {"no-raw", no_argument, NULL, OPT_NO_RAW},
     {"no-baseline", no_argument, NULL, OPT_NO_BASELINE},
     {"seed", required_argument, NULL, OPT_SEED},
@@ -209,10 +206,6 @@ apply_option(int opt, const char *arg, struct kvbench_conf *c, bool *json, bool 
 		return parse_u32(arg, &c->queue_depth);
 	case OPT_PAGE_THREADS:
 		return parse_u32(arg, &c->page_threads);
-	case OPT_RAW:
-		rc = parse_u64(arg, &mib);
-		c->raw_bytes = mib << 20;
-		return rc;
 	case OPT_NO_RAW:
 		c->skip_raw = true;
 		return 0;
@@ -286,8 +279,9 @@ print_table(const struct kvbench_conf *c, const struct kvbench_result *r)
 	       c->nr_dirs, c->nr_dirs > 1 ? "s" : "",
 	       c->engine == TUTTI_ENGINE_URING ? "uring" : "posix",
 	       (double)r->staging_bytes / (1 << 20), c->layerwise ? "layer-by-layer" : "all-layer");
-	printf("  figures    median of %u repeats; x raw = ratio to the raw O_DIRECT bandwidth of "
-	       "the same directory in this run\n\n",
+	printf("  figures    median of %u repeats; raw = best of a sweep of I/O sizes and depths "
+	       "on the same\n             directory, over as many bytes, right before each timed "
+	       "round; x raw = ratio to it\n\n",
 	       c->repeats);
 	printf("  %-34s %8s %8s %10s\n", "", "GB/s", "x raw", "CPU s/GB");
 	print_raw("write", r->raw_write_gbps, r->raw_write_bs, r->raw_write_qd);
