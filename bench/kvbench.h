@@ -76,7 +76,8 @@ struct rawbw_point {
 };
 
 /* The best point of a short sweep of block sizes and queue depths, sharing \p bytes per file
- * between the points (see rawbw_run for the other arguments). Returns 0 or a negative errno. */
+ * between the points (see rawbw_run for the other arguments); points whose I/O size exceeds
+ * their share are left out, and best->gbps stays 0 if none fits. Returns 0 or a negative errno. */
 int rawbw_sweep(const int *fds, uint32_t nr_fds, uint64_t off, uint64_t span, uint64_t bytes,
                 bool write, struct rawbw_point *best);
 

@@ -120,8 +120,14 @@ rawbw_sweep(const int *fds, uint32_t nr_fds, uint64_t off, uint64_t span, uint64
 	/* The points share the bytes of the round they stand beside. */
 	for (size_t i = 0; i < sizeof(sweep_bs) / sizeof(sweep_bs[0]); i++) {
 		for (size_t j = 0; j < sizeof(sweep_qd) / sizeof(sweep_qd[0]); j++) {
-			double gbps = rawbw_run(fds, nr_fds, off, span, start, bytes / nr_points,
-			                        sweep_bs[i], sweep_qd[j], write);
+			double gbps;
+
+			/* Workloads smaller than a point's I/O size leave that point out. */
+			if (bytes / nr_points < sweep_bs[i] || span < sweep_bs[i]) {
+				continue;
+			}
+			gbps = rawbw_run(fds, nr_fds, off, span, start, bytes / nr_points,
+			                 sweep_bs[i], sweep_qd[j], write);
 
 			/* Each point moves on to bytes the previous one did not touch. */
 			start = (start + bytes / nr_points) / (4u << 20) * (4u << 20) % span;

@@ -75,10 +75,12 @@ TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
  * \param opts  options; not retained (strings and arrays are copied).
  * \param out   receives the handle; release it with tutti_store_close(). NULL on failure.
  * \return 0, or a negative errno:
- *         -EINVAL bad geometry or options (sizes zero or out of range, capacity below one slot);
+ *         -EINVAL bad geometry or options (sizes zero or out of range, capacity below one slot,
+ *                 staging below one object, unknown flags);
  *         -ENOENT a directory or store file is missing and TUTTI_OPEN_CREATE is not set;
  *         -EEXIST the directory holds a store of another geometry, key size or namespace;
  *         -EPROTO the data file is not a Tutti store or has an unknown format version;
+ *         -EBADMSG the data file's superblock is damaged (checksum mismatch);
  *         -EBUSY another handle (in this or another process) has the store open;
  *         -EOPNOTSUPP the filesystem refuses O_DIRECT or needs an alignment above 4 KiB;
  *         -ENOSPC the filesystem cannot hold the requested capacity;

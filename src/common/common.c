@@ -3,6 +3,7 @@
  * Logging, allocation wrappers, clocks, and the library-wide version and error strings.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,7 @@ tutti_strerror(int rc)
 		return "Success";
 	}
 	if (rc < 0) {
-		rc = -rc;
+		rc = rc == INT_MIN ? INT_MAX : -rc;
 	}
 	/* strerrordesc_np is thread-safe and returns static strings (glibc >= 2.32). */
 	desc = strerrordesc_np(rc);

@@ -107,6 +107,15 @@ uring_destroy(struct tt_engine *e)
 {
 	struct uring_engine *u = to_uring(e);
 
+	/* The ring drops registered files asynchronously after exit, which would keep the data
+	 * files (and their locks) alive for a moment after the store is closed; unregistering
+	 * first releases them now. */
+	if (u->files_registered) {
+		io_uring_unregister_files(&u->ring);
+	}
+	if (u->buf_registered) {
+		io_uring_unregister_buffers(&u->ring);
+	}
 	io_uring_queue_exit(&u->ring);
 	uring_free(u);
 }

@@ -35,6 +35,9 @@ tt_geo_derive(const struct tutti_geometry *in, struct tt_geo *out)
 	geo.g = *in;
 	/* Each factor is a uint32_t; check the running product before every multiplication. */
 	geo.layer_block_bytes = (uint64_t)g->kv_planes * g->block_tokens;
+	if (geo.layer_block_bytes > TT_GEO_MAX_BYTES / g->nr_kv_heads) {
+		return -EINVAL;
+	}
 	geo.layer_block_bytes *= g->nr_kv_heads;
 	if (geo.layer_block_bytes > TT_GEO_MAX_BYTES / g->head_dim) {
 		return -EINVAL;
@@ -215,10 +218,10 @@ tutti_kv_create(const struct tutti_geometry *geo, const struct tutti_segment *se
 			if (rc < 0) {
 				return rc;
 			}
-			sum += seg->bytes;
-			if (sum > g.layer_block_bytes) {
-				return -EINVAL;
+			if (seg->bytes > g.layer_block_bytes - sum) {
+				return -EINVAL; /* checked before adding, so the sum cannot wrap */
 			}
+			sum += seg->bytes;
 		}
 		if (sum != g.layer_block_bytes) {
 			return -EINVAL;

@@ -14,6 +14,7 @@
 
 struct pool_dir {
 	int fd;
+	bool created;   /* by this open: removed again if the open fails */
 	uint32_t *free; /* stack of free local slot ids; top at free[nr_free - 1] */
 	uint32_t nr_free;
 };
@@ -177,15 +178,25 @@ size_file(int fd, const struct tt_pool_conf *conf, const char *path)
 }
 
 static int
-open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out)
+data_path(const char *dir, char *path, size_t len)
+{
+	if (snprintf(path, len, "%s/%s", dir, TT_POOL_FILE_NAME) >= (int)len) {
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+static int
+open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bool *created_out)
 {
 	char path[4096];
 	struct tt_superblock sb;
 	bool created = false;
 	int fd, rc;
 
-	if (snprintf(path, sizeof(path), "%s/%s", dir, TT_POOL_FILE_NAME) >= (int)sizeof(path)) {
-		return -ENAMETOOLONG;
+	rc = data_path(dir, path, sizeof(path));
+	if (rc < 0) {
+		return rc;
 	}
 	fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0 && errno == ENOENT && conf->create) {
@@ -244,6 +255,7 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out)
 		goto err_close;
 	}
 	*fd_out = fd;
+	*created_out = created;
 	return 0;
 
 err_close:
@@ -291,7 +303,7 @@ tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
 		if (rc < 0) {
 			goto err;
 		}
-		rc = open_data_file(conf->dirs[d], conf, &pd->fd);
+		rc = open_data_file(conf->dirs[d], conf, &pd->fd, &pd->created);
 		if (rc < 0) {
 			goto err;
 		}
@@ -311,6 +323,14 @@ tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
 	return 0;
 
 err:
+	/* A failed open leaves no preallocated file behind, however large. */
+	for (uint32_t d = 0; pool->dirs != NULL && d < conf->nr_dirs; d++) {
+		char path[4096];
+
+		if (pool->dirs[d].created && data_path(conf->dirs[d], path, sizeof(path)) == 0) {
+			unlink(path);
+		}
+	}
 	tt_pool_close(pool);
 	return rc;
 }
@@ -323,7 +343,10 @@ tt_pool_close(struct tt_pool *pool)
 	}
 	for (uint32_t d = 0; pool->dirs != NULL && d < pool->nr_dirs; d++) {
 		if (pool->dirs[d].fd >= 0) {
-			close(pool->dirs[d].fd); /* also drops the flock */
+			/* Unlock explicitly: another reference to the open file (an I/O ring being
+			 * torn down) must not keep the store locked after close. */
+			flock(pool->dirs[d].fd, LOCK_UN);
+			close(pool->dirs[d].fd);
 		}
 		tt_free(pool->dirs[d].free);
 	}

@@ -64,6 +64,10 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		tt_log_err(log, "store options: unknown engine %u", o->engine);
 		return -EINVAL;
 	}
+	if ((o->flags & ~TUTTI_OPEN_CREATE) != 0) {
+		tt_log_err(log, "store options: unknown flags 0x%x", o->flags & ~TUTTI_OPEN_CREATE);
+		return -EINVAL;
+	}
 	if (o->queue_depth == 0 || o->queue_depth > MAX_QUEUE_DEPTH || o->max_io_bytes == 0 ||
 	    o->posix_threads > MAX_QUEUE_DEPTH || o->reserved != 0) {
 		tt_log_err(log,
@@ -74,7 +78,8 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 	return 0;
 }
 
-/* Size the staging buffers: each holds one I/O of up to max_io_bytes whole objects. */
+/* Size the staging buffers: each holds one I/O of up to max_io_bytes whole objects, and there
+ * is at least one buffer as long as the staging holds one object. */
 static int
 plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
 {
@@ -87,6 +92,9 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
 	if (layers > st->geo.g.nr_layers) {
 		layers = st->geo.g.nr_layers;
 	}
+	if (layers > o->staging_bytes / st->geo.object_bytes) {
+		layers = o->staging_bytes / st->geo.object_bytes;
+	}
 	/* One I/O carries a uint32_t length. */
 	while (layers > 1 && layers * st->geo.object_bytes > UINT32_MAX) {
 		layers--;
@@ -96,15 +104,15 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
 		           (unsigned long long)st->geo.object_bytes);
 		return -EINVAL;
 	}
+	if (layers == 0) {
+		tt_log_err(&st->log, "staging_bytes %llu is below one %llu-byte object",
+		           (unsigned long long)o->staging_bytes,
+		           (unsigned long long)st->geo.object_bytes);
+		return -EINVAL;
+	}
 	st->unit_layers = (uint32_t)layers;
 	st->unit_bytes = layers * st->geo.object_bytes;
 	units = o->staging_bytes / st->unit_bytes;
-	if (units == 0) {
-		tt_log_err(&st->log, "staging_bytes %llu is below one %llu-byte I/O",
-		           (unsigned long long)o->staging_bytes,
-		           (unsigned long long)st->unit_bytes);
-		return -EINVAL;
-	}
 	st->nr_units = (uint32_t)TT_MIN(units, (uint64_t)o->queue_depth);
 	st->staging = tt_aligned_alloc(st->nr_units * st->unit_bytes);
 	/* Enough vector entries for a unit of whole chunks with every segment of every block. */
