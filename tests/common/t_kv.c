@@ -49,13 +49,14 @@ place_segments(struct t_kv *k)
 		case T_LAYOUT_KV_FIRST:
 			s[0] = (struct tutti_segment){layer_base, lbb / 2, lbb / 2};
 			s[1] = (struct tutti_segment){layer_base + (uint64_t)n * (lbb / 2),
-						      lbb - lbb / 2, lbb - lbb / 2};
+			                              lbb - lbb / 2, lbb - lbb / 2};
 			break;
 		case T_LAYOUT_BLOCKS_FIRST:
 			s[0] = (struct tutti_segment){layer_base, lbb, lbb};
 			break;
 		case T_LAYOUT_CROSS_LAYER:
-			s[0] = (struct tutti_segment){m + (uint64_t)l * lbb, (uint64_t)L * lbb, lbb};
+			s[0] =
+			    (struct tutti_segment){m + (uint64_t)l * lbb, (uint64_t)L * lbb, lbb};
 			break;
 		default: {
 			uint64_t sz[3], base = m + (uint64_t)l * n * (lbb + 3 * T_SPLIT3_GAP);
@@ -73,7 +74,7 @@ place_segments(struct t_kv *k)
 
 int
 t_kv_alloc(const struct tutti_geometry *geo, enum t_layout layout, uint32_t nr_blocks,
-	   struct t_kv **out)
+           struct t_kv **out)
 {
 	struct t_kv *k = calloc(1, sizeof(*k));
 	int rc;
@@ -88,7 +89,7 @@ t_kv_alloc(const struct tutti_geometry *geo, enum t_layout layout, uint32_t nr_b
 	k->lbb = tutti_geometry_layer_block_bytes(geo);
 	k->segs_per_layer = layout == T_LAYOUT_KV_FIRST ? 2 : layout == T_LAYOUT_SPLIT3 ? 3 : 1;
 	k->mem_bytes = (size_t)geo->nr_layers * nr_blocks *
-		       (k->lbb + (layout == T_LAYOUT_SPLIT3 ? 3 * T_SPLIT3_GAP : 0));
+	               (k->lbb + (layout == T_LAYOUT_SPLIT3 ? 3 * T_SPLIT3_GAP : 0));
 	k->mem = t_aligned_alloc(k->mem_bytes);
 	k->segs = calloc((size_t)geo->nr_layers * k->segs_per_layer, sizeof(*k->segs));
 	if (k->segs == NULL) {
@@ -143,7 +144,7 @@ t_kv_read_block(const struct t_kv *k, uint32_t layer, uint32_t block, uint8_t *o
 
 bool
 t_kv_block_equal(const struct t_kv *a, uint32_t ba, const struct t_kv *b, uint32_t bb,
-		 uint32_t layer)
+                 uint32_t layer)
 {
 	uint8_t *x = malloc(a->lbb), *y = malloc(b->lbb);
 	bool eq;

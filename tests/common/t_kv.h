@@ -43,7 +43,7 @@ const char *t_layout_name(enum t_layout layout);
 
 /* Allocate and register. Returns tutti_kv_create()'s result; *out is NULL on failure. */
 int t_kv_alloc(const struct tutti_geometry *geo, enum t_layout layout, uint32_t nr_blocks,
-	       struct t_kv **out);
+               struct t_kv **out);
 void t_kv_free(struct t_kv *k);
 
 void t_kv_fill_random(struct t_kv *k, struct t_rng *r);
@@ -53,7 +53,7 @@ void t_kv_poison(struct t_kv *k, uint8_t byte);
 void t_kv_read_block(const struct t_kv *k, uint32_t layer, uint32_t block, uint8_t *out);
 /* True when layer block (layer, ba) of \p a has the bytes of (layer, bb) of \p b. */
 bool t_kv_block_equal(const struct t_kv *a, uint32_t ba, const struct t_kv *b, uint32_t bb,
-		      uint32_t layer);
+                      uint32_t layer);
 /* True when every byte of layer block (layer, block) is \p byte. */
 bool t_kv_block_is(const struct t_kv *k, uint32_t layer, uint32_t block, uint8_t byte);
 

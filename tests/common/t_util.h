@@ -59,8 +59,8 @@ void *t_aligned_alloc(size_t bytes);
 #define T_LOG_MAX 64
 
 struct t_log {
-	int nr;      /* messages received (may exceed T_LOG_MAX; only the first are kept) */
-	int nr_err;  /* of which at TUTTI_LOG_ERR */
+	int nr;     /* messages received (may exceed T_LOG_MAX; only the first are kept) */
+	int nr_err; /* of which at TUTTI_LOG_ERR */
 	int levels[T_LOG_MAX];
 	char msgs[T_LOG_MAX][512];
 };

@@ -1,0 +1,760 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Description: error paths of the public API, for both engines: missing directories, invalid
+ * options and requests (-EINVAL, with nothing created or stored), a second handle on an open
+ * store (-EBUSY, then fine after close), another geometry, key size or namespace (-EEXIST), a
+ * data file that is not a store (-EPROTO), NULL arguments everywhere, errors reported through
+ * log_fn, and a library that never prints.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "t_kv.h"
+#include "t_util.h"
+#include "tutti/tutti.h"
+
+#define KB 32u
+#define BPC 4u
+#define NR_BLOCKS 64u
+#define SLOTS 16u
+
+static int g_engine;
+
+struct fixture {
+	char *tmp;
+	char *dir; /* tmp/store, not created yet */
+	const char *dirs[1];
+	struct tutti_geometry geo;
+	struct tutti_store_opts opts;
+	struct t_log rec;
+	struct t_rng r;
+};
+
+static int
+setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	if (f == NULL || (f->tmp = t_tmpdir_create()) == NULL) {
+		return -1;
+	}
+	f->dir = t_path_join(f->tmp, "store");
+	f->dirs[0] = f->dir;
+	if (tutti_geometry_preset("tiny", &f->geo) != 0) {
+		return -1;
+	}
+	tutti_store_opts_init(&f->opts);
+	f->opts.flags = TUTTI_OPEN_CREATE;
+	f->opts.dirs = f->dirs;
+	f->opts.nr_dirs = 1;
+	f->opts.engine = (uint32_t)g_engine;
+	f->opts.capacity_bytes = SLOTS * tutti_geometry_slot_bytes(&f->geo);
+	f->opts.log_fn = t_log_fn;
+	f->opts.log_arg = &f->rec;
+	t_rng_init(&f->r, t_seed(71));
+	*state = f;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	free(f->dir);
+	t_tmpdir_remove(f->tmp);
+	free(f);
+	return 0;
+}
+
+/* Open with f->opts; expect \p want, a logged error for a failure, and NULL out on failure. */
+static struct tutti_store *
+open_expect(struct fixture *f, int want)
+{
+	struct tutti_store *st = (struct tutti_store *)(uintptr_t)1;
+	int rc;
+
+	t_log_reset(&f->rec);
+	rc = tutti_store_open(&f->geo, &f->opts, &st);
+	assert_int_equal(rc, want);
+	if (want != 0) {
+		assert_null(st);
+		assert_true(f->rec.nr_err > 0);
+	} else {
+		assert_non_null(st);
+	}
+	return st;
+}
+
+/*
+ * Like open_expect(), for a reopen right after a close in tests about something else: waits
+ * out a lock that close did not release at once, which
+ * test_open_second_handle_is_ebusy_until_the_first_closes reports on its own.
+ */
+static struct tutti_store *
+reopen_expect(struct fixture *f, int want)
+{
+	struct tutti_store *st = (struct tutti_store *)(uintptr_t)1;
+	int rc = -EBUSY;
+
+	for (int i = 0; i < 400 && rc == -EBUSY; i++) {
+		if (i > 0) {
+			usleep(5000);
+		}
+		t_log_reset(&f->rec);
+		rc = tutti_store_open(&f->geo, &f->opts, &st);
+	}
+	assert_int_equal(rc, want);
+	if (want != 0) {
+		assert_null(st);
+		assert_true(f->rec.nr_err > 0);
+	}
+	return st;
+}
+
+static char *
+data_file(const struct fixture *f)
+{
+	return t_path_join(f->dir, "tutti.data");
+}
+
+/* ---- open ---- */
+
+static void
+test_open_missing_directory_without_create_is_enoent(void **state)
+{
+	struct fixture *f = *state;
+	char *file = data_file(f);
+
+	f->opts.flags = 0;
+	open_expect(f, -ENOENT);
+	assert_false(t_path_exists(f->dir));
+	/* An existing directory without a store file is just as missing. */
+	assert_int_equal(mkdir(f->dir, 0700), 0);
+	open_expect(f, -ENOENT);
+	assert_false(t_path_exists(file));
+	/* With the flag it is created; afterwards it opens without the flag. */
+	f->opts.flags = TUTTI_OPEN_CREATE;
+	tutti_store_close(open_expect(f, 0));
+	f->opts.flags = 0;
+	tutti_store_close(reopen_expect(f, 0));
+	free(file);
+}
+
+struct bad_opt {
+	const char *what;
+	void (*apply)(struct fixture *f, struct tutti_store_opts *o);
+	bool logged; /* a reason is logged (not when the options' size is wrong) */
+};
+
+static void
+capacity_zero(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->capacity_bytes = 0;
+}
+
+static void
+capacity_below_one_slot(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->capacity_bytes = tutti_geometry_slot_bytes(&f->geo) - 1;
+}
+
+static void
+capacity_below_one_slot_per_dir(struct fixture *f, struct tutti_store_opts *o)
+{
+	static const char *two[2];
+
+	two[0] = f->dir;
+	two[1] = f->tmp;
+	o->dirs = two;
+	o->nr_dirs = 2;
+	o->capacity_bytes = 3 * tutti_geometry_slot_bytes(&f->geo) / 2;
+}
+
+static void
+key_bytes_8(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->key_bytes = 8;
+}
+
+static void
+key_bytes_15(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->key_bytes = 15;
+}
+
+static void
+key_bytes_65(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->key_bytes = 65;
+}
+
+static void
+staging_below_one_object(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->staging_bytes = tutti_geometry_object_bytes(&f->geo) - 1;
+}
+
+static void
+staging_zero(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->staging_bytes = 0;
+}
+
+static void
+queue_depth_zero(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->queue_depth = 0;
+}
+
+static void
+queue_depth_huge(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->queue_depth = UINT32_MAX;
+}
+
+static void
+max_io_zero(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->max_io_bytes = 0;
+}
+
+static void
+size_zero(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->size = 0;
+}
+
+static void
+size_short(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->size = sizeof(*o) - 8;
+}
+
+static void
+size_long(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->size = sizeof(*o) + 8;
+}
+
+static void
+no_dirs(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->nr_dirs = 0;
+}
+
+static void
+too_many_dirs(struct fixture *f, struct tutti_store_opts *o)
+{
+	static const char *many[65];
+
+	for (int i = 0; i < 65; i++) {
+		many[i] = f->dir;
+	}
+	o->dirs = many;
+	o->nr_dirs = 65;
+}
+
+static void
+dirs_null(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->dirs = NULL;
+}
+
+static void
+dir_entry_null(struct fixture *f, struct tutti_store_opts *o)
+{
+	static const char *one[1];
+
+	one[0] = NULL;
+	o->dirs = one;
+}
+
+static void
+dir_entry_empty(struct fixture *f, struct tutti_store_opts *o)
+{
+	static const char *one[1] = {""};
+
+	o->dirs = one;
+}
+
+static void
+unknown_engine(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->engine = 2;
+}
+
+static void
+ns_bytes_without_ns(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->ns = NULL;
+	o->ns_bytes = 4;
+}
+
+static void
+reserved_set(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->reserved = 1;
+}
+
+static void
+invalid_geometry(struct fixture *f, struct tutti_store_opts *o)
+{
+	f->geo.kv_planes = 3;
+}
+
+static void
+test_open_invalid_options_are_einval_and_create_nothing(void **state)
+{
+	struct fixture *f = *state;
+	const struct bad_opt bad[] = {
+	    {"capacity 0", capacity_zero, true},
+	    {"capacity below one slot", capacity_below_one_slot, true},
+	    {"capacity below one slot per directory", capacity_below_one_slot_per_dir, true},
+	    {"key_bytes 8", key_bytes_8, true},
+	    {"key_bytes 15", key_bytes_15, true},
+	    {"key_bytes 65", key_bytes_65, true},
+	    {"staging below one object", staging_below_one_object, true},
+	    {"staging 0", staging_zero, true},
+	    {"queue_depth 0", queue_depth_zero, true},
+	    {"queue_depth huge", queue_depth_huge, true},
+	    {"max_io_bytes 0", max_io_zero, true},
+	    {"size 0", size_zero, false},
+	    {"size short", size_short, false},
+	    {"size long", size_long, false},
+	    {"no dirs", no_dirs, true},
+	    {"65 dirs", too_many_dirs, true},
+	    {"dirs NULL", dirs_null, true},
+	    {"dirs[0] NULL", dir_entry_null, true},
+	    {"dirs[0] empty", dir_entry_empty, true},
+	    {"unknown engine", unknown_engine, true},
+	    {"ns_bytes without ns", ns_bytes_without_ns, true},
+	    {"reserved set", reserved_set, true},
+	    {"invalid geometry", invalid_geometry, true},
+	};
+	struct tutti_store_opts saved = f->opts;
+	struct tutti_geometry saved_geo = f->geo;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct tutti_store *st = (struct tutti_store *)(uintptr_t)1;
+
+		f->opts = saved;
+		f->geo = saved_geo;
+		bad[i].apply(f, &f->opts);
+		t_log_reset(&f->rec);
+		print_message("  options: %s\n", bad[i].what);
+		assert_int_equal(tutti_store_open(&f->geo, &f->opts, &st), -EINVAL);
+		assert_null(st);
+		if (bad[i].logged) {
+			assert_true(f->rec.nr_err > 0);
+		}
+		/* Checked before touching the disk. */
+		assert_false(t_path_exists(f->dir));
+	}
+}
+
+static void
+test_open_staging_of_exactly_one_object_is_enough(void **state)
+{
+	struct fixture *f = *state;
+
+	/* The smallest staging that can move data: one object, with the default max_io_bytes. */
+	f->opts.staging_bytes = tutti_geometry_object_bytes(&f->geo);
+	tutti_store_close(open_expect(f, 0));
+	f->opts.max_io_bytes = f->opts.staging_bytes;
+	tutti_store_close(reopen_expect(f, 0));
+}
+
+static void
+test_open_second_handle_is_ebusy_until_the_first_closes(void **state)
+{
+	struct fixture *f = *state;
+	struct tutti_store *first = open_expect(f, 0), *again;
+
+	open_expect(f, -EBUSY);
+	f->opts.flags = 0;
+	open_expect(f, -EBUSY);
+	tutti_store_close(first);
+	again = open_expect(f, 0);
+	tutti_store_close(again);
+}
+
+static void
+test_open_store_sharing_one_directory_is_ebusy(void **state)
+{
+	struct fixture *f = *state;
+	char *other = t_path_join(f->tmp, "other");
+	const char *two[2] = {other, f->dir};
+	struct tutti_store *first = open_expect(f, 0);
+
+	f->opts.dirs = two;
+	f->opts.nr_dirs = 2;
+	open_expect(f, -EBUSY);
+	tutti_store_close(first);
+	free(other);
+}
+
+static void
+test_open_other_geometry_key_size_or_namespace_is_eexist(void **state)
+{
+	struct fixture *f = *state;
+	struct tutti_geometry tiny = f->geo;
+
+	f->opts.ns = "model-a/bf16/tp0";
+	f->opts.ns_bytes = 16;
+	tutti_store_close(open_expect(f, 0));
+	f->geo.nr_kv_heads = 4;
+	reopen_expect(f, -EEXIST);
+	f->geo = tiny;
+	f->geo.chunk_tokens = 32;
+	open_expect(f, -EEXIST);
+	f->geo = tiny;
+	f->geo.kv_planes = 1;
+	open_expect(f, -EEXIST);
+	f->geo = tiny;
+	f->opts.key_bytes = 16;
+	open_expect(f, -EEXIST);
+	f->opts.key_bytes = 32;
+	f->opts.ns = "model-b/bf16/tp0";
+	open_expect(f, -EEXIST);
+	f->opts.ns_bytes = 15; /* a prefix of the namespace is another namespace */
+	f->opts.ns = "model-a/bf16/tp0";
+	open_expect(f, -EEXIST);
+	f->opts.ns_bytes = 0;
+	open_expect(f, -EEXIST);
+	/* The right identity still opens, and the capacity may change. */
+	f->opts.ns_bytes = 16;
+	f->opts.capacity_bytes *= 2;
+	tutti_store_close(reopen_expect(f, 0));
+}
+
+static void
+write_file(const char *path, const void *buf, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+}
+
+static void
+test_open_data_file_with_garbage_superblock_is_eproto(void **state)
+{
+	struct fixture *f = *state;
+	char *file = data_file(f);
+	uint8_t junk[8192];
+	struct stat st;
+
+	assert_int_equal(mkdir(f->dir, 0700), 0);
+	t_rng_fill(&f->r, junk, sizeof(junk));
+	write_file(file, junk, sizeof(junk));
+	open_expect(f, -EPROTO);
+	/* Shorter than a superblock, and text: still not a store. */
+	write_file(file, "hello, this is not a store\n", 27);
+	open_expect(f, -EPROTO);
+	/* A failed open leaves somebody else's file alone. */
+	assert_int_equal(stat(file, &st), 0);
+	assert_int_equal(st.st_size, 27);
+	free(file);
+}
+
+/* ---- requests ---- */
+
+struct req_fixture {
+	struct tutti_store *st;
+	struct t_kv *kv;
+	uint8_t keys[3 * KB];
+	uint32_t ids[3 * BPC];
+};
+
+static void
+req_setup(struct fixture *f, struct req_fixture *q)
+{
+	q->st = open_expect(f, 0);
+	assert_int_equal(t_kv_alloc(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &q->kv), 0);
+	t_kv_fill_random(q->kv, &f->r);
+	t_rng_fill(&f->r, q->keys, sizeof(q->keys));
+	t_random_distinct(&f->r, q->ids, 3 * BPC, NR_BLOCKS);
+}
+
+static struct tutti_request
+good(struct req_fixture *q)
+{
+	return (struct tutti_request){
+	    .size = sizeof(struct tutti_request),
+	    .nr_keys = 2,
+	    .keys = q->keys,
+	    .nr_blocks = 2 * BPC,
+	    .block_ids = q->ids,
+	};
+}
+
+/* Both a save and a load of \p r (after a good request) fail as a whole with -EINVAL, leave
+ * the statuses alone and store nothing. */
+static void
+assert_request_einval(struct fixture *f, struct req_fixture *q, const struct tutti_request *r,
+                      const struct tutti_kv *kv)
+{
+	struct tutti_request both[2] = {good(q), *r};
+	int32_t status[8] = {7, 7, 7, 7, 7, 7, 7, 7};
+
+	assert_int_equal(tutti_store_save(q->st, kv, both, 2, status), -EINVAL);
+	assert_int_equal(tutti_store_save(q->st, kv, r, 1, NULL), -EINVAL);
+	assert_int_equal(tutti_store_lookup(q->st, q->keys, 2, NULL), 0);
+	assert_int_equal(tutti_store_load(q->st, kv, both, 2, 0, 2, status), -EINVAL);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(status[i], 7);
+	}
+}
+
+static void
+test_requests_that_do_not_fit_are_einval(void **state)
+{
+	struct fixture *f = *state;
+	struct req_fixture q;
+	struct tutti_geometry g2 = f->geo;
+	struct t_kv *other;
+	struct tutti_request r;
+
+	req_setup(f, &q);
+	r = good(&q);
+	q.ids[3] = NR_BLOCKS; /* block id beyond the registered blocks */
+	assert_request_einval(f, &q, &r, q.kv->kv);
+	q.ids[3] = UINT32_MAX;
+	assert_request_einval(f, &q, &r, q.kv->kv);
+	q.ids[3] = 3;
+	r.nr_blocks = BPC; /* two chunks need more than one chunk's blocks */
+	assert_request_einval(f, &q, &r, q.kv->kv);
+	r.nr_blocks = 2 * BPC + 1; /* and no more than two chunks' */
+	assert_request_einval(f, &q, &r, q.kv->kv);
+	r.nr_blocks = 0;
+	assert_request_einval(f, &q, &r, q.kv->kv);
+	r = good(&q);
+	r.first_chunk = 2; /* first_chunk >= nr_keys */
+	assert_request_einval(f, &q, &r, q.kv->kv);
+	r = good(&q);
+	r.nr_keys = 0;
+	assert_request_einval(f, &q, &r, q.kv->kv);
+	r = good(&q);
+	r.keys = NULL;
+	assert_request_einval(f, &q, &r, q.kv->kv);
+	r = good(&q);
+	r.block_ids = NULL;
+	assert_request_einval(f, &q, &r, q.kv->kv);
+	r = good(&q);
+	r.size = sizeof(r) - 4;
+	assert_request_einval(f, &q, &r, q.kv->kv);
+	r = good(&q);
+	r.reserved = 1;
+	assert_request_einval(f, &q, &r, q.kv->kv);
+	/* A kv of another geometry. */
+	g2.head_dim = 32;
+	assert_int_equal(t_kv_alloc(&g2, T_LAYOUT_KV_FIRST, NR_BLOCKS, &other), 0);
+	r = good(&q);
+	assert_request_einval(f, &q, &r, other->kv);
+	assert_int_equal(tutti_store_save(q.st, other->kv, &r, 1, NULL), -EINVAL);
+	t_kv_free(other);
+	assert_int_equal(tutti_store_save(q.st, NULL, &r, 1, NULL), -EINVAL);
+	assert_int_equal(tutti_store_load(q.st, NULL, &r, 1, 0, 2, NULL), -EINVAL);
+	assert_int_equal(tutti_store_save(q.st, q.kv->kv, NULL, 1, NULL), -EINVAL);
+	assert_int_equal(tutti_store_load(q.st, q.kv->kv, NULL, 1, 0, 2, NULL), -EINVAL);
+	/* An empty batch is fine. */
+	assert_int_equal(tutti_store_save(q.st, q.kv->kv, NULL, 0, NULL), 0);
+	assert_int_equal(tutti_store_load(q.st, q.kv->kv, NULL, 0, 0, 2, NULL), 0);
+	t_kv_free(q.kv);
+	tutti_store_close(q.st);
+}
+
+static void
+test_skip_blocks_is_einval_on_save_and_past_a_chunk_on_load(void **state)
+{
+	struct fixture *f = *state;
+	struct req_fixture q;
+	struct tutti_request r;
+	int32_t status[2];
+
+	req_setup(f, &q);
+	r = good(&q);
+	r.skip_blocks = 1;
+	r.nr_blocks = 2 * BPC - 1;
+	assert_int_equal(tutti_store_save(q.st, q.kv->kv, &r, 1, status), -EINVAL);
+	assert_int_equal(tutti_store_lookup(q.st, q.keys, 2, NULL), 0);
+	r = good(&q);
+	assert_int_equal(tutti_store_save(q.st, q.kv->kv, &r, 1, status), 2);
+	r.skip_blocks = BPC; /* a whole chunk: use first_chunk instead */
+	r.nr_blocks = BPC;
+	assert_int_equal(tutti_store_load(q.st, q.kv->kv, &r, 1, 0, 2, status), -EINVAL);
+	r.skip_blocks = BPC - 1;
+	r.nr_blocks = BPC + 1;
+	assert_int_equal(tutti_store_load(q.st, q.kv->kv, &r, 1, 0, 2, status), 2);
+	t_kv_free(q.kv);
+	tutti_store_close(q.st);
+}
+
+/* ---- NULL arguments, logging, silence ---- */
+
+static void
+test_null_arguments_are_einval_and_never_crash(void **state)
+{
+	struct fixture *f = *state;
+	struct tutti_store *st = (struct tutti_store *)(uintptr_t)1;
+	struct tutti_kv *kv = (struct tutti_kv *)(uintptr_t)1;
+	struct tutti_stats s = {.size = sizeof(s)};
+	struct tutti_request r = {.size = sizeof(r)};
+	struct tutti_segment seg = {4096, 2048, 2048};
+	uint8_t key[KB] = {0};
+	uint64_t blocks;
+
+	assert_int_equal(tutti_store_open(NULL, &f->opts, &st), -EINVAL);
+	assert_null(st);
+	st = (struct tutti_store *)(uintptr_t)1;
+	assert_int_equal(tutti_store_open(&f->geo, NULL, &st), -EINVAL);
+	assert_null(st);
+	assert_int_equal(tutti_store_open(&f->geo, &f->opts, NULL), -EINVAL);
+	assert_false(t_path_exists(f->dir));
+	assert_int_equal(tutti_store_lookup(NULL, key, 1, &blocks), -EINVAL);
+	assert_int_equal(tutti_store_load(NULL, NULL, &r, 1, 0, 1, NULL), -EINVAL);
+	assert_int_equal(tutti_store_save(NULL, NULL, &r, 1, NULL), -EINVAL);
+	assert_int_equal(tutti_store_get_stats(NULL, &s), -EINVAL);
+	assert_int_equal(tutti_kv_create(NULL, &seg, 1, 1, TUTTI_MEM_HOST, &kv), -EINVAL);
+	assert_int_equal(tutti_kv_create(&f->geo, NULL, 1, 1, TUTTI_MEM_HOST, &kv), -EINVAL);
+	assert_int_equal(tutti_kv_create(&f->geo, &seg, 1, 1, TUTTI_MEM_HOST, NULL), -EINVAL);
+	assert_int_equal(tutti_geometry_preset(NULL, &f->geo), -EINVAL);
+	assert_int_equal(tutti_geometry_preset("tiny", NULL), -EINVAL);
+	assert_int_equal(tutti_geometry_check(NULL), -EINVAL);
+	assert_int_equal(tutti_geometry_slot_bytes(NULL), 0);
+	assert_int_equal(tutti_geometry_object_bytes(NULL), 0);
+	assert_int_equal(tutti_geometry_layer_block_bytes(NULL), 0);
+	assert_int_equal(tutti_geometry_blocks_per_chunk(NULL), 0);
+	assert_int_equal(tutti_engine_parse(NULL), -EINVAL);
+	assert_non_null(tutti_strerror(-EINVAL));
+	assert_non_null(tutti_version());
+	tutti_geometry_init(NULL);
+	tutti_store_opts_init(NULL);
+	tutti_store_close(NULL);
+	tutti_kv_destroy(NULL);
+
+	/* And on an open store: NULL keys, kv, requests and outputs. */
+	st = open_expect(f, 0);
+	assert_int_equal(tutti_store_lookup(st, NULL, 1, &blocks), -EINVAL);
+	assert_int_equal(tutti_store_lookup(st, NULL, 0, NULL), 0);
+	assert_int_equal(tutti_store_get_stats(st, NULL), -EINVAL);
+	assert_int_equal(tutti_store_load(st, NULL, &r, 1, 0, 1, NULL), -EINVAL);
+	assert_int_equal(tutti_store_save(st, NULL, &r, 1, NULL), -EINVAL);
+	tutti_store_close(st);
+}
+
+static void
+test_log_level_filters_what_log_fn_receives(void **state)
+{
+	struct fixture *f = *state;
+
+	/* A clean open says nothing at ERR, and something (its summary) at DEBUG. */
+	f->opts.log_level = TUTTI_LOG_ERR;
+	t_log_reset(&f->rec);
+	tutti_store_close(open_expect(f, 0));
+	assert_int_equal(f->rec.nr, 0);
+	f->opts.log_level = TUTTI_LOG_DEBUG;
+	tutti_store_close(reopen_expect(f, 0));
+	assert_true(f->rec.nr > 0);
+	assert_int_equal(f->rec.nr_err, 0);
+	/* Errors are logged at ERR with their reason. */
+	f->opts.key_bytes = 65;
+	open_expect(f, -EINVAL);
+	assert_int_equal(f->rec.levels[0], TUTTI_LOG_ERR);
+	assert_true(t_log_contains(&f->rec, "key_bytes"));
+}
+
+static void
+test_library_never_prints(void **state)
+{
+	struct fixture *f = *state;
+	char *out = t_path_join(f->tmp, "stdio");
+	int fd = open(out, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	int saved_out = dup(1), saved_err = dup(2);
+	struct tutti_store *st, *busy = NULL;
+	struct tutti_request r = {.size = sizeof(r)};
+	struct stat sb;
+	int rc;
+
+	assert_true(fd >= 0 && saved_out >= 0 && saved_err >= 0);
+	f->opts.log_fn = NULL;
+	f->opts.log_level = TUTTI_LOG_DEBUG;
+	fflush(stdout);
+	fflush(stderr);
+	dup2(fd, 1);
+	dup2(fd, 2);
+	/* A battery of failures and successes with no log_fn: all silent. */
+	rc = tutti_store_open(&f->geo, &f->opts, &st);
+	if (rc == 0) {
+		f->opts.key_bytes = 65;
+		tutti_store_open(&f->geo, &f->opts, &busy);
+		f->opts.key_bytes = 32;
+		tutti_store_open(&f->geo, &f->opts, &busy);
+		tutti_store_save(st, NULL, &r, 1, NULL);
+		tutti_store_lookup(st, NULL, 3, NULL);
+		tutti_store_close(st);
+	}
+	f->opts.flags = 0;
+	f->opts.dirs = (const char *const[]){"/nonexistent/tutti"};
+	tutti_store_open(&f->geo, &f->opts, &busy);
+	fflush(stdout);
+	fflush(stderr);
+	dup2(saved_out, 1);
+	dup2(saved_err, 2);
+	close(saved_out);
+	close(saved_err);
+	assert_int_equal(rc, 0);
+	assert_null(busy);
+	assert_int_equal(fstat(fd, &sb), 0);
+	assert_int_equal(sb.st_size, 0);
+	close(fd);
+	free(out);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    T(test_open_missing_directory_without_create_is_enoent),
+	    T(test_open_invalid_options_are_einval_and_create_nothing),
+	    T(test_open_staging_of_exactly_one_object_is_enough),
+	    T(test_open_second_handle_is_ebusy_until_the_first_closes),
+	    T(test_open_store_sharing_one_directory_is_ebusy),
+	    T(test_open_other_geometry_key_size_or_namespace_is_eexist),
+	    T(test_open_data_file_with_garbage_superblock_is_eproto),
+	    T(test_requests_that_do_not_fit_are_einval),
+	    T(test_skip_blocks_is_einval_on_save_and_past_a_chunk_on_load),
+	    T(test_null_arguments_are_einval_and_never_crash),
+	    T(test_log_level_filters_what_log_fn_receives),
+	    T(test_library_never_prints),
+	};
+	int rc, failed = 0;
+
+	if (!t_tmpdir_supports_odirect()) {
+		return T_EXIT_SKIP;
+	}
+	rc = t_uring_probe();
+	if (rc == 0) {
+		g_engine = TUTTI_ENGINE_URING;
+		failed += cmocka_run_group_tests_name("errors/uring", tests, NULL, NULL);
+	} else if (rc != -ENOSYS && rc != -EPERM) {
+		return 1;
+	}
+	g_engine = TUTTI_ENGINE_POSIX;
+	failed += cmocka_run_group_tests_name("errors/posix", tests, NULL, NULL);
+	return failed;
+}

@@ -1,0 +1,300 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Description: src/engine/engine.c, the engine-independent wrapper, over a fake engine: argument
+ * checks at create, -EAGAIN past the depth, in-flight accounting, reap's min clamp, counters,
+ * engine lookup by kind and tutti_engine_parse().
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "engine/engine.h"
+#include "tutti/store.h"
+
+/* A fake engine: completes everything submitted, in order, when reaped. */
+struct fake {
+	struct tt_engine base;
+	uint64_t tags[64];
+	uint32_t nr_done;
+	uint32_t reap_calls;
+	uint32_t last_min;
+	int submit_rc;
+};
+
+static int
+fake_create(const struct tt_engine_conf *conf, struct tt_engine **out)
+{
+	struct fake *f = calloc(1, sizeof(*f));
+
+	if (f == NULL) {
+		return -ENOMEM;
+	}
+	*out = &f->base;
+	return 0;
+}
+
+static void
+fake_destroy(struct tt_engine *e)
+{
+	free(e);
+}
+
+static int
+fake_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
+{
+	struct fake *f = (struct fake *)e;
+
+	if (f->submit_rc < 0) {
+		return f->submit_rc;
+	}
+	for (uint32_t i = 0; i < nr; i++) {
+		f->tags[f->nr_done++] = ios[i].tag;
+	}
+	return 0;
+}
+
+static int
+fake_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t min)
+{
+	struct fake *f = (struct fake *)e;
+	uint32_t n = f->nr_done < max ? f->nr_done : max;
+
+	f->reap_calls++;
+	f->last_min = min;
+	assert_true(min <= f->nr_done); /* the wrapper never asks for more than in flight */
+	for (uint32_t i = 0; i < n; i++) {
+		out[i] = (struct tt_io_done){.tag = f->tags[i], .res = 4096};
+	}
+	memmove(f->tags, f->tags + n, (f->nr_done - n) * sizeof(f->tags[0]));
+	f->nr_done -= n;
+	return (int)n;
+}
+
+static const struct tt_engine_ops fake_ops = {
+    .name = "fake",
+    .create = fake_create,
+    .destroy = fake_destroy,
+    .submit = fake_submit,
+    .reap = fake_reap,
+};
+
+static int g_fd = 0;
+static uint8_t g_buf[4096];
+
+static struct tt_engine_conf
+conf(uint32_t depth)
+{
+	return (struct tt_engine_conf){.fds = &g_fd, .nr_fds = 1, .depth = depth, .max_iov = 4};
+}
+
+static struct tt_io
+io(uint64_t tag)
+{
+	return (struct tt_io){.tag = tag, .buf = g_buf, .len = 4096, .op = TT_IO_READ};
+}
+
+static void
+test_engine_create_rejects_bad_conf(void **state)
+{
+	struct tt_engine_conf c = conf(4);
+	struct tt_engine *e = (struct tt_engine *)(uintptr_t)1;
+
+	assert_int_equal(tt_engine_create(NULL, &c, &e), -EINVAL);
+	assert_int_equal(tt_engine_create(&fake_ops, NULL, &e), -EINVAL);
+	assert_int_equal(tt_engine_create(&fake_ops, &c, NULL), -EINVAL);
+	c.depth = 0;
+	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), -EINVAL);
+	c = conf(4);
+	c.nr_fds = 0;
+	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), -EINVAL);
+	c.nr_fds = UINT16_MAX + 1u; /* a file index is 16 bits */
+	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), -EINVAL);
+	c = conf(4);
+	c.max_iov = IOV_MAX + 1;
+	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), -EINVAL);
+	c = conf(4);
+	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), 0);
+	assert_ptr_equal(e->ops, &fake_ops);
+	assert_int_equal(e->depth, 4);
+	assert_int_equal(e->inflight, 0);
+	tt_engine_destroy(e);
+	tt_engine_destroy(NULL);
+}
+
+static void
+test_engine_submit_past_depth_returns_eagain(void **state)
+{
+	struct tt_engine_conf c = conf(4);
+	struct tt_io ios[5] = {io(0), io(1), io(2), io(3), io(4)};
+	struct tt_io_done d[8];
+	struct tt_engine *e;
+
+	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), 0);
+	assert_int_equal(tt_engine_submit(e, ios, 5), -EAGAIN);
+	assert_int_equal(e->inflight, 0);
+	assert_int_equal(tt_engine_submit(e, ios, 3), 0);
+	assert_int_equal(e->inflight, 3);
+	assert_int_equal(tt_engine_submit(e, ios + 3, 2), -EAGAIN);
+	assert_int_equal(tt_engine_submit(e, ios + 3, 1), 0);
+	assert_int_equal(tt_engine_submit(e, ios + 4, 1), -EAGAIN);
+	assert_int_equal(e->inflight, 4);
+	assert_int_equal(tt_engine_reap(e, d, 2, 1), 2);
+	assert_int_equal(d[0].tag, 0);
+	assert_int_equal(d[1].tag, 1);
+	assert_int_equal(e->inflight, 2);
+	assert_int_equal(tt_engine_submit(e, ios + 4, 1), 0);
+	assert_int_equal(tt_engine_reap(e, d, 8, 8), 3);
+	assert_int_equal(e->inflight, 0);
+	assert_int_equal(e->nr_ios, 5);
+	assert_int_equal(e->nr_submits, 3);
+	tt_engine_destroy(e);
+}
+
+static void
+test_engine_failed_submit_changes_no_accounting(void **state)
+{
+	struct tt_engine_conf c = conf(4);
+	struct tt_io ios[2] = {io(0), io(1)};
+	struct tt_engine *e;
+
+	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), 0);
+	((struct fake *)e)->submit_rc = -EIO;
+	assert_int_equal(tt_engine_submit(e, ios, 2), -EIO);
+	assert_int_equal(e->inflight, 0);
+	assert_int_equal(e->nr_ios, 0);
+	assert_int_equal(e->nr_submits, 0);
+	assert_int_equal(tt_engine_submit(e, ios, 0), 0); /* an empty batch is not a submission */
+	assert_int_equal(e->nr_submits, 0);
+	tt_engine_destroy(e);
+}
+
+static void
+test_engine_reap_clamps_min_and_skips_idle_engine(void **state)
+{
+	struct tt_engine_conf c = conf(8);
+	struct tt_io ios[2] = {io(7), io(8)};
+	struct tt_io_done d[8];
+	struct tt_engine *e;
+	struct fake *f;
+
+	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), 0);
+	f = (struct fake *)e;
+	/* Nothing in flight: returns at once without asking the engine (which could block). */
+	assert_int_equal(tt_engine_reap(e, d, 8, 8), 0);
+	assert_int_equal(f->reap_calls, 0);
+	assert_int_equal(tt_engine_submit(e, ios, 2), 0);
+	assert_int_equal(tt_engine_reap(e, d, 0, 1), 0);
+	assert_int_equal(tt_engine_reap(e, d, 8, 5), 2);
+	assert_int_equal(f->last_min, 2);
+	assert_int_equal(d[0].tag, 7);
+	assert_int_equal(d[1].tag, 8);
+	tt_engine_destroy(e);
+}
+
+static void
+test_engine_submit_rejects_malformed_ios_without_queuing_any(void **state)
+{
+	struct tt_engine_conf c = conf(8);
+	struct iovec iov[5] = {
+	    {g_buf, 4096}, {g_buf, 4096}, {g_buf, 4096}, {g_buf, 4096}, {g_buf, 4096}};
+	struct tt_io ios[2] = {io(1), io(2)};
+	struct tt_engine *e;
+
+	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), 0);
+	ios[1].len = 0;
+	assert_int_equal(tt_engine_submit(e, ios, 2), -EINVAL);
+	ios[1] = io(2);
+	ios[1].buf = NULL;
+	assert_int_equal(tt_engine_submit(e, ios, 2), -EINVAL);
+	ios[1].nr_iov = 2; /* a vector without its array */
+	assert_int_equal(tt_engine_submit(e, ios, 2), -EINVAL);
+	ios[1].iov = iov;
+	ios[1].nr_iov = 5; /* above max_iov */
+	ios[1].len = 5 * 4096;
+	assert_int_equal(tt_engine_submit(e, ios, 2), -EINVAL);
+	assert_int_equal(e->inflight, 0);
+	assert_int_equal(((struct fake *)e)->nr_done, 0);
+	ios[1].nr_iov = 4;
+	ios[1].len = 4 * 4096;
+	assert_int_equal(tt_engine_submit(e, ios, 2), 0);
+	assert_int_equal(e->inflight, 2);
+	tt_engine_destroy(e);
+}
+
+static void
+test_io_state_advance_continues_a_vector_after_short_transfers(void **state)
+{
+	static uint8_t mem[4][8192];
+	struct iovec own[4];
+	const struct iovec iov[3] = {{mem[0], 4096}, {mem[1], 8192}, {mem[2], 4096}};
+	struct tt_io v = {.iov = iov, .nr_iov = 3, .len = 16384};
+	struct tt_io_state st = {.iov = own};
+
+	tt_io_state_start(&st, &v);
+	assert_int_equal(st.nr_iov, 3);
+	assert_int_equal(st.done, 0);
+	assert_false(tt_io_state_advance(&st, 4096)); /* exactly the first entry */
+	assert_int_equal(st.nr_iov, 2);
+	assert_ptr_equal(st.iov[0].iov_base, mem[1]);
+	assert_int_equal(st.iov[0].iov_len, 8192);
+	assert_false(tt_io_state_advance(&st, 6000)); /* into the middle of the second */
+	assert_int_equal(st.nr_iov, 2);
+	assert_ptr_equal(st.iov[0].iov_base, mem[1] + 6000);
+	assert_int_equal(st.iov[0].iov_len, 2192);
+	assert_ptr_equal(st.iov[1].iov_base, mem[2]);
+	assert_false(tt_io_state_advance(&st, 2192 + 100)); /* across a boundary */
+	assert_int_equal(st.nr_iov, 1);
+	assert_ptr_equal(st.iov[0].iov_base, mem[2] + 100);
+	assert_int_equal(st.iov[0].iov_len, 3996);
+	assert_int_equal(st.done, 12388);
+	assert_true(tt_io_state_advance(&st, 3996));
+	assert_int_equal(st.done, 16384);
+	/* The caller's vector was copied, never modified. */
+	assert_ptr_equal(iov[1].iov_base, mem[1]);
+	assert_int_equal(iov[1].iov_len, 8192);
+
+	/* A plain buffer is a vector of one. */
+	v = (struct tt_io){.buf = mem[3], .len = 8192};
+	tt_io_state_start(&st, &v);
+	assert_int_equal(st.nr_iov, 1);
+	assert_false(tt_io_state_advance(&st, 512));
+	assert_ptr_equal(st.iov[0].iov_base, mem[3] + 512);
+	assert_true(tt_io_state_advance(&st, 8192 - 512));
+}
+
+static void
+test_engine_kinds_and_names(void **state)
+{
+	assert_ptr_equal(tt_engine_ops_for(TUTTI_ENGINE_URING), &tt_engine_uring);
+	assert_ptr_equal(tt_engine_ops_for(TUTTI_ENGINE_POSIX), &tt_engine_posix);
+	assert_null(tt_engine_ops_for(2));
+	assert_null(tt_engine_ops_for(UINT32_MAX));
+	assert_int_equal(tutti_engine_parse("uring"), TUTTI_ENGINE_URING);
+	assert_int_equal(tutti_engine_parse("posix"), TUTTI_ENGINE_POSIX);
+	assert_int_equal(tutti_engine_parse("io_uring"), -EINVAL);
+	assert_int_equal(tutti_engine_parse(""), -EINVAL);
+	assert_int_equal(tutti_engine_parse("POSIX"), -EINVAL);
+	assert_int_equal(tutti_engine_parse(NULL), -EINVAL);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_engine_create_rejects_bad_conf),
+	    cmocka_unit_test(test_engine_submit_past_depth_returns_eagain),
+	    cmocka_unit_test(test_engine_failed_submit_changes_no_accounting),
+	    cmocka_unit_test(test_engine_reap_clamps_min_and_skips_idle_engine),
+	    cmocka_unit_test(test_engine_submit_rejects_malformed_ios_without_queuing_any),
+	    cmocka_unit_test(test_io_state_advance_continues_a_vector_after_short_transfers),
+	    cmocka_unit_test(test_engine_kinds_and_names),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
