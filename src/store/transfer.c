@@ -495,22 +495,25 @@ tutti_store_load(struct tutti_store *st, const struct tutti_kv *kv,
 
 /* ---- save ---- */
 
-/* Take a free slot, evicting least recently used chain tails while none is free. */
-static int
-alloc_slot(struct tutti_store *st, uint32_t hint_dir, uint32_t *slot)
+/*
+ * Free at least \p needed slots, evicting least recently used chain tails. Evicting all victims
+ * before allocating, rather than one per allocation, matters for locality: a chain's tail goes
+ * first, so its slots are freed in descending order and handed out again in ascending order,
+ * and a new chain is written and later read front to back.
+ */
+static void
+make_room(struct tutti_store *st, uint32_t needed)
 {
-	while (tt_pool_alloc(st->pool, hint_dir, slot) == -ENOSPC) {
+	while (tt_pool_nr_free(st->pool) < needed) {
 		uint32_t victim = tt_index_victim(st->idx);
 
 		if (victim == TT_NO_SLOT) {
-			return -ENOSPC; /* everything left is pinned or a parent of a pinned chunk
-			                 */
+			return; /* everything left is pinned or a parent of a pinned chunk */
 		}
 		tt_index_remove(st->idx, victim);
 		tt_pool_free(st->pool, victim);
 		st->stats.evictions++;
 	}
-	return 0;
 }
 
 /* Decide per chunk: already stored (status 1, pinned as a parent), to write (status 0, slot
@@ -518,7 +521,7 @@ alloc_slot(struct tutti_store *st, uint32_t hint_dir, uint32_t *slot)
 static void
 plan_save(struct tutti_store *st, struct chunk_op *chunks, uint32_t nr, uint32_t *parent_pins)
 {
-	uint32_t nr_dirs = tt_pool_nr_dirs(st->pool);
+	uint32_t nr_dirs = tt_pool_nr_dirs(st->pool), needed = 0;
 	int chain_rc = 0;
 
 	for (uint32_t i = 0; i < nr; i++) {
@@ -550,15 +553,32 @@ plan_save(struct tutti_store *st, struct chunk_op *chunks, uint32_t nr, uint32_t
 			c->status = 1;
 			continue;
 		}
+		c->status = 0;
+		needed++;
+	}
+	make_room(st, needed);
+	for (uint32_t i = 0; i < nr; i++) {
+		struct chunk_op *c = &chunks[i];
+
+		if (c->key == c->req->first_chunk) {
+			chain_rc = 0;
+		}
+		if (c->status != 0) {
+			continue;
+		}
+		if (chain_rc < 0) {
+			c->status =
+			    chain_rc; /* its parent has no slot: it could never be reached */
+			continue;
+		}
 		/* Consecutive chunks of a chain go to consecutive directories. */
-		chain_rc = alloc_slot(st, c->key % nr_dirs, &c->slot);
+		chain_rc = tt_pool_alloc(st->pool, c->key % nr_dirs, &c->slot);
 		if (chain_rc < 0) {
 			c->slot = TT_NO_SLOT;
 			c->status = chain_rc;
 			continue;
 		}
 		c->owned = true;
-		c->status = 0;
 	}
 }
 
