@@ -27,7 +27,9 @@
 #include "pool/pool.h"
 
 #define KEY_BYTES 32u
-#define MAX_REPEATS 64u
+#define MAX_REPEATS KVBENCH_MAX_REPEATS
+/* Bytes per file that the set-up sweep moves in each direction, shared by its points. */
+#define RAW_SWEEP_BYTES (3ull << 30)
 
 static uint32_t
 min_u32(uint32_t a, uint32_t b)
@@ -52,8 +54,8 @@ kvbench_conf_init(struct kvbench_conf *conf)
 	conf->engine = TUTTI_ENGINE_URING;
 	conf->layout = KVBENCH_KV_FIRST;
 	conf->context_tokens = 32768;
-	conf->requests = 2;
-	conf->shared_tokens = 24576;
+	conf->requests = 1;
+	conf->shared_tokens = 0;
 	conf->repeats = 3;
 	conf->staging_bytes = 64ull << 20;
 	conf->max_io_bytes = 4ull << 20;
@@ -89,8 +91,9 @@ struct bench {
 	uint64_t slots_per_dir;
 	/* raw measurements next to every timed round */
 	bool raw;
-	int store_fds[KVBENCH_MAX_DIRS];   /* the store's data files, read-only */
-	int scratch_fds[KVBENCH_MAX_DIRS]; /* temporary files for raw writes */
+	struct rawbw_point best_read, best_write; /* chosen by the sweep at set-up */
+	int store_fds[KVBENCH_MAX_DIRS];          /* the store's data files, read-only */
+	int scratch_fds[KVBENCH_MAX_DIRS];        /* temporary files for raw writes */
 	/* page-granular baseline */
 	bool page;
 	int page_fd;
@@ -321,7 +324,9 @@ phase_result(struct kvbench_phase *p, uint64_t bytes, const uint64_t *ns, const 
 	for (uint32_t i = 0; i < n; i++) {
 		gbps[i] = ns[i] ? (double)bytes / (double)ns[i] : 0;
 		cpg[i] = bytes ? cpu[i] / ((double)bytes / 1e9) : 0;
+		p->round_gbps[i] = gbps[i];
 	}
+	p->nr_rounds = n;
 	p->bytes = bytes;
 	p->gbps = median(gbps, n);
 	p->cpu_s_per_gb = median(cpg, n);
@@ -349,23 +354,41 @@ make_request(const struct bench *b)
 	};
 }
 
-/* A raw O_DIRECT sweep of as many bytes as the round of the store it stands beside: writes to
- * the scratch files, reads of the store's own data files (the bytes the retrieve reads, on the
- * same device; shared chunks are read again, as there). */
-static int
-raw_round(struct bench *b, bool write, uint64_t bytes, struct rawbw_point *best)
+static struct rawbw_target
+raw_target(struct bench *b, bool write, bool scratch)
 {
-	uint32_t nr = b->conf->nr_dirs;
-	uint64_t span = b->slots_per_dir * tutti_geometry_slot_bytes(&b->geo);
-	int rc;
+	/* The same memory the store moves: writes from the source KV, reads into the destination.
+	 */
+	return (struct rawbw_target){
+	    .fds = scratch ? b->scratch_fds : b->store_fds,
+	    .nr_fds = b->conf->nr_dirs,
+	    .off = scratch ? 0 : TT_POOL_DATA_OFF,
+	    .span = b->slots_per_dir * tutti_geometry_slot_bytes(&b->geo),
+	    .mem = write ? b->src.mem : b->dst.mem,
+	    .mem_bytes = write ? b->src.bytes : b->dst.bytes,
+	    .write = write,
+	};
+}
 
-	rc = write ? rawbw_sweep(b->scratch_fds, nr, 0, span, bytes / nr, true, best)
-	           : rawbw_sweep(b->store_fds, nr, TT_POOL_DATA_OFF, span, bytes / nr, false, best);
-	if (rc < 0) {
+/*
+ * Raw O_DIRECT transfer at the sweep's best point, of as many bytes as the round of the store
+ * it stands beside: writes to the scratch files, reads of the store's own data files (the bytes
+ * the retrieve reads; shared chunks are read again, as there).
+ */
+static int
+raw_round(struct bench *b, bool write, uint64_t bytes, double *gbps)
+{
+	struct rawbw_target t = raw_target(b, write, write);
+	const struct rawbw_point *p = write ? &b->best_write : &b->best_read;
+	double g = rawbw_run(&t, 0, bytes / t.nr_fds, p->bs, p->qd);
+
+	if (g < 0) {
 		fprintf(stderr, "tutti: raw %s: %s\n", write ? "write" : "read",
-		        tutti_strerror(rc));
+		        tutti_strerror((int)g));
+		return (int)g;
 	}
-	return rc;
+	*gbps = g;
+	return 0;
 }
 
 static int
@@ -580,28 +603,8 @@ page_retrieve_round(struct bench *b, uint64_t *ns, double *cpu, struct kvbench_r
 struct series {
 	uint64_t ns[MAX_REPEATS];
 	double cpu[MAX_REPEATS];
-	struct rawbw_point raw[MAX_REPEATS];
+	double raw[MAX_REPEATS];
 };
-
-/* The median of the rounds' best raw points, and the point (size, depth) of that round. */
-static struct rawbw_point
-raw_median(const struct series *t, uint32_t n)
-{
-	double g[MAX_REPEATS];
-	struct rawbw_point m = {0};
-
-	for (uint32_t i = 0; i < n; i++) {
-		g[i] = t->raw[i].gbps;
-	}
-	m.gbps = median(g, n);
-	for (uint32_t i = 0; i < n; i++) {
-		if (t->raw[i].gbps == g[n / 2]) {
-			m.bs = t->raw[i].bs;
-			m.qd = t->raw[i].qd;
-		}
-	}
-	return m;
-}
 
 static int
 store_phase(struct bench *b, struct kvbench_result *res)
@@ -633,11 +636,8 @@ store_phase(struct bench *b, struct kvbench_result *res)
 	}
 	phase_result(&res->store, bytes, t.ns, t.cpu, n);
 	if (b->raw) {
-		struct rawbw_point m = raw_median(&t, n);
-
-		res->raw_write_gbps = m.gbps;
-		res->raw_write_bs = m.bs;
-		res->raw_write_qd = m.qd;
+		memcpy(res->raw_write_rounds, t.raw, n * sizeof(*t.raw));
+		res->raw_write_gbps = median(t.raw, n);
 	}
 	if (b->page) {
 		phase_result(&res->page_store,
@@ -672,11 +672,8 @@ retrieve_phase(struct bench *b, struct kvbench_result *res)
 	}
 	phase_result(&res->retrieve, res->retrieve.bytes, t.ns, t.cpu, n);
 	if (b->raw) {
-		struct rawbw_point m = raw_median(&t, n);
-
-		res->raw_read_gbps = m.gbps;
-		res->raw_read_bs = m.bs;
-		res->raw_read_qd = m.qd;
+		memcpy(res->raw_read_rounds, t.raw, n * sizeof(*t.raw));
+		res->raw_read_gbps = median(t.raw, n);
 	}
 	if (b->page) {
 		phase_result(&res->page_retrieve,
@@ -758,12 +755,15 @@ open_store(struct bench *b, uint64_t unique_chunks)
 	return 0;
 }
 
-/* Open what the raw measurements use: the store's data files and a scratch file per directory. */
+/* Open what the raw measurements use (the store's data files and a scratch file per directory),
+ * then pick the best block size and depth with a sweep: writes to the scratch files, then reads
+ * of what was written (unwritten extents would read as zeros without touching the device). */
 static int
-raw_setup(struct bench *b)
+raw_setup(struct bench *b, struct kvbench_result *res)
 {
 	const struct kvbench_conf *c = b->conf;
 	uint64_t per_dir = b->slots_per_dir * tutti_geometry_slot_bytes(&b->geo);
+	struct rawbw_target t;
 	char path[4096];
 	int rc;
 
@@ -780,7 +780,23 @@ raw_setup(struct bench *b)
 			return rc;
 		}
 	}
-	b->raw = true;
+	progress(b, "sweeping raw O_DIRECT block sizes and queue depths");
+	t = raw_target(b, true, true);
+	rc = rawbw_sweep(&t, TT_MIN(per_dir, RAW_SWEEP_BYTES), &b->best_write);
+	if (rc == 0) {
+		t = raw_target(b, false, true);
+		rc = rawbw_sweep(&t, TT_MIN(per_dir, RAW_SWEEP_BYTES), &b->best_read);
+	}
+	if (rc < 0) {
+		fprintf(stderr, "tutti: raw sweep in %s: %s\n", c->dirs[0], tutti_strerror(rc));
+		return rc;
+	}
+	res->raw_write_bs = b->best_write.bs;
+	res->raw_write_qd = b->best_write.qd;
+	res->raw_read_bs = b->best_read.bs;
+	res->raw_read_qd = b->best_read.qd;
+	/* A workload too small for any sweep point is measured without a raw limit. */
+	b->raw = b->best_write.gbps > 0 && b->best_read.gbps > 0;
 	return 0;
 }
 
@@ -852,7 +868,7 @@ setup(struct bench *b, struct kvbench_result *res)
 		res->staging_bytes = s.staging_bytes;
 	}
 	if (!b->conf->skip_raw) {
-		rc = raw_setup(b);
+		rc = raw_setup(b, res);
 		if (rc < 0) {
 			return rc;
 		}

@@ -15,6 +15,7 @@
 #include "tutti/tutti.h"
 
 #define KVBENCH_MAX_DIRS 16
+#define KVBENCH_MAX_REPEATS 64
 
 enum kvbench_layout {
 	KVBENCH_KV_FIRST = 0,   /* per layer: all K blocks, then all V blocks (two segments) */
@@ -48,11 +49,14 @@ struct kvbench_phase {
 	double gbps;         /* median over repeats */
 	double cpu_s_per_gb; /* median over repeats */
 	uint64_t bytes;      /* moved per repeat */
+	uint32_t nr_rounds;
+	double round_gbps[KVBENCH_MAX_REPEATS]; /* every repeat, in order */
 };
 
 struct kvbench_result {
 	struct kvbench_phase store, retrieve, page_store, page_retrieve;
-	double raw_read_gbps, raw_write_gbps;
+	double raw_read_gbps, raw_write_gbps; /* medians */
+	double raw_read_rounds[KVBENCH_MAX_REPEATS], raw_write_rounds[KVBENCH_MAX_REPEATS];
 	uint32_t raw_read_bs, raw_read_qd, raw_write_bs, raw_write_qd;
 	bool verified;
 	uint64_t unique_chunks;
@@ -75,17 +79,26 @@ struct rawbw_point {
 	uint32_t bs, qd;
 };
 
-/* The best point of a short sweep of block sizes and queue depths, sharing \p bytes per file
- * between the points (see rawbw_run for the other arguments); points whose I/O size exceeds
- * their share are left out, and best->gbps stays 0 if none fits. Returns 0 or a negative errno. */
-int rawbw_sweep(const int *fds, uint32_t nr_fds, uint64_t off, uint64_t span, uint64_t bytes,
-                bool write, struct rawbw_point *best);
+/* Where raw I/O goes: a region of \p span bytes at \p off in each file (I/Os alternate between
+ * the files), moved to or from \p mem (reused cyclically; NULL: a small buffer of its own). */
+struct rawbw_target {
+	const int *fds;
+	uint32_t nr_fds;
+	uint64_t off, span;
+	uint8_t *mem;
+	uint64_t mem_bytes;
+	bool write;
+};
 
-/* Sequential O_DIRECT transfer of \p bytes of each file, from \p start within the region of
- * \p span bytes at \p off (wrapping around), alternating between files, \p bs per I/O with
- * \p qd in flight. Returns GB/s (all files together) or a negative errno. */
-double rawbw_run(const int *fds, uint32_t nr_fds, uint64_t off, uint64_t span, uint64_t start,
-                 uint64_t bytes, uint32_t bs, uint32_t qd, bool write);
+/* Sequential O_DIRECT transfer of \p bytes of each file, from \p start in the region (wrapping
+ * around), \p bs per I/O with \p qd in flight. Returns GB/s (all files together) or -errno. */
+double rawbw_run(const struct rawbw_target *t, uint64_t start, uint64_t bytes, uint32_t bs,
+                 uint32_t qd);
+
+/* The best point of a short sweep of block sizes and queue depths, the points sharing \p bytes
+ * per file; points whose I/O size exceeds their share are left out, and best->gbps stays 0 if
+ * none fits. Returns 0 or a negative errno. */
+int rawbw_sweep(const struct rawbw_target *t, uint64_t bytes, struct rawbw_point *best);
 
 struct page_io {
 	uint64_t off;

@@ -2,23 +2,23 @@
 /*
  * Raw device bandwidth: sequential O_DIRECT reads and writes issued with io_uring at a fixed
  * block size and queue depth, and the best of a short sweep of sizes and depths. The benchmark
- * sweeps right next to each timed store and retrieve, over as many bytes, so that the drift of a
- * shared virtual disk affects both sides alike; taking the best point of every sweep makes the
- * limit, if anything, too high. Written against liburing directly so that it shares no code
- * with the store.
+ * sweeps right next to each timed store and retrieve, over as many bytes of the same device and
+ * to or from the same memory, so that the drift of a shared virtual disk affects both sides
+ * alike; taking the best point of every sweep makes the limit, if anything, too high. Written
+ * against liburing directly so that it shares no code with the store.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "kvbench.h"
 
 static const uint32_t sweep_bs[] = {1u << 20, 4u << 20};
 static const uint32_t sweep_qd[] = {4, 16, 32};
+
+#define NR_POINTS (sizeof(sweep_bs) / sizeof(sweep_bs[0]) * sizeof(sweep_qd) / sizeof(sweep_qd[0]))
 
 static uint64_t
 now_ns(void)
@@ -29,54 +29,58 @@ now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Move \p bytes sequentially in each of \p nr_fds files, from \p start within the region of
- * \p span bytes at \p off, wrapping around at its end, \p bs at a time with \p qd in flight over
- * all files (I/Os alternate between the files); return GB/s or -errno. */
-double
-rawbw_run(const int *fds, uint32_t nr_fds, uint64_t off, uint64_t span, uint64_t start,
-          uint64_t bytes, uint32_t bs, uint32_t qd, bool write)
+/* Queue I/O number \p n of a run. */
+static void
+prep(struct io_uring *ring, const struct rawbw_target *t, uint8_t *mem, uint64_t mem_bytes,
+     uint64_t start, uint64_t n, uint32_t bs)
 {
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	int fd = t->fds[n % t->nr_fds];
+	uint64_t pos = t->off + (start + n / t->nr_fds * bs) % t->span;
+	/* Consecutive I/Os use consecutive memory, as a transfer into paged KV does. */
+	uint8_t *b = mem + n * bs % mem_bytes;
+
+	if (t->write) {
+		io_uring_prep_write(sqe, fd, b, bs, pos);
+	} else {
+		io_uring_prep_read(sqe, fd, b, bs, pos);
+	}
+}
+
+double
+rawbw_run(const struct rawbw_target *t, uint64_t start, uint64_t bytes, uint32_t bs, uint32_t qd)
+{
+	uint64_t span = t->span / bs * bs, total, issued = 0, done = 0, t0, mem_bytes;
 	struct io_uring ring;
-	uint64_t issued = 0, done = 0, total, t0;
 	uint32_t inflight = 0;
-	uint8_t *buf = NULL;
+	uint8_t *own = NULL, *mem = t->mem;
 	int rc;
 
-	bytes = bytes / bs * bs;
-	span = span / bs * bs;
-	start = start / bs * bs;
-	total = bytes * nr_fds;
-	if (total == 0 || span == 0 || qd == 0) {
+	total = bytes / bs * t->nr_fds;
+	if (total == 0 || span == 0 || qd == 0 || t->nr_fds == 0) {
 		return -EINVAL;
 	}
-	if (posix_memalign((void **)&buf, 4096, (size_t)bs * qd) != 0) {
-		return -ENOMEM;
+	mem_bytes = t->mem != NULL ? t->mem_bytes / bs * bs : 0;
+	if (mem_bytes < (uint64_t)bs * qd) {
+		mem_bytes = (uint64_t)bs * qd;
+		if (posix_memalign((void **)&own, 4096, mem_bytes) != 0) {
+			return -ENOMEM;
+		}
+		memset(own, 0x5a, mem_bytes);
+		mem = own;
 	}
-	memset(buf, 0x5a, (size_t)bs * qd);
 	rc = io_uring_queue_init(qd, &ring, 0);
 	if (rc < 0) {
-		free(buf);
+		free(own);
 		return rc;
 	}
+	start = start / bs * bs;
 	t0 = now_ns();
 	while (done < total) {
 		struct io_uring_cqe *cqe;
 
-		while (inflight < qd && issued < total) {
-			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-			uint64_t n = issued / bs;
-			int fd = fds[n % nr_fds];
-			uint64_t pos = off + (start + n / nr_fds * bs) % span;
-			/* Each in-flight I/O has its own part of the buffer. */
-			uint8_t *b = buf + (uint64_t)(n % qd) * bs;
-
-			if (write) {
-				io_uring_prep_write(sqe, fd, b, bs, pos);
-			} else {
-				io_uring_prep_read(sqe, fd, b, bs, pos);
-			}
-			issued += bs;
-			inflight++;
+		for (; inflight < qd && issued < total; issued++, inflight++) {
+			prep(&ring, t, mem, mem_bytes, start, issued, bs);
 		}
 		rc = io_uring_submit_and_wait(&ring, 1);
 		if (rc < 0 && rc != -EINTR) {
@@ -92,49 +96,39 @@ rawbw_run(const int *fds, uint32_t nr_fds, uint64_t off, uint64_t span, uint64_t
 				goto out;
 			}
 			inflight--;
-			done += bs;
+			done++;
 		}
 	}
 out:
 	io_uring_queue_exit(&ring);
-	free(buf);
+	free(own);
 	if (rc < 0) {
 		return rc;
 	}
-	return (double)total / (double)(now_ns() - t0);
+	return (double)(total * bs) / (double)(now_ns() - t0);
 }
 
 int
-rawbw_sweep(const int *fds, uint32_t nr_fds, uint64_t off, uint64_t span, uint64_t bytes,
-            bool write, struct rawbw_point *best)
+rawbw_sweep(const struct rawbw_target *t, uint64_t bytes, struct rawbw_point *best)
 {
-	uint32_t nr_points = 0;
-	uint64_t start = 0;
+	uint64_t share = bytes / NR_POINTS, start = 0;
 
 	memset(best, 0, sizeof(*best));
-	for (size_t i = 0; i < sizeof(sweep_bs) / sizeof(sweep_bs[0]); i++) {
-		for (size_t j = 0; j < sizeof(sweep_qd) / sizeof(sweep_qd[0]); j++) {
-			nr_points++;
-		}
-	}
 	/* The points share the bytes of the round they stand beside. */
 	for (size_t i = 0; i < sizeof(sweep_bs) / sizeof(sweep_bs[0]); i++) {
 		for (size_t j = 0; j < sizeof(sweep_qd) / sizeof(sweep_qd[0]); j++) {
 			double gbps;
 
 			/* Workloads smaller than a point's I/O size leave that point out. */
-			if (bytes / nr_points < sweep_bs[i] || span < sweep_bs[i]) {
+			if (share < sweep_bs[i] || t->span < sweep_bs[i]) {
 				continue;
 			}
-			gbps = rawbw_run(fds, nr_fds, off, span, start, bytes / nr_points,
-			                 sweep_bs[i], sweep_qd[j], write);
-
-			/* Each point moves on to bytes the previous one did not touch. */
-			start = (start + bytes / nr_points) / (4u << 20) * (4u << 20) % span;
-
+			gbps = rawbw_run(t, start, share, sweep_bs[i], sweep_qd[j]);
 			if (gbps < 0) {
 				return (int)gbps;
 			}
+			/* Each point moves on to bytes the previous one did not touch. */
+			start = (start + share) % t->span;
 			if (gbps > best->gbps) {
 				best->gbps = gbps;
 				best->bs = sweep_bs[i];

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "common/common.h"
@@ -46,24 +47,51 @@ tt_free(void *p)
 	free(p);
 }
 
+/* Large I/O buffers come from mmap with transparent huge pages where the system allows: a
+ * buffer made of 2 MiB pages is a handful of segments for the block layer instead of one per
+ * 4 KiB page. The size is kept in front of the buffer so that tt_aligned_free knows how it was
+ * made. */
+#define TT_MMAP_MIN (2u << 20)
+
 void *
 tt_aligned_alloc(size_t bytes)
 {
-	void *p = NULL;
+	size_t len = tt_round_up(bytes ? bytes : 1, TUTTI_ALIGN) + TUTTI_ALIGN;
+	uint8_t *p;
 
-	bytes = tt_round_up(bytes ? bytes : 1, TUTTI_ALIGN);
-	if (posix_memalign(&p, TUTTI_ALIGN, bytes) != 0) {
-		return NULL;
+	if (len >= TT_MMAP_MIN) {
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED) {
+			return NULL;
+		}
+		madvise(p, len, MADV_HUGEPAGE); /* a hint; failure is harmless */
+	} else {
+		if (posix_memalign((void **)&p, TUTTI_ALIGN, len) != 0) {
+			return NULL;
+		}
+		/* Zeroed so that padding written to disk never carries stale process memory. */
+		memset(p, 0, len);
 	}
-	/* Zeroed so that padding written to disk never carries stale process memory. */
-	memset(p, 0, bytes);
-	return p;
+	memcpy(p, &len, sizeof(len));
+	return p + TUTTI_ALIGN;
 }
 
 void
-tt_aligned_free(void *p)
+tt_aligned_free(void *ptr)
 {
-	free(p);
+	uint8_t *p;
+	size_t len;
+
+	if (ptr == NULL) {
+		return;
+	}
+	p = (uint8_t *)ptr - TUTTI_ALIGN;
+	memcpy(&len, p, sizeof(len));
+	if (len >= TT_MMAP_MIN) {
+		munmap(p, len);
+	} else {
+		free(p);
+	}
 }
 
 uint64_t

@@ -113,8 +113,10 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
 	st->unit_layers = (uint32_t)layers;
 	st->unit_bytes = layers * st->geo.object_bytes;
 	units = o->staging_bytes / st->unit_bytes;
-	st->nr_units = (uint32_t)TT_MIN(units, (uint64_t)o->queue_depth);
-	st->staging = tt_aligned_alloc(st->nr_units * st->unit_bytes);
+	/* Direct I/O needs no staging, so only staged I/O is bounded by the staging buffers. */
+	st->nr_staging = (uint32_t)TT_MIN(units, (uint64_t)o->queue_depth);
+	st->nr_units = o->queue_depth;
+	st->staging = tt_aligned_alloc(st->nr_staging * st->unit_bytes);
 	/* Enough vector entries for a unit of whole chunks with every segment of every block. */
 	st->max_iov = (uint32_t)TT_MIN((uint64_t)IOV_MAX, (uint64_t)st->unit_layers *
 	                                                      st->geo.blocks_per_chunk *
@@ -210,7 +212,7 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	    .fds = tt_pool_fds(st->pool),
 	    .nr_fds = tt_pool_nr_dirs(st->pool),
 	    .reg_buf = st->staging,
-	    .reg_bytes = st->nr_units * st->unit_bytes,
+	    .reg_bytes = st->nr_staging * st->unit_bytes,
 	    .depth = st->nr_units,
 	    .max_iov = st->max_iov,
 	    .threads = opts->posix_threads,
@@ -224,12 +226,12 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	st->stats.nr_dirs = opts->nr_dirs;
 	st->stats.slot_bytes = st->geo.slot_bytes;
 	st->stats.capacity_slots = tt_pool_nr_slots(st->pool);
-	st->stats.staging_bytes = st->nr_units * st->unit_bytes;
+	st->stats.staging_bytes = st->nr_staging * st->unit_bytes;
 	tt_log_info(&st->log,
 	            "store open: %u dirs, %u slots of %llu bytes, engine %s, %u x %llu "
 	            "bytes staging",
 	            opts->nr_dirs, tt_pool_nr_slots(st->pool),
-	            (unsigned long long)st->geo.slot_bytes, st->engine->ops->name, st->nr_units,
+	            (unsigned long long)st->geo.slot_bytes, st->engine->ops->name, st->nr_staging,
 	            (unsigned long long)st->unit_bytes);
 	*out = st;
 	return 0;

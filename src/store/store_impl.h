@@ -29,8 +29,9 @@ struct tutti_store {
 	/* Serialises loads and saves: they share the engine and the staging buffers. */
 	pthread_mutex_t io_lock;
 	struct tt_engine *engine;
-	uint8_t *staging;     /* nr_units * unit_bytes, owned */
-	uint32_t nr_units;    /* staging buffers = most I/Os in flight */
+	uint8_t *staging;     /* nr_staging * unit_bytes, owned */
+	uint32_t nr_staging;  /* staging buffers: most staged I/Os in flight */
+	uint32_t nr_units;    /* most I/Os in flight (queue depth); >= nr_staging */
 	uint32_t unit_layers; /* objects (layers) per I/O */
 	uint64_t unit_bytes;
 	bool engine_broken; /* a ring-level failure: refuse further I/O */
@@ -40,7 +41,7 @@ struct tutti_store {
 	struct tt_io *ios;
 	struct tt_io_done *dones;
 	/* Direct I/O between the files and aligned host paged KV, without staging: one vector of
-	 * up to max_iov block segments per I/O, max_iov entries per staging buffer index. */
+	 * up to max_iov block segments per I/O, max_iov entries per unit slot. */
 	uint32_t max_iov;
 	struct iovec *unit_iovs;
 };

@@ -244,7 +244,8 @@ direct_layers(const struct tutti_store *st, const struct tutti_kv *kv)
 	return (uint32_t)TT_MIN((uint64_t)st->unit_layers, st->max_iov / per_layer);
 }
 
-/* The vector of unit \p u in direct mode: each moved block's segments, layer by layer. */
+/* The vector of unit \p u in direct mode: each moved block's segments, layer by layer. The
+ * entry count never exceeds layers x blocks x segments, which direct_layers() bounds. */
 static uint32_t
 unit_vector(const struct transfer *t, const struct tt_unit *u, struct iovec *iov)
 {
@@ -257,10 +258,18 @@ unit_vector(const struct transfer *t, const struct tt_unit *u, struct iovec *iov
 
 		for (uint32_t i = 0; i < c->nr_moved; i++) {
 			for (uint32_t s = 0; s < t->kv->segs_per_layer; s++) {
-				uint64_t addr =
-				    segs[s].base + (uint64_t)ids[i] * segs[s].block_stride;
+				uint8_t *addr =
+				    (uint8_t *)(uintptr_t)(segs[s].base +
+				                           (uint64_t)ids[i] * segs[s].block_stride);
 
-				iov[n].iov_base = (void *)(uintptr_t)addr;
+				/* Adjacent memory (consecutive block ids, say) is one entry: fewer
+				 * descriptors per I/O for the device. */
+				if (n > 0 &&
+				    (uint8_t *)iov[n - 1].iov_base + iov[n - 1].iov_len == addr) {
+					iov[n - 1].iov_len += segs[s].bytes;
+					continue;
+				}
+				iov[n].iov_base = addr;
 				iov[n].iov_len = segs[s].bytes;
 				n++;
 			}
@@ -343,14 +352,16 @@ static int
 run(struct transfer *t)
 {
 	struct tutti_store *st = t->st;
-	uint32_t nr_free = st->nr_units;
+	uint32_t nr_free;
 
-	for (uint32_t b = 0; b < st->nr_units; b++) {
-		st->free_bufs[b] = b;
-	}
 	t->next_chunk = 0;
 	t->next_layer = t->layer_begin;
 	t->direct_layers = direct_layers(st, t->kv);
+	/* Unit slots double as staging buffers in staged mode; direct mode may use them all. */
+	nr_free = t->direct_layers > 0 ? st->nr_units : st->nr_staging;
+	for (uint32_t b = 0; b < nr_free; b++) {
+		st->free_bufs[b] = nr_free - 1 - b;
+	}
 	for (;;) {
 		int got;
 
