@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,6 +90,7 @@ struct bench {
 	struct arena src, dst;
 	struct tutti_store *st;
 	uint64_t slots_per_dir;
+	uint64_t run_nonce; /* in every key: a store kept from an earlier run holds none of ours */
 	/* raw measurements next to every timed round */
 	bool raw;
 	struct rawbw_point best_read, best_write; /* chosen by the sweep at set-up */
@@ -151,7 +153,7 @@ make_keys(struct bench *b, uint32_t req, uint32_t round)
 {
 	for (uint32_t k = 0; k < b->chunks_per_req; k++) {
 		uint32_t last = min_u32((k + 1) * b->bpc, b->blocks_per_req) - 1;
-		uint64_t in[3] = {b->conf->seed, round, logical_id(b, req, last)};
+		uint64_t in[4] = {b->conf->seed, b->run_nonce, round, logical_id(b, req, last)};
 		XXH128_hash_t h = XXH3_128bits(in, sizeof(in));
 
 		memcpy(b->keys + (uint64_t)k * KEY_BYTES, &h, 16);
@@ -914,6 +916,9 @@ kvbench_run(const struct kvbench_conf *conf, struct kvbench_result *res)
 
 	memset(res, 0, sizeof(*res));
 	res->verified = true;
+	if (getrandom(&b.run_nonce, sizeof(b.run_nonce), 0) != sizeof(b.run_nonce)) {
+		return -EIO;
+	}
 	for (uint32_t d = 0; d < KVBENCH_MAX_DIRS; d++) {
 		b.store_fds[d] = b.scratch_fds[d] = -1;
 	}

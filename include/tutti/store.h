@@ -41,6 +41,27 @@ TUTTI_API int tutti_engine_parse(const char *name);
 /** Create missing directories (mode 0700) and store files; without it a missing store is -ENOENT.
  */
 #define TUTTI_OPEN_CREATE 0x1u
+/**
+ * Open an existing store with the geometry, key size and namespace it was created with (for
+ * tools such as inspect and fsck): \p geo may be NULL and opts->ns is ignored.
+ */
+#define TUTTI_OPEN_EXISTING 0x2u
+/** Erase (zero) the headers of the slots that recovery drops, so that they are not met again. */
+#define TUTTI_OPEN_REPAIR 0x4u
+
+/**
+ * When a saved chunk is committed. In both modes objects are written before the slot header
+ * that commits them, and every object carries a checksum, so a torn or lost write is never
+ * served: it is a miss. They differ in what survives a power loss.
+ */
+enum tutti_durability {
+	/** Commit when the header write completes (O_DIRECT). Survives process crashes; a power
+	 *  loss may lose chunks whose writes sat in a volatile device cache. The default. */
+	TUTTI_DURABILITY_FAST = 0,
+	/** Also flush the device before and after writing the headers of each save call: a
+	 *  committed chunk survives power loss. Costs two flushes per call. */
+	TUTTI_DURABILITY_DURABLE = 1,
+};
 
 struct tutti_store_opts {
 	uint32_t size;           /**< = sizeof(struct tutti_store_opts); set by _opts_init */
@@ -60,7 +81,7 @@ struct tutti_store_opts {
 	tutti_log_fn log_fn;    /**< where log lines go; NULL: nowhere */
 	void *log_arg;          /**< passed to log_fn */
 	uint32_t log_level;     /**< most verbose enum tutti_log_level passed on; default WARN */
-	uint32_t reserved;
+	uint32_t durability;    /**< enum tutti_durability; default TUTTI_DURABILITY_FAST */
 };
 
 /** Fill \p opts with defaults and set opts->size. This function can't fail. */
@@ -69,7 +90,12 @@ TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
 /**
  * Open the store held by opts->dirs for geometry \p geo, creating it when TUTTI_OPEN_CREATE is
  * set. Each directory holds one preallocated data file of fixed-size slots, opened with O_DIRECT
- * and locked against a second opener. An existing file is resized to the requested capacity.
+ * and locked against a second opener. An existing file is resized to the requested capacity
+ * (capacity_bytes 0 with TUTTI_OPEN_EXISTING keeps it).
+ *
+ * Recovery: the index is rebuilt from the slot headers. Headers that are torn, damaged, of
+ * another store or key size, duplicated, or whose parent chunk is missing are dropped and their
+ * slots reused; the stats count what was found (recovered_chunks, recovery_*).
  *
  * \param geo   KV geometry; not retained.
  * \param opts  options; not retained (strings and arrays are copied).
@@ -166,9 +192,12 @@ TUTTI_API int64_t tutti_store_lookup(struct tutti_store *st, const uint8_t *keys
  * \p kv. Chunks are independent: one that fails leaves its blocks in an unspecified state and the
  * others are still loaded.
  *
+ * Every object is checked against the checksum written with it before the call returns; a
+ * mismatch fails the chunk with -EBADMSG and removes it from the store (never served).
+ *
  * \param status  NULL, or one entry per chunk moved (in request order) receiving 0 (loaded),
  *                -ENOENT (not stored, e.g. evicted since the lookup), -ERANGE (stored with fewer
- *                blocks than requested) or the I/O error.
+ *                blocks than requested), -EBADMSG (damaged on disk) or the I/O error.
  * \return the number of chunks loaded, or a negative errno for the whole call: -EINVAL (bad
  *         arguments: sizes, block ids, a kv of another geometry).
  */
@@ -194,26 +223,33 @@ struct tutti_stats {
 	uint32_t size; /**< = sizeof(struct tutti_stats), set by the caller */
 	uint32_t nr_dirs;
 	uint64_t slot_bytes;
-	uint64_t capacity_slots; /**< slots over all directories */
-	uint64_t used_slots;     /**< chunks stored */
-	uint64_t lookups;        /**< calls of tutti_store_lookup */
-	uint64_t lookup_keys;    /**< keys asked for */
-	uint64_t lookup_hits;    /**< keys found */
-	uint64_t load_chunks;    /**< chunks loaded */
-	uint64_t load_bytes;     /**< bytes read for loads */
-	uint64_t load_errors;    /**< chunks that failed to load (missing or I/O error) */
-	uint64_t load_ns;        /**< wall time inside tutti_store_load */
-	uint64_t save_chunks;    /**< chunks written */
-	uint64_t save_bytes;     /**< bytes written */
-	uint64_t save_present;   /**< chunks skipped because already stored */
-	uint64_t save_orphans;   /**< chunks skipped because their parent is not stored */
-	uint64_t save_no_space;  /**< chunks skipped because no slot could be freed */
-	uint64_t save_errors;    /**< chunks that failed to write */
-	uint64_t save_ns;        /**< wall time inside tutti_store_save */
-	uint64_t evictions;      /**< chunks evicted to make room */
-	uint64_t io_ops;         /**< I/O requests issued to the engine */
-	uint64_t io_submits;     /**< submission calls into the engine (system calls for uring) */
-	uint64_t staging_bytes;  /**< staging memory owned by the store */
+	uint64_t capacity_slots;   /**< slots over all directories */
+	uint64_t used_slots;       /**< chunks stored */
+	uint64_t lookups;          /**< calls of tutti_store_lookup */
+	uint64_t lookup_keys;      /**< keys asked for */
+	uint64_t lookup_hits;      /**< keys found */
+	uint64_t load_chunks;      /**< chunks loaded */
+	uint64_t load_bytes;       /**< bytes read for loads */
+	uint64_t load_errors;      /**< chunks that failed to load (missing or I/O error) */
+	uint64_t load_ns;          /**< wall time inside tutti_store_load */
+	uint64_t save_chunks;      /**< chunks written */
+	uint64_t save_bytes;       /**< bytes written */
+	uint64_t save_present;     /**< chunks skipped because already stored */
+	uint64_t save_orphans;     /**< chunks skipped because their parent is not stored */
+	uint64_t save_no_space;    /**< chunks skipped because no slot could be freed */
+	uint64_t save_errors;      /**< chunks that failed to write */
+	uint64_t save_ns;          /**< wall time inside tutti_store_save */
+	uint64_t evictions;        /**< chunks evicted to make room */
+	uint64_t io_ops;           /**< I/O requests issued to the engine */
+	uint64_t io_submits;       /**< submission calls into the engine (system calls for uring) */
+	uint64_t staging_bytes;    /**< staging memory owned by the store */
+	uint64_t load_corrupt;     /**< chunks whose objects failed their checksum (dropped) */
+	uint64_t flushes;          /**< device flushes issued (durable mode) */
+	uint64_t recovered_chunks; /**< chunks found by recovery at open */
+	uint64_t recovery_dropped; /**< torn, damaged or foreign slot headers dropped at open */
+	uint64_t recovery_orphans; /**< chunks dropped at open because their parent was missing */
+	uint64_t recovery_duplicates; /**< second copies of a key dropped at open */
+	uint64_t recovery_ns;         /**< time recovery took at open */
 };
 
 /**
@@ -221,6 +257,36 @@ struct tutti_stats {
  * \return 0 or -EINVAL.
  */
 TUTTI_API int tutti_store_get_stats(struct tutti_store *st, struct tutti_stats *out);
+
+/**
+ * The geometry the store was opened with (useful after TUTTI_OPEN_EXISTING).
+ * \return 0 or -EINVAL.
+ */
+TUTTI_API int tutti_store_geometry(struct tutti_store *st, struct tutti_geometry *out);
+
+/** tutti_store_fsck: remove damaged chunks and erase their headers. */
+#define TUTTI_FSCK_REPAIR 0x1u
+
+struct tutti_fsck_report {
+	uint32_t size; /**< = sizeof(struct tutti_fsck_report), set by the caller */
+	uint32_t reserved;
+	uint64_t chunks_checked; /**< stored chunks read back */
+	uint64_t bytes_checked;  /**< object bytes read and checksummed */
+	uint64_t corrupt_chunks; /**< chunks with a checksum mismatch or a read error */
+	uint64_t removed_chunks; /**< damaged chunks removed (TUTTI_FSCK_REPAIR) */
+	uint64_t ns;             /**< time taken */
+};
+
+/**
+ * Read every object of every stored chunk and verify its checksum. With TUTTI_FSCK_REPAIR,
+ * damaged chunks are removed and their headers erased; without it nothing is changed.
+ * Headers found damaged at open are counted in the stats (recovery_dropped); open with
+ * TUTTI_OPEN_REPAIR to erase them.
+ *
+ * \return 0 or -EINVAL (bad arguments; out->size wrong), -EIO (the I/O engine failed).
+ */
+TUTTI_API int tutti_store_fsck(struct tutti_store *st, uint32_t flags,
+                               struct tutti_fsck_report *out);
 
 #ifdef __cplusplus
 }

@@ -79,8 +79,14 @@ tt_engine_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
 		return -EAGAIN;
 	}
 	for (uint32_t i = 0; i < nr; i++) {
-		if (ios[i].nr_iov > e->max_iov || (ios[i].nr_iov > 0 && ios[i].iov == NULL) ||
-		    (ios[i].nr_iov == 0 && ios[i].buf == NULL) || ios[i].len == 0) {
+		const struct tt_io *io = &ios[i];
+
+		if (io->op == TT_IO_FSYNC) {
+			continue;
+		}
+		if (io->op > TT_IO_FSYNC || io->nr_iov > e->max_iov ||
+		    (io->nr_iov > 0 && io->iov == NULL) || (io->nr_iov == 0 && io->buf == NULL) ||
+		    io->len == 0) {
 			return -EINVAL;
 		}
 	}

@@ -19,6 +19,7 @@
 enum tt_io_op {
 	TT_IO_READ = 0,
 	TT_IO_WRITE = 1,
+	TT_IO_FSYNC = 2, /* fdatasync of the file: no buffer, off and len 0; res 0 on success */
 };
 
 /*

@@ -54,6 +54,9 @@ do_io(const struct posix_engine *p, struct tt_io_state *st)
 {
 	int fd = p->fds[st->io.file];
 
+	if (st->io.op == TT_IO_FSYNC) {
+		return fdatasync(fd) == 0 ? 0 : -errno;
+	}
 	for (;;) {
 		off_t off = (off_t)(st->io.off + st->done);
 		ssize_t n = st->io.op == TT_IO_READ ? preadv(fd, st->iov, (int)st->nr_iov, off)

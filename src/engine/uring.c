@@ -135,7 +135,9 @@ prep(struct uring_engine *u, uint32_t idx)
 	bool rd = st->io.op == TT_IO_READ;
 
 	/* The SQ has depth entries and at most depth requests exist, so an SQE is always free. */
-	if (fixed && rd) {
+	if (st->io.op == TT_IO_FSYNC) {
+		io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+	} else if (fixed && rd) {
 		io_uring_prep_read_fixed(sqe, fd, buf, len, off, 0);
 	} else if (fixed) {
 		io_uring_prep_write_fixed(sqe, fd, buf, len, off, 0);
@@ -202,7 +204,9 @@ complete(struct uring_engine *u, const struct io_uring_cqe *cqe, struct tt_io_do
 		prep(u, idx);
 		return 0;
 	}
-	if (res == 0) {
+	if (st->io.op == TT_IO_FSYNC) {
+		/* res is 0 or -errno: nothing to continue */
+	} else if (res == 0) {
 		res = -EIO; /* end of file inside an extent: the file is shorter than the store */
 	}
 	if (res > 0) {

@@ -12,7 +12,8 @@
 #include "tutti/geometry.h"
 
 #define TT_SB_MAGIC "TUTTISB\0"
-#define TT_SB_VERSION 1u
+/* Version 2 adds the store id and slot headers; version 1 stores are refused (-EPROTO). */
+#define TT_SB_VERSION 2u
 #define TT_SB_BYTES 4096u /* the superblock's share of the file */
 #define TT_NS_FP_BYTES 16u
 
@@ -25,6 +26,7 @@ struct tt_superblock {
 	uint64_t slot_bytes;
 	uint64_t data_off; /* file offset of slot 0 */
 	uint64_t nr_slots;
+	uint64_t store_uid; /* random at creation: slots of an earlier store are never taken */
 };
 
 /* Serialise \p sb into \p buf (TT_SB_BYTES bytes, little-endian, checksummed). */
@@ -35,6 +37,40 @@ void tt_sb_encode(const struct tt_superblock *sb, uint8_t *buf);
  * (short buffer, bad sizes, checksum mismatch).
  */
 int tt_sb_decode(const uint8_t *buf, size_t len, struct tt_superblock *out);
+
+/* ---- slot header ---- */
+
+#define TT_SLOT_MAGIC "TUTTISL\0"
+#define TT_SLOT_VERSION 1u
+#define TT_MAX_KEY_BYTES 64u
+/* Object checksums fill the 4 KiB header: layers beyond this are refused at open. */
+#define TT_SLOT_MAX_LAYERS 480u
+
+/*
+ * The header at the start of every slot, written after all the slot's objects (commit record).
+ * csum[l] is XXH3-64 of object l's payload: nr_blocks layer blocks in the canonical layout.
+ */
+struct tt_slot_header {
+	uint64_t store_uid;
+	uint64_t seq;        /* commit order within the store, increasing across restarts */
+	uint32_t nr_blocks;  /* paged blocks held, 1..blocks_per_chunk */
+	uint32_t key_bytes;  /* 16..TT_MAX_KEY_BYTES */
+	uint32_t nr_objects; /* = nr_layers */
+	uint32_t has_parent; /* 0 for the root of a chain */
+	uint8_t key[TT_MAX_KEY_BYTES];
+	uint8_t parent[TT_MAX_KEY_BYTES];
+	uint64_t csum[TT_SLOT_MAX_LAYERS];
+};
+
+/* Serialise \p h into \p buf (TUTTI_SLOT_HEADER_BYTES bytes, little-endian, checksummed). */
+void tt_slot_encode(const struct tt_slot_header *h, uint8_t *buf);
+
+/*
+ * Parse \p len bytes at \p buf. Returns 0; -ENODATA for a slot never committed (zero magic);
+ * -EPROTO for a bad magic or unknown version; -EBADMSG for a short buffer, sizes out of range
+ * or a checksum mismatch (a torn or damaged header).
+ */
+int tt_slot_decode(const uint8_t *buf, size_t len, struct tt_slot_header *out);
 
 /* Fingerprint of a namespace (XXH3-128 of its bytes). */
 void tt_ns_fingerprint(const void *ns, size_t len, uint8_t out[TT_NS_FP_BYTES]);

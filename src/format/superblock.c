@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "format/format.h"
+#include "format/le.h"
 
 /* Field offsets, fixed by the format. */
 enum {
@@ -20,47 +21,10 @@ enum {
 	OFF_SLOT_BYTES = 64,
 	OFF_DATA_OFF = 72,
 	OFF_NR_SLOTS = 80,
-	OFF_CSUM = 88,
-	HDR_BYTES = 96,
+	OFF_STORE_UID = 88,
+	OFF_CSUM = 96,
+	HDR_BYTES = 104,
 };
-
-static void
-put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++) {
-		p[i] = (uint8_t)(v >> (8 * i));
-	}
-}
-
-static void
-put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++) {
-		p[i] = (uint8_t)(v >> (8 * i));
-	}
-}
-
-static uint32_t
-get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 3; i >= 0; i--) {
-		v = (v << 8) | p[i];
-	}
-	return v;
-}
-
-static uint64_t
-get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--) {
-		v = (v << 8) | p[i];
-	}
-	return v;
-}
 
 void
 tt_sb_encode(const struct tt_superblock *sb, uint8_t *buf)
@@ -81,6 +45,7 @@ tt_sb_encode(const struct tt_superblock *sb, uint8_t *buf)
 	put64(buf + OFF_SLOT_BYTES, sb->slot_bytes);
 	put64(buf + OFF_DATA_OFF, sb->data_off);
 	put64(buf + OFF_NR_SLOTS, sb->nr_slots);
+	put64(buf + OFF_STORE_UID, sb->store_uid);
 	put64(buf + OFF_CSUM, XXH3_64bits(buf, OFF_CSUM));
 }
 
@@ -123,6 +88,7 @@ tt_sb_decode(const uint8_t *buf, size_t len, struct tt_superblock *out)
 	sb.slot_bytes = get64(buf + OFF_SLOT_BYTES);
 	sb.data_off = get64(buf + OFF_DATA_OFF);
 	sb.nr_slots = get64(buf + OFF_NR_SLOTS);
+	sb.store_uid = get64(buf + OFF_STORE_UID);
 	*out = sb;
 	return 0;
 }

@@ -27,6 +27,7 @@ struct entry {
 	uint32_t next;        /* towards the least recent end */
 	uint32_t pins;
 	uint32_t nr_blocks; /* 0: slot not indexed */
+	bool killed;        /* removed while pinned: the slot stays taken until the last unpin */
 };
 
 struct tt_index {
@@ -94,7 +95,7 @@ key_hash(const struct tt_index *idx, const uint8_t *key)
 static int
 in_use(const struct tt_index *idx, uint32_t slot)
 {
-	return slot < idx->nr_slots && idx->ents[slot].nr_blocks != 0;
+	return slot < idx->nr_slots && idx->ents[slot].nr_blocks != 0 && !idx->ents[slot].killed;
 }
 
 /* The bucket holding \p key, or the empty bucket where it would go. */
@@ -179,7 +180,7 @@ tt_index_insert(struct tt_index *idx, const uint8_t *key, uint32_t slot, uint32_
 	if (key == NULL || slot >= idx->nr_slots || nr_blocks == 0) {
 		return -EINVAL;
 	}
-	if (in_use(idx, slot)) {
+	if (in_use(idx, slot) || idx->ents[slot].killed) {
 		return -EBUSY;
 	}
 	if (parent != TT_NO_SLOT && !in_use(idx, parent)) {
@@ -293,18 +294,60 @@ tt_index_pin(struct tt_index *idx, uint32_t slot)
 	}
 }
 
-void
+bool
 tt_index_unpin(struct tt_index *idx, uint32_t slot)
 {
-	if (in_use(idx, slot) && idx->ents[slot].pins > 0) {
-		idx->ents[slot].pins--;
+	struct entry *e;
+
+	if (slot >= idx->nr_slots || idx->ents[slot].pins == 0) {
+		return false;
 	}
+	e = &idx->ents[slot];
+	e->pins--;
+	if (e->killed && e->pins == 0) {
+		memset(e, 0, sizeof(*e));
+		return true;
+	}
+	return false;
+}
+
+int
+tt_index_kill(struct tt_index *idx, uint32_t slot)
+{
+	struct entry *e;
+	const uint8_t *key;
+
+	if (!in_use(idx, slot)) {
+		return -ENOENT;
+	}
+	e = &idx->ents[slot];
+	/* Children are found by scanning: corruption is rare, and entries keep no child lists. */
+	for (uint32_t s = 0; e->nr_children > 0 && s < idx->nr_slots; s++) {
+		if (in_use(idx, s) && idx->ents[s].parent == slot) {
+			idx->ents[s].parent = TT_NO_SLOT;
+			e->nr_children--;
+		}
+	}
+	key = idx->keys + (uint64_t)slot * idx->key_bytes;
+	table_delete(idx, probe(idx, key, e->hash));
+	lru_unlink(idx, slot);
+	if (e->parent != TT_NO_SLOT) {
+		idx->ents[e->parent].nr_children--;
+	}
+	idx->count--;
+	if (e->pins > 0) {
+		e->killed = true;
+		e->parent = TT_NO_SLOT;
+		return false;
+	}
+	memset(e, 0, sizeof(*e));
+	return true;
 }
 
 uint32_t
 tt_index_nr_blocks(const struct tt_index *idx, uint32_t slot)
 {
-	return slot < idx->nr_slots ? idx->ents[slot].nr_blocks : 0;
+	return in_use(idx, slot) ? idx->ents[slot].nr_blocks : 0;
 }
 
 uint32_t

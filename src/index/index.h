@@ -9,6 +9,7 @@
 #ifndef TT_INDEX_H
 #define TT_INDEX_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define TT_NO_SLOT UINT32_MAX
@@ -42,7 +43,16 @@ uint32_t tt_index_victim(const struct tt_index *idx);
 
 /* Pins keep a chunk from eviction while its slot is read or its child is being written. */
 void tt_index_pin(struct tt_index *idx, uint32_t slot);
-void tt_index_unpin(struct tt_index *idx, uint32_t slot);
+/* Drop a pin. Returns true when that released a killed chunk: its slot is free to reuse now. */
+bool tt_index_unpin(struct tt_index *idx, uint32_t slot);
+
+/*
+ * Remove the chunk in \p slot at once, whatever its pins and children (a damaged chunk). Its
+ * children are detached and become roots: their keys still name valid content, reachable again
+ * once the chunk is stored anew. Returns true when the slot is free to reuse now; false when
+ * pins remain, in which case the last tt_index_unpin returns true. -ENOENT if not indexed.
+ */
+int tt_index_kill(struct tt_index *idx, uint32_t slot);
 
 uint32_t tt_index_nr_blocks(const struct tt_index *idx, uint32_t slot);
 uint32_t tt_index_parent(const struct tt_index *idx, uint32_t slot);

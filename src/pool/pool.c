@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 
 struct pool_dir {
 	int fd;
+	uint64_t uid;   /* the store id in this directory's superblock */
 	bool created;   /* by this open: removed again if the open fails */
 	uint32_t *free; /* stack of free local slot ids; top at free[nr_free - 1] */
 	uint32_t nr_free;
@@ -186,8 +188,22 @@ data_path(const char *dir, char *path, size_t len)
 	return 0;
 }
 
+/* A fresh random id for a new store: its slots are never mistaken for those of an earlier store
+ * that held the same file. */
 static int
-open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bool *created_out)
+new_store_uid(uint64_t *uid)
+{
+	ssize_t n = getrandom(uid, sizeof(*uid), 0);
+
+	if (n != (ssize_t)sizeof(*uid)) {
+		return n < 0 ? -errno : -EIO;
+	}
+	return 0;
+}
+
+static int
+open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bool *created_out,
+               uint64_t *uid_out)
 {
 	char path[4096];
 	struct tt_superblock sb;
@@ -207,7 +223,9 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bo
 	if (fd < 0) {
 		rc = errno == EINVAL ? -EOPNOTSUPP : -errno;
 		tt_log_err(conf->log, "cannot open %s: %s%s", path, tutti_strerror(rc),
-		           rc == -EOPNOTSUPP ? " (the filesystem refuses O_DIRECT)" : "");
+		           rc == -EOPNOTSUPP ? " (the filesystem refuses O_DIRECT)"
+		           : rc == -ELOOP    ? " (a symbolic link: refused inside a store)"
+		                             : "");
 		return rc;
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -235,6 +253,12 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bo
 		if (rc < 0) {
 			goto err_close;
 		}
+		*uid_out = sb.store_uid;
+	} else {
+		rc = new_store_uid(uid_out);
+		if (rc < 0) {
+			goto err_close;
+		}
 	}
 	rc = size_file(fd, conf, path);
 	if (rc < 0) {
@@ -248,6 +272,7 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bo
 	sb.slot_bytes = conf->geo->slot_bytes;
 	sb.data_off = TT_POOL_DATA_OFF;
 	sb.nr_slots = conf->slots_per_dir;
+	sb.store_uid = *uid_out;
 	rc = write_superblock(fd, &sb);
 	if (rc < 0) {
 		tt_log_err(conf->log, "%s: cannot write the superblock: %s", path,
@@ -303,7 +328,7 @@ tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
 		if (rc < 0) {
 			goto err;
 		}
-		rc = open_data_file(conf->dirs[d], conf, &pd->fd, &pd->created);
+		rc = open_data_file(conf->dirs[d], conf, &pd->fd, &pd->created, &pd->uid);
 		if (rc < 0) {
 			goto err;
 		}
@@ -414,4 +439,54 @@ tt_pool_free(struct tt_pool *pool, uint32_t slot)
 	struct pool_dir *pd = &pool->dirs[slot / pool->slots_per_dir];
 
 	pd->free[pd->nr_free++] = slot % pool->slots_per_dir;
+}
+
+uint64_t
+tt_pool_store_uid(const struct tt_pool *pool, uint32_t dir)
+{
+	return pool->dirs[dir].uid;
+}
+
+void
+tt_pool_reset_free(struct tt_pool *pool, const uint8_t *used)
+{
+	for (uint32_t d = 0; d < pool->nr_dirs; d++) {
+		struct pool_dir *pd = &pool->dirs[d];
+
+		pd->nr_free = 0;
+		/* Pushed in reverse so that allocation walks the file from its start. */
+		for (uint32_t i = pool->slots_per_dir; i-- > 0;) {
+			if (!used[(uint64_t)d * pool->slots_per_dir + i]) {
+				pd->free[pd->nr_free++] = i;
+			}
+		}
+	}
+}
+
+int
+tt_pool_peek(const char *dir, struct tt_superblock *sb, const struct tt_log *log)
+{
+	char path[4096];
+	int fd, rc;
+
+	rc = data_path(dir, path, sizeof(path));
+	if (rc < 0) {
+		return rc;
+	}
+	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		rc = -errno;
+		tt_log_err(log, "cannot open %s: %s", path, tutti_strerror(rc));
+		return rc;
+	}
+	rc = read_superblock(fd, sb);
+	close(fd);
+	if (rc == 1) {
+		rc = -ENOENT; /* an empty file: no store was ever written here */
+	}
+	if (rc < 0) {
+		tt_log_err(log, "%s: not a Tutti store of this version, or damaged: %s", path,
+		           tutti_strerror(rc));
+	}
+	return rc;
 }

@@ -55,4 +55,14 @@ void tt_pool_locate(const struct tt_pool *pool, uint32_t slot, uint32_t *dir, ui
 int tt_pool_alloc(struct tt_pool *pool, uint32_t hint_dir, uint32_t *slot);
 void tt_pool_free(struct tt_pool *pool, uint32_t slot);
 
+/* Make exactly the slots whose used[] byte is 0 free (used has one byte per slot). */
+void tt_pool_reset_free(struct tt_pool *pool, const uint8_t *used);
+
+/* The store id recorded in directory \p dir's superblock. */
+uint64_t tt_pool_store_uid(const struct tt_pool *pool, uint32_t dir);
+
+/* Read the superblock of the store in \p dir without opening it for use. Returns 0, -ENOENT,
+ * -EPROTO, -EBADMSG or the errno of open/read. */
+int tt_pool_peek(const char *dir, struct tt_superblock *sb, const struct tt_log *log);
+
 #endif /* TT_POOL_H */

@@ -16,6 +16,7 @@
 #define DEFAULT_MAX_IO_BYTES (4ull << 20)
 #define DEFAULT_QUEUE_DEPTH 32u
 #define MAX_QUEUE_DEPTH 4096u
+#define TT_OPEN_FLAGS (TUTTI_OPEN_CREATE | TUTTI_OPEN_EXISTING | TUTTI_OPEN_REPAIR)
 
 void
 tutti_store_opts_init(struct tutti_store_opts *opts)
@@ -64,12 +65,16 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		tt_log_err(log, "store options: unknown engine %u", o->engine);
 		return -EINVAL;
 	}
-	if ((o->flags & ~TUTTI_OPEN_CREATE) != 0) {
-		tt_log_err(log, "store options: unknown flags 0x%x", o->flags & ~TUTTI_OPEN_CREATE);
+	if ((o->flags & ~TT_OPEN_FLAGS) != 0) {
+		tt_log_err(log, "store options: unknown flags 0x%x", o->flags & ~TT_OPEN_FLAGS);
+		return -EINVAL;
+	}
+	if (o->durability > TUTTI_DURABILITY_DURABLE) {
+		tt_log_err(log, "store options: unknown durability %u", o->durability);
 		return -EINVAL;
 	}
 	if (o->queue_depth == 0 || o->queue_depth > MAX_QUEUE_DEPTH || o->max_io_bytes == 0 ||
-	    o->posix_threads > MAX_QUEUE_DEPTH || o->reserved != 0) {
+	    o->posix_threads > MAX_QUEUE_DEPTH) {
 		tt_log_err(log,
 		           "store options: queue_depth must be 1..%u and max_io_bytes non-zero",
 		           MAX_QUEUE_DEPTH);
@@ -133,6 +138,27 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
 	return 0;
 }
 
+/* TUTTI_OPEN_EXISTING: take geometry, key size, namespace and capacity from the first
+ * directory's superblock. */
+static int
+adopt_existing(struct tutti_store *st, const struct tutti_store_opts *opts,
+               struct tutti_geometry *geo, uint8_t *ns_fp, uint64_t *per_dir)
+{
+	struct tt_superblock sb;
+	int rc = tt_pool_peek(opts->dirs[0], &sb, &st->log);
+
+	if (rc < 0) {
+		return rc;
+	}
+	*geo = sb.geo;
+	st->key_bytes = sb.key_bytes;
+	memcpy(ns_fp, sb.ns_fp, TT_NS_FP_BYTES);
+	if (opts->capacity_bytes == 0) {
+		*per_dir = sb.nr_slots;
+	}
+	return 0;
+}
+
 int
 tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts *opts,
                  struct tutti_store **out)
@@ -140,15 +166,17 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	struct tutti_store *st;
 	struct tt_pool_conf pc;
 	struct tt_engine_conf ec;
+	struct tutti_geometry found;
 	uint8_t ns_fp[TT_NS_FP_BYTES];
-	uint64_t per_dir;
+	uint64_t per_dir = 0;
+	bool existing;
 	int rc;
 
 	if (out == NULL) {
 		return -EINVAL;
 	}
 	*out = NULL;
-	if (opts == NULL || geo == NULL) {
+	if (opts == NULL) {
 		return -EINVAL;
 	}
 	st = tt_calloc(1, sizeof(*st));
@@ -167,15 +195,30 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	if (rc < 0) {
 		goto err;
 	}
-	rc = tt_geo_derive(geo, &st->geo);
-	if (rc < 0) {
+	st->flags = opts->flags;
+	st->durability = opts->durability;
+	st->key_bytes = opts->key_bytes;
+	existing = (opts->flags & TUTTI_OPEN_EXISTING) != 0;
+	tt_ns_fingerprint(opts->ns, opts->ns_bytes, ns_fp);
+	if (existing) {
+		rc = adopt_existing(st, opts, &found, ns_fp, &per_dir);
+		if (rc < 0) {
+			goto err;
+		}
+		geo = &found;
+	}
+	rc = geo == NULL ? -EINVAL : tt_geo_derive(geo, &st->geo);
+	if (rc < 0 || st->geo.g.nr_layers > TT_SLOT_MAX_LAYERS) {
 		tt_log_err(&st->log,
 		           "invalid geometry: every field must be non-zero, kv_planes 1 or "
-		           "2, chunk_tokens a multiple of block_tokens");
+		           "2, chunk_tokens a multiple of block_tokens, at most %u layers",
+		           TT_SLOT_MAX_LAYERS);
+		rc = -EINVAL;
 		goto err;
 	}
-	st->key_bytes = opts->key_bytes;
-	per_dir = opts->capacity_bytes / opts->nr_dirs / st->geo.slot_bytes;
+	if (per_dir == 0) {
+		per_dir = opts->capacity_bytes / opts->nr_dirs / st->geo.slot_bytes;
+	}
 	if (per_dir == 0 || per_dir * opts->nr_dirs >= TT_NO_SLOT) {
 		tt_log_err(&st->log,
 		           "capacity %llu bytes over %u directories gives %llu slots of "
@@ -189,7 +232,6 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	if (rc < 0) {
 		goto err;
 	}
-	tt_ns_fingerprint(opts->ns, opts->ns_bytes, ns_fp);
 	pc = (struct tt_pool_conf){
 	    .dirs = opts->dirs,
 	    .nr_dirs = opts->nr_dirs,
@@ -208,6 +250,12 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	if (rc < 0) {
 		goto err;
 	}
+	st->slot_csums = tt_calloc((size_t)tt_pool_nr_slots(st->pool) * st->geo.g.nr_layers,
+	                           sizeof(*st->slot_csums));
+	if (st->slot_csums == NULL) {
+		rc = -ENOMEM;
+		goto err;
+	}
 	ec = (struct tt_engine_conf){
 	    .fds = tt_pool_fds(st->pool),
 	    .nr_fds = tt_pool_nr_dirs(st->pool),
@@ -219,6 +267,10 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	    .log = &st->log,
 	};
 	rc = tt_engine_create(tt_engine_ops_for(opts->engine), &ec, &st->engine);
+	if (rc < 0) {
+		goto err;
+	}
+	rc = tt_store_recover(st, (opts->flags & TUTTI_OPEN_REPAIR) != 0);
 	if (rc < 0) {
 		goto err;
 	}
@@ -255,6 +307,7 @@ tutti_store_close(struct tutti_store *st)
 	tt_free(st->ios);
 	tt_free(st->dones);
 	tt_free(st->unit_iovs);
+	tt_free(st->slot_csums);
 	tt_index_destroy(st->idx);
 	tt_pool_close(st->pool);
 	pthread_mutex_destroy(&st->io_lock);
@@ -311,5 +364,15 @@ tutti_store_get_stats(struct tutti_store *st, struct tutti_stats *out)
 	*out = st->stats;
 	out->used_slots = tt_index_count(st->idx);
 	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
+
+int
+tutti_store_geometry(struct tutti_store *st, struct tutti_geometry *out)
+{
+	if (st == NULL || out == NULL) {
+		return -EINVAL;
+	}
+	*out = st->geo.g;
 	return 0;
 }

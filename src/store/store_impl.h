@@ -6,6 +6,7 @@
 #define TT_STORE_IMPL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "common/common.h"
 #include "engine/engine.h"
@@ -16,6 +17,8 @@
 
 struct tutti_store {
 	struct tt_log log;
+	uint32_t flags;      /* TUTTI_OPEN_* */
+	uint32_t durability; /* enum tutti_durability */
 	struct tt_geo geo;
 	uint32_t key_bytes;
 	struct tt_pool *pool;
@@ -36,7 +39,7 @@ struct tutti_store {
 	uint64_t unit_bytes;
 	bool engine_broken; /* a ring-level failure: refuse further I/O */
 	/* Per-call scratch with one entry per staging buffer, allocated at open. */
-	struct tt_unit *units; /* what each staging buffer holds */
+	struct tt_unit *units; /* what each unit slot holds */
 	uint32_t *free_bufs;
 	struct tt_io *ios;
 	struct tt_io_done *dones;
@@ -44,14 +47,85 @@ struct tutti_store {
 	 * up to max_iov block segments per I/O, max_iov entries per unit slot. */
 	uint32_t max_iov;
 	struct iovec *unit_iovs;
+	/* Integrity: the object checksums of every slot (nr_slots * nr_layers), read back from the
+	 * slot headers at open; a slot's entries change only while it is not indexed or pinned. */
+	uint64_t *slot_csums;
+	uint64_t next_seq; /* commit sequence for slot headers; under io_lock */
 };
 
-/* One I/O: layers [layer, layer + nr_layers) of one chunk of a load or save. */
+/* One I/O: layers [layer, layer + nr_layers) of one chunk, or the chunk's header. */
 struct tt_unit {
 	uint32_t chunk;
 	uint32_t layer;
-	uint32_t nr_layers;
+	uint32_t nr_layers; /* 0: the slot header */
 };
+
+/* One chunk of a call. */
+struct tt_chunk_op {
+	const struct tutti_request *req; /* NULL for fsck */
+	uint32_t key;                    /* index of the chunk in its request's key chain */
+	uint32_t slot;                   /* TT_NO_SLOT until planned */
+	uint32_t id_off;                 /* index in req->block_ids of the first block moved */
+	uint32_t nr_moved;               /* blocks moved */
+	uint32_t obj_skip;      /* blocks of the object before the first one moved (load) */
+	uint32_t nr_blocks;     /* blocks the chunk holds from its start to the last one moved */
+	uint32_t stored_blocks; /* load, fsck: blocks the slot holds, noted when pinned */
+	int32_t status;
+	bool owned; /* save: slot allocated by this call (free it unless committed) */
+	bool pinned;
+	bool direct;  /* moved by direct I/O between the file and the paged KV */
+	bool corrupt; /* load, fsck: an object failed its checksum */
+};
+
+enum tt_transfer_kind {
+	TT_TRANSFER_LOAD,
+	TT_TRANSFER_SAVE,
+	TT_TRANSFER_VERIFY, /* fsck: read and checksum, move nothing */
+};
+
+struct tt_transfer {
+	struct tutti_store *st;
+	const struct tutti_kv *kv; /* NULL for fsck */
+	struct tt_chunk_op *chunks;
+	uint32_t nr_chunks;
+	uint32_t layer_begin, layer_end;
+	enum tt_transfer_kind kind;
+	uint32_t direct_layers; /* layers per direct I/O of a whole chunk; 0: no direct I/O */
+	uint64_t *csums;        /* save: nr_chunks * nr_layers object checksums, owned */
+	/* unit cursor */
+	uint32_t next_chunk;
+	uint32_t next_layer;
+	uint64_t bytes_verified; /* fsck */
+};
+
+/* transfer.c */
+int tt_plan_chunks(const struct tutti_store *st, const struct tutti_kv *kv,
+                   const struct tutti_request *reqs, uint32_t nr_reqs, bool load,
+                   struct tt_chunk_op **out, uint32_t *nr_out);
+uint32_t tt_direct_layers(const struct tutti_store *st, const struct tutti_kv *kv);
+int tt_transfer_run(struct tt_transfer *t);
+void tt_fail_chunk(struct tt_chunk_op *c, int rc);
+void tt_unpin_all(struct tutti_store *st, struct tt_chunk_op *chunks, uint32_t nr);
+/* Write one 4 KiB header per listed slot from \p bufs (nr * TUTTI_SLOT_HEADER_BYTES, aligned);
+ * results in res[]. Returns 0 or the engine's failure. Caller holds io_lock. */
+int tt_write_headers(struct tutti_store *st, const uint32_t *slots, uint32_t nr,
+                     const uint8_t *bufs, int32_t *res);
+/* Flush every data file (durable mode). Caller holds io_lock. */
+int tt_flush(struct tutti_store *st);
+/* Erase the headers of \p slots (damaged chunks), best effort. Caller holds io_lock. */
+void tt_erase_headers(struct tutti_store *st, const uint32_t *slots, uint32_t nr);
+/* Remove a damaged chunk from the index, freeing its slot now or at its last unpin. Caller holds
+ * the store lock. */
+void tt_drop_chunk(struct tutti_store *st, uint32_t slot);
+
+/* recover.c */
+int tt_store_recover(struct tutti_store *st, bool repair);
+
+static inline uint64_t *
+tt_slot_csums(const struct tutti_store *st, uint32_t slot)
+{
+	return st->slot_csums + (uint64_t)slot * st->geo.g.nr_layers;
+}
 
 /* The key of chunk \p i of request \p req. */
 static inline const uint8_t *

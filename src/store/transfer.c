@@ -1,54 +1,29 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Loads and saves: planning under the store lock, then a bounded I/O pipeline.
+ * The transfer pipeline shared by loads, saves and fsck: planning a call into chunks, then a
+ * bounded I/O pipeline over them.
  *
  * A call is split into chunks (one per key moved) and each chunk into units: runs of up to
- * unit_layers consecutive objects of its slot, one I/O each. The pipeline keeps every staging
- * buffer busy: it fills all free buffers (gathering from paged KV for a save), hands the whole
- * batch to the engine in one submission, then reaps what completed (scattering into paged KV for
- * a load) and refills. Staging memory is fixed at open, so it never grows with the context
- * length; CPU copies of one unit overlap the I/O of the others.
+ * unit_layers consecutive objects of its slot, one I/O each. The pipeline keeps the unit slots
+ * busy: it fills all free ones (gathering from paged KV for a staged save), hands the whole batch
+ * to the engine in one submission, then reaps what completed (checking checksums and scattering
+ * into paged KV for a staged load) and refills. Staging memory is fixed at open, so it never
+ * grows with the context length; CPU work on one unit overlaps the I/O of the others.
  *
- * When every segment of the paged KV is 4 KiB aligned in host memory, no staging or copy is
- * needed: each I/O is a vector of the blocks' segments, and the kernel moves the bytes between
- * the file and the paged blocks directly (direct mode). The canonical object layout is exactly
- * the concatenation of those segments, so both modes write the same bytes to disk.
- *
- * Slots being read are pinned, and a chunk becomes visible only after all its objects are
- * written (commit), so a lookup never returns a chunk whose bytes are not all on disk and an
- * eviction never reuses a slot under a read.
+ * Direct mode: when every segment of the paged KV is 4 KiB aligned in host memory, a chunk needs
+ * no staging or copy: each I/O is a vector of the blocks' segments, and the kernel moves the
+ * bytes between the file and the paged blocks. The canonical object layout is exactly the
+ * concatenation of those segments, so both modes write the same bytes, and checksums are taken
+ * over the same bytes: the staging buffer, or the segments themselves.
  */
 #include <errno.h>
 #include <string.h>
+/* For a stack-allocated XXH3_state_t; the state layout is that of the installed library. */
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
 
+#include "format/format.h"
 #include "store/store_impl.h"
-
-/* One chunk of a call. */
-struct chunk_op {
-	const struct tutti_request *req;
-	uint32_t key;       /* index of the chunk in its request's key chain */
-	uint32_t slot;      /* TT_NO_SLOT until planned */
-	uint32_t id_off;    /* index in req->block_ids of the first block moved */
-	uint32_t nr_moved;  /* blocks moved */
-	uint32_t obj_skip;  /* blocks of the object before the first one moved (load) */
-	uint32_t nr_blocks; /* blocks the chunk holds from its start to the last one moved */
-	int32_t status;
-	bool owned; /* save: slot allocated by this call (free it unless committed) */
-	bool pinned;
-};
-
-struct transfer {
-	struct tutti_store *st;
-	const struct tutti_kv *kv;
-	struct chunk_op *chunks;
-	uint32_t nr_chunks;
-	uint32_t layer_begin, layer_end;
-	uint8_t op;             /* TT_IO_READ: load; TT_IO_WRITE: save */
-	uint32_t direct_layers; /* direct mode: layers per I/O of a whole chunk; 0: staged mode */
-	/* unit cursor */
-	uint32_t next_chunk;
-	uint32_t next_layer;
-};
 
 /* ---- planning ---- */
 
@@ -86,14 +61,13 @@ check_request(const struct tutti_store *st, const struct tutti_kv *kv,
 	return 0;
 }
 
-/* Check the whole call and split it into chunks. *out is owned by the caller (tt_free). */
-static int
-plan_chunks(const struct tutti_store *st, const struct tutti_kv *kv,
-            const struct tutti_request *reqs, uint32_t nr_reqs, bool load, struct chunk_op **out,
-            uint32_t *nr_out)
+int
+tt_plan_chunks(const struct tutti_store *st, const struct tutti_kv *kv,
+               const struct tutti_request *reqs, uint32_t nr_reqs, bool load,
+               struct tt_chunk_op **out, uint32_t *nr_out)
 {
 	uint64_t nr = 0, bpc = st->geo.blocks_per_chunk;
-	struct chunk_op *chunks;
+	struct tt_chunk_op *chunks;
 	uint32_t c = 0;
 
 	if (kv == NULL || (reqs == NULL && nr_reqs > 0) || !tt_geo_equal(&kv->geo, &st->geo)) {
@@ -124,7 +98,7 @@ plan_chunks(const struct tutti_store *st, const struct tutti_kv *kv,
 			uint64_t end = TT_MIN(start + bpc, total);
 			uint64_t from = TT_MAX(start, (uint64_t)r->skip_blocks);
 
-			chunks[c] = (struct chunk_op){
+			chunks[c] = (struct tt_chunk_op){
 			    .req = r,
 			    .key = k,
 			    .slot = TT_NO_SLOT,
@@ -140,35 +114,76 @@ plan_chunks(const struct tutti_store *st, const struct tutti_kv *kv,
 	return 0;
 }
 
-static const uint8_t *
-chunk_key(const struct tutti_store *st, const struct chunk_op *c)
+void
+tt_fail_chunk(struct tt_chunk_op *c, int rc)
 {
-	return tt_req_key(st, c->req, c->key);
+	if (c->status == 0) {
+		c->status = rc;
+	}
 }
 
-static void
-unpin_all(struct tutti_store *st, struct chunk_op *chunks, uint32_t nr)
+void
+tt_unpin_all(struct tutti_store *st, struct tt_chunk_op *chunks, uint32_t nr)
 {
 	for (uint32_t i = 0; i < nr; i++) {
 		if (chunks[i].pinned) {
-			tt_index_unpin(st->idx, chunks[i].slot);
+			/* The last pin of a chunk removed as damaged releases its slot. */
+			if (tt_index_unpin(st->idx, chunks[i].slot)) {
+				tt_pool_free(st->pool, chunks[i].slot);
+			}
 			chunks[i].pinned = false;
 		}
 	}
 }
 
-/* ---- the pipeline ---- */
+void
+tt_drop_chunk(struct tutti_store *st, uint32_t slot)
+{
+	if (tt_index_kill(st->idx, slot) == 1) {
+		tt_pool_free(st->pool, slot);
+	}
+}
 
+/*
+ * Direct mode is possible when the kernel can move every block segment itself: O_DIRECT needs
+ * addresses and lengths aligned, and a whole layer's vector must fit in one I/O.
+ */
+uint32_t
+tt_direct_layers(const struct tutti_store *st, const struct tutti_kv *kv)
+{
+	uint64_t per_layer;
+
+	if (kv == NULL || kv->mem != TUTTI_MEM_HOST) {
+		return 0;
+	}
+	per_layer = (uint64_t)st->geo.blocks_per_chunk * kv->segs_per_layer;
+	if (per_layer > st->max_iov) {
+		return 0;
+	}
+	for (uint64_t i = 0; i < (uint64_t)st->geo.g.nr_layers * kv->segs_per_layer; i++) {
+		const struct tutti_segment *s = &kv->segs[i];
+
+		if (s->base % TUTTI_ALIGN != 0 || s->bytes % TUTTI_ALIGN != 0 ||
+		    (kv->nr_blocks > 1 && s->block_stride % TUTTI_ALIGN != 0)) {
+			return 0;
+		}
+	}
+	return (uint32_t)TT_MIN((uint64_t)st->unit_layers, st->max_iov / per_layer);
+}
+
+/* ---- units ---- */
+
+/* The next unit at the cursor, without moving it; false when none is left. */
 static bool
-next_unit(struct transfer *t, struct tt_unit *u)
+peek_unit(struct tt_transfer *t, struct tt_unit *u)
 {
 	while (t->next_chunk < t->nr_chunks) {
-		const struct chunk_op *c = &t->chunks[t->next_chunk];
+		const struct tt_chunk_op *c = &t->chunks[t->next_chunk];
 
 		if (c->status == 0 && t->next_layer < t->layer_end) {
 			uint32_t layers = t->st->unit_layers;
 
-			if (t->direct_layers > 0) {
+			if (c->direct) {
 				/* Objects of a chunk are adjacent on disk only when whole. */
 				bool whole =
 				    c->obj_skip == 0 && c->nr_moved == t->st->geo.blocks_per_chunk;
@@ -178,7 +193,6 @@ next_unit(struct transfer *t, struct tt_unit *u)
 			u->chunk = t->next_chunk;
 			u->layer = t->next_layer;
 			u->nr_layers = TT_MIN(layers, t->layer_end - t->next_layer);
-			t->next_layer += u->nr_layers;
 			return true;
 		}
 		t->next_chunk++;
@@ -193,64 +207,39 @@ unit_buf(const struct tutti_store *st, uint32_t b)
 	return st->staging + (uint64_t)b * st->unit_bytes;
 }
 
-static void
-gather_unit(const struct transfer *t, const struct tt_unit *u, uint8_t *buf)
+static const uint32_t *
+chunk_ids(const struct tt_chunk_op *c)
 {
-	const struct tutti_store *st = t->st;
-	const struct chunk_op *c = &t->chunks[u->chunk];
-	uint64_t payload = (uint64_t)c->nr_moved * st->geo.layer_block_bytes;
-
-	for (uint32_t i = 0; i < u->nr_layers; i++) {
-		uint8_t *obj = buf + (uint64_t)i * st->geo.object_bytes;
-
-		st->mover->gather(t->kv, u->layer + i, c->req->block_ids + c->id_off, c->nr_moved,
-		                  obj);
-		/* Padding of a partial or unaligned object is zero, never stale staging bytes. */
-		memset(obj + payload, 0, st->geo.object_bytes - payload);
-	}
+	return c->req->block_ids + c->id_off;
 }
 
-static void
-scatter_unit(const struct transfer *t, const struct tt_unit *u, const uint8_t *buf)
+/* XXH3-64 of a layer's object as it sits in paged KV: the moved blocks' segments in order. */
+static uint64_t
+hash_layer_kv(const struct tutti_kv *kv, uint32_t layer, const uint32_t *ids, uint32_t n)
 {
-	const struct tutti_store *st = t->st;
-	const struct chunk_op *c = &t->chunks[u->chunk];
-	uint64_t skip = (uint64_t)c->obj_skip * st->geo.layer_block_bytes;
+	const struct tutti_segment *segs = tt_kv_layer_segs(kv, layer);
+	XXH3_state_t state;
 
-	for (uint32_t i = 0; i < u->nr_layers; i++) {
-		st->mover->scatter(t->kv, u->layer + i, c->req->block_ids + c->id_off, c->nr_moved,
-		                   buf + (uint64_t)i * st->geo.object_bytes + skip);
-	}
-}
+	XXH3_64bits_reset(&state);
+	for (uint32_t i = 0; i < n; i++) {
+		for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
+			const void *p =
+			    (const void *)(uintptr_t)(segs[s].base +
+			                              (uint64_t)ids[i] * segs[s].block_stride);
 
-/* Direct mode is possible when the kernel can move every block segment itself: O_DIRECT needs
- * addresses and lengths aligned, and a whole layer's vector must fit in one I/O. */
-static uint32_t
-direct_layers(const struct tutti_store *st, const struct tutti_kv *kv)
-{
-	uint64_t per_layer = (uint64_t)st->geo.blocks_per_chunk * kv->segs_per_layer;
-
-	if (kv->mem != TUTTI_MEM_HOST || per_layer > st->max_iov) {
-		return 0;
-	}
-	for (uint64_t i = 0; i < (uint64_t)st->geo.g.nr_layers * kv->segs_per_layer; i++) {
-		const struct tutti_segment *s = &kv->segs[i];
-
-		if (s->base % TUTTI_ALIGN != 0 || s->bytes % TUTTI_ALIGN != 0 ||
-		    (kv->nr_blocks > 1 && s->block_stride % TUTTI_ALIGN != 0)) {
-			return 0;
+			XXH3_64bits_update(&state, p, segs[s].bytes);
 		}
 	}
-	return (uint32_t)TT_MIN((uint64_t)st->unit_layers, st->max_iov / per_layer);
+	return XXH3_64bits_digest(&state);
 }
 
-/* The vector of unit \p u in direct mode: each moved block's segments, layer by layer. The
- * entry count never exceeds layers x blocks x segments, which direct_layers() bounds. */
+/* The vector of a direct unit: each moved block's segments, layer by layer. The entry count
+ * never exceeds layers x blocks x segments, which tt_direct_layers() bounds. */
 static uint32_t
-unit_vector(const struct transfer *t, const struct tt_unit *u, struct iovec *iov)
+unit_vector(const struct tt_transfer *t, const struct tt_unit *u, struct iovec *iov)
 {
-	const struct chunk_op *c = &t->chunks[u->chunk];
-	const uint32_t *ids = c->req->block_ids + c->id_off;
+	const struct tt_chunk_op *c = &t->chunks[u->chunk];
+	const uint32_t *ids = chunk_ids(c);
 	uint32_t n = 0;
 
 	for (uint32_t l = u->layer; l < u->layer + u->nr_layers; l++) {
@@ -278,96 +267,241 @@ unit_vector(const struct transfer *t, const struct tt_unit *u, struct iovec *iov
 	return n;
 }
 
+/* Save: fill a staging buffer with a unit's objects and note their checksums. */
 static void
-fail_chunk(struct chunk_op *c, int rc)
+gather_unit(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf)
 {
-	if (c->status == 0) {
-		c->status = rc;
+	const struct tutti_store *st = t->st;
+	const struct tt_chunk_op *c = &t->chunks[u->chunk];
+	uint64_t payload = (uint64_t)c->nr_moved * st->geo.layer_block_bytes;
+
+	for (uint32_t i = 0; i < u->nr_layers; i++) {
+		uint8_t *obj = buf + (uint64_t)i * st->geo.object_bytes;
+
+		st->mover->gather(t->kv, u->layer + i, chunk_ids(c), c->nr_moved, obj);
+		/* Padding of a partial or unaligned object is zero, never stale staging bytes. */
+		memset(obj + payload, 0, st->geo.object_bytes - payload);
+		t->csums[(uint64_t)u->chunk * st->geo.g.nr_layers + u->layer + i] =
+		    XXH3_64bits(obj, payload);
 	}
 }
 
-/* Fill free buffers with units and submit them as one batch. */
+/* Save, direct: the checksums come from the paged KV the I/O vector points at. */
 static void
-fill(struct transfer *t, uint32_t *nr_free)
+hash_direct_unit(const struct tt_transfer *t, const struct tt_unit *u)
+{
+	const struct tt_chunk_op *c = &t->chunks[u->chunk];
+
+	for (uint32_t l = u->layer; l < u->layer + u->nr_layers; l++) {
+		t->csums[(uint64_t)u->chunk * t->st->geo.g.nr_layers + l] =
+		    hash_layer_kv(t->kv, l, chunk_ids(c), c->nr_moved);
+	}
+}
+
+/* Load and fsck: check a completed read against the checksums of its slot. */
+static bool
+verify_unit(struct tt_transfer *t, const struct tt_unit *u, const uint8_t *buf)
+{
+	const struct tutti_store *st = t->st;
+	const struct tt_chunk_op *c = &t->chunks[u->chunk];
+	const uint64_t *csums = tt_slot_csums(st, c->slot);
+	/* A staged read holds whole objects: hash the blocks the slot holds, as written. */
+	uint64_t stored = (uint64_t)c->stored_blocks * st->geo.layer_block_bytes;
+
+	for (uint32_t i = 0; i < u->nr_layers; i++) {
+		uint32_t l = u->layer + i;
+		uint64_t h = c->direct
+		                 ? hash_layer_kv(t->kv, l, chunk_ids(c), c->nr_moved)
+		                 : XXH3_64bits(buf + (uint64_t)i * st->geo.object_bytes, stored);
+
+		if (h != csums[l]) {
+			tt_log_err(&st->log,
+			           "slot %u layer %u: checksum mismatch; dropping the chunk",
+			           c->slot, l);
+			return false;
+		}
+		t->bytes_verified +=
+		    c->direct ? (uint64_t)c->nr_moved * st->geo.layer_block_bytes : stored;
+	}
+	return true;
+}
+
+static void
+scatter_unit(const struct tt_transfer *t, const struct tt_unit *u, const uint8_t *buf)
+{
+	const struct tutti_store *st = t->st;
+	const struct tt_chunk_op *c = &t->chunks[u->chunk];
+	uint64_t skip = (uint64_t)c->obj_skip * st->geo.layer_block_bytes;
+
+	for (uint32_t i = 0; i < u->nr_layers; i++) {
+		st->mover->scatter(t->kv, u->layer + i, chunk_ids(c), c->nr_moved,
+		                   buf + (uint64_t)i * st->geo.object_bytes + skip);
+	}
+}
+
+/* ---- the pipeline ---- */
+
+/* Free unit slots: [0, nr_staging) own a staging buffer; the rest serve direct I/O only. */
+struct slots {
+	uint32_t *staged;
+	uint32_t nr_staged;
+	uint32_t *direct;
+	uint32_t nr_direct;
+};
+
+static bool
+take_slot(struct slots *fs, bool direct, uint32_t *b)
+{
+	if (direct && fs->nr_direct > 0) {
+		*b = fs->direct[--fs->nr_direct];
+		return true;
+	}
+	if (fs->nr_staged > 0) {
+		*b = fs->staged[--fs->nr_staged];
+		return true;
+	}
+	return false;
+}
+
+static void
+give_slot(const struct tutti_store *st, struct slots *fs, uint32_t b)
+{
+	if (b < st->nr_staging) {
+		fs->staged[fs->nr_staged++] = b;
+	} else {
+		fs->direct[fs->nr_direct++] = b;
+	}
+}
+
+/* Prepare unit \p u in unit slot \p b as I/O number \p n of the batch. */
+static void
+prep_unit(struct tt_transfer *t, const struct tt_unit *u, uint32_t b, uint32_t n)
 {
 	struct tutti_store *st = t->st;
-	uint32_t n = 0;
+	const struct tt_chunk_op *c = &t->chunks[u->chunk];
+	uint8_t op = t->kind == TT_TRANSFER_SAVE ? TT_IO_WRITE : TT_IO_READ;
+	uint32_t dir;
+	uint64_t off;
+
+	st->units[b] = *u;
+	tt_pool_locate(st->pool, c->slot, &dir, &off);
+	off += tt_geo_object_off(&st->geo, u->layer);
+	if (c->direct) {
+		struct iovec *iov = st->unit_iovs + (size_t)b * st->max_iov;
+
+		if (t->kind == TT_TRANSFER_SAVE) {
+			hash_direct_unit(t, u);
+		}
+		st->ios[n] = (struct tt_io){
+		    .tag = b,
+		    .off = off + (uint64_t)c->obj_skip * st->geo.layer_block_bytes,
+		    .iov = iov,
+		    .nr_iov = unit_vector(t, u, iov),
+		    .len = (uint32_t)(u->nr_layers * c->nr_moved * st->geo.layer_block_bytes),
+		    .file = (uint16_t)dir,
+		    .op = op,
+		};
+		return;
+	}
+	if (t->kind == TT_TRANSFER_SAVE) {
+		gather_unit(t, u, unit_buf(st, b));
+	}
+	st->ios[n] = (struct tt_io){
+	    .tag = b,
+	    .off = off,
+	    .buf = unit_buf(st, b),
+	    .len = (uint32_t)(u->nr_layers * st->geo.object_bytes),
+	    .file = (uint16_t)dir,
+	    .op = op,
+	};
+}
+
+/* Fill free unit slots with the next units and submit them as one batch. */
+static void
+fill(struct tt_transfer *t, struct slots *fs)
+{
+	struct tutti_store *st = t->st;
+	uint32_t n = 0, b;
 	struct tt_unit u;
 	int rc;
 
-	while (*nr_free > 0 && next_unit(t, &u)) {
-		uint32_t b = st->free_bufs[--*nr_free];
-		const struct chunk_op *c = &t->chunks[u.chunk];
-		uint32_t dir;
-		uint64_t off;
-
-		st->units[b] = u;
-		tt_pool_locate(st->pool, c->slot, &dir, &off);
-		off += tt_geo_object_off(&st->geo, u.layer);
-		if (t->direct_layers > 0) {
-			struct iovec *iov = st->unit_iovs + (size_t)b * st->max_iov;
-
-			st->ios[n++] = (struct tt_io){
-			    .tag = b,
-			    .off = off + (uint64_t)c->obj_skip * st->geo.layer_block_bytes,
-			    .iov = iov,
-			    .nr_iov = unit_vector(t, &u, iov),
-			    .len =
-			        (uint32_t)(u.nr_layers * c->nr_moved * st->geo.layer_block_bytes),
-			    .file = (uint16_t)dir,
-			    .op = t->op,
-			};
-			continue;
-		}
-		if (t->op == TT_IO_WRITE) {
-			gather_unit(t, &u, unit_buf(st, b));
-		}
-		st->ios[n++] = (struct tt_io){
-		    .tag = b,
-		    .off = off,
-		    .buf = unit_buf(st, b),
-		    .len = (uint32_t)(u.nr_layers * st->geo.object_bytes),
-		    .file = (uint16_t)dir,
-		    .op = t->op,
-		};
+	while (peek_unit(t, &u) && take_slot(fs, t->chunks[u.chunk].direct, &b)) {
+		t->next_layer += u.nr_layers;
+		prep_unit(t, &u, b, n++);
 	}
 	rc = tt_engine_submit(st->engine, st->ios, n);
 	if (rc < 0) {
 		tt_log_err(&st->log, "submitting %u I/Os failed: %s", n, tutti_strerror(rc));
 		for (uint32_t i = 0; i < n; i++) {
-			uint32_t b = (uint32_t)st->ios[i].tag;
-
-			fail_chunk(&t->chunks[st->units[b].chunk], rc);
-			st->free_bufs[(*nr_free)++] = b;
+			b = (uint32_t)st->ios[i].tag;
+			tt_fail_chunk(&t->chunks[st->units[b].chunk], rc);
+			give_slot(st, fs, b);
 		}
 	}
 }
 
-/*
- * Move every unit of every chunk whose status is 0. A chunk whose I/O fails gets the error as
- * its status and no further units. Returns 0, or a negative errno when the engine broke down
- * (then every unfinished chunk has failed and the engine is unusable).
- */
-static int
-run(struct transfer *t)
+static void
+complete_unit(struct tt_transfer *t, const struct tt_io_done *d)
 {
 	struct tutti_store *st = t->st;
-	uint32_t nr_free;
+	uint32_t b = (uint32_t)d->tag;
+	const struct tt_unit *u = &st->units[b];
+	struct tt_chunk_op *c = &t->chunks[u->chunk];
 
+	if (d->res < 0) {
+		tt_log_warn(&st->log, "%s of slot %u layers %u..%u failed: %s",
+		            t->kind == TT_TRANSFER_SAVE ? "write" : "read", c->slot, u->layer,
+		            u->layer + u->nr_layers - 1, tutti_strerror(d->res));
+		tt_fail_chunk(c, d->res);
+		return;
+	}
+	if (t->kind == TT_TRANSFER_SAVE || c->status != 0) {
+		return;
+	}
+	if (!verify_unit(t, u, unit_buf(st, b))) {
+		c->corrupt = true;
+		tt_fail_chunk(c, -EBADMSG);
+		return;
+	}
+	if (t->kind == TT_TRANSFER_LOAD && !c->direct) {
+		scatter_unit(t, u, unit_buf(st, b));
+	}
+}
+
+/*
+ * Move every unit of every chunk whose status is 0. A chunk whose I/O or checksum fails gets
+ * the error as its status and no further units. Returns 0, or a negative errno when the engine
+ * broke down (then every unfinished chunk has failed and the engine is unusable).
+ */
+int
+tt_transfer_run(struct tt_transfer *t)
+{
+	struct tutti_store *st = t->st;
+	struct slots fs;
+
+	if (st->engine_broken) {
+		for (uint32_t i = 0; i < t->nr_chunks; i++) {
+			tt_fail_chunk(&t->chunks[i], -EIO);
+		}
+		return -EIO;
+	}
 	t->next_chunk = 0;
 	t->next_layer = t->layer_begin;
-	t->direct_layers = direct_layers(st, t->kv);
-	/* Unit slots double as staging buffers in staged mode; direct mode may use them all. */
-	nr_free = t->direct_layers > 0 ? st->nr_units : st->nr_staging;
-	for (uint32_t b = 0; b < nr_free; b++) {
-		st->free_bufs[b] = nr_free - 1 - b;
+	fs.staged = st->free_bufs;
+	fs.nr_staged = 0;
+	fs.direct = st->free_bufs + st->nr_staging;
+	fs.nr_direct = 0;
+	for (uint32_t b = st->nr_units; b-- > 0;) {
+		give_slot(st, &fs, b);
 	}
 	for (;;) {
 		int got;
 
-		fill(t, &nr_free);
+		fill(t, &fs);
 		if (st->engine->inflight == 0) {
-			if (t->next_chunk >= t->nr_chunks) {
+			struct tt_unit u;
+
+			if (!peek_unit(t, &u)) {
 				return 0;
 			}
 			continue; /* a submission failed; its chunks have failed, go on */
@@ -379,336 +513,130 @@ run(struct transfer *t)
 			tt_log_err(&st->log, "I/O engine failed: %s; the store refuses further I/O",
 			           tutti_strerror(got));
 			for (uint32_t i = 0; i < t->nr_chunks; i++) {
-				fail_chunk(&t->chunks[i], got);
+				tt_fail_chunk(&t->chunks[i], got);
 			}
 			return got;
 		}
 		for (int i = 0; i < got; i++) {
-			uint32_t b = (uint32_t)st->dones[i].tag;
-			const struct tt_unit *u = &st->units[b];
-			struct chunk_op *c = &t->chunks[u->chunk];
-
-			if (st->dones[i].res < 0) {
-				tt_log_warn(&st->log, "%s of slot %u layers %u..%u failed: %s",
-				            t->op == TT_IO_READ ? "read" : "write", c->slot,
-				            u->layer, u->layer + u->nr_layers - 1,
-				            tutti_strerror(st->dones[i].res));
-				fail_chunk(c, st->dones[i].res);
-			} else if (t->op == TT_IO_READ && c->status == 0 && t->direct_layers == 0) {
-				scatter_unit(t, u, unit_buf(st, b));
-			}
-			st->free_bufs[nr_free++] = b;
+			complete_unit(t, &st->dones[i]);
+			give_slot(st, &fs, (uint32_t)st->dones[i].tag);
 		}
 	}
 }
 
-static void
-note_engine_stats(struct tutti_store *st)
+/* ---- headers and flushes ---- */
+
+/* Submit \p nr prepared I/Os and reap them all into res[] (indexed by tag). */
+static int
+submit_all(struct tutti_store *st, uint32_t nr, int32_t *res)
 {
-	st->stats.io_ops = st->engine->nr_ios;
-	st->stats.io_submits = st->engine->nr_submits;
-}
+	uint32_t done = 0;
+	int rc = tt_engine_submit(st->engine, st->ios, nr);
 
-static void
-copy_status(const struct chunk_op *chunks, uint32_t nr, int32_t *status)
-{
-	if (status == NULL) {
-		return;
-	}
-	for (uint32_t i = 0; i < nr; i++) {
-		status[i] = chunks[i].status;
-	}
-}
-
-/* ---- load ---- */
-
-static void
-plan_load(struct tutti_store *st, struct chunk_op *chunks, uint32_t nr)
-{
-	uint32_t last = TT_NO_SLOT;
-
-	for (uint32_t i = 0; i < nr; i++) {
-		struct chunk_op *c = &chunks[i];
-
-		c->slot = tt_index_find(st->idx, chunk_key(st, c));
-		if (c->slot == TT_NO_SLOT) {
-			c->status = -ENOENT;
-		} else if (tt_index_nr_blocks(st->idx, c->slot) < c->nr_blocks) {
-			c->status = -ERANGE;
-		} else {
-			tt_index_pin(st->idx, c->slot);
-			c->pinned = true;
-			last = c->slot;
-		}
-		/* A request's chunks are used together: refresh each chain once, at its end. */
-		if (last != TT_NO_SLOT && (i + 1 == nr || chunks[i + 1].req != c->req)) {
-			tt_index_touch_chain(st->idx, last);
-			last = TT_NO_SLOT;
-		}
-	}
-}
-
-int64_t
-tutti_store_load(struct tutti_store *st, const struct tutti_kv *kv,
-                 const struct tutti_request *reqs, uint32_t nr_reqs, uint32_t layer_begin,
-                 uint32_t layer_end, int32_t *status)
-{
-	struct transfer t = {.st = st, .kv = kv, .op = TT_IO_READ};
-	uint64_t t0 = tt_now_ns(), loaded = 0, errors = 0;
-	int rc;
-
-	if (st == NULL || layer_begin >= layer_end || layer_end > st->geo.g.nr_layers) {
-		return -EINVAL;
-	}
-	rc = plan_chunks(st, kv, reqs, nr_reqs, true, &t.chunks, &t.nr_chunks);
 	if (rc < 0) {
 		return rc;
 	}
-	t.layer_begin = layer_begin;
-	t.layer_end = layer_end;
+	while (done < nr) {
+		int got = tt_engine_reap(st->engine, st->dones, st->nr_units, 1);
 
-	pthread_mutex_lock(&st->lock);
-	plan_load(st, t.chunks, t.nr_chunks);
-	pthread_mutex_unlock(&st->lock);
+		if (got < 0) {
+			st->engine_broken = true;
+			return got;
+		}
+		for (int i = 0; i < got; i++) {
+			res[st->dones[i].tag] = st->dones[i].res;
+		}
+		done += (uint32_t)got;
+	}
+	return 0;
+}
 
-	pthread_mutex_lock(&st->io_lock);
+int
+tt_write_headers(struct tutti_store *st, const uint32_t *slots, uint32_t nr, const uint8_t *bufs,
+                 int32_t *res)
+{
 	if (st->engine_broken) {
-		for (uint32_t i = 0; i < t.nr_chunks; i++) {
-			fail_chunk(&t.chunks[i], -EIO);
-		}
-	} else {
-		run(&t);
+		return -EIO;
 	}
-	pthread_mutex_lock(&st->lock);
-	note_engine_stats(st);
-	pthread_mutex_unlock(&st->lock);
-	pthread_mutex_unlock(&st->io_lock);
+	for (uint32_t first = 0; first < nr; first += st->nr_units) {
+		uint32_t n = TT_MIN(nr - first, st->nr_units);
+		int rc;
 
-	pthread_mutex_lock(&st->lock);
-	unpin_all(st, t.chunks, t.nr_chunks);
-	for (uint32_t i = 0; i < t.nr_chunks; i++) {
-		if (t.chunks[i].status == 0) {
-			loaded++;
-		} else {
-			errors++;
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t dir;
+			uint64_t off;
+
+			tt_pool_locate(st->pool, slots[first + i], &dir, &off);
+			st->ios[i] = (struct tt_io){
+			    .tag = first + i,
+			    .off = off,
+			    .buf = (void *)(bufs + (uint64_t)(first + i) * TUTTI_SLOT_HEADER_BYTES),
+			    .len = TUTTI_SLOT_HEADER_BYTES,
+			    .file = (uint16_t)dir,
+			    .op = TT_IO_WRITE,
+			};
+		}
+		rc = submit_all(st, n, res);
+		if (rc < 0) {
+			return rc;
 		}
 	}
-	st->stats.load_chunks += loaded;
-	st->stats.load_errors += errors;
-	st->stats.load_bytes += loaded * (layer_end - layer_begin) * st->geo.object_bytes;
-	st->stats.load_ns += tt_now_ns() - t0;
-	pthread_mutex_unlock(&st->lock);
-
-	copy_status(t.chunks, t.nr_chunks, status);
-	tt_free(t.chunks);
-	return (int64_t)loaded;
+	return 0;
 }
 
-/* ---- save ---- */
-
-/*
- * Free at least \p needed slots, evicting least recently used chain tails. Evicting all victims
- * before allocating, rather than one per allocation, matters for locality: a chain's tail goes
- * first, so its slots are freed in descending order and handed out again in ascending order,
- * and a new chain is written and later read front to back.
- */
-static void
-make_room(struct tutti_store *st, uint32_t needed)
+int
+tt_flush(struct tutti_store *st)
 {
-	while (tt_pool_nr_free(st->pool) < needed) {
-		uint32_t victim = tt_index_victim(st->idx);
-
-		if (victim == TT_NO_SLOT) {
-			return; /* everything left is pinned or a parent of a pinned chunk */
-		}
-		tt_index_remove(st->idx, victim);
-		tt_pool_free(st->pool, victim);
-		st->stats.evictions++;
-	}
-}
-
-/* Decide per chunk: already stored (status 1, pinned as a parent), to write (status 0, slot
- * allocated), or skipped. Runs under the store lock. */
-static void
-plan_save(struct tutti_store *st, struct chunk_op *chunks, uint32_t nr, uint32_t *parent_pins)
-{
-	uint32_t nr_dirs = tt_pool_nr_dirs(st->pool), needed = 0;
-	int chain_rc = 0;
-
-	for (uint32_t i = 0; i < nr; i++) {
-		struct chunk_op *c = &chunks[i];
-		const struct tutti_request *r = c->req;
-
-		if (c->key == r->first_chunk) {
-			chain_rc = 0;
-			parent_pins[i] = TT_NO_SLOT;
-			if (c->key > 0) {
-				uint32_t p = tt_index_find(st->idx, tt_req_key(st, r, c->key - 1));
-
-				if (p == TT_NO_SLOT) {
-					chain_rc = -ENOENT; /* would never be reachable */
-				} else {
-					tt_index_pin(st->idx, p);
-					parent_pins[i] = p;
-				}
-			}
-		}
-		if (chain_rc < 0) {
-			c->status = chain_rc;
-			continue;
-		}
-		c->slot = tt_index_find(st->idx, chunk_key(st, c));
-		if (c->slot != TT_NO_SLOT) {
-			tt_index_pin(st->idx, c->slot);
-			c->pinned = true;
-			c->status = 1;
-			continue;
-		}
-		c->status = 0;
-		needed++;
-	}
-	make_room(st, needed);
-	for (uint32_t i = 0; i < nr; i++) {
-		struct chunk_op *c = &chunks[i];
-
-		if (c->key == c->req->first_chunk) {
-			chain_rc = 0;
-		}
-		if (c->status != 0) {
-			continue;
-		}
-		if (chain_rc < 0) {
-			c->status =
-			    chain_rc; /* its parent has no slot: it could never be reached */
-			continue;
-		}
-		/* Consecutive chunks of a chain go to consecutive directories. */
-		chain_rc = tt_pool_alloc(st->pool, c->key % nr_dirs, &c->slot);
-		if (chain_rc < 0) {
-			c->slot = TT_NO_SLOT;
-			c->status = chain_rc;
-			continue;
-		}
-		c->owned = true;
-	}
-}
-
-/* Make written chunks visible, in chain order; free the slots of everything else. */
-static uint64_t
-commit_save(struct tutti_store *st, struct chunk_op *chunks, uint32_t nr)
-{
-	uint64_t written = 0;
-	uint32_t last = TT_NO_SLOT;
-
-	for (uint32_t i = 0; i < nr; i++) {
-		struct chunk_op *c = &chunks[i];
-		uint32_t parent = TT_NO_SLOT;
-
-		if (c->status == 0) {
-			if (c->key > 0) {
-				parent = tt_index_find(st->idx, tt_req_key(st, c->req, c->key - 1));
-			}
-			if (c->key > 0 && parent == TT_NO_SLOT) {
-				c->status = -ENOENT; /* an earlier chunk of the chain failed */
-			} else {
-				int rc = tt_index_insert(st->idx, chunk_key(st, c), c->slot, parent,
-				                         c->nr_blocks);
-
-				if (rc == 0) {
-					c->owned = false;
-					written++;
-				} else {
-					/* -EEXIST: written twice in this call; the first one won.
-					 */
-					c->status = rc == -EEXIST ? 1 : rc;
-				}
-			}
-		}
-		if (c->owned) {
-			tt_pool_free(st->pool, c->slot);
-			c->owned = false;
-		}
-		switch (c->status) {
-		case 0:
-		case 1:
-			last = tt_index_find(st->idx, chunk_key(st, c));
-			break;
-		case -ENOENT:
-			st->stats.save_orphans++;
-			break;
-		case -ENOSPC:
-			st->stats.save_no_space++;
-			break;
-		default:
-			st->stats.save_errors++;
-			break;
-		}
-		st->stats.save_present += c->status == 1;
-		if (last != TT_NO_SLOT && (i + 1 == nr || chunks[i + 1].req != c->req)) {
-			tt_index_touch_chain(st->idx, last);
-			last = TT_NO_SLOT;
-		}
-	}
-	return written;
-}
-
-int64_t
-tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
-                 const struct tutti_request *reqs, uint32_t nr_reqs, int32_t *status)
-{
-	struct transfer t = {.st = st, .kv = kv, .op = TT_IO_WRITE};
-	uint64_t t0 = tt_now_ns(), written;
-	uint32_t *parent_pins;
+	uint32_t nr_dirs = tt_pool_nr_dirs(st->pool);
+	int32_t res[TT_POOL_MAX_DIRS];
 	int rc;
 
-	if (st == NULL) {
-		return -EINVAL;
-	}
-	rc = plan_chunks(st, kv, reqs, nr_reqs, false, &t.chunks, &t.nr_chunks);
-	if (rc < 0) {
-		return rc;
-	}
-	parent_pins = tt_malloc((size_t)t.nr_chunks * sizeof(*parent_pins));
-	if (parent_pins == NULL) {
-		tt_free(t.chunks);
-		return -ENOMEM;
-	}
-	t.layer_begin = 0;
-	t.layer_end = st->geo.g.nr_layers;
-
-	pthread_mutex_lock(&st->lock);
-	plan_save(st, t.chunks, t.nr_chunks, parent_pins);
-	pthread_mutex_unlock(&st->lock);
-
-	pthread_mutex_lock(&st->io_lock);
 	if (st->engine_broken) {
-		for (uint32_t i = 0; i < t.nr_chunks; i++) {
-			fail_chunk(&t.chunks[i], -EIO);
-		}
-	} else {
-		run(&t);
+		return -EIO;
 	}
-	pthread_mutex_lock(&st->lock);
-	note_engine_stats(st);
-	pthread_mutex_unlock(&st->lock);
-	pthread_mutex_unlock(&st->io_lock);
+	for (uint32_t first = 0; first < nr_dirs; first += st->nr_units) {
+		uint32_t n = TT_MIN(nr_dirs - first, st->nr_units);
 
-	pthread_mutex_lock(&st->lock);
-	written = commit_save(st, t.chunks, t.nr_chunks);
-	unpin_all(st, t.chunks, t.nr_chunks);
-	for (uint32_t i = 0; i < t.nr_chunks; i++) {
-		if (t.chunks[i].key == t.chunks[i].req->first_chunk &&
-		    parent_pins[i] != TT_NO_SLOT) {
-			tt_index_unpin(st->idx, parent_pins[i]);
+		for (uint32_t i = 0; i < n; i++) {
+			st->ios[i] = (struct tt_io){
+			    .tag = first + i, .file = (uint16_t)(first + i), .op = TT_IO_FSYNC};
+		}
+		rc = submit_all(st, n, res);
+		if (rc < 0) {
+			return rc;
 		}
 	}
-	st->stats.save_chunks += written;
-	st->stats.save_bytes += written * st->geo.g.nr_layers * st->geo.object_bytes;
-	st->stats.save_ns += tt_now_ns() - t0;
-	pthread_mutex_unlock(&st->lock);
+	for (uint32_t d = 0; d < nr_dirs; d++) {
+		if (res[d] < 0) {
+			tt_log_err(&st->log, "flushing directory %u failed: %s", d,
+			           tutti_strerror(res[d]));
+			return res[d];
+		}
+	}
+	return 0;
+}
 
-	copy_status(t.chunks, t.nr_chunks, status);
-	tt_free(parent_pins);
-	tt_free(t.chunks);
-	return (int64_t)written;
+void
+tt_erase_headers(struct tutti_store *st, const uint32_t *slots, uint32_t nr)
+{
+	uint8_t *zero =
+	    tt_aligned_alloc((size_t)TT_MIN(nr, st->nr_units) * TUTTI_SLOT_HEADER_BYTES);
+	int32_t *res = tt_calloc(nr, sizeof(*res));
+
+	if (zero != NULL && res != NULL) {
+		for (uint32_t first = 0; first < nr; first += st->nr_units) {
+			uint32_t n = TT_MIN(nr - first, st->nr_units);
+
+			/* Each batch reuses the same zeroed buffers. */
+			tt_write_headers(st, slots + first, n, zero, res + first);
+		}
+		for (uint32_t i = 0; i < nr; i++) {
+			if (res[i] < 0) {
+				tt_log_warn(&st->log, "erasing the header of slot %u failed: %s",
+				            slots[i], tutti_strerror(res[i]));
+			}
+		}
+	}
+	tt_aligned_free(zero);
+	tt_free(res);
 }

@@ -302,9 +302,15 @@ ns_bytes_without_ns(struct fixture *f, struct tutti_store_opts *o)
 }
 
 static void
-reserved_set(struct fixture *f, struct tutti_store_opts *o)
+unknown_durability(struct fixture *f, struct tutti_store_opts *o)
 {
-	o->reserved = 1;
+	o->durability = 7;
+}
+
+static void
+unknown_flag(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->flags |= 0x80u;
 }
 
 static void
@@ -339,7 +345,8 @@ test_open_invalid_options_are_einval_and_create_nothing(void **state)
 	    {"dirs[0] empty", dir_entry_empty, true},
 	    {"unknown engine", unknown_engine, true},
 	    {"ns_bytes without ns", ns_bytes_without_ns, true},
-	    {"reserved set", reserved_set, true},
+	    {"unknown durability", unknown_durability, true},
+	    {"unknown flag", unknown_flag, true},
 	    {"invalid geometry", invalid_geometry, true},
 	};
 	struct tutti_store_opts saved = f->opts;

@@ -24,8 +24,9 @@
 #define OFF_SLOT_BYTES 64
 #define OFF_DATA_OFF 72
 #define OFF_NR_SLOTS 80
-#define OFF_CSUM 88
-#define HDR_BYTES 96
+#define OFF_STORE_UID 88
+#define OFF_CSUM 96
+#define HDR_BYTES 104
 
 static uint8_t buf[TT_SB_BYTES];
 
@@ -46,6 +47,7 @@ sample(void)
 	sb.slot_bytes = 0x0102030405060708ull;
 	sb.data_off = 1u << 20;
 	sb.nr_slots = 0x1122334455ull;
+	sb.store_uid = 0xfeedfacecafebeefull;
 	return sb;
 }
 
@@ -102,6 +104,7 @@ test_sb_round_trip_preserves_every_field(void **state)
 	assert_int_equal(out.slot_bytes, in.slot_bytes);
 	assert_int_equal(out.data_off, in.data_off);
 	assert_int_equal(out.nr_slots, in.nr_slots);
+	assert_int_equal(out.store_uid, in.store_uid);
 	/* The rest of the 4 KiB is zero, not stale buffer bytes. */
 	for (size_t i = HDR_BYTES; i < sizeof(buf); i++) {
 		assert_int_equal(buf[i], 0);
@@ -115,7 +118,7 @@ test_sb_fields_sit_at_fixed_little_endian_offsets(void **state)
 
 	tt_sb_encode(&in, buf);
 	assert_memory_equal(buf, "TUTTISB\0", 8);
-	assert_int_equal(le32(buf + OFF_VERSION), 1);
+	assert_int_equal(le32(buf + OFF_VERSION), 2);
 	assert_int_equal(le32(buf + OFF_HDR_BYTES), HDR_BYTES);
 	assert_int_equal(le32(buf + OFF_GEO + 0), 40);
 	assert_int_equal(le32(buf + OFF_GEO + 4), 2);
@@ -130,6 +133,7 @@ test_sb_fields_sit_at_fixed_little_endian_offsets(void **state)
 	assert_int_equal(le64(buf + OFF_SLOT_BYTES), 0x0102030405060708ull);
 	assert_int_equal(le64(buf + OFF_DATA_OFF), 1u << 20);
 	assert_int_equal(le64(buf + OFF_NR_SLOTS), 0x1122334455ull);
+	assert_int_equal(le64(buf + OFF_STORE_UID), 0xfeedfacecafebeefull);
 	assert_int_equal(le64(buf + OFF_CSUM), XXH3_64bits(buf, OFF_CSUM));
 }
 
@@ -152,7 +156,7 @@ static void
 test_sb_unknown_version_is_eproto(void **state)
 {
 	struct tt_superblock in = sample(), out;
-	const uint32_t versions[] = {0, 2, 0x100, UINT32_MAX};
+	const uint32_t versions[] = {0, 1, 3, 0x100, UINT32_MAX};
 
 	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
 		tt_sb_encode(&in, buf);

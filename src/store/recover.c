@@ -1,0 +1,344 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Recovery at open: rebuild the index from the slot headers.
+ *
+ * Every slot's 4 KiB header is read through the I/O engine, many in flight. A header is taken
+ * when it decodes (magic, version, sizes, its own checksum) and belongs to this store (store id,
+ * key size, layer and block counts). Then:
+ *  - several slots with one key (a chunk saved again before the old slot was reused): the most
+ *    recent sequence number wins;
+ *  - chunks are indexed parents first, found by key, so a child never precedes its parent
+ *    whatever the order of their sequence numbers; a chunk whose parent is missing (evicted and
+ *    overwritten before the crash) could never be hit and is dropped, as is anything in a
+ *    parent cycle, which only damage can produce;
+ *  - every slot not indexed is free.
+ * Object checksums are kept in memory for the load path; objects themselves are not read, so
+ * recovery costs one small read per slot, and data damage is caught at load (or by fsck).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/format.h"
+#include "store/store_impl.h"
+
+enum rec_state {
+	REC_PENDING = 0,
+	REC_STACKED, /* on the insertion stack: its parent is being inserted */
+	REC_INDEXED,
+	REC_DROPPED,
+};
+
+struct rec {
+	uint64_t seq;
+	uint32_t slot;
+	uint32_t nr_blocks;
+	uint32_t has_parent;
+	uint32_t state;
+};
+
+struct recovery {
+	struct tutti_store *st;
+	struct rec *recs;
+	uint8_t *keys;    /* nr_recs * key_bytes */
+	uint8_t *parents; /* nr_recs * key_bytes */
+	uint32_t nr_recs;
+	uint32_t *by_key; /* record numbers sorted by key, then newest first */
+	uint32_t *by_seq; /* record numbers sorted by sequence */
+	uint32_t *stack;
+	uint8_t *used;  /* one byte per slot */
+	uint32_t *drop; /* slots whose headers are dropped (erased with repair) */
+	uint32_t nr_drop;
+	uint64_t max_seq;
+	uint64_t dropped, orphans, duplicates;
+};
+
+static const uint8_t *
+rec_key(const struct recovery *r, uint32_t i)
+{
+	return r->keys + (uint64_t)i * r->st->key_bytes;
+}
+
+static const uint8_t *
+rec_parent(const struct recovery *r, uint32_t i)
+{
+	return r->parents + (uint64_t)i * r->st->key_bytes;
+}
+
+/* ---- reading the headers ---- */
+
+static void
+take_header(struct recovery *r, uint32_t slot, const uint8_t *buf)
+{
+	struct tutti_store *st = r->st;
+	struct tt_slot_header h;
+	uint32_t dir, n;
+	uint64_t off;
+	int rc = tt_slot_decode(buf, TUTTI_SLOT_HEADER_BYTES, &h);
+
+	if (rc == -ENODATA) {
+		return; /* never committed */
+	}
+	tt_pool_locate(st->pool, slot, &dir, &off);
+	if (rc < 0 || h.store_uid != tt_pool_store_uid(st->pool, dir) ||
+	    h.key_bytes != st->key_bytes || h.nr_objects != st->geo.g.nr_layers ||
+	    h.nr_blocks == 0 || h.nr_blocks > st->geo.blocks_per_chunk) {
+		r->dropped++;
+		r->drop[r->nr_drop++] = slot;
+		return;
+	}
+	n = r->nr_recs++;
+	r->recs[n] = (struct rec){
+	    .seq = h.seq, .slot = slot, .nr_blocks = h.nr_blocks, .has_parent = h.has_parent};
+	memcpy(r->keys + (uint64_t)n * st->key_bytes, h.key, st->key_bytes);
+	memcpy(r->parents + (uint64_t)n * st->key_bytes, h.parent, st->key_bytes);
+	memcpy(tt_slot_csums(st, slot), h.csum, st->geo.g.nr_layers * sizeof(h.csum[0]));
+	r->max_seq = TT_MAX(r->max_seq, h.seq);
+}
+
+/* Read every slot header, up to one per unit slot in flight, into the staging memory. */
+static int
+read_headers(struct recovery *r)
+{
+	struct tutti_store *st = r->st;
+	uint64_t per_buf = st->nr_staging * st->unit_bytes / TUTTI_SLOT_HEADER_BYTES;
+	uint32_t depth = (uint32_t)TT_MIN(per_buf, (uint64_t)st->nr_units);
+	uint32_t nr_slots = tt_pool_nr_slots(st->pool), next = 0, free_top = depth;
+	uint32_t *slot_of = st->free_bufs; /* scratch: the slot each buffer is reading */
+	uint32_t *free_bufs = tt_malloc(depth * sizeof(*free_bufs));
+
+	if (free_bufs == NULL) {
+		return -ENOMEM;
+	}
+	for (uint32_t b = 0; b < depth; b++) {
+		free_bufs[b] = b;
+	}
+	while (next < nr_slots || st->engine->inflight > 0) {
+		uint32_t n = 0;
+		int got, rc;
+
+		while (free_top > 0 && next < nr_slots) {
+			uint32_t b = free_bufs[--free_top], dir;
+			uint64_t off;
+
+			tt_pool_locate(st->pool, next, &dir, &off);
+			slot_of[b] = next++;
+			st->ios[n++] = (struct tt_io){
+			    .tag = b,
+			    .off = off,
+			    .buf = st->staging + (uint64_t)b * TUTTI_SLOT_HEADER_BYTES,
+			    .len = TUTTI_SLOT_HEADER_BYTES,
+			    .file = (uint16_t)dir,
+			    .op = TT_IO_READ,
+			};
+		}
+		rc = tt_engine_submit(st->engine, st->ios, n);
+		if (rc < 0) {
+			tt_free(free_bufs);
+			return rc;
+		}
+		got = tt_engine_reap(st->engine, st->dones, st->nr_units, 1);
+		if (got < 0) {
+			st->engine_broken = true;
+			tt_free(free_bufs);
+			return got;
+		}
+		for (int i = 0; i < got; i++) {
+			uint32_t b = (uint32_t)st->dones[i].tag;
+
+			if (st->dones[i].res < 0) {
+				/* An unreadable header is a slot we cannot trust: drop it. */
+				r->dropped++;
+				r->drop[r->nr_drop++] = slot_of[b];
+			} else {
+				take_header(r, slot_of[b],
+				            st->staging + (uint64_t)b * TUTTI_SLOT_HEADER_BYTES);
+			}
+			free_bufs[free_top++] = b;
+		}
+	}
+	tt_free(free_bufs);
+	return 0;
+}
+
+/* ---- ordering ---- */
+
+static int
+cmp_key(const void *a, const void *b, void *arg)
+{
+	const struct recovery *r = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	int c = memcmp(rec_key(r, x), rec_key(r, y), r->st->key_bytes);
+
+	if (c != 0) {
+		return c;
+	}
+	/* Newest first among copies of one key. */
+	return (r->recs[x].seq < r->recs[y].seq) - (r->recs[x].seq > r->recs[y].seq);
+}
+
+static int
+cmp_seq(const void *a, const void *b, void *arg)
+{
+	const struct recovery *r = arg;
+	uint64_t x = r->recs[*(const uint32_t *)a].seq, y = r->recs[*(const uint32_t *)b].seq;
+
+	return (x > y) - (x < y);
+}
+
+/* The kept record holding \p key, or UINT32_MAX. */
+static uint32_t
+find_key(const struct recovery *r, const uint8_t *key)
+{
+	uint32_t lo = 0, hi = r->nr_recs;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		int c = memcmp(rec_key(r, r->by_key[mid]), key, r->st->key_bytes);
+
+		if (c < 0) {
+			lo = mid + 1;
+		} else {
+			hi = mid;
+		}
+	}
+	/* The first of equal keys is the newest copy, the one kept. */
+	if (lo < r->nr_recs && memcmp(rec_key(r, r->by_key[lo]), key, r->st->key_bytes) == 0) {
+		return r->by_key[lo];
+	}
+	return UINT32_MAX;
+}
+
+static void
+drop_duplicates(struct recovery *r)
+{
+	for (uint32_t i = 1; i < r->nr_recs; i++) {
+		uint32_t prev = r->by_key[i - 1], cur = r->by_key[i];
+
+		if (memcmp(rec_key(r, prev), rec_key(r, cur), r->st->key_bytes) == 0) {
+			r->recs[cur].state = REC_DROPPED;
+			r->duplicates++;
+			r->drop[r->nr_drop++] = r->recs[cur].slot;
+		}
+	}
+}
+
+/* Index record \p i after its ancestors, without recursion (chains can be thousands long). */
+static void
+index_with_parents(struct recovery *r, uint32_t i)
+{
+	struct tutti_store *st = r->st;
+	uint32_t top = 0;
+
+	r->stack[top++] = i;
+	while (top > 0) {
+		uint32_t cur = r->stack[top - 1], p = UINT32_MAX, parent_slot = TT_NO_SLOT;
+		struct rec *c = &r->recs[cur];
+
+		if (c->state == REC_INDEXED || c->state == REC_DROPPED) {
+			top--;
+			continue;
+		}
+		if (c->has_parent) {
+			p = find_key(r, rec_parent(r, cur));
+			if (p != UINT32_MAX && r->recs[p].state == REC_PENDING) {
+				r->recs[p].state = REC_STACKED;
+				c->state = REC_STACKED;
+				r->stack[top++] = p;
+				continue;
+			}
+			if (p == UINT32_MAX || r->recs[p].state != REC_INDEXED) {
+				/* Missing, dropped, or a cycle (its parent is on the stack). */
+				c->state = REC_DROPPED;
+				r->orphans++;
+				r->drop[r->nr_drop++] = c->slot;
+				top--;
+				continue;
+			}
+			parent_slot = r->recs[p].slot;
+		}
+		if (tt_index_insert(st->idx, rec_key(r, cur), c->slot, parent_slot, c->nr_blocks) ==
+		    0) {
+			c->state = REC_INDEXED;
+			r->used[c->slot] = 1;
+		} else {
+			c->state = REC_DROPPED;
+			r->dropped++;
+			r->drop[r->nr_drop++] = c->slot;
+		}
+		top--;
+	}
+}
+
+/* ---- driver ---- */
+
+static void
+recovery_free(struct recovery *r)
+{
+	tt_free(r->recs);
+	tt_free(r->keys);
+	tt_free(r->parents);
+	tt_free(r->by_key);
+	tt_free(r->by_seq);
+	tt_free(r->stack);
+	tt_free(r->used);
+	tt_free(r->drop);
+}
+
+int
+tt_store_recover(struct tutti_store *st, bool repair)
+{
+	uint32_t nr_slots = tt_pool_nr_slots(st->pool);
+	struct recovery r = {.st = st};
+	uint64_t t0 = tt_now_ns();
+	int rc;
+
+	r.recs = tt_calloc(nr_slots, sizeof(*r.recs));
+	r.keys = tt_calloc(nr_slots, st->key_bytes);
+	r.parents = tt_calloc(nr_slots, st->key_bytes);
+	r.by_key = tt_calloc(nr_slots, sizeof(*r.by_key));
+	r.by_seq = tt_calloc(nr_slots, sizeof(*r.by_seq));
+	r.stack = tt_calloc((size_t)nr_slots + 1, sizeof(*r.stack));
+	r.used = tt_calloc(nr_slots, 1);
+	r.drop = tt_calloc(nr_slots, sizeof(*r.drop));
+	if (r.recs == NULL || r.keys == NULL || r.parents == NULL || r.by_key == NULL ||
+	    r.by_seq == NULL || r.stack == NULL || r.used == NULL || r.drop == NULL) {
+		recovery_free(&r);
+		return -ENOMEM;
+	}
+	rc = read_headers(&r);
+	if (rc < 0) {
+		tt_log_err(&st->log, "recovery: reading slot headers failed: %s",
+		           tutti_strerror(rc));
+		recovery_free(&r);
+		return rc;
+	}
+	for (uint32_t i = 0; i < r.nr_recs; i++) {
+		r.by_key[i] = r.by_seq[i] = i;
+	}
+	qsort_r(r.by_key, r.nr_recs, sizeof(*r.by_key), cmp_key, &r);
+	qsort_r(r.by_seq, r.nr_recs, sizeof(*r.by_seq), cmp_seq, &r);
+	drop_duplicates(&r);
+	/* In commit order, so that the most recently saved chains end up most recently used. */
+	for (uint32_t i = 0; i < r.nr_recs; i++) {
+		index_with_parents(&r, r.by_seq[i]);
+	}
+	tt_pool_reset_free(st->pool, r.used);
+	if (repair && r.nr_drop > 0) {
+		tt_erase_headers(st, r.drop, r.nr_drop);
+	}
+	st->next_seq = r.max_seq + 1;
+	st->stats.recovered_chunks = tt_index_count(st->idx);
+	st->stats.recovery_dropped = r.dropped;
+	st->stats.recovery_orphans = r.orphans;
+	st->stats.recovery_duplicates = r.duplicates;
+	st->stats.recovery_ns = tt_now_ns() - t0;
+	tt_log_info(&st->log,
+	            "recovery: %u chunks in %.3f s; dropped %llu damaged or foreign headers, "
+	            "%llu orphans, %llu duplicates%s",
+	            tt_index_count(st->idx), (double)st->stats.recovery_ns / 1e9,
+	            (unsigned long long)r.dropped, (unsigned long long)r.orphans,
+	            (unsigned long long)r.duplicates, repair && r.nr_drop ? " (erased)" : "");
+	recovery_free(&r);
+	return 0;
+}

@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * tutti_store_save and its commit protocol.
+ *
+ * 1. Plan (store lock): find what is already stored, evict to make room, allocate slots.
+ * 2. Write every object of every new chunk (I/O lock), noting each object's checksum.
+ * 3. Durable mode: flush the device, so that no header can reach the medium before its objects.
+ * 4. Write each chunk's slot header (key, parent key, block count, object checksums, sequence):
+ *    the commit record on disk. A header is only written once all its objects completed.
+ * 5. Durable mode: flush again, so that the commit itself survives a power loss.
+ * 6. Commit (store lock): make the chunks visible, in chain order.
+ *
+ * A crash anywhere leaves either no header (the slot is free at recovery) or a header whose
+ * objects are all on disk, or, when a slot was being reused, an older header over newer objects,
+ * which the checksums catch at load. Nothing unverified is ever served.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "format/format.h"
+#include "store/store_impl.h"
+
+/*
+ * Free at least \p needed slots, evicting least recently used chain tails. Evicting all victims
+ * before allocating, rather than one per allocation, matters for locality: a chain's tail goes
+ * first, so its slots are freed in descending order and handed out again in ascending order,
+ * and a new chain is written and later read front to back.
+ */
+static void
+make_room(struct tutti_store *st, uint32_t needed)
+{
+	while (tt_pool_nr_free(st->pool) < needed) {
+		uint32_t victim = tt_index_victim(st->idx);
+
+		if (victim == TT_NO_SLOT) {
+			return; /* everything left is pinned or a parent of a pinned chunk */
+		}
+		tt_index_remove(st->idx, victim);
+		tt_pool_free(st->pool, victim);
+		st->stats.evictions++;
+	}
+}
+
+/* Decide per chunk: already stored (status 1, pinned as a parent), to write (status 0, slot
+ * allocated), or skipped. Runs under the store lock. */
+static void
+plan_save(struct tutti_store *st, struct tt_transfer *t, uint32_t *parent_pins)
+{
+	uint32_t nr_dirs = tt_pool_nr_dirs(st->pool), needed = 0;
+	int chain_rc = 0;
+
+	for (uint32_t i = 0; i < t->nr_chunks; i++) {
+		struct tt_chunk_op *c = &t->chunks[i];
+		const struct tutti_request *r = c->req;
+
+		if (c->key == r->first_chunk) {
+			chain_rc = 0;
+			parent_pins[i] = TT_NO_SLOT;
+			if (c->key > 0) {
+				uint32_t p = tt_index_find(st->idx, tt_req_key(st, r, c->key - 1));
+
+				if (p == TT_NO_SLOT) {
+					chain_rc = -ENOENT; /* would never be reachable */
+				} else {
+					tt_index_pin(st->idx, p);
+					parent_pins[i] = p;
+				}
+			}
+		}
+		if (chain_rc < 0) {
+			c->status = chain_rc;
+			continue;
+		}
+		c->slot = tt_index_find(st->idx, tt_req_key(st, r, c->key));
+		if (c->slot != TT_NO_SLOT) {
+			tt_index_pin(st->idx, c->slot);
+			c->pinned = true;
+			c->status = 1;
+			continue;
+		}
+		c->status = 0;
+		needed++;
+	}
+	make_room(st, needed);
+	for (uint32_t i = 0; i < t->nr_chunks; i++) {
+		struct tt_chunk_op *c = &t->chunks[i];
+
+		if (c->key == c->req->first_chunk) {
+			chain_rc = 0;
+		}
+		if (c->status != 0) {
+			continue;
+		}
+		if (chain_rc < 0) {
+			c->status =
+			    chain_rc; /* its parent has no slot: it could never be reached */
+			continue;
+		}
+		/* Consecutive chunks of a chain go to consecutive directories. */
+		chain_rc = tt_pool_alloc(st->pool, c->key % nr_dirs, &c->slot);
+		if (chain_rc < 0) {
+			c->slot = TT_NO_SLOT;
+			c->status = chain_rc;
+			continue;
+		}
+		c->owned = true;
+		c->direct = t->direct_layers > 0;
+	}
+}
+
+static void
+fill_header(struct tutti_store *st, const struct tt_transfer *t, const struct tt_chunk_op *c,
+            uint8_t *buf)
+{
+	struct tt_slot_header h;
+	uint32_t L = st->geo.g.nr_layers, dir;
+	uint64_t off;
+
+	memset(&h, 0, sizeof(h));
+	tt_pool_locate(st->pool, c->slot, &dir, &off);
+	h.store_uid = tt_pool_store_uid(st->pool, dir);
+	h.seq = st->next_seq++;
+	h.nr_blocks = c->nr_blocks;
+	h.key_bytes = st->key_bytes;
+	h.nr_objects = L;
+	h.has_parent = c->key > 0;
+	memcpy(h.key, tt_req_key(st, c->req, c->key), st->key_bytes);
+	if (h.has_parent) {
+		memcpy(h.parent, tt_req_key(st, c->req, c->key - 1), st->key_bytes);
+	}
+	memcpy(h.csum, t->csums + (uint64_t)(c - t->chunks) * L, L * sizeof(h.csum[0]));
+	tt_slot_encode(&h, buf);
+}
+
+/* Steps 3 to 5: flush, write the headers of the chunks whose objects are all written, flush.
+ * A chunk whose header or flush fails gets the error as its status. Under io_lock. */
+static uint32_t
+write_commit_records(struct tutti_store *st, struct tt_transfer *t)
+{
+	uint32_t batch = st->nr_units, flushes = 0;
+	uint8_t *bufs = tt_aligned_alloc((size_t)batch * TUTTI_SLOT_HEADER_BYTES);
+	uint32_t *slots = tt_malloc(batch * sizeof(*slots));
+	uint32_t *which = tt_malloc(batch * sizeof(*which));
+	int32_t *res = tt_malloc(batch * sizeof(*res));
+	bool durable = st->durability == TUTTI_DURABILITY_DURABLE;
+	int rc = 0;
+
+	if (bufs == NULL || slots == NULL || which == NULL || res == NULL) {
+		rc = -ENOMEM;
+	}
+	if (rc == 0 && durable) {
+		rc = tt_flush(st);
+		flushes++;
+	}
+	for (uint32_t i = 0; rc == 0 && i < t->nr_chunks;) {
+		uint32_t n = 0;
+
+		for (; i < t->nr_chunks && n < batch; i++) {
+			if (t->chunks[i].status == 0) {
+				fill_header(st, t, &t->chunks[i],
+				            bufs + (uint64_t)n * TUTTI_SLOT_HEADER_BYTES);
+				slots[n] = t->chunks[i].slot;
+				which[n++] = i;
+			}
+		}
+		rc = tt_write_headers(st, slots, n, bufs, res);
+		for (uint32_t k = 0; rc == 0 && k < n; k++) {
+			if (res[k] < 0) {
+				tt_fail_chunk(&t->chunks[which[k]], res[k]);
+			}
+		}
+	}
+	if (rc == 0 && durable) {
+		rc = tt_flush(st);
+		flushes++;
+	}
+	if (rc < 0) {
+		tt_log_err(&st->log, "committing saved chunks failed: %s", tutti_strerror(rc));
+		for (uint32_t i = 0; i < t->nr_chunks; i++) {
+			tt_fail_chunk(&t->chunks[i], rc);
+		}
+	}
+	tt_aligned_free(bufs);
+	tt_free(slots);
+	tt_free(which);
+	tt_free(res);
+	return flushes * tt_pool_nr_dirs(st->pool);
+}
+
+/* Step 6: make written chunks visible, in chain order; free the slots of everything else. */
+static uint64_t
+commit_save(struct tutti_store *st, struct tt_transfer *t)
+{
+	uint32_t L = st->geo.g.nr_layers, last = TT_NO_SLOT;
+	uint64_t written = 0;
+
+	for (uint32_t i = 0; i < t->nr_chunks; i++) {
+		struct tt_chunk_op *c = &t->chunks[i];
+		const uint8_t *key = tt_req_key(st, c->req, c->key);
+		uint32_t parent = TT_NO_SLOT;
+
+		if (c->status == 0) {
+			if (c->key > 0) {
+				parent = tt_index_find(st->idx, tt_req_key(st, c->req, c->key - 1));
+			}
+			if (c->key > 0 && parent == TT_NO_SLOT) {
+				c->status = -ENOENT; /* an earlier chunk of the chain failed */
+			} else {
+				int rc;
+
+				/* The checksums are in place before anyone can find the chunk. */
+				memcpy(tt_slot_csums(st, c->slot), t->csums + (uint64_t)i * L,
+				       L * sizeof(*t->csums));
+				rc = tt_index_insert(st->idx, key, c->slot, parent, c->nr_blocks);
+				if (rc == 0) {
+					c->owned = false;
+					written++;
+				} else {
+					/* -EEXIST: written twice in this call; the first one won.
+					 */
+					c->status = rc == -EEXIST ? 1 : rc;
+				}
+			}
+		}
+		if (c->owned) {
+			tt_pool_free(st->pool, c->slot);
+			c->owned = false;
+		}
+		switch (c->status) {
+		case 0:
+		case 1:
+			last = tt_index_find(st->idx, key);
+			break;
+		case -ENOENT:
+			st->stats.save_orphans++;
+			break;
+		case -ENOSPC:
+			st->stats.save_no_space++;
+			break;
+		default:
+			st->stats.save_errors++;
+			break;
+		}
+		st->stats.save_present += c->status == 1;
+		if (last != TT_NO_SLOT &&
+		    (i + 1 == t->nr_chunks || t->chunks[i + 1].req != c->req)) {
+			tt_index_touch_chain(st->idx, last);
+			last = TT_NO_SLOT;
+		}
+	}
+	return written;
+}
+
+int64_t
+tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
+                 const struct tutti_request *reqs, uint32_t nr_reqs, int32_t *status)
+{
+	struct tt_transfer t = {.st = st, .kv = kv, .kind = TT_TRANSFER_SAVE};
+	uint64_t t0 = tt_now_ns(), written;
+	uint32_t *parent_pins, flushes;
+	int rc;
+
+	if (st == NULL) {
+		return -EINVAL;
+	}
+	rc = tt_plan_chunks(st, kv, reqs, nr_reqs, false, &t.chunks, &t.nr_chunks);
+	if (rc < 0) {
+		return rc;
+	}
+	parent_pins = tt_malloc((size_t)t.nr_chunks * sizeof(*parent_pins));
+	t.csums = tt_calloc((size_t)t.nr_chunks * st->geo.g.nr_layers, sizeof(*t.csums));
+	if (parent_pins == NULL || t.csums == NULL) {
+		tt_free(parent_pins);
+		tt_free(t.csums);
+		tt_free(t.chunks);
+		return -ENOMEM;
+	}
+	t.layer_begin = 0;
+	t.layer_end = st->geo.g.nr_layers;
+	t.direct_layers = tt_direct_layers(st, kv);
+
+	pthread_mutex_lock(&st->lock);
+	plan_save(st, &t, parent_pins);
+	pthread_mutex_unlock(&st->lock);
+
+	pthread_mutex_lock(&st->io_lock);
+	tt_transfer_run(&t);
+	flushes = write_commit_records(st, &t);
+	pthread_mutex_lock(&st->lock);
+	st->stats.io_ops = st->engine->nr_ios;
+	st->stats.io_submits = st->engine->nr_submits;
+	pthread_mutex_unlock(&st->lock);
+	pthread_mutex_unlock(&st->io_lock);
+
+	pthread_mutex_lock(&st->lock);
+	written = commit_save(st, &t);
+	tt_unpin_all(st, t.chunks, t.nr_chunks);
+	for (uint32_t i = 0; i < t.nr_chunks; i++) {
+		if (t.chunks[i].key == t.chunks[i].req->first_chunk &&
+		    parent_pins[i] != TT_NO_SLOT && tt_index_unpin(st->idx, parent_pins[i])) {
+			tt_pool_free(st->pool, parent_pins[i]);
+		}
+	}
+	st->stats.flushes += flushes;
+	st->stats.save_chunks += written;
+	st->stats.save_bytes += written * st->geo.g.nr_layers * st->geo.object_bytes;
+	st->stats.save_ns += tt_now_ns() - t0;
+	pthread_mutex_unlock(&st->lock);
+
+	if (status != NULL) {
+		for (uint32_t i = 0; i < t.nr_chunks; i++) {
+			status[i] = t.chunks[i].status;
+		}
+	}
+	tt_free(parent_pins);
+	tt_free(t.csums);
+	tt_free(t.chunks);
+	return (int64_t)written;
+}
