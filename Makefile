@@ -1,12 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 # The two commands of the README: `make demo` and `make test`. Both install what they need.
 
+SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 RELEASE := build/release
 ASAN := build/asan
+FUZZ := build/fuzz
+FUZZ_SECONDS ?= 20
 CMAKE_COMMON := -DTUTTI_WERROR=ON
 
-.PHONY: all deps build demo test test-release test-asan style clean
+.PHONY: all deps build demo test test-release test-asan fuzz style clean
 
 all: build
 
@@ -32,10 +35,23 @@ test-asan: deps
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		ctest --test-dir $(ASAN) --output-on-failure -j$(JOBS)
 
+# Every on-disk decoder under libFuzzer (clang, ASan+UBSan), for a bounded time, from seeds that
+# are valid encodings.
+fuzz: deps
+	CC=clang cmake -S . -B $(FUZZ) -DTUTTI_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake --build $(FUZZ) -j$(JOBS) --target fuzz_superblock fuzz_slot_header gen_seeds
+	rm -rf $(FUZZ)/corpus && ./$(FUZZ)/tests/fuzz/gen_seeds $(FUZZ)/corpus
+	for t in superblock slot_header; do \
+		./$(FUZZ)/tests/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			-artifact_prefix=$(FUZZ)/ $(FUZZ)/corpus/$$t 2>&1 | \
+			grep -E 'ERROR|SUMMARY|number_of_executed_units' ; \
+		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	done
+
 style: deps
 	bash scripts/check_style.sh
 
-test: style test-release test-asan
+test: style test-release test-asan fuzz
 
 clean:
 	rm -rf build

@@ -91,6 +91,7 @@ struct bench {
 	struct tutti_store *st;
 	uint64_t slots_per_dir;
 	uint64_t run_nonce; /* in every key: a store kept from an earlier run holds none of ours */
+	uint64_t flushes;   /* device flushes of the last store round */
 	/* raw measurements next to every timed round */
 	bool raw;
 	struct rawbw_point best_read, best_write; /* chosen by the sweep at set-up */
@@ -393,21 +394,24 @@ raw_round(struct bench *b, bool write, uint64_t bytes, double *gbps)
 	return 0;
 }
 
+/* Save request \p r in calls of save_chunks chunks (all at once when 0), as a serving engine
+ * saves what each step computed. */
 static int
-store_round(struct bench *b, uint32_t round, uint64_t *ns, double *cpu, uint64_t *bytes,
-            uint64_t *nr_chunks)
+save_request(struct bench *b, uint32_t r, uint64_t *ns, double *cpu)
 {
-	struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+	uint32_t step = b->conf->save_chunks ? b->conf->save_chunks : b->chunks_per_req;
 
-	tutti_store_get_stats(b->st, &s0);
-	for (uint32_t r = 0; r < b->conf->requests; r++) {
-		struct tutti_request req;
+	for (uint32_t first = 0; first < b->chunks_per_req; first += step) {
+		uint32_t end = min_u32(first + step, b->chunks_per_req);
+		uint32_t first_block = first * b->bpc;
+		struct tutti_request req = make_request(b);
 		struct sample smp;
 		int64_t n;
 
-		make_keys(b, r, round);
-		fill_ids_src(b, r);
-		req = make_request(b);
+		req.nr_keys = end;
+		req.first_chunk = first;
+		req.block_ids = b->ids + first_block;
+		req.nr_blocks = min_u32(end * b->bpc, b->blocks_per_req) - first_block;
 		sample_start(&smp);
 		n = tutti_store_save(b->st, b->src.kv, &req, 1, NULL);
 		sample_stop(&smp, ns, cpu);
@@ -416,9 +420,30 @@ store_round(struct bench *b, uint32_t round, uint64_t *ns, double *cpu, uint64_t
 			return (int)n;
 		}
 	}
+	return 0;
+}
+
+static int
+store_round(struct bench *b, uint32_t round, uint64_t *ns, double *cpu, uint64_t *bytes,
+            uint64_t *nr_chunks)
+{
+	struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+
+	tutti_store_get_stats(b->st, &s0);
+	for (uint32_t r = 0; r < b->conf->requests; r++) {
+		int rc;
+
+		make_keys(b, r, round);
+		fill_ids_src(b, r);
+		rc = save_request(b, r, ns, cpu);
+		if (rc < 0) {
+			return rc;
+		}
+	}
 	tutti_store_get_stats(b->st, &s1);
 	*bytes = s1.save_bytes - s0.save_bytes;
 	*nr_chunks = s1.save_chunks - s0.save_chunks;
+	b->flushes = s1.flushes - s0.flushes;
 	return 0;
 }
 
@@ -637,6 +662,7 @@ store_phase(struct bench *b, struct kvbench_result *res)
 		return rc;
 	}
 	phase_result(&res->store, bytes, t.ns, t.cpu, n);
+	res->store_flushes = b->flushes;
 	if (b->raw) {
 		memcpy(res->raw_write_rounds, t.raw, n * sizeof(*t.raw));
 		res->raw_write_gbps = median(t.raw, n);
@@ -745,6 +771,7 @@ open_store(struct bench *b, uint64_t unique_chunks)
 	o.staging_bytes = c->staging_bytes;
 	o.max_io_bytes = c->max_io_bytes;
 	o.queue_depth = c->queue_depth;
+	o.durability = c->durability;
 	o.log_fn = log_line;
 	rc = tutti_store_open(&b->geo, &o, &b->st);
 	if (rc < 0) {

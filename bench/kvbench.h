@@ -30,6 +30,8 @@ struct kvbench_conf {
 	uint32_t nr_dirs;
 	uint32_t engine;         /* enum tutti_engine */
 	uint32_t layout;         /* enum kvbench_layout */
+	uint32_t durability;     /* enum tutti_durability */
+	uint32_t save_chunks;    /* chunks per save call; 0: a whole request per call */
 	uint64_t context_tokens; /* tokens per request */
 	uint32_t requests;
 	uint64_t shared_tokens; /* prefix shared by every request */
@@ -63,6 +65,7 @@ struct kvbench_result {
 	uint64_t retrieve_ios;     /* engine I/Os of one retrieve repeat */
 	uint64_t retrieve_submits; /* engine submissions of one retrieve repeat */
 	uint64_t layer_calls;      /* load calls of one retrieve repeat */
+	uint64_t store_flushes;    /* device flushes of one store repeat (durable mode) */
 	uint64_t staging_bytes;
 	uint64_t kv_bytes; /* host paged KV allocated (source + destination) */
 };

@@ -104,9 +104,10 @@ write_superblock(int fd, const struct tt_superblock *sb)
 	return fdatasync(fd) == 0 ? 0 : -errno;
 }
 
-/* Read the superblock; 1 if the file is empty (a new store), 0 if read, or -errno. */
+/* Read the superblock; 1 if the file is empty (a new store), 0 if read, or -errno. A store of
+ * another format version is named as such in the log. */
 static int
-read_superblock(int fd, struct tt_superblock *sb)
+read_superblock(int fd, struct tt_superblock *sb, const char *path, const struct tt_log *log)
 {
 	uint8_t *buf = tt_aligned_alloc(TT_SB_BYTES);
 	ssize_t n;
@@ -122,6 +123,12 @@ read_superblock(int fd, struct tt_superblock *sb)
 		rc = 1;
 	} else {
 		rc = tt_sb_decode(buf, (size_t)n, sb);
+		if (rc == -EPROTO && n >= 12 && memcmp(buf, TT_SB_MAGIC, 8) == 0) {
+			tt_log_err(log,
+			           "%s: a store of format version %u; this build reads version "
+			           "%u: remove the file or use another directory",
+			           path, (unsigned)buf[8] | (unsigned)buf[9] << 8, TT_SB_VERSION);
+		}
 	}
 	tt_aligned_free(buf);
 	return rc;
@@ -237,7 +244,7 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bo
 	if (rc < 0) {
 		goto err_close;
 	}
-	rc = read_superblock(fd, &sb);
+	rc = read_superblock(fd, &sb, path, conf->log);
 	if (rc == -EINVAL) {
 		rc = -EOPNOTSUPP; /* an O_DIRECT read refused despite the open succeeding */
 		tt_log_err(conf->log, "%s: O_DIRECT reads fail on this filesystem", path);
@@ -479,7 +486,7 @@ tt_pool_peek(const char *dir, struct tt_superblock *sb, const struct tt_log *log
 		tt_log_err(log, "cannot open %s: %s", path, tutti_strerror(rc));
 		return rc;
 	}
-	rc = read_superblock(fd, sb);
+	rc = read_superblock(fd, sb, path, log);
 	close(fd);
 	if (rc == 1) {
 		rc = -ENOENT; /* an empty file: no store was ever written here */

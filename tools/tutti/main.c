@@ -8,42 +8,50 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin.h"
 #include "kvbench.h"
 
 static void
 usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: tutti <command> [options]\n"
-	        "\n"
-	        "commands:\n"
-	        "  demo      store a shared-prefix workload in ./tutti-store, retrieve it into a\n"
-	        "            shuffled block table, verify it, and compare with the raw disk and a\n"
-	        "            page-granular baseline\n"
-	        "  bench     the same, with options (below)\n"
-	        "  version   print the library version\n"
-	        "\n"
-	        "bench options:\n"
-	        "  --model NAME         geometry preset: llama-3-8b (default), llama-3-70b, "
-	        "glm-4-9b, tiny\n"
-	        "  --layers N --kv-heads N --head-dim N --elem-bytes N\n"
-	        "  --block-tokens N --chunk-tokens N   override the preset\n"
-	        "  --context N          tokens per request (default 32768)\n"
-	        "  --requests N         requests sharing the prefix (default 1)\n"
-	        "  --shared N           shared prefix tokens (default 0)\n"
-	        "  --engine NAME        uring (default) or posix\n"
-	        "  --dir DIR            store directory; repeat for several disks (default "
-	        "tutti-store)\n"
-	        "  --layout NAME        kv-first (default), packed or cross-layer\n"
-	        "  --layerwise          retrieve one layer per call\n"
-	        "  --repeats N          timed repetitions, median reported (default 3)\n"
-	        "  --staging-mib N      staging memory (default 64)\n"
-	        "  --io-kib N           largest I/O (default 4096)\n"
-	        "  --queue-depth N      I/Os in flight (default 32)\n"
-	        "  --page-threads N     threads of the page-granular baseline (default 16)\n"
-	        "  --no-raw --no-baseline   skip those measurements\n"
-	        "  --seed N             workload seed (default 42)\n"
-	        "  --json               print one JSON object instead of the table\n");
+	fprintf(
+	    f,
+	    "usage: tutti <command> [options]\n"
+	    "\n"
+	    "commands:\n"
+	    "  demo      store a shared-prefix workload in ./tutti-store, retrieve it into a\n"
+	    "            shuffled block table, verify it, and compare with the raw disk and a\n"
+	    "            page-granular baseline\n"
+	    "  bench     the same, with options (below)\n"
+	    "  inspect   DIR... [--json]: geometry, capacity, chunks, usage and what recovery\n"
+	    "            found in an existing store\n"
+	    "  fsck      DIR... [--repair]: read every stored object back against its checksum;\n"
+	    "            exit 0 clean, 1 repaired, 4 damage left, 8 failed\n"
+	    "  version   print the library version\n"
+	    "\n"
+	    "bench options:\n"
+	    "  --model NAME         geometry preset: llama-3-8b (default), llama-3-70b, "
+	    "glm-4-9b, tiny\n"
+	    "  --layers N --kv-heads N --head-dim N --elem-bytes N\n"
+	    "  --block-tokens N --chunk-tokens N   override the preset\n"
+	    "  --context N          tokens per request (default 32768)\n"
+	    "  --requests N         requests sharing the prefix (default 1)\n"
+	    "  --shared N           shared prefix tokens (default 0)\n"
+	    "  --engine NAME        uring (default) or posix\n"
+	    "  --dir DIR            store directory; repeat for several disks (default "
+	    "tutti-store)\n"
+	    "  --layout NAME        kv-first (default), packed or cross-layer\n"
+	    "  --layerwise          retrieve one layer per call\n"
+	    "  --durability MODE    fast (default) or durable: flush around slot headers\n"
+	    "  --save-chunks N      chunks per save call (default: a whole request)\n"
+	    "  --repeats N          timed repetitions, median reported (default 3)\n"
+	    "  --staging-mib N      staging memory (default 64)\n"
+	    "  --io-kib N           largest I/O (default 4096)\n"
+	    "  --queue-depth N      I/Os in flight (default 32)\n"
+	    "  --page-threads N     threads of the page-granular baseline (default 16)\n"
+	    "  --no-raw --no-baseline   skip those measurements\n"
+	    "  --seed N             workload seed (default 42)\n"
+	    "  --json               print one JSON object instead of the table\n");
 }
 
 static int
@@ -88,6 +96,8 @@ enum {
 	OPT_DIR,
 	OPT_LAYOUT,
 	OPT_LAYERWISE,
+	OPT_DURABILITY,
+	OPT_SAVE_CHUNKS,
 	OPT_REPEATS,
 	OPT_STAGING,
 	OPT_IO,
@@ -115,6 +125,8 @@ static const struct option options[] = {
     {"dir", required_argument, NULL, OPT_DIR},
     {"layout", required_argument, NULL, OPT_LAYOUT},
     {"layerwise", no_argument, NULL, OPT_LAYERWISE},
+    {"durability", required_argument, NULL, OPT_DURABILITY},
+    {"save-chunks", required_argument, NULL, OPT_SAVE_CHUNKS},
     {"repeats", required_argument, NULL, OPT_REPEATS},
     {"staging-mib", required_argument, NULL, OPT_STAGING},
     {"io-kib", required_argument, NULL, OPT_IO},
@@ -192,6 +204,15 @@ apply_option(int opt, const char *arg, struct kvbench_conf *c, bool *json, bool 
 	case OPT_LAYERWISE:
 		c->layerwise = true;
 		return 0;
+	case OPT_SAVE_CHUNKS:
+		return parse_u32(arg, &c->save_chunks);
+	case OPT_DURABILITY:
+		if (strcmp(arg, "fast") == 0 || strcmp(arg, "durable") == 0) {
+			c->durability =
+			    arg[0] == 'd' ? TUTTI_DURABILITY_DURABLE : TUTTI_DURABILITY_FAST;
+			return 0;
+		}
+		return -EINVAL;
 	case OPT_REPEATS:
 		return parse_u32(arg, &c->repeats);
 	case OPT_STAGING:
@@ -275,10 +296,12 @@ print_table(const struct kvbench_conf *c, const struct kvbench_result *r)
 	       c->requests, (unsigned long long)c->context_tokens,
 	       (unsigned long long)c->shared_tokens, (unsigned long long)r->unique_chunks,
 	       (double)r->store.bytes / (1 << 30));
-	printf("  store      %s (%u dir%s), engine %s, %.0f MiB staging, %s retrieve\n", c->dirs[0],
-	       c->nr_dirs, c->nr_dirs > 1 ? "s" : "",
+	printf("  store      %s (%u dir%s), engine %s, %.1f MiB staging, %s commits, %s retrieve\n",
+	       c->dirs[0], c->nr_dirs, c->nr_dirs > 1 ? "s" : "",
 	       c->engine == TUTTI_ENGINE_URING ? "uring" : "posix",
-	       (double)r->staging_bytes / (1 << 20), c->layerwise ? "layer-by-layer" : "all-layer");
+	       (double)r->staging_bytes / (1 << 20),
+	       c->durability == TUTTI_DURABILITY_DURABLE ? "durable" : "fast",
+	       c->layerwise ? "layer-by-layer" : "all-layer");
 	printf(
 	    "  figures    median of %u repeats; raw = sequential O_DIRECT on the same directory "
 	    "at the best\n             I/O size and depth of a sweep, over as many bytes and the "
@@ -332,12 +355,15 @@ print_json(const struct kvbench_conf *c, const struct kvbench_result *r)
 	printf("{\"model\":\"%s\",\"nr_layers\":%u,\"nr_kv_heads\":%u,\"head_dim\":%u,"
 	       "\"elem_bytes\":%u,\"block_tokens\":%u,\"chunk_tokens\":%u,\"layout\":\"%s\","
 	       "\"context_tokens\":%llu,\"requests\":%u,\"shared_tokens\":%llu,\"engine\":\"%s\","
-	       "\"nr_dirs\":%u,\"layerwise\":%s,\"repeats\":%u,\"staging_bytes\":%llu,",
+	       "\"nr_dirs\":%u,\"layerwise\":%s,\"durability\":\"%s\",\"repeats\":%u,"
+	       "\"staging_bytes\":%llu,",
 	       c->model, g->nr_layers, g->nr_kv_heads, g->head_dim, g->elem_bytes, g->block_tokens,
 	       g->chunk_tokens, layout_name(c->layout), (unsigned long long)c->context_tokens,
 	       c->requests, (unsigned long long)c->shared_tokens,
 	       c->engine == TUTTI_ENGINE_URING ? "uring" : "posix", c->nr_dirs,
-	       c->layerwise ? "true" : "false", c->repeats, (unsigned long long)r->staging_bytes);
+	       c->layerwise ? "true" : "false",
+	       c->durability == TUTTI_DURABILITY_DURABLE ? "durable" : "fast", c->repeats,
+	       (unsigned long long)r->staging_bytes);
 	print_phase_json("store", &r->store);
 	print_phase_json("retrieve", &r->retrieve);
 	print_phase_json("page_store", &r->page_store);
@@ -346,10 +372,12 @@ print_json(const struct kvbench_conf *c, const struct kvbench_result *r)
 	print_rounds_json("raw_write", r->raw_write_rounds, r->raw_write_gbps > 0 ? c->repeats : 0);
 	printf("\"raw_read_gbps\":%.4f,\"raw_write_gbps\":%.4f,\"cpu_s_per_gb\":%.4f,"
 	       "\"page_cpu_s_per_gb\":%.4f,\"retrieve_ios\":%llu,\"retrieve_submits\":%llu,"
-	       "\"load_calls\":%llu,\"unique_chunks\":%llu,\"verified\":%s}\n",
+	       "\"load_calls\":%llu,\"store_flushes\":%llu,\"save_chunks\":%u,"
+	       "\"unique_chunks\":%llu,\"verified\":%s}\n",
 	       r->raw_read_gbps, r->raw_write_gbps, r->retrieve.cpu_s_per_gb,
 	       r->page_retrieve.cpu_s_per_gb, (unsigned long long)r->retrieve_ios,
 	       (unsigned long long)r->retrieve_submits, (unsigned long long)r->layer_calls,
+	       (unsigned long long)r->store_flushes, c->save_chunks,
 	       (unsigned long long)r->unique_chunks, r->verified ? "true" : "false");
 }
 
@@ -412,6 +440,12 @@ main(int argc, char **argv)
 	if (strcmp(argv[1], "version") == 0) {
 		printf("tutti %s\n", tutti_version());
 		return 0;
+	}
+	if (strcmp(argv[1], "inspect") == 0) {
+		return cmd_inspect(argc - 1, argv + 1);
+	}
+	if (strcmp(argv[1], "fsck") == 0) {
+		return cmd_fsck(argc - 1, argv + 1);
 	}
 	if (strcmp(argv[1], "demo") == 0 || strcmp(argv[1], "bench") == 0) {
 		return cmd_bench(argc - 1, argv + 1, strcmp(argv[1], "demo") == 0);
