@@ -143,8 +143,15 @@ write_commit_records(struct tutti_store *st, struct tt_transfer *t)
 	uint32_t *which = tt_malloc(batch * sizeof(*which));
 	int32_t *res = tt_malloc(batch * sizeof(*res));
 	bool durable = st->durability == TUTTI_DURABILITY_DURABLE;
+	uint32_t pending = 0;
 	int rc = 0;
 
+	for (uint32_t i = 0; i < t->nr_chunks; i++) {
+		pending += t->chunks[i].status == 0;
+	}
+	if (pending == 0) {
+		goto out; /* nothing written: nothing to commit or flush */
+	}
 	if (bufs == NULL || slots == NULL || which == NULL || res == NULL) {
 		rc = -ENOMEM;
 	}
@@ -180,6 +187,7 @@ write_commit_records(struct tutti_store *st, struct tt_transfer *t)
 			tt_fail_chunk(&t->chunks[i], rc);
 		}
 	}
+out:
 	tt_aligned_free(bufs);
 	tt_free(slots);
 	tt_free(which);
