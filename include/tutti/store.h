@@ -124,6 +124,7 @@ TUTTI_API void tutti_store_close(struct tutti_store *st);
 /** Where registered KV memory lives. */
 enum tutti_mem {
 	TUTTI_MEM_HOST = 0, /**< ordinary host memory, moved by the CPU */
+	TUTTI_MEM_CUDA = 1, /**< device memory of one CUDA GPU, moved by CUDA kernels */
 };
 
 /**
@@ -146,8 +147,10 @@ struct tutti_segment {
  * \param segs_per_layer  1..8; each layer's segment bytes must add up to the layer block bytes.
  * \param mem             enum tutti_mem.
  * \param out             receives the handle; release it with tutti_kv_destroy().
- * \return 0, or -EINVAL (invalid geometry, zero base, sizes that do not add up, address overflow),
- *         -EOPNOTSUPP (a memory kind this build cannot move), -ENOMEM.
+ * \return 0, or -EINVAL (invalid geometry, zero base, sizes that do not add up, address overflow,
+ *         TUTTI_MEM_CUDA segments that are not device memory of one GPU), -EOPNOTSUPP (a memory
+ *         kind this build cannot move: TUTTI_MEM_CUDA without CUDA), -ENODEV (no usable GPU),
+ *         -ENOMEM.
  * The memory must stay valid until the handle is destroyed; the library reads and writes it only
  * during tutti_store_load() and tutti_store_save().
  */

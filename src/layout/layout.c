@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "gpu/gpu.h"
 #include "layout/layout.h"
 
 /* Derived sizes above this are a caller's mistake, and staying far below 2^64 keeps every
@@ -184,6 +185,24 @@ check_segment(const struct tutti_segment *seg, uint32_t nr_blocks)
 	return 0;
 }
 
+/* Every segment of CUDA KV must be device memory of one GPU. */
+static int
+check_device_memory(const struct tutti_segment *segs, uint64_t nr, int *device)
+{
+	for (uint64_t i = 0; i < nr; i++) {
+		int dev, rc = tt_gpu_device_of((const void *)(uintptr_t)segs[i].base, &dev);
+
+		if (rc < 0) {
+			return rc;
+		}
+		if (i > 0 && dev != *device) {
+			return -EINVAL;
+		}
+		*device = dev;
+	}
+	return 0;
+}
+
 int
 tutti_kv_create(const struct tutti_geometry *geo, const struct tutti_segment *segs,
                 uint32_t segs_per_layer, uint32_t nr_blocks, uint32_t mem, struct tutti_kv **out)
@@ -191,7 +210,7 @@ tutti_kv_create(const struct tutti_geometry *geo, const struct tutti_segment *se
 	struct tutti_kv *kv;
 	struct tt_geo g;
 	uint64_t nr_segs;
-	int rc;
+	int rc, device = -1;
 
 	if (out == NULL) {
 		return -EINVAL;
@@ -205,7 +224,7 @@ tutti_kv_create(const struct tutti_geometry *geo, const struct tutti_segment *se
 	    nr_blocks == 0) {
 		return -EINVAL;
 	}
-	if (mem != TUTTI_MEM_HOST) {
+	if (mem != TUTTI_MEM_HOST && mem != TUTTI_MEM_CUDA) {
 		return -EOPNOTSUPP;
 	}
 	for (uint32_t l = 0; l < g.g.nr_layers; l++) {
@@ -227,6 +246,12 @@ tutti_kv_create(const struct tutti_geometry *geo, const struct tutti_segment *se
 			return -EINVAL;
 		}
 	}
+	if (mem == TUTTI_MEM_CUDA) {
+		rc = check_device_memory(segs, (uint64_t)g.g.nr_layers * segs_per_layer, &device);
+		if (rc < 0) {
+			return rc;
+		}
+	}
 	kv = tt_calloc(1, sizeof(*kv));
 	if (kv == NULL) {
 		return -ENOMEM;
@@ -242,6 +267,7 @@ tutti_kv_create(const struct tutti_geometry *geo, const struct tutti_segment *se
 	kv->segs_per_layer = segs_per_layer;
 	kv->nr_blocks = nr_blocks;
 	kv->mem = mem;
+	kv->device = device;
 	*out = kv;
 	return 0;
 }

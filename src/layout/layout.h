@@ -42,7 +42,15 @@ struct tutti_kv {
 	uint32_t segs_per_layer;
 	uint32_t nr_blocks;
 	uint32_t mem;               /* enum tutti_mem */
+	int device;                 /* TUTTI_MEM_CUDA: the device holding every segment */
 	struct tutti_segment *segs; /* nr_layers * segs_per_layer, layer-major; owned */
+};
+
+/* One object of a batched move: its blocks, in order, are block_ids[0..nr_blocks) of a layer. */
+struct tt_move {
+	void *obj;
+	const uint32_t *block_ids;
+	uint32_t nr_blocks;
 };
 
 static inline const struct tutti_segment *

@@ -6,46 +6,63 @@
 
 #include "mover/mover.h"
 
-static void
-cpu_gather(const struct tutti_kv *kv, uint32_t layer, const uint32_t *block_ids, uint32_t nr_blocks,
-           void *obj)
+static int
+cpu_gather(void *ctx, const struct tutti_kv *kv, uint32_t layer, const struct tt_move *moves,
+           uint32_t nr_moves)
 {
 	const struct tutti_segment *segs = tt_kv_layer_segs(kv, layer);
-	uint8_t *dst = obj;
 
-	for (uint32_t i = 0; i < nr_blocks; i++) {
-		for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
-			const uint8_t *src =
-			    (const uint8_t *)(uintptr_t)(segs[s].base + (uint64_t)block_ids[i] *
-			                                                    segs[s].block_stride);
+	for (uint32_t m = 0; m < nr_moves; m++) {
+		uint8_t *dst = moves[m].obj;
 
-			memcpy(dst, src, segs[s].bytes);
-			dst += segs[s].bytes;
+		for (uint32_t i = 0; i < moves[m].nr_blocks; i++) {
+			for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
+				const uint8_t *src =
+				    (const uint8_t *)(uintptr_t)(segs[s].base +
+				                                 (uint64_t)moves[m].block_ids[i] *
+				                                     segs[s].block_stride);
+
+				memcpy(dst, src, segs[s].bytes);
+				dst += segs[s].bytes;
+			}
 		}
 	}
+	return 0;
 }
 
-static void
-cpu_scatter(const struct tutti_kv *kv, uint32_t layer, const uint32_t *block_ids,
-            uint32_t nr_blocks, const void *obj)
+static int
+cpu_scatter(void *ctx, const struct tutti_kv *kv, uint32_t layer, const struct tt_move *moves,
+            uint32_t nr_moves)
 {
 	const struct tutti_segment *segs = tt_kv_layer_segs(kv, layer);
-	const uint8_t *src = obj;
 
-	for (uint32_t i = 0; i < nr_blocks; i++) {
-		for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
-			uint8_t *dst =
-			    (uint8_t *)(uintptr_t)(segs[s].base +
-			                           (uint64_t)block_ids[i] * segs[s].block_stride);
+	for (uint32_t m = 0; m < nr_moves; m++) {
+		const uint8_t *src = moves[m].obj;
 
-			memcpy(dst, src, segs[s].bytes);
-			src += segs[s].bytes;
+		for (uint32_t i = 0; i < moves[m].nr_blocks; i++) {
+			for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
+				uint8_t *dst =
+				    (uint8_t *)(uintptr_t)(segs[s].base +
+				                           (uint64_t)moves[m].block_ids[i] *
+				                               segs[s].block_stride);
+
+				memcpy(dst, src, segs[s].bytes);
+				src += segs[s].bytes;
+			}
 		}
 	}
+	return 0;
+}
+
+static int
+cpu_sync(void *ctx)
+{
+	return 0;
 }
 
 const struct tt_mover_ops tt_mover_cpu = {
     .name = "cpu",
     .gather = cpu_gather,
     .scatter = cpu_scatter,
+    .sync = cpu_sync,
 };

@@ -190,7 +190,6 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	}
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_mutex_init(&st->io_lock, NULL);
-	st->mover = &tt_mover_cpu;
 	rc = check_opts(opts, &st->log);
 	if (rc < 0) {
 		goto err;
@@ -299,8 +298,13 @@ tutti_store_close(struct tutti_store *st)
 	if (st == NULL) {
 		return;
 	}
-	/* The engine goes first: it waits for the kernel to finish with the staging memory. */
+	/* The engine goes first: it waits for the kernel to finish with the staging memory; then
+	 * the GPU, which may still read it. */
 	tt_engine_destroy(st->engine);
+	tt_gpu_close(st->gpu);
+	if (st->staging_mapped) {
+		tt_gpu_host_unregister(st->staging);
+	}
 	tt_aligned_free(st->staging);
 	tt_free(st->units);
 	tt_free(st->free_bufs);
@@ -374,5 +378,40 @@ tutti_store_geometry(struct tutti_store *st, struct tutti_geometry *out)
 		return -EINVAL;
 	}
 	*out = st->geo.g;
+	return 0;
+}
+
+/* Launch descriptors of one GPU context: a launch moving more blocks is split. */
+#define TT_GPU_MAX_BLOCKS (1u << 18)
+
+int
+tt_store_gpu(struct tutti_store *st, int device, struct tt_gpu **out)
+{
+	struct tt_gpu_conf conf = {
+	    .device = device, .max_blocks = TT_GPU_MAX_BLOCKS, .log = &st->log};
+	int rc;
+
+	if (st->gpu != NULL) {
+		if (tt_gpu_device(st->gpu) != device) {
+			tt_log_err(&st->log, "a store moves KV of one GPU: device %d, not %d",
+			           tt_gpu_device(st->gpu), device);
+			return -EINVAL;
+		}
+		*out = st->gpu;
+		return 0;
+	}
+	rc = tt_gpu_open(&conf, &st->gpu);
+	if (rc == 0 && !st->staging_mapped) {
+		/* Kernels read and write the staging across PCIe, without a copy. */
+		rc = tt_gpu_host_register(st->staging, st->nr_staging * st->unit_bytes);
+		st->staging_mapped = rc == 0;
+	}
+	if (rc < 0) {
+		tt_log_err(&st->log, "GPU %d: %s", device, tutti_strerror(rc));
+		tt_gpu_close(st->gpu);
+		st->gpu = NULL;
+		return rc;
+	}
+	*out = st->gpu;
 	return 0;
 }

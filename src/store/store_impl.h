@@ -10,6 +10,7 @@
 
 #include "common/common.h"
 #include "engine/engine.h"
+#include "gpu/gpu.h"
 #include "index/index.h"
 #include "layout/layout.h"
 #include "mover/mover.h"
@@ -23,7 +24,6 @@ struct tutti_store {
 	uint32_t key_bytes;
 	struct tt_pool *pool;
 	struct tt_index *idx;
-	const struct tt_mover_ops *mover;
 
 	/* Guards idx, pool allocation and stats. Never held across I/O. */
 	pthread_mutex_t lock;
@@ -51,6 +51,10 @@ struct tutti_store {
 	 * slot headers at open; a slot's entries change only while it is not indexed or pinned. */
 	uint64_t *slot_csums;
 	uint64_t next_seq; /* commit sequence for slot headers; under io_lock */
+	/* GPU KV: a context on its device and the staging pinned and mapped for it, made on first
+	 * use (under io_lock). One device per store. */
+	struct tt_gpu *gpu;
+	bool staging_mapped;
 };
 
 /* One I/O: layers [layer, layer + nr_layers) of one chunk, or the chunk's header. */
@@ -91,7 +95,9 @@ struct tt_transfer {
 	uint32_t layer_begin, layer_end;
 	enum tt_transfer_kind kind;
 	uint32_t direct_layers; /* layers per direct I/O of a whole chunk; 0: no direct I/O */
-	uint64_t *csums;        /* save: nr_chunks * nr_layers object checksums, owned */
+	const struct tt_mover_ops *mover; /* chosen by where the KV lives */
+	void *mover_ctx;
+	uint64_t *csums; /* save: nr_chunks * nr_layers object checksums, owned */
 	/* unit cursor */
 	uint32_t next_chunk;
 	uint32_t next_layer;
@@ -117,6 +123,9 @@ void tt_erase_headers(struct tutti_store *st, const uint32_t *slots, uint32_t nr
 /* Remove a damaged chunk from the index, freeing its slot now or at its last unpin. Caller holds
  * the store lock. */
 void tt_drop_chunk(struct tutti_store *st, uint32_t slot);
+
+/* store.c: the GPU context for KV on \p device (opened on first use). Caller holds io_lock. */
+int tt_store_gpu(struct tutti_store *st, int device, struct tt_gpu **out);
 
 /* recover.c */
 int tt_store_recover(struct tutti_store *st, bool repair);

@@ -267,23 +267,46 @@ unit_vector(const struct tt_transfer *t, const struct tt_unit *u, struct iovec *
 	return n;
 }
 
+/* The move of one layer of unit \p u: its object in staging buffer \p buf. */
+static struct tt_move
+unit_move(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf, uint32_t i)
+{
+	const struct tt_chunk_op *c = &t->chunks[u->chunk];
+	uint64_t skip = (uint64_t)c->obj_skip * t->st->geo.layer_block_bytes;
+
+	return (struct tt_move){
+	    .obj = buf + (uint64_t)i * t->st->geo.object_bytes + skip,
+	    .block_ids = chunk_ids(c),
+	    .nr_blocks = c->nr_moved,
+	};
+}
+
 /* Save: fill a staging buffer with a unit's objects and note their checksums. */
-static void
+static int
 gather_unit(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf)
 {
 	const struct tutti_store *st = t->st;
 	const struct tt_chunk_op *c = &t->chunks[u->chunk];
 	uint64_t payload = (uint64_t)c->nr_moved * st->geo.layer_block_bytes;
+	int rc = 0;
 
-	for (uint32_t i = 0; i < u->nr_layers; i++) {
+	for (uint32_t i = 0; rc == 0 && i < u->nr_layers; i++) {
+		struct tt_move m = unit_move(t, u, buf, i);
+
+		rc = t->mover->gather(t->mover_ctx, t->kv, u->layer + i, &m, 1);
+	}
+	if (rc == 0) {
+		rc = t->mover->sync(t->mover_ctx);
+	}
+	for (uint32_t i = 0; rc == 0 && i < u->nr_layers; i++) {
 		uint8_t *obj = buf + (uint64_t)i * st->geo.object_bytes;
 
-		st->mover->gather(t->kv, u->layer + i, chunk_ids(c), c->nr_moved, obj);
 		/* Padding of a partial or unaligned object is zero, never stale staging bytes. */
 		memset(obj + payload, 0, st->geo.object_bytes - payload);
 		t->csums[(uint64_t)u->chunk * st->geo.g.nr_layers + u->layer + i] =
 		    XXH3_64bits(obj, payload);
 	}
+	return rc;
 }
 
 /* Save, direct: the checksums come from the paged KV the I/O vector points at. */
@@ -326,17 +349,18 @@ verify_unit(struct tt_transfer *t, const struct tt_unit *u, const uint8_t *buf)
 	return true;
 }
 
-static void
-scatter_unit(const struct tt_transfer *t, const struct tt_unit *u, const uint8_t *buf)
+static int
+scatter_unit(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf)
 {
-	const struct tutti_store *st = t->st;
-	const struct tt_chunk_op *c = &t->chunks[u->chunk];
-	uint64_t skip = (uint64_t)c->obj_skip * st->geo.layer_block_bytes;
+	int rc = 0;
 
-	for (uint32_t i = 0; i < u->nr_layers; i++) {
-		st->mover->scatter(t->kv, u->layer + i, chunk_ids(c), c->nr_moved,
-		                   buf + (uint64_t)i * st->geo.object_bytes + skip);
+	for (uint32_t i = 0; rc == 0 && i < u->nr_layers; i++) {
+		struct tt_move m = unit_move(t, u, buf, i);
+
+		rc = t->mover->scatter(t->mover_ctx, t->kv, u->layer + i, &m, 1);
 	}
+	/* The buffer is reused as soon as this returns. */
+	return rc == 0 ? t->mover->sync(t->mover_ctx) : rc;
 }
 
 /* ---- the pipeline ---- */
@@ -404,7 +428,15 @@ prep_unit(struct tt_transfer *t, const struct tt_unit *u, uint32_t b, uint32_t n
 		return;
 	}
 	if (t->kind == TT_TRANSFER_SAVE) {
-		gather_unit(t, u, unit_buf(st, b));
+		int rc = gather_unit(t, u, unit_buf(st, b));
+
+		if (rc < 0) {
+			/* The I/O still runs (its buffer is ours), but the chunk is not committed.
+			 */
+			tt_log_err(&st->log, "gathering slot %u from GPU KV failed: %s", c->slot,
+			           tutti_strerror(rc));
+			tt_fail_chunk(&t->chunks[u->chunk], rc);
+		}
 	}
 	st->ios[n] = (struct tt_io){
 	    .tag = b,
@@ -464,7 +496,13 @@ complete_unit(struct tt_transfer *t, const struct tt_io_done *d)
 		return;
 	}
 	if (t->kind == TT_TRANSFER_LOAD && !c->direct) {
-		scatter_unit(t, u, unit_buf(st, b));
+		int rc = scatter_unit(t, u, unit_buf(st, b));
+
+		if (rc < 0) {
+			tt_log_err(&st->log, "scattering slot %u into the KV failed: %s", c->slot,
+			           tutti_strerror(rc));
+			tt_fail_chunk(c, rc);
+		}
 	}
 }
 
@@ -484,6 +522,21 @@ tt_transfer_run(struct tt_transfer *t)
 			tt_fail_chunk(&t->chunks[i], -EIO);
 		}
 		return -EIO;
+	}
+	t->mover = &tt_mover_cpu;
+	t->mover_ctx = NULL;
+	if (t->kv != NULL && t->kv->mem == TUTTI_MEM_CUDA) {
+		struct tt_gpu *g;
+		int rc = tt_store_gpu(st, t->kv->device, &g);
+
+		if (rc < 0) {
+			for (uint32_t i = 0; i < t->nr_chunks; i++) {
+				tt_fail_chunk(&t->chunks[i], rc);
+			}
+			return rc;
+		}
+		t->mover = &tt_mover_cuda;
+		t->mover_ctx = g;
 	}
 	t->next_chunk = 0;
 	t->next_layer = t->layer_begin;

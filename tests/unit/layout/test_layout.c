@@ -564,8 +564,20 @@ test_kv_create_unknown_memory_kind_is_eopnotsupp(void **state)
 	struct tutti_segment segs[2];
 
 	blocks_first(segs);
-	assert_int_equal(create_rc(segs, 1, 16, 1), -EOPNOTSUPP);
+	assert_int_equal(create_rc(segs, 1, 16, TUTTI_MEM_CUDA + 1), -EOPNOTSUPP);
 	assert_int_equal(create_rc(segs, 1, 16, UINT32_MAX), -EOPNOTSUPP);
+}
+
+static void
+test_kv_create_cuda_with_host_memory_is_refused(void **state)
+{
+	struct tutti_segment segs[2];
+	int rc;
+
+	blocks_first(segs);
+	rc = create_rc(segs, 1, 16, TUTTI_MEM_CUDA);
+	/* Built without CUDA, no GPU here, or a GPU that says this is not its memory. */
+	assert_true(rc == -EOPNOTSUPP || rc == -ENODEV || rc == -EINVAL);
 }
 
 static void
@@ -619,6 +631,7 @@ main(void)
 	    cmocka_unit_test(test_kv_create_address_overflow_is_einval),
 	    cmocka_unit_test(test_kv_create_zero_blocks_is_einval),
 	    cmocka_unit_test(test_kv_create_unknown_memory_kind_is_eopnotsupp),
+	    cmocka_unit_test(test_kv_create_cuda_with_host_memory_is_refused),
 	    cmocka_unit_test(test_kv_create_null_and_invalid_arguments_are_einval),
 	};
 

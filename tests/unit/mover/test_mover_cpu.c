@@ -19,6 +19,24 @@
 #define NR_BLOCKS 37u
 #define POISON 0xa5
 
+/* One move of one layer through the CPU mover's batched interface. */
+static void
+t_gather(const struct tutti_kv *kv, uint32_t layer, const uint32_t *ids, uint32_t n, void *obj)
+{
+	struct tt_move m = {.obj = obj, .block_ids = ids, .nr_blocks = n};
+
+	assert_int_equal(tt_mover_cpu.gather(NULL, kv, layer, &m, 1), 0);
+}
+
+static void
+t_scatter(const struct tutti_kv *kv, uint32_t layer, const uint32_t *ids, uint32_t n,
+          const void *obj)
+{
+	struct tt_move m = {.obj = (void *)obj, .block_ids = ids, .nr_blocks = n};
+
+	assert_int_equal(tt_mover_cpu.scatter(NULL, kv, layer, &m, 1), 0);
+}
+
 static struct tutti_geometry
 geometry(int which)
 {
@@ -120,7 +138,7 @@ test_mover_gather_matches_hand_computed_canonical_layout(void **state)
 			ids[11] = ids[3]; /* a block may be gathered twice */
 			for (uint32_t l = 0; l < g.nr_layers; l++) {
 				memset(obj, 0, 12 * k->lbb);
-				tt_mover_cpu.gather(k->kv, l, ids, 12, obj);
+				t_gather(k->kv, l, ids, 12, obj);
 				for (uint32_t i = 0; i < 12; i++) {
 					canonical_block(k, l, ids[i], want + i * k->lbb);
 				}
@@ -165,7 +183,7 @@ test_mover_scatter_writes_only_listed_blocks(void **state)
 					done += len;
 				}
 			}
-			tt_mover_cpu.scatter(k->kv, layer, ids, 9, obj);
+			t_scatter(k->kv, layer, ids, 9, obj);
 			/* Every other block, every other layer and every gap keeps its poison. */
 			assert_memory_equal(k->mem, want, k->mem_bytes);
 			free(want);
@@ -197,9 +215,9 @@ test_mover_round_trip_across_layouts_with_random_tables(void **state)
 				t_random_distinct(&r, a, n, NR_BLOCKS);
 				t_random_distinct(&r, b, n, NR_BLOCKS);
 				for (uint32_t l = 0; l < g.nr_layers; l++) {
-					tt_mover_cpu.gather(src->kv, l, a, n, obj);
-					tt_mover_cpu.scatter(dst->kv, l, b, n, obj);
-					tt_mover_cpu.gather(dst->kv, l, b, n, back);
+					t_gather(src->kv, l, a, n, obj);
+					t_scatter(dst->kv, l, b, n, obj);
+					t_gather(dst->kv, l, b, n, back);
 					assert_memory_equal(obj, back, n * src->lbb);
 					for (uint32_t i = 0; i < n; i++) {
 						assert_true(
@@ -234,8 +252,8 @@ test_mover_zero_blocks_touch_nothing(void **state)
 	uint8_t obj[16] = {0};
 	uint32_t id = 0;
 
-	tt_mover_cpu.scatter(k->kv, 0, &id, 0, obj);
-	tt_mover_cpu.gather(k->kv, 1, &id, 0, obj);
+	t_scatter(k->kv, 0, &id, 0, obj);
+	t_gather(k->kv, 1, &id, 0, obj);
 	for (size_t i = 0; i < sizeof(obj); i++) {
 		assert_int_equal(obj[i], 0);
 	}

@@ -1,0 +1,481 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * CUDA implementation of src/gpu/gpu.h: the gather and scatter kernels that move one layer of a
+ * whole batch between paged KV in device memory and packed objects, and the memory helpers.
+ *
+ * Kernel layout. A launch moves B paged blocks of one layer; block i goes to (or comes from)
+ * object address obj[i] and is paged block ids[i]. CUDA block b copies paged block b (grid-stride
+ * over B): for each of the layer's segments, seg.bytes bytes between seg.base + id * seg.stride
+ * and the next bytes of the object. Threads copy 16-byte vectors when every address and length
+ * is 16-byte aligned (the common case: KV rows are at least 16 bytes), bytes otherwise, and keep
+ * several vectors in flight each so that reads from mapped host memory across PCIe, which take
+ * microseconds, overlap. Launch configuration: 256 threads, up to 16 CUDA blocks per SM.
+ *
+ * Descriptors (obj[], ids[]) are written by the host into one of two pinned halves, copied to
+ * the device on the stream, and read by the kernel from device memory: one copy and one launch
+ * per call, whatever the batch size.
+ */
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "gpu/gpu.h"
+}
+
+#define THREADS 256
+#define UNROLL 4
+
+struct seg_param {
+	unsigned long long base, stride, bytes;
+};
+
+struct layer_param {
+	seg_param seg[TT_MAX_SEGS_PER_LAYER];
+	unsigned nr_segs;
+};
+
+struct tt_gpu {
+	int device;
+	int nr_sms;
+	uint32_t max_blocks;
+	cudaStream_t stream;
+	/* descriptors: two pinned host halves (written while the other may still be copied) and
+	 * one device copy read by the kernel */
+	unsigned long long *h_obj[2];
+	uint32_t *h_ids[2];
+	cudaEvent_t copied[2];
+	int half;
+	unsigned long long *d_obj;
+	uint32_t *d_ids;
+	uint64_t launches;
+	const struct tt_log *log;
+};
+
+static int
+cuda_errno(cudaError_t err)
+{
+	switch (err) {
+	case cudaSuccess:
+		return 0;
+	case cudaErrorNoDevice:
+	case cudaErrorInsufficientDriver:
+	case cudaErrorInvalidDevice:
+		return -ENODEV;
+	case cudaErrorMemoryAllocation:
+		return -ENOMEM;
+	case cudaErrorInvalidValue:
+		return -EINVAL;
+	default:
+		return -EIO;
+	}
+}
+
+/* Convert once at the boundary, logging the CUDA error's name where it happened. */
+static int
+check(const struct tt_gpu *g, cudaError_t err, const char *what)
+{
+	if (err != cudaSuccess && g != NULL) {
+		tt_log_err(g->log, "%s: %s", what, cudaGetErrorString(err));
+	}
+	return cuda_errno(err);
+}
+
+/* ---- kernels ---- */
+
+template <bool GATHER>
+__device__ static void
+copy16(uint8_t *kv, uint8_t *obj, unsigned long long bytes)
+{
+	int4 *dst = reinterpret_cast<int4 *>(GATHER ? obj : kv);
+	const int4 *src = reinterpret_cast<const int4 *>(GATHER ? kv : obj);
+	unsigned long long n = bytes / 16;
+
+	for (unsigned long long i = threadIdx.x; i < n; i += (unsigned long long)THREADS * UNROLL) {
+		int4 v[UNROLL];
+
+		/* All loads first: several reads in flight per thread. */
+#pragma unroll
+		for (int k = 0; k < UNROLL; k++) {
+			unsigned long long j = i + (unsigned long long)k * THREADS;
+
+			if (j < n) {
+				v[k] = src[j];
+			}
+		}
+#pragma unroll
+		for (int k = 0; k < UNROLL; k++) {
+			unsigned long long j = i + (unsigned long long)k * THREADS;
+
+			if (j < n) {
+				dst[j] = v[k];
+			}
+		}
+	}
+}
+
+template <bool GATHER>
+__device__ static void
+copy1(uint8_t *kv, uint8_t *obj, unsigned long long bytes)
+{
+	uint8_t *dst = GATHER ? obj : kv;
+	const uint8_t *src = GATHER ? kv : obj;
+
+	for (unsigned long long i = threadIdx.x; i < bytes; i += THREADS) {
+		dst[i] = src[i];
+	}
+}
+
+template <bool GATHER, bool VEC16>
+__global__ static void
+__launch_bounds__(THREADS)
+    move_kernel(layer_param p, const unsigned long long *obj, const uint32_t *ids, uint32_t nr)
+{
+	for (uint32_t b = blockIdx.x; b < nr; b += gridDim.x) {
+		uint8_t *o = reinterpret_cast<uint8_t *>(obj[b]);
+		unsigned long long id = ids[b];
+
+		for (unsigned s = 0; s < p.nr_segs; s++) {
+			uint8_t *kv =
+			    reinterpret_cast<uint8_t *>(p.seg[s].base + id * p.seg[s].stride);
+
+			if (VEC16) {
+				copy16<GATHER>(kv, o, p.seg[s].bytes);
+			} else {
+				copy1<GATHER>(kv, o, p.seg[s].bytes);
+			}
+			o += p.seg[s].bytes;
+		}
+	}
+}
+
+/* ---- context ---- */
+
+extern "C" int
+tt_gpu_device_count(void)
+{
+	int n = 0;
+	cudaError_t err = cudaGetDeviceCount(&n);
+
+	return err == cudaSuccess ? n : cuda_errno(err);
+}
+
+extern "C" void
+tt_gpu_close(struct tt_gpu *g)
+{
+	if (g == NULL) {
+		return;
+	}
+	cudaSetDevice(g->device);
+	if (g->stream != NULL) {
+		cudaStreamSynchronize(g->stream);
+		cudaStreamDestroy(g->stream);
+	}
+	for (int h = 0; h < 2; h++) {
+		cudaFreeHost(g->h_obj[h]);
+		cudaFreeHost(g->h_ids[h]);
+		if (g->copied[h] != NULL) {
+			cudaEventDestroy(g->copied[h]);
+		}
+	}
+	cudaFree(g->d_obj);
+	cudaFree(g->d_ids);
+	free(g);
+}
+
+extern "C" int
+tt_gpu_open(const struct tt_gpu_conf *conf, struct tt_gpu **out)
+{
+	struct tt_gpu *g;
+	int rc;
+
+	if (conf == NULL || out == NULL || conf->max_blocks == 0) {
+		return -EINVAL;
+	}
+	*out = NULL;
+	g = static_cast<struct tt_gpu *>(calloc(1, sizeof(*g)));
+	if (g == NULL) {
+		return -ENOMEM;
+	}
+	g->device = conf->device;
+	g->max_blocks = conf->max_blocks;
+	g->log = conf->log;
+	rc = check(g, cudaSetDevice(conf->device), "cudaSetDevice");
+	if (rc == 0) {
+		rc = check(g,
+		           cudaDeviceGetAttribute(&g->nr_sms, cudaDevAttrMultiProcessorCount,
+		                                  conf->device),
+		           "cudaDeviceGetAttribute");
+	}
+	if (rc == 0) {
+		rc = check(g, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking),
+		           "cudaStreamCreate");
+	}
+	for (int h = 0; rc == 0 && h < 2; h++) {
+		rc = check(g,
+		           cudaHostAlloc(&g->h_obj[h], conf->max_blocks * sizeof(*g->h_obj[h]), 0),
+		           "cudaHostAlloc");
+		if (rc == 0) {
+			rc = check(
+			    g,
+			    cudaHostAlloc(&g->h_ids[h], conf->max_blocks * sizeof(*g->h_ids[h]), 0),
+			    "cudaHostAlloc");
+		}
+		if (rc == 0) {
+			rc = check(g,
+			           cudaEventCreateWithFlags(&g->copied[h], cudaEventDisableTiming),
+			           "cudaEventCreate");
+		}
+	}
+	if (rc == 0) {
+		rc = check(g, cudaMalloc(&g->d_obj, conf->max_blocks * sizeof(*g->d_obj)),
+		           "cudaMalloc");
+	}
+	if (rc == 0) {
+		rc = check(g, cudaMalloc(&g->d_ids, conf->max_blocks * sizeof(*g->d_ids)),
+		           "cudaMalloc");
+	}
+	if (rc < 0) {
+		tt_gpu_close(g);
+		return rc;
+	}
+	*out = g;
+	return 0;
+}
+
+extern "C" int
+tt_gpu_device(const struct tt_gpu *g)
+{
+	return g->device;
+}
+
+extern "C" uint64_t
+tt_gpu_launches(const struct tt_gpu *g)
+{
+	return g->launches;
+}
+
+extern "C" int
+tt_gpu_sync(struct tt_gpu *g)
+{
+	if (g == NULL) {
+		return -EINVAL;
+	}
+	return check(g, cudaStreamSynchronize(g->stream), "kernel");
+}
+
+/* ---- launches ---- */
+
+static bool
+aligned16(unsigned long long v)
+{
+	return v % 16 == 0;
+}
+
+/* Describe layer \p layer of \p kv for the kernel; false when a 16-byte vector copy is not
+ * possible for its segments. */
+static bool
+layer_params(const struct tutti_kv *kv, uint32_t layer, layer_param *p)
+{
+	const struct tutti_segment *segs = tt_kv_layer_segs(kv, layer);
+	bool vec = true;
+
+	memset(p, 0, sizeof(*p));
+	p->nr_segs = kv->segs_per_layer;
+	for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
+		p->seg[s].base = segs[s].base;
+		p->seg[s].stride = segs[s].block_stride;
+		p->seg[s].bytes = segs[s].bytes;
+		vec = vec && aligned16(segs[s].base) && aligned16(segs[s].bytes) &&
+		      (kv->nr_blocks == 1 || aligned16(segs[s].block_stride));
+	}
+	return vec;
+}
+
+/* Launch one kernel over blocks [0, nr) of the current descriptor half. */
+static int
+launch(struct tt_gpu *g, bool gather, bool vec, const layer_param *p, uint32_t nr)
+{
+	int h = g->half;
+	unsigned grid = (unsigned)(nr < (uint32_t)g->nr_sms * 16 ? nr : (uint32_t)g->nr_sms * 16);
+	int rc;
+
+	rc = check(g,
+	           cudaMemcpyAsync(g->d_obj, g->h_obj[h], nr * sizeof(*g->d_obj),
+	                           cudaMemcpyHostToDevice, g->stream),
+	           "cudaMemcpyAsync");
+	if (rc == 0) {
+		rc = check(g,
+		           cudaMemcpyAsync(g->d_ids, g->h_ids[h], nr * sizeof(*g->d_ids),
+		                           cudaMemcpyHostToDevice, g->stream),
+		           "cudaMemcpyAsync");
+	}
+	if (rc == 0) {
+		rc = check(g, cudaEventRecord(g->copied[h], g->stream), "cudaEventRecord");
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	if (gather && vec) {
+		move_kernel<true, true>
+		    <<<grid, THREADS, 0, g->stream>>>(*p, g->d_obj, g->d_ids, nr);
+	} else if (gather) {
+		move_kernel<true, false>
+		    <<<grid, THREADS, 0, g->stream>>>(*p, g->d_obj, g->d_ids, nr);
+	} else if (vec) {
+		move_kernel<false, true>
+		    <<<grid, THREADS, 0, g->stream>>>(*p, g->d_obj, g->d_ids, nr);
+	} else {
+		move_kernel<false, false>
+		    <<<grid, THREADS, 0, g->stream>>>(*p, g->d_obj, g->d_ids, nr);
+	}
+	g->launches++;
+	g->half = 1 - h;
+	return check(g, cudaGetLastError(), "kernel launch");
+}
+
+static int
+move(struct tt_gpu *g, bool gather, const struct tutti_kv *kv, uint32_t layer,
+     const struct tt_move *moves, uint32_t nr_moves)
+{
+	layer_param p;
+	bool vec;
+	uint32_t n = 0;
+	int rc;
+
+	if (g == NULL || kv == NULL || (moves == NULL && nr_moves > 0) ||
+	    kv->mem != TUTTI_MEM_CUDA || kv->device != g->device || layer >= kv->geo.g.nr_layers) {
+		return -EINVAL;
+	}
+	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
+	if (rc < 0) {
+		return rc;
+	}
+	vec = layer_params(kv, layer, &p) && aligned16(kv->geo.layer_block_bytes);
+	for (uint32_t m = 0; m < nr_moves; m++) {
+		vec = vec && aligned16(reinterpret_cast<uintptr_t>(moves[m].obj));
+		for (uint32_t i = 0; i < moves[m].nr_blocks; i++) {
+			if (moves[m].block_ids[i] >= kv->nr_blocks) {
+				return -EINVAL;
+			}
+		}
+	}
+	/* The half about to be written may still be feeding an earlier copy. */
+	rc = check(g, cudaEventSynchronize(g->copied[g->half]), "cudaEventSynchronize");
+	for (uint32_t m = 0; rc == 0 && m < nr_moves; m++) {
+		const struct tt_move *mv = &moves[m];
+		uint8_t *obj = static_cast<uint8_t *>(mv->obj);
+
+		for (uint32_t i = 0; rc == 0 && i < mv->nr_blocks; i++) {
+			if (n == g->max_blocks) {
+				/* A call larger than the descriptors: one more launch. */
+				rc = launch(g, gather, vec, &p, n);
+				if (rc == 0) {
+					rc = check(g, cudaEventSynchronize(g->copied[g->half]),
+					           "cudaEventSynchronize");
+				}
+				n = 0;
+				if (rc < 0) {
+					break;
+				}
+			}
+			g->h_obj[g->half][n] = reinterpret_cast<uintptr_t>(
+			    obj + (uint64_t)i * kv->geo.layer_block_bytes);
+			g->h_ids[g->half][n] = mv->block_ids[i];
+			n++;
+		}
+	}
+	if (rc == 0 && n > 0) {
+		rc = launch(g, gather, vec, &p, n);
+	}
+	return rc;
+}
+
+extern "C" int
+tt_gpu_gather(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
+              const struct tt_move *moves, uint32_t nr_moves)
+{
+	return move(g, true, kv, layer, moves, nr_moves);
+}
+
+extern "C" int
+tt_gpu_scatter(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
+               const struct tt_move *moves, uint32_t nr_moves)
+{
+	return move(g, false, kv, layer, moves, nr_moves);
+}
+
+/* ---- memory ---- */
+
+extern "C" int
+tt_gpu_host_register(void *p, size_t bytes)
+{
+	return cuda_errno(
+	    cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable));
+}
+
+extern "C" void
+tt_gpu_host_unregister(void *p)
+{
+	cudaHostUnregister(p);
+}
+
+extern "C" int
+tt_gpu_host_alloc(size_t bytes, void **p)
+{
+	return cuda_errno(cudaHostAlloc(p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+}
+
+extern "C" void
+tt_gpu_host_free(void *p)
+{
+	cudaFreeHost(p);
+}
+
+extern "C" int
+tt_gpu_set_device(int device)
+{
+	return cuda_errno(cudaSetDevice(device));
+}
+
+extern "C" int
+tt_gpu_dev_alloc(size_t bytes, void **p)
+{
+	return cuda_errno(cudaMalloc(p, bytes));
+}
+
+extern "C" void
+tt_gpu_dev_free(void *p)
+{
+	cudaFree(p);
+}
+
+extern "C" int
+tt_gpu_copy(void *dst, const void *src, size_t bytes)
+{
+	return cuda_errno(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+extern "C" int
+tt_gpu_fill(void *dst, int byte, size_t bytes)
+{
+	return cuda_errno(cudaMemset(dst, byte, bytes));
+}
+
+extern "C" int
+tt_gpu_device_of(const void *p, int *device)
+{
+	cudaPointerAttributes attr;
+	cudaError_t err = cudaPointerGetAttributes(&attr, p);
+
+	if (err != cudaSuccess) {
+		cudaGetLastError(); /* clear the sticky-free error state */
+		return cuda_errno(err) == -ENODEV ? -ENODEV : -EINVAL;
+	}
+	if (attr.type != cudaMemoryTypeDevice) {
+		return -EINVAL;
+	}
+	*device = attr.device;
+	return 0;
+}

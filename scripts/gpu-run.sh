@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Build, test and benchmark the GPU data path on a GPU machine, in one go, writing every log
+# and result under $OUT (default ./gpu-out). Needs nvcc, cmake and a GPU. Libraries the machine
+# lacks (liburing, libxxhash, cmocka) may be supplied as Debian packages in .debs/: they are
+# unpacked into a private prefix.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+
+if ls .debs/*.deb >/dev/null 2>&1; then
+	prefix=$PWD/build/deps
+	mkdir -p "$prefix"
+	for d in .debs/*.deb; do dpkg -x "$d" "$prefix"; done
+	export PKG_CONFIG_SYSROOT_DIR=$prefix
+	export PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig
+	export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+{ nvidia-smi; nvcc --version; uname -a; } > "$OUT/machine.txt" 2>&1
+log "configure and build (CUDA on, sm_90)"
+cmake -S . -B build/gpu -DTUTTI_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$OUT/build.log" 2>&1 &&
+	cmake --build build/gpu -j"$(nproc)" >> "$OUT/build.log" 2>&1
+rc=$?
+log "build exit $rc"
+[ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit 1; }
+
+log "every test, GPU tests included"
+(cd build/gpu && ctest --output-on-failure -j4) > "$OUT/ctest.log" 2>&1
+log "ctest exit $?"
+grep -E "tests passed|Failed|Skipped|\*\*\*" "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
+
+log "GPU tests under compute-sanitizer memcheck"
+compute-sanitizer --tool memcheck --error-exitcode 9 build/gpu/tests/gpu/test_gpu_mover \
+	> "$OUT/memcheck.log" 2>&1
+log "memcheck exit $?"
+tail -3 "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
+
+log "GPU mover bandwidth"
+build/gpu/tutti-gpu-bench --repeats 10 --json > "$OUT/gpu-mover.json" 2> "$OUT/gpu-mover.err"
+log "bench exit $?"
+build/gpu/tutti-gpu-bench --repeats 10 2>&1 | tee "$OUT/gpu-mover.txt" | tee -a "$OUT/summary.txt"

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The GPU side of the data path behind a C interface that names no CUDA type: CUDA kernels that
+ * move one layer of a whole batch of chunks between paged KV and objects in one launch, and the
+ * memory they need (pinned, mapped host memory for staging; device memory for tests and
+ * benchmarks). Implemented in cuda/ when the library is built with CUDA; otherwise every call
+ * fails with -EOPNOTSUPP (gpu_none.c).
+ *
+ * Addresses are plain pointers: with unified addressing, mapped pinned host memory has the same
+ * address on the host and the device, so an object may live in device memory or in mapped host
+ * memory (read or written across PCIe without a copy).
+ */
+#ifndef TT_GPU_H
+#define TT_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "layout/layout.h"
+
+struct tt_gpu;
+
+struct tt_gpu_conf {
+	int device;
+	uint32_t max_blocks; /* paged blocks one launch may move; larger calls are split */
+	const struct tt_log *log;
+};
+
+/* Number of CUDA devices, -ENODEV without a usable driver, -EOPNOTSUPP without CUDA support. */
+int tt_gpu_device_count(void);
+
+/* A context on \p conf->device with its own stream and launch descriptors. Returns 0,
+ * -EOPNOTSUPP, -ENODEV, -EINVAL, -ENOMEM. */
+int tt_gpu_open(const struct tt_gpu_conf *conf, struct tt_gpu **out);
+void tt_gpu_close(struct tt_gpu *g);
+int tt_gpu_device(const struct tt_gpu *g);
+
+/*
+ * Gather: copy, for every move, its blocks of layer \p layer of \p kv (device memory) into
+ * move->obj, packed in the canonical layout. Scatter: the reverse. One kernel launch per call
+ * (more only when a call holds more than max_blocks blocks); asynchronous on the context's
+ * stream: the objects and the KV must not be touched until tt_gpu_sync returns. Returns 0,
+ * -EINVAL (a kv not in device memory of this context's device, bad arguments) or -EIO.
+ */
+int tt_gpu_gather(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
+                  const struct tt_move *moves, uint32_t nr_moves);
+int tt_gpu_scatter(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
+                   const struct tt_move *moves, uint32_t nr_moves);
+/* Wait for everything launched on the context. Returns 0 or -EIO (the kernel failed). */
+int tt_gpu_sync(struct tt_gpu *g);
+/* Kernel launches made by the context so far. */
+uint64_t tt_gpu_launches(const struct tt_gpu *g);
+
+/* ---- memory ---- */
+
+/* Pin and map existing host memory (page aligned) for the device. Returns 0 or -errno. */
+int tt_gpu_host_register(void *p, size_t bytes);
+void tt_gpu_host_unregister(void *p);
+/* Pinned, mapped host memory. */
+int tt_gpu_host_alloc(size_t bytes, void **p);
+void tt_gpu_host_free(void *p);
+/* Device memory on the current device of the calling thread (see tt_gpu_set_device). */
+int tt_gpu_set_device(int device);
+int tt_gpu_dev_alloc(size_t bytes, void **p);
+void tt_gpu_dev_free(void *p);
+/* Synchronous copy or fill between any two addresses (host, device, mapped). */
+int tt_gpu_copy(void *dst, const void *src, size_t bytes);
+int tt_gpu_fill(void *dst, int byte, size_t bytes);
+/* Whether \p p is device memory, and on which device. Returns 0 or -EINVAL (host memory or an
+ * unknown pointer), -EOPNOTSUPP. */
+int tt_gpu_device_of(const void *p, int *device);
+
+#endif /* TT_GPU_H */

@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The GPU interface of a build without CUDA: every call reports -EOPNOTSUPP.
+ */
+#include <errno.h>
+
+#include "gpu/gpu.h"
+
+int
+tt_gpu_device_count(void)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_open(const struct tt_gpu_conf *conf, struct tt_gpu **out)
+{
+	if (out != NULL) {
+		*out = NULL;
+	}
+	return -EOPNOTSUPP;
+}
+
+void
+tt_gpu_close(struct tt_gpu *g)
+{
+}
+
+int
+tt_gpu_device(const struct tt_gpu *g)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_gather(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
+              const struct tt_move *moves, uint32_t nr_moves)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_scatter(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
+               const struct tt_move *moves, uint32_t nr_moves)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_sync(struct tt_gpu *g)
+{
+	return -EOPNOTSUPP;
+}
+
+uint64_t
+tt_gpu_launches(const struct tt_gpu *g)
+{
+	return 0;
+}
+
+int
+tt_gpu_host_register(void *p, size_t bytes)
+{
+	return -EOPNOTSUPP;
+}
+
+void
+tt_gpu_host_unregister(void *p)
+{
+}
+
+int
+tt_gpu_host_alloc(size_t bytes, void **p)
+{
+	return -EOPNOTSUPP;
+}
+
+void
+tt_gpu_host_free(void *p)
+{
+}
+
+int
+tt_gpu_set_device(int device)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_dev_alloc(size_t bytes, void **p)
+{
+	return -EOPNOTSUPP;
+}
+
+void
+tt_gpu_dev_free(void *p)
+{
+}
+
+int
+tt_gpu_copy(void *dst, const void *src, size_t bytes)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_fill(void *dst, int byte, size_t bytes)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_device_of(const void *p, int *device)
+{
+	return -EOPNOTSUPP;
+}
