@@ -451,16 +451,22 @@ tt_gpu_dev_free(void *p)
 	cudaFree(p);
 }
 
+/* cudaMemcpy and cudaMemset return before a device-to-device copy or a fill of device memory
+ * is done; these helpers promise completion. */
 extern "C" int
 tt_gpu_copy(void *dst, const void *src, size_t bytes)
 {
-	return cuda_errno(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+	cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+
+	return cuda_errno(err == cudaSuccess ? cudaStreamSynchronize(0) : err);
 }
 
 extern "C" int
 tt_gpu_fill(void *dst, int byte, size_t bytes)
 {
-	return cuda_errno(cudaMemset(dst, byte, bytes));
+	cudaError_t err = cudaMemset(dst, byte, bytes);
+
+	return cuda_errno(err == cudaSuccess ? cudaStreamSynchronize(0) : err);
 }
 
 extern "C" int

@@ -84,7 +84,8 @@ make_geo(const struct geo_case *c, struct tutti_geometry *g)
 	g->chunk_tokens = c->chunk;
 }
 
-/* A batch of moves with random block ids and sizes over \p nr_blocks blocks. */
+/* A batch of moves with random sizes and distinct random block ids over \p nr_blocks blocks
+ * (a load never targets one block twice, and two writes to one block would race). */
 struct batch {
 	uint32_t nr;
 	struct tt_move *moves;
@@ -100,14 +101,10 @@ make_batch(struct t_rng *r, uint32_t nr, uint32_t bpc, uint32_t nr_blocks, struc
 	b->ids = calloc((size_t)nr * bpc, sizeof(*b->ids));
 	assert_non_null(b->moves);
 	assert_non_null(b->ids);
+	t_random_distinct(r, b->ids, nr * bpc, nr_blocks);
 	for (uint32_t m = 0; m < nr; m++) {
-		uint32_t n = 1 + t_rng_below(r, bpc);
-
-		b->moves[m].nr_blocks = n;
+		b->moves[m].nr_blocks = 1 + t_rng_below(r, bpc);
 		b->moves[m].block_ids = b->ids + (size_t)m * bpc;
-		for (uint32_t i = 0; i < n; i++) {
-			b->ids[(size_t)m * bpc + i] = t_rng_below(r, nr_blocks);
-		}
 	}
 }
 
@@ -140,7 +137,7 @@ check_case(struct t_rng *r, const struct geo_case *gc, enum t_layout layout, uin
 	struct d_kv dev;
 	struct batch b;
 	struct tt_gpu *g = open_gpu(max_blocks);
-	uint32_t bpc, nr_blocks = 96, layer;
+	uint32_t bpc, nr_blocks = 320, layer;
 	uint64_t lbb, stride, bytes, launches;
 	uint8_t *objs, *cpu_objs, *back;
 
