@@ -104,6 +104,17 @@ write_superblock(int fd, const struct tt_superblock *sb)
 	return fdatasync(fd) == 0 ? 0 : -errno;
 }
 
+static bool
+all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] != 0) {
+			return false;
+		}
+	}
+	return true;
+}
+
 /* Read the superblock; 1 if the file is empty (a new store), 0 if read, or -errno. A store of
  * another format version is named as such in the log. */
 static int
@@ -119,7 +130,8 @@ read_superblock(int fd, struct tt_superblock *sb, const char *path, const struct
 	n = pread(fd, buf, TT_SB_BYTES, 0);
 	if (n < 0) {
 		rc = -errno;
-	} else if (n == 0) {
+	} else if (n == 0 || all_zero(buf, (size_t)n)) {
+		/* Empty, or created and killed before its superblock was written: no store yet. */
 		rc = 1;
 	} else {
 		rc = tt_sb_decode(buf, (size_t)n, sb);

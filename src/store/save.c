@@ -17,6 +17,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "format/format.h"
 #include "store/store_impl.h"
 
@@ -41,10 +43,52 @@ make_room(struct tutti_store *st, uint32_t needed)
 	}
 }
 
+/*
+ * The keys a call writes, so that a chunk named twice in one call (requests sharing a prefix
+ * that is not stored yet) is written once. Two committed copies of one key would leave a valid
+ * header in the slot that loses at commit, and that slot, reused and torn by a crash, could win
+ * over the live copy at recovery.
+ */
+struct keyset {
+	uint32_t *buckets; /* chunk index + 1, or 0 */
+	uint32_t mask;
+};
+
+static int
+keyset_init(struct keyset *ks, uint32_t nr)
+{
+	uint64_t n = 16;
+
+	while (n < 2ull * nr) {
+		n <<= 1;
+	}
+	ks->mask = (uint32_t)(n - 1);
+	ks->buckets = tt_calloc(n, sizeof(*ks->buckets));
+	return ks->buckets == NULL ? -ENOMEM : 0;
+}
+
+/* Add chunk \p i's key; false when the call already writes that key. */
+static bool
+keyset_add(struct keyset *ks, const struct tutti_store *st, const struct tt_transfer *t, uint32_t i)
+{
+	const uint8_t *key = tt_req_key(st, t->chunks[i].req, t->chunks[i].key);
+	uint32_t b = (uint32_t)XXH3_64bits(key, st->key_bytes) & ks->mask;
+
+	for (; ks->buckets[b] != 0; b = (b + 1) & ks->mask) {
+		const struct tt_chunk_op *o = &t->chunks[ks->buckets[b] - 1];
+
+		if (memcmp(tt_req_key(st, o->req, o->key), key, st->key_bytes) == 0) {
+			return false;
+		}
+	}
+	ks->buckets[b] = i + 1;
+	return true;
+}
+
 /* Decide per chunk: already stored (status 1, pinned as a parent), to write (status 0, slot
  * allocated), or skipped. Runs under the store lock. */
 static void
-plan_save(struct tutti_store *st, struct tt_transfer *t, uint32_t *parent_pins)
+plan_save(struct tutti_store *st, struct tt_transfer *t, uint32_t *parent_pins, struct keyset *ks)
 {
 	uint32_t nr_dirs = tt_pool_nr_dirs(st->pool), needed = 0;
 	int chain_rc = 0;
@@ -78,8 +122,9 @@ plan_save(struct tutti_store *st, struct tt_transfer *t, uint32_t *parent_pins)
 			c->status = 1;
 			continue;
 		}
-		c->status = 0;
-		needed++;
+		/* Written by an earlier request of this call: present once that commits. */
+		c->status = keyset_add(ks, st, t, i) ? 0 : 1;
+		needed += c->status == 0;
 	}
 	make_room(st, needed);
 	for (uint32_t i = 0; i < t->nr_chunks; i++) {
@@ -230,7 +275,7 @@ commit_save(struct tutti_store *st, struct tt_transfer *t)
 				}
 			}
 		}
-		if (c->owned) {
+		if (c->owned && !c->erase) {
 			tt_pool_free(st->pool, c->slot);
 			c->owned = false;
 		}
@@ -265,7 +310,8 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 {
 	struct tt_transfer t = {.st = st, .kv = kv, .kind = TT_TRANSFER_SAVE};
 	uint64_t t0 = tt_now_ns(), written;
-	uint32_t *parent_pins, flushes;
+	uint32_t *parent_pins, flushes, nr_erase = 0;
+	struct keyset ks = {0};
 	int rc;
 
 	if (st == NULL) {
@@ -277,9 +323,10 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 	}
 	parent_pins = tt_malloc((size_t)t.nr_chunks * sizeof(*parent_pins));
 	t.csums = tt_calloc((size_t)t.nr_chunks * st->geo.g.nr_layers, sizeof(*t.csums));
-	if (parent_pins == NULL || t.csums == NULL) {
+	if (parent_pins == NULL || t.csums == NULL || keyset_init(&ks, t.nr_chunks) < 0) {
 		tt_free(parent_pins);
 		tt_free(t.csums);
+		tt_free(ks.buckets);
 		tt_free(t.chunks);
 		return -ENOMEM;
 	}
@@ -288,7 +335,7 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 	t.direct_layers = tt_direct_layers(st, kv);
 
 	pthread_mutex_lock(&st->lock);
-	plan_save(st, &t, parent_pins);
+	plan_save(st, &t, parent_pins, &ks);
 	pthread_mutex_unlock(&st->lock);
 
 	pthread_mutex_lock(&st->io_lock);
@@ -312,6 +359,25 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 	st->stats.flushes += flushes;
 	st->stats.save_chunks += written;
 	st->stats.save_bytes += written * st->geo.g.nr_layers * st->geo.object_bytes;
+	pthread_mutex_unlock(&st->lock);
+
+	for (uint32_t i = 0; i < t.nr_chunks; i++) {
+		if (t.chunks[i].erase) {
+			parent_pins[nr_erase++] = t.chunks[i].slot; /* reused as scratch */
+		}
+	}
+	if (nr_erase > 0) {
+		/* The slots are still ours: nobody can reuse them under the erase. */
+		pthread_mutex_lock(&st->io_lock);
+		tt_erase_headers(st, parent_pins, nr_erase);
+		pthread_mutex_unlock(&st->io_lock);
+		pthread_mutex_lock(&st->lock);
+		for (uint32_t i = 0; i < nr_erase; i++) {
+			tt_pool_free(st->pool, parent_pins[i]);
+		}
+		pthread_mutex_unlock(&st->lock);
+	}
+	pthread_mutex_lock(&st->lock);
 	st->stats.save_ns += tt_now_ns() - t0;
 	pthread_mutex_unlock(&st->lock);
 
@@ -321,6 +387,7 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 		}
 	}
 	tt_free(parent_pins);
+	tt_free(ks.buckets);
 	tt_free(t.csums);
 	tt_free(t.chunks);
 	return (int64_t)written;

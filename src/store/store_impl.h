@@ -79,6 +79,7 @@ struct tt_chunk_op {
 	bool pinned;
 	bool direct;  /* moved by direct I/O between the file and the paged KV */
 	bool corrupt; /* load, fsck: an object failed its checksum */
+	bool erase;   /* save: lost a commit race; its header is erased before the slot is freed */
 };
 
 enum tt_transfer_kind {
