@@ -104,17 +104,6 @@ write_superblock(int fd, const struct tt_superblock *sb)
 	return fdatasync(fd) == 0 ? 0 : -errno;
 }
 
-static bool
-all_zero(const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (p[i] != 0) {
-			return false;
-		}
-	}
-	return true;
-}
-
 /* Read the superblock; 1 if the file is empty (a new store), 0 if read, or -errno. A store of
  * another format version is named as such in the log. */
 static int
@@ -130,8 +119,7 @@ read_superblock(int fd, struct tt_superblock *sb, const char *path, const struct
 	n = pread(fd, buf, TT_SB_BYTES, 0);
 	if (n < 0) {
 		rc = -errno;
-	} else if (n == 0 || all_zero(buf, (size_t)n)) {
-		/* Empty, or created and killed before its superblock was written: no store yet. */
+	} else if (n == 0) {
 		rc = 1;
 	} else {
 		rc = tt_sb_decode(buf, (size_t)n, sb);
@@ -226,7 +214,7 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bo
 {
 	char path[4096];
 	struct tt_superblock sb;
-	bool created = false;
+	bool created = false, fresh;
 	int fd, rc;
 
 	rc = data_path(dir, path, sizeof(path));
@@ -267,22 +255,22 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bo
 		           tutti_strerror(rc));
 		goto err_close;
 	}
-	if (rc == 0) {
-		rc = sb_matches(&sb, conf, path);
-		if (rc < 0) {
-			goto err_close;
-		}
-		*uid_out = sb.store_uid;
-	} else {
-		rc = new_store_uid(uid_out);
-		if (rc < 0) {
-			goto err_close;
-		}
+	fresh = rc == 1;
+	if (fresh && !conf->create) {
+		tt_log_err(conf->log, "%s is empty: no store here (open with TUTTI_OPEN_CREATE)",
+		           path);
+		rc = -ENOENT;
+		goto err_close;
 	}
-	rc = size_file(fd, conf, path);
+	if (fresh) {
+		rc = new_store_uid(&sb.store_uid);
+	} else {
+		rc = sb_matches(&sb, conf, path);
+	}
 	if (rc < 0) {
 		goto err_close;
 	}
+	*uid_out = sb.store_uid;
 	memset(&sb, 0, sizeof(sb));
 	sb.version = TT_SB_VERSION;
 	sb.geo = conf->geo->g;
@@ -292,9 +280,21 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bo
 	sb.data_off = TT_POOL_DATA_OFF;
 	sb.nr_slots = conf->slots_per_dir;
 	sb.store_uid = *uid_out;
-	rc = write_superblock(fd, &sb);
+	/*
+	 * A new store gets its superblock before its size, a resized one after: a process killed
+	 * in between leaves an empty file or a valid superblock (a short file is sized again at the
+	 * next open), never a sized file without an identity, so a superblock of zeros can only be
+	 * damage and is refused.
+	 */
+	rc = fresh ? write_superblock(fd, &sb) : 0;
+	if (rc == 0) {
+		rc = size_file(fd, conf, path);
+	}
+	if (rc == 0 && !fresh) {
+		rc = write_superblock(fd, &sb);
+	}
 	if (rc < 0) {
-		tt_log_err(conf->log, "%s: cannot write the superblock: %s", path,
+		tt_log_err(conf->log, "%s: cannot create or resize the store: %s", path,
 		           tutti_strerror(rc));
 		goto err_close;
 	}
