@@ -142,6 +142,17 @@ t_kv_read_block(const struct t_kv *k, uint32_t layer, uint32_t block, uint8_t *o
 	}
 }
 
+void
+t_kv_write_block(struct t_kv *k, uint32_t layer, uint32_t block, const uint8_t *in)
+{
+	const struct tutti_segment *s = &k->segs[(size_t)layer * k->segs_per_layer];
+
+	for (uint32_t i = 0; i < k->segs_per_layer; i++) {
+		memcpy((void *)(uintptr_t)(s[i].base + block * s[i].block_stride), in, s[i].bytes);
+		in += s[i].bytes;
+	}
+}
+
 bool
 t_kv_block_equal(const struct t_kv *a, uint32_t ba, const struct t_kv *b, uint32_t bb,
                  uint32_t layer)

@@ -51,6 +51,8 @@ void t_kv_poison(struct t_kv *k, uint8_t byte);
 
 /* Copy the layer block (\p layer, \p block) in canonical order (segments concatenated). */
 void t_kv_read_block(const struct t_kv *k, uint32_t layer, uint32_t block, uint8_t *out);
+/* Set the layer block (\p layer, \p block) from \p in, in canonical order. */
+void t_kv_write_block(struct t_kv *k, uint32_t layer, uint32_t block, const uint8_t *in);
 /* True when layer block (layer, ba) of \p a has the bytes of (layer, bb) of \p b. */
 bool t_kv_block_equal(const struct t_kv *a, uint32_t ba, const struct t_kv *b, uint32_t bb,
                       uint32_t layer);
