@@ -517,7 +517,8 @@ static void
 run_kills(struct fixture *f, uint32_t durability, bool batched)
 {
 	const char *env = getenv("T_CRASH_KILLS");
-	uint32_t kills = env != NULL && atoi(env) > 0 ? (uint32_t)atoi(env) : DEFAULT_KILLS;
+	unsigned long n = env != NULL ? strtoul(env, NULL, 10) : 0;
+	uint32_t kills = n > 0 && n < 100000 ? (uint32_t)n : DEFAULT_KILLS;
 	char *dir = t_path_join(f->tmp, batched ? "batched" : durability ? "durable" : "fast");
 	struct run run = {0};
 	struct tutti_store *st = NULL;
