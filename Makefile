@@ -38,7 +38,7 @@ test-asan: deps
 # Every on-disk decoder under libFuzzer (clang, ASan+UBSan), for a bounded time, from seeds that
 # are valid encodings.
 fuzz: deps
-	CC=clang cmake -S . -B $(FUZZ) -DTUTTI_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	CC=clang cmake -S . -B $(FUZZ) -DTUTTI_FUZZ=ON -DTUTTI_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	cmake --build $(FUZZ) -j$(JOBS) --target fuzz_superblock fuzz_slot_header gen_seeds
 	rm -rf $(FUZZ)/corpus && ./$(FUZZ)/tests/fuzz/gen_seeds $(FUZZ)/corpus
 	for t in superblock slot_header; do \
