@@ -1,0 +1,436 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * GPU-drivable io_uring: set-up with raw system calls, the doorbell helper, and the twin driver.
+ */
+#include <errno.h>
+#include <linux/io_uring.h>
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu/gpu.h"
+#include "gring/gring.h"
+
+/* Not in Debian 12's kernel headers (6.1). */
+#define TT_IORING_SETUP_NO_MMAP (1u << 14)
+#define TT_IORING_SETUP_NO_SQARRAY (1u << 16)
+
+/* The doorbell helper's poll period: short enough that a sleeping SQ thread costs little, long
+ * enough to take a negligible share of a core. */
+#define DOORBELL_NS 50000
+
+struct tt_gring {
+	int fd;
+	struct tt_gring_view view;
+	uint8_t *sq_region; /* the SQEs */
+	size_t sq_bytes;
+	uint8_t
+	    *ring_region; /* struct io_rings and the CQEs (and the SQ array without NO_SQARRAY) */
+	size_t ring_bytes;
+	bool gpu_mapped;
+	pthread_t helper;
+	bool helper_started;
+	uint32_t stop;             /* atomic */
+	uint64_t wakeups;          /* atomic */
+	uint64_t overflow_flushes; /* atomic */
+	const struct tt_log *log;
+};
+
+static int
+sys_setup(uint32_t entries, struct io_uring_params *p)
+{
+	int fd = (int)syscall(__NR_io_uring_setup, entries, p);
+
+	return fd < 0 ? -errno : fd;
+}
+
+static int
+sys_enter(int fd, uint32_t flags)
+{
+	int rc = (int)syscall(__NR_io_uring_enter, fd, 0, 0, flags, NULL, 0);
+
+	return rc < 0 ? -errno : rc;
+}
+
+static int
+sys_register(int fd, unsigned op, const void *arg, unsigned nr)
+{
+	int rc = (int)syscall(__NR_io_uring_register, fd, op, arg, nr);
+
+	return rc < 0 ? -errno : rc;
+}
+
+static uint32_t
+pow2_at_least(uint32_t v)
+{
+	uint32_t p = 1;
+
+	while (p < v) {
+		p <<= 1;
+	}
+	return p;
+}
+
+/* Zeroed, page-aligned, populated: the kernel pins exactly what the offsets say, so the regions
+ * are sized here with slack (the kernel does not know their length). */
+static uint8_t *
+region_alloc(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+	               MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* ---- the doorbell helper ---- */
+
+static void
+doorbell(struct tt_gring *r)
+{
+	uint32_t flags = tt_ld_acquire(r->view.sq_flags);
+
+	/* Queued submissions and a sleeping SQ thread: only the host can wake it. */
+	if ((flags & TT_SQ_NEED_WAKEUP) &&
+	    tt_ld_acquire(r->view.sq_tail) != tt_ld_acquire(r->view.sq_head)) {
+		sys_enter(r->fd, IORING_ENTER_SQ_WAKEUP);
+		__atomic_add_fetch(&r->wakeups, 1, __ATOMIC_RELAXED);
+	}
+	/* An overflowed CQ is flushed back only by GETEVENTS, which the SQ thread never does. */
+	if (flags & TT_SQ_CQ_OVERFLOW) {
+		sys_enter(r->fd, IORING_ENTER_GETEVENTS);
+		__atomic_add_fetch(&r->overflow_flushes, 1, __ATOMIC_RELAXED);
+	}
+}
+
+static void *
+helper_main(void *arg)
+{
+	struct tt_gring *r = arg;
+	struct timespec pause = {0, DOORBELL_NS};
+
+	while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+		doorbell(r);
+		nanosleep(&pause, NULL);
+	}
+	return NULL;
+}
+
+void
+tt_gring_kick(struct tt_gring *r)
+{
+	if (tt_ld_acquire(r->view.sq_flags) & TT_SQ_NEED_WAKEUP) {
+		sys_enter(r->fd, IORING_ENTER_SQ_WAKEUP);
+		__atomic_add_fetch(&r->wakeups, 1, __ATOMIC_RELAXED);
+	}
+}
+
+uint64_t
+tt_gring_wakeups(const struct tt_gring *r)
+{
+	return __atomic_load_n(&r->wakeups, __ATOMIC_RELAXED);
+}
+
+uint64_t
+tt_gring_overflow_flushes(const struct tt_gring *r)
+{
+	return __atomic_load_n(&r->overflow_flushes, __ATOMIC_RELAXED);
+}
+
+/* ---- set-up ---- */
+
+static int
+setup_ring(struct tt_gring *r, const struct tt_gring_conf *conf, struct io_uring_params *p)
+{
+	uint32_t flags = TT_IORING_SETUP_NO_MMAP | IORING_SETUP_SQPOLL | IORING_SETUP_CQSIZE |
+	                 TT_IORING_SETUP_NO_SQARRAY;
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		memset(p, 0, sizeof(*p));
+		p->flags = flags;
+		p->sq_thread_idle = conf->sq_idle_ms;
+		p->cq_entries = conf->cq_entries;
+		/* user_addr (named resv2 before 6.5): SQEs in one region, rings in the other. */
+		p->sq_off.resv2 = (uint64_t)(uintptr_t)r->sq_region;
+		p->cq_off.resv2 = (uint64_t)(uintptr_t)r->ring_region;
+		r->fd = sys_setup(conf->sq_entries, p);
+		if (r->fd >= 0 || r->fd != -EINVAL) {
+			break;
+		}
+		flags &= ~TT_IORING_SETUP_NO_SQARRAY; /* kernels before 6.6 */
+	}
+	if (r->fd < 0) {
+		int rc = r->fd == -EINVAL ? -EOPNOTSUPP : r->fd;
+
+		tt_log_err(conf->log, "io_uring with NO_MMAP and SQPOLL: %s",
+		           tutti_strerror(r->fd));
+		r->fd = -1;
+		return rc;
+	}
+	if (!(p->flags & TT_IORING_SETUP_NO_SQARRAY)) {
+		/* The identity map, once: the driver then never writes the array. */
+		uint32_t *array = (uint32_t *)(r->ring_region + p->sq_off.array);
+
+		for (uint32_t i = 0; i < p->sq_entries; i++) {
+			array[i] = i;
+		}
+	}
+	return 0;
+}
+
+static void
+fill_view(struct tt_gring *r, const struct tt_gring_conf *conf, const struct io_uring_params *p)
+{
+	struct tt_gring_view *v = &r->view;
+	uint8_t *rr = r->ring_region;
+
+	v->sq_head = (uint32_t *)(rr + p->sq_off.head);
+	v->sq_tail = (uint32_t *)(rr + p->sq_off.tail);
+	v->sq_flags = (uint32_t *)(rr + p->sq_off.flags);
+	v->cq_head = (uint32_t *)(rr + p->cq_off.head);
+	v->cq_tail = (uint32_t *)(rr + p->cq_off.tail);
+	v->cqes = (uint64_t *)(rr + p->cq_off.cqes);
+	v->sqes = (uint64_t *)r->sq_region;
+	v->sq_entries = p->sq_entries;
+	v->sq_mask = p->sq_entries - 1;
+	v->cq_entries = p->cq_entries;
+	v->cq_mask = p->cq_entries - 1;
+	v->sqe_flags = conf->async ? TT_SQE_ASYNC : 0;
+	for (uint32_t i = 0; i < conf->nr_fds; i++) {
+		v->fds[i] = conf->fds[i];
+	}
+}
+
+static void
+register_resources(struct tt_gring *r, const struct tt_gring_conf *conf)
+{
+	int rc = sys_register(r->fd, IORING_REGISTER_FILES, conf->fds, conf->nr_fds);
+
+	/* Both are optimisations: without them SQEs carry fds and plain addresses. */
+	r->view.fixed_files = rc == 0;
+	if (rc < 0) {
+		tt_log_info(conf->log, "gpu-uring: files not registered: %s", tutti_strerror(rc));
+	}
+	if (conf->buf != NULL && conf->buf_bytes > 0) {
+		struct iovec iov = {.iov_base = conf->buf, .iov_len = conf->buf_bytes};
+
+		rc = sys_register(r->fd, IORING_REGISTER_BUFFERS, &iov, 1);
+		r->view.fixed_buf = rc == 0;
+		r->view.buf_base = (uint64_t)(uintptr_t)conf->buf;
+		r->view.buf_bytes = conf->buf_bytes;
+		if (rc < 0) {
+			tt_log_info(conf->log, "gpu-uring: buffer not registered: %s",
+			            tutti_strerror(rc));
+		}
+	}
+}
+
+int
+tt_gring_create(const struct tt_gring_conf *conf, struct tt_gring **out)
+{
+	struct io_uring_params p;
+	struct tt_gring *r;
+	uint32_t sq, cq;
+	int rc;
+
+	if (conf == NULL || out == NULL || conf->fds == NULL || conf->nr_fds == 0 ||
+	    conf->nr_fds > TT_GRING_MAX_FILES || conf->sq_entries == 0 ||
+	    conf->sq_entries > 32768 || conf->cq_entries < conf->sq_entries ||
+	    conf->cq_entries > 65536) {
+		return -EINVAL;
+	}
+	*out = NULL;
+	r = tt_calloc(1, sizeof(*r));
+	if (r == NULL) {
+		return -ENOMEM;
+	}
+	r->fd = -1;
+	r->log = conf->log;
+	sq = pow2_at_least(conf->sq_entries);
+	cq = pow2_at_least(conf->cq_entries);
+	/* SQEs: 64 bytes each. Rings: a header, 16-byte CQEs, a 4-byte SQ array; slack for the
+	 * header and alignment the kernel chooses. */
+	r->sq_bytes = tt_round_up((uint64_t)sq * 64, 4096) + 4096;
+	r->ring_bytes = tt_round_up(4096 + (uint64_t)cq * 16 + (uint64_t)sq * 4, 4096) + 65536;
+	r->sq_region = region_alloc(r->sq_bytes);
+	r->ring_region = region_alloc(r->ring_bytes);
+	if (r->sq_region == NULL || r->ring_region == NULL) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	rc = setup_ring(r, conf, &p);
+	if (rc < 0) {
+		goto err;
+	}
+	fill_view(r, conf, &p);
+	register_resources(r, conf);
+	if (conf->map_for_gpu) {
+		rc = tt_gpu_host_register(r->sq_region, r->sq_bytes);
+		if (rc == 0) {
+			rc = tt_gpu_host_register(r->ring_region, r->ring_bytes);
+			if (rc < 0) {
+				tt_gpu_host_unregister(r->sq_region);
+			}
+		}
+		if (rc < 0) {
+			tt_log_err(conf->log, "gpu-uring: mapping the rings for the GPU: %s",
+			           tutti_strerror(rc));
+			goto err;
+		}
+		r->gpu_mapped = true;
+	}
+	rc = -pthread_create(&r->helper, NULL, helper_main, r);
+	if (rc < 0) {
+		goto err;
+	}
+	r->helper_started = true;
+	*out = r;
+	return 0;
+
+err:
+	tt_gring_destroy(r);
+	return rc;
+}
+
+void
+tt_gring_destroy(struct tt_gring *r)
+{
+	if (r == NULL) {
+		return;
+	}
+	if (r->helper_started) {
+		__atomic_store_n(&r->stop, 1, __ATOMIC_RELEASE);
+		pthread_join(r->helper, NULL);
+	}
+	/* Closing the ring lets the kernel unpin the regions (asynchronously); they are ours to
+	 * unmap once the fd is gone. */
+	if (r->fd >= 0) {
+		close(r->fd);
+	}
+	if (r->gpu_mapped) {
+		tt_gpu_host_unregister(r->sq_region);
+		tt_gpu_host_unregister(r->ring_region);
+	}
+	if (r->sq_region != NULL) {
+		munmap(r->sq_region, r->sq_bytes);
+	}
+	if (r->ring_region != NULL) {
+		munmap(r->ring_region, r->ring_bytes);
+	}
+	tt_free(r);
+}
+
+void
+tt_gring_view(const struct tt_gring *r, struct tt_gring_view *v)
+{
+	*v = r->view;
+}
+
+/* ---- the twin ---- */
+
+static uint64_t
+now_ms(void)
+{
+	return tt_now_ns() / 1000000;
+}
+
+/* Normalise a read or write result: the whole length, or a negative errno. */
+static int32_t
+io_result(const struct tt_gring_io *io, int32_t res)
+{
+	if (res < 0) {
+		return res;
+	}
+	return (uint32_t)res == io->len ? res : -EIO; /* short: the file ends inside the extent */
+}
+
+int
+tt_gring_twin_run(struct tt_gring *r, const struct tt_gring_program *p, uint32_t timeout_ms)
+{
+	const struct tt_gring_view *v = &r->view;
+	uint32_t tail = tt_ld_acquire(v->sq_tail), head = tt_ld_acquire(v->cq_head);
+	uint32_t next = 0, done = 0, window = p->window;
+	uint8_t *completed; /* per I/O */
+	uint64_t progress = now_ms();
+	bool cancelled = false;
+	int rc = 0;
+
+	if (window == 0 || window > v->cq_entries || p->complete == NULL) {
+		return -EINVAL;
+	}
+	completed = tt_calloc(p->nr, 1);
+	if (completed == NULL) {
+		return -ENOMEM;
+	}
+	while (done < p->nr) {
+		uint32_t queued = 0, ready;
+
+		cancelled = cancelled || (p->cancel != NULL &&
+		                          __atomic_load_n(p->cancel, __ATOMIC_ACQUIRE) != 0);
+		/* Submit what the window (I/O i reuses the slot of I/O i - window), the SQ and
+		 * the program allow. */
+		while (!cancelled && next < p->nr && tt_gring_sq_space(v, tail) > 0 &&
+		       (next < window || completed[next - window])) {
+			int prc = p->prepare != NULL ? p->prepare(p->arg, next) : 0;
+
+			if (prc < 0) {
+				p->complete(p->arg, next, prc);
+				completed[next++] = 1;
+				done++;
+				continue;
+			}
+			tt_gring_put(v, tail++, &p->ios[next], next);
+			next++;
+			queued++;
+		}
+		if (queued > 0) {
+			tt_gring_publish(v, tail); /* once per batch */
+		}
+		/* Reap what completed. */
+		ready = tt_gring_cq_ready(v, head);
+		for (uint32_t k = 0; k < ready; k++, head++) {
+			uint64_t tag;
+			int32_t res;
+
+			tt_gring_cqe(v, head, &tag, &res);
+			if (tag >= p->nr || completed[tag]) {
+				continue; /* not ours: a ring is used by one program at a time */
+			}
+			p->complete(p->arg, (uint32_t)tag, io_result(&p->ios[tag], res));
+			completed[tag] = 1;
+			done++;
+		}
+		if (ready > 0) {
+			tt_gring_cq_release(v, head);
+		}
+		if (cancelled && next == done) {
+			/* Nothing in flight any more: what was never submitted is cancelled. */
+			for (; next < p->nr; next++, done++) {
+				p->complete(p->arg, next, -ECANCELED);
+				completed[next] = 1;
+			}
+			break;
+		}
+		if (queued > 0 || ready > 0) {
+			progress = now_ms();
+		} else if (now_ms() - progress > timeout_ms) {
+			tt_log_err(r->log, "gpu-uring: no completion for %u ms; giving up",
+			           timeout_ms);
+			rc = -ETIMEDOUT;
+			break;
+		} else {
+			sched_yield(); /* where a GPU would __nanosleep */
+		}
+	}
+	for (uint32_t i = 0; rc < 0 && i < p->nr; i++) {
+		if (!completed[i]) {
+			p->complete(p->arg, i, rc);
+		}
+	}
+	tt_free(completed);
+	return rc;
+}

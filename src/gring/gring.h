@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A GPU-drivable io_uring: a real Linux io_uring created with IORING_SETUP_NO_MMAP and
+ * IORING_SETUP_SQPOLL on memory this module allocates, so that a CUDA kernel (or, in tests and
+ * on machines without a GPU, a host thread: the twin) can write submissions and read completions
+ * itself while the kernel's SQPOLL thread issues the block I/O. The host's part is set-up, a
+ * doorbell helper that wakes the SQ thread when it fell asleep with work queued and flushes an
+ * overflowed CQ, and one wake-up per launch: never anything per I/O.
+ *
+ * Debian's liburing 2.3 cannot create such a ring (no io_uring_queue_init_mem, no NO_MMAP or
+ * NO_SQARRAY in its headers), so set-up uses the raw system calls.
+ */
+#ifndef TT_GRING_H
+#define TT_GRING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "gring/proto.h"
+
+struct tt_gring;
+
+struct tt_gring_conf {
+	const int *fds;  /* the files I/O may name, by index; registered when possible */
+	uint32_t nr_fds; /* 1..TT_GRING_MAX_FILES */
+	void *buf;       /* memory most I/O targets, registered as fixed buffer 0; may be NULL */
+	uint64_t buf_bytes;
+	uint32_t sq_entries; /* rounded up to a power of two */
+	uint32_t cq_entries; /* >= the most I/Os a driver keeps in flight */
+	uint32_t sq_idle_ms; /* how long the SQ thread spins before it sleeps */
+	bool async;          /* IOSQE_ASYNC on every I/O: for page-cache-backed files (tmpfs) */
+	bool map_for_gpu;    /* pin and map the rings for the GPU */
+	const struct tt_log *log;
+};
+
+/*
+ * Create the ring and start its doorbell helper. Returns 0, -EINVAL (bad sizes), -ENOSYS or
+ * -EPERM (io_uring unavailable or refused), -EOPNOTSUPP (the kernel lacks NO_MMAP or SQPOLL),
+ * -ENOMEM, or the errno of a failing system call.
+ */
+int tt_gring_create(const struct tt_gring_conf *conf, struct tt_gring **out);
+
+/* Stop the helper and tear the ring down. No driver may be running. NULL is allowed. */
+void tt_gring_destroy(struct tt_gring *r);
+
+/* The view drivers use (pointers into the ring memory, valid until destroy). */
+void tt_gring_view(const struct tt_gring *r, struct tt_gring_view *v);
+
+/* Wake the SQ thread if it sleeps: call once before a launch that will queue I/O. */
+void tt_gring_kick(struct tt_gring *r);
+
+/* Doorbell helper activity, for tests and stats. */
+uint64_t tt_gring_wakeups(const struct tt_gring *r);
+uint64_t tt_gring_overflow_flushes(const struct tt_gring *r);
+
+/* ---- the twin: a host thread that drives the ring as the GPU kernel does ---- */
+
+struct tt_gring_program {
+	const struct tt_gring_io *ios;
+	uint32_t nr;
+	uint32_t window; /* most I/Os in flight (bounce slots); <= cq_entries */
+	/* Called before I/O i is submitted (a save fills its slot); a negative return fails it. */
+	int (*prepare)(void *arg, uint32_t i);
+	/* Called once per I/O, in completion order, with its result (length or -errno). */
+	void (*complete)(void *arg, uint32_t i, int32_t res);
+	void *arg;
+	const uint32_t *cancel; /* if not NULL and set, submit no more: -ECANCELED for the rest */
+};
+
+/*
+ * Run a program: I/O i is submitted once I/O i - window has completed (its slot is free), and
+ * every I/O gets exactly one complete() call. Returns 0, or -ETIMEDOUT when the ring made no
+ * progress for \p timeout_ms (every unfinished I/O is then completed with -ETIMEDOUT and the ring
+ * must be destroyed).
+ */
+int tt_gring_twin_run(struct tt_gring *r, const struct tt_gring_program *p, uint32_t timeout_ms);
+
+#endif /* TT_GRING_H */

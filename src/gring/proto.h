@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The submission and completion protocol of a GPU-driven io_uring, written once for both of its
+ * drivers: CUDA device code and the host thread that plays the GPU's role (the twin, which CI
+ * tests). Nothing here allocates, blocks or calls the kernel.
+ *
+ * Memory ordering follows the kernel's rules for a shared ring (io_uring.c, header comment):
+ * SQEs are written before the SQ tail is published with a release store; the SQ head is read
+ * with an acquire load before a slot is reused; the CQ tail is read with an acquire load before
+ * the CQEs behind it, and the CQ head is advanced with a release store after they are read.
+ * On the GPU these are system-scope operations (ld.acquire.sys / st.release.sys): the ring is
+ * mapped host memory, and a weak load of it may be served stale from L1. The GPU cannot do
+ * atomic read-modify-writes on host memory, and needs none: each index has one writer.
+ */
+#ifndef TT_GRING_PROTO_H
+#define TT_GRING_PROTO_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define TT_GRING_FN __device__ __forceinline__ static
+
+TT_GRING_FN uint32_t
+tt_ld_acquire(const uint32_t *p)
+{
+	uint32_t v;
+
+	asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+TT_GRING_FN void
+tt_st_release(uint32_t *p, uint32_t v)
+{
+	asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+/* A strong (uncached) load of a CQE field. */
+TT_GRING_FN uint64_t
+tt_ld_relaxed64(const uint64_t *p)
+{
+	uint64_t v;
+
+	asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+	return v;
+}
+#else
+#define TT_GRING_FN static inline
+
+TT_GRING_FN uint32_t
+tt_ld_acquire(const uint32_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+TT_GRING_FN void
+tt_st_release(uint32_t *p, uint32_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+TT_GRING_FN uint64_t
+tt_ld_relaxed64(const uint64_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+#endif
+
+/* io_uring ABI values used here (linux/io_uring.h), so that device code needs no kernel
+ * header. */
+#define TT_OP_READV 1
+#define TT_OP_WRITEV 2
+#define TT_OP_READ_FIXED 4
+#define TT_OP_WRITE_FIXED 5
+#define TT_OP_READ 22
+#define TT_OP_WRITE 23
+#define TT_SQE_FIXED_FILE (1u << 0)
+#define TT_SQE_ASYNC (1u << 4)
+#define TT_SQ_NEED_WAKEUP (1u << 0)
+#define TT_SQ_CQ_OVERFLOW (1u << 1)
+
+#define TT_GRING_MAX_FILES 64
+
+/* One I/O of a program, as the driver turns it into an SQE. user_data is its index. */
+struct tt_gring_io {
+	uint64_t off;
+	uint64_t buf; /* host virtual address (the kernel pins it) */
+	uint32_t len;
+	uint16_t file; /* index into the ring's files */
+	uint8_t write;
+	uint8_t pad;
+};
+
+/* Everything a driver needs to use a ring: plain data, passed by value to kernels. */
+struct tt_gring_view {
+	uint32_t *sq_head; /* written by the kernel */
+	uint32_t *sq_tail; /* written by the driver */
+	uint32_t *sq_flags;
+	uint32_t *cq_head; /* written by the driver */
+	uint32_t *cq_tail; /* written by the kernel */
+	uint64_t *sqes;    /* sq_entries x 8 words */
+	uint64_t *cqes;    /* cq_entries x 2 words: user_data, res | flags << 32 */
+	uint32_t sq_mask, sq_entries;
+	uint32_t cq_mask, cq_entries;
+	uint32_t fixed_files; /* files registered: an SQE names the file by index */
+	uint32_t fixed_buf;   /* [buf_base, buf_base + buf_bytes) is registered buffer 0 */
+	uint32_t sqe_flags;   /* IOSQE_ASYNC for page-cache-backed files */
+	uint32_t pad;
+	uint64_t buf_base, buf_bytes;
+	int32_t fds[TT_GRING_MAX_FILES];
+};
+
+/* SQ slots free for a producer whose own tail is \p tail. */
+TT_GRING_FN uint32_t
+tt_gring_sq_space(const struct tt_gring_view *v, uint32_t tail)
+{
+	return v->sq_entries - (tail - tt_ld_acquire(v->sq_head));
+}
+
+/* Write the SQE for \p io (index \p tag) at the producer's \p tail; not yet visible. */
+TT_GRING_FN void
+tt_gring_put(const struct tt_gring_view *v, uint32_t tail, const struct tt_gring_io *io,
+             uint64_t tag)
+{
+	uint64_t *s = v->sqes + (uint64_t)(tail & v->sq_mask) * 8;
+	int fixed_buf = v->fixed_buf && io->buf >= v->buf_base &&
+	                io->buf + io->len <= v->buf_base + v->buf_bytes;
+	uint32_t op = io->write ? (fixed_buf ? TT_OP_WRITE_FIXED : TT_OP_WRITE)
+	                        : (fixed_buf ? TT_OP_READ_FIXED : TT_OP_READ);
+	uint32_t flags = v->sqe_flags | (v->fixed_files ? TT_SQE_FIXED_FILE : 0);
+	int32_t fd = v->fixed_files ? (int32_t)io->file : v->fds[io->file];
+
+	s[0] = (uint64_t)op | (uint64_t)flags << 8 | (uint64_t)(uint32_t)fd << 32;
+	s[1] = io->off;
+	s[2] = io->buf;
+	s[3] = io->len; /* rw_flags 0 */
+	s[4] = tag;
+	s[5] = 0; /* buf_index 0, personality 0, splice_fd_in 0 */
+	s[6] = 0;
+	s[7] = 0;
+}
+
+/* Make every SQE before \p tail visible to the kernel. */
+TT_GRING_FN void
+tt_gring_publish(const struct tt_gring_view *v, uint32_t tail)
+{
+	tt_st_release(v->sq_tail, tail);
+}
+
+/* CQEs ready for a consumer whose own head is \p head. */
+TT_GRING_FN uint32_t
+tt_gring_cq_ready(const struct tt_gring_view *v, uint32_t head)
+{
+	return tt_ld_acquire(v->cq_tail) - head;
+}
+
+/* Read the CQE at \p head (after tt_gring_cq_ready said it is there). */
+TT_GRING_FN void
+tt_gring_cqe(const struct tt_gring_view *v, uint32_t head, uint64_t *tag, int32_t *res)
+{
+	const uint64_t *c = v->cqes + (uint64_t)(head & v->cq_mask) * 2;
+
+	*tag = tt_ld_relaxed64(&c[0]);
+	*res = (int32_t)(uint32_t)tt_ld_relaxed64(&c[1]);
+}
+
+/* Hand CQ slots before \p head back to the kernel. */
+TT_GRING_FN void
+tt_gring_cq_release(const struct tt_gring_view *v, uint32_t head)
+{
+	tt_st_release(v->cq_head, head);
+}
+
+#endif /* TT_GRING_PROTO_H */

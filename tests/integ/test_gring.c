@@ -1,0 +1,392 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Description: the GPU-drivable io_uring (NO_MMAP + SQPOLL, raw set-up) driven by its twin, the
+ * host thread that follows the GPU's protocol on the same ring memory: data round trips through
+ * O_DIRECT files, wrap-around of a small ring, a CQ larger than the SQ (the SQ fills), error
+ * completions (end of file, bad address, unknown file), the SQ thread falling asleep and the
+ * doorbell helper waking it, and cancellation (every I/O completes exactly once). Exits 77 where
+ * the kernel refuses such rings or the temporary directory refuses O_DIRECT.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gring/gring.h"
+#include "t_util.h"
+
+#define IO_BYTES 4096u
+#define FILE_IOS 512u
+
+struct fixture {
+	char *dir;
+	int fd;
+	uint8_t *buf; /* FILE_IOS x IO_BYTES, registered as the fixed buffer */
+	struct t_rng rng;
+};
+
+struct run {
+	struct tt_gring_io *ios;
+	uint32_t nr;
+	int32_t *res;
+	uint32_t *calls; /* complete() calls per I/O */
+	uint32_t cancel; /* set from prepare after cancel_at I/Os */
+	uint32_t cancel_at;
+};
+
+static int
+setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	char *path;
+
+	assert_non_null(f);
+	f->dir = t_tmpdir_create();
+	path = t_path_join(f->dir, "ring.data");
+	f->fd = open(path, O_RDWR | O_CREAT | O_DIRECT, 0600);
+	assert_true(f->fd >= 0);
+	assert_int_equal(fallocate(f->fd, 0, 0, (off_t)FILE_IOS * IO_BYTES), 0);
+	free(path);
+	f->buf = t_aligned_alloc((size_t)FILE_IOS * IO_BYTES);
+	t_rng_init(&f->rng, t_seed(31));
+	*state = f;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	close(f->fd);
+	free(f->buf);
+	t_tmpdir_remove(f->dir);
+	free(f);
+	return 0;
+}
+
+static struct tt_gring *
+ring(struct fixture *f, uint32_t sq, uint32_t cq, uint32_t idle_ms)
+{
+	struct tt_gring_conf conf = {
+	    .fds = &f->fd,
+	    .nr_fds = 1,
+	    .buf = f->buf,
+	    .buf_bytes = (uint64_t)FILE_IOS * IO_BYTES,
+	    .sq_entries = sq,
+	    .cq_entries = cq,
+	    .sq_idle_ms = idle_ms,
+	};
+	struct tt_gring *r = NULL;
+
+	assert_int_equal(tt_gring_create(&conf, &r), 0);
+	return r;
+}
+
+static int
+prepare(void *arg, uint32_t i)
+{
+	struct run *run = arg;
+
+	if (run->cancel_at != 0 && i == run->cancel_at) {
+		__atomic_store_n(&run->cancel, 1, __ATOMIC_RELEASE);
+	}
+	return 0;
+}
+
+static void
+complete(void *arg, uint32_t i, int32_t res)
+{
+	struct run *run = arg;
+
+	run->res[i] = res;
+	run->calls[i]++;
+}
+
+static struct run *
+make_run(uint32_t nr)
+{
+	struct run *run = calloc(1, sizeof(*run));
+
+	assert_non_null(run);
+	run->nr = nr;
+	run->ios = calloc(nr, sizeof(*run->ios));
+	run->res = calloc(nr, sizeof(*run->res));
+	run->calls = calloc(nr, sizeof(*run->calls));
+	assert_non_null(run->ios);
+	assert_non_null(run->res);
+	assert_non_null(run->calls);
+	return run;
+}
+
+static void
+free_run(struct run *run)
+{
+	free(run->ios);
+	free(run->res);
+	free(run->calls);
+	free(run);
+}
+
+/* I/O i moves slot (i % FILE_IOS) of the buffer to or from block (perm[i] % FILE_IOS). */
+static void
+program(struct fixture *f, struct run *run, const uint32_t *perm, bool write)
+{
+	for (uint32_t i = 0; i < run->nr; i++) {
+		run->ios[i] = (struct tt_gring_io){
+		    .off = (uint64_t)(perm[i] % FILE_IOS) * IO_BYTES,
+		    .buf = (uint64_t)(uintptr_t)(f->buf + (uint64_t)(i % FILE_IOS) * IO_BYTES),
+		    .len = IO_BYTES,
+		    .write = write,
+		};
+	}
+}
+
+static int
+run_program(struct tt_gring *r, struct run *run, uint32_t window)
+{
+	struct tt_gring_program p = {
+	    .ios = run->ios,
+	    .nr = run->nr,
+	    .window = window,
+	    .prepare = prepare,
+	    .complete = complete,
+	    .arg = run,
+	    .cancel = &run->cancel,
+	};
+
+	return tt_gring_twin_run(r, &p, 5000);
+}
+
+static void
+assert_each_completed_once(const struct run *run)
+{
+	for (uint32_t i = 0; i < run->nr; i++) {
+		assert_int_equal(run->calls[i], 1);
+	}
+}
+
+static void
+test_gring_writes_then_reads_back_the_same_bytes(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gring *r = ring(f, 64, 128, 100);
+	struct run *run = make_run(FILE_IOS);
+	uint32_t perm[FILE_IOS];
+	uint8_t *expect = malloc((size_t)FILE_IOS * IO_BYTES);
+
+	assert_non_null(expect);
+	for (uint32_t i = 0; i < FILE_IOS; i++) {
+		perm[i] = i;
+	}
+	t_shuffle(&f->rng, perm, FILE_IOS);
+	t_rng_fill(&f->rng, f->buf, (size_t)FILE_IOS * IO_BYTES);
+	memcpy(expect, f->buf, (size_t)FILE_IOS * IO_BYTES);
+	program(f, run, perm, true);
+	assert_int_equal(run_program(r, run, 64), 0);
+	assert_each_completed_once(run);
+	for (uint32_t i = 0; i < FILE_IOS; i++) {
+		assert_int_equal(run->res[i], IO_BYTES);
+	}
+	memset(f->buf, 0xa5, (size_t)FILE_IOS * IO_BYTES);
+	memset(run->calls, 0, FILE_IOS * sizeof(*run->calls));
+	program(f, run, perm, false);
+	assert_int_equal(run_program(r, run, 64), 0);
+	assert_each_completed_once(run);
+	assert_memory_equal(f->buf, expect, (size_t)FILE_IOS * IO_BYTES);
+	free(expect);
+	free_run(run);
+	tt_gring_destroy(r);
+}
+
+static void
+test_gring_small_ring_wraps_around_many_times(void **state)
+{
+	struct fixture *f = *state;
+	/* 4 SQEs, 8 CQEs, 5000 I/Os: every index wraps hundreds of times. */
+	struct tt_gring *r = ring(f, 4, 8, 100);
+	struct run *run = make_run(5000);
+	uint32_t *perm = malloc(5000 * sizeof(*perm));
+
+	assert_non_null(perm);
+	for (uint32_t i = 0; i < 5000; i++) {
+		perm[i] = t_rng_below(&f->rng, FILE_IOS);
+	}
+	program(f, run, perm, false);
+	assert_int_equal(run_program(r, run, 8), 0);
+	assert_each_completed_once(run);
+	for (uint32_t i = 0; i < run->nr; i++) {
+		assert_int_equal(run->res[i], IO_BYTES);
+	}
+	free(perm);
+	free_run(run);
+	tt_gring_destroy(r);
+}
+
+static void
+test_gring_window_larger_than_the_sq_fills_the_sq(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gring *r = ring(f, 2, 64, 100);
+	struct run *run = make_run(FILE_IOS);
+	uint32_t perm[FILE_IOS];
+
+	for (uint32_t i = 0; i < FILE_IOS; i++) {
+		perm[i] = i;
+	}
+	program(f, run, perm, false);
+	/* The window exceeds the SQ: submission waits for SQ space, never overwrites. */
+	assert_int_equal(run_program(r, run, 64), 0);
+	assert_each_completed_once(run);
+	for (uint32_t i = 0; i < run->nr; i++) {
+		assert_int_equal(run->res[i], IO_BYTES);
+	}
+	/* More than the CQ holds is refused: the CQ is the credit. */
+	assert_int_equal(run_program(r, run, 65), -EINVAL);
+	free_run(run);
+	tt_gring_destroy(r);
+}
+
+static void
+test_gring_error_completions_reach_their_io(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gring *r = ring(f, 8, 16, 100);
+	struct run *run = make_run(4);
+	void *unmapped = mmap(NULL, IO_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint32_t perm[4] = {0, 1, 2, 3};
+
+	assert_true(unmapped != MAP_FAILED);
+	munmap(unmapped, IO_BYTES);
+	program(f, run, perm, false);
+	run->ios[1].off = (uint64_t)FILE_IOS * IO_BYTES; /* past the end */
+	run->ios[2].buf = (uint64_t)(uintptr_t)unmapped; /* no memory there */
+	run->ios[3].file = 3;                            /* no such registered file */
+	assert_int_equal(run_program(r, run, 4), 0);
+	assert_each_completed_once(run);
+	assert_int_equal(run->res[0], IO_BYTES);
+	assert_true(run->res[1] < 0);
+	assert_int_equal(run->res[2], -EFAULT);
+	assert_int_equal(run->res[3], -EBADF);
+	free_run(run);
+	tt_gring_destroy(r);
+}
+
+static void
+test_gring_sleeping_sq_thread_is_woken_by_the_doorbell(void **state)
+{
+	struct fixture *f = *state;
+	/* The SQ thread sleeps 1 ms after its last work; the twin never enters the kernel. */
+	struct tt_gring *r = ring(f, 16, 32, 1);
+	struct run *run = make_run(64);
+	uint32_t perm[64];
+	struct timespec nap = {0, 30 * 1000 * 1000};
+
+	for (uint32_t i = 0; i < 64; i++) {
+		perm[i] = i;
+	}
+	program(f, run, perm, false);
+	for (int round = 0; round < 3; round++) {
+		memset(run->calls, 0, 64 * sizeof(*run->calls));
+		nanosleep(&nap, NULL); /* long enough for the SQ thread to fall asleep */
+		assert_int_equal(run_program(r, run, 16), 0);
+		assert_each_completed_once(run);
+	}
+	assert_true(tt_gring_wakeups(r) >= 1);
+	free_run(run);
+	tt_gring_destroy(r);
+}
+
+static void
+test_gring_cancel_completes_every_io_once(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gring *r = ring(f, 16, 32, 100);
+	struct run *run = make_run(400);
+	uint32_t *perm = malloc(400 * sizeof(*perm));
+	uint32_t ok = 0, cancelled = 0;
+
+	assert_non_null(perm);
+	for (uint32_t i = 0; i < 400; i++) {
+		perm[i] = i;
+	}
+	program(f, run, perm, false);
+	run->cancel_at = 100;
+	assert_int_equal(run_program(r, run, 16), 0);
+	assert_each_completed_once(run);
+	for (uint32_t i = 0; i < run->nr; i++) {
+		ok += run->res[i] == IO_BYTES;
+		cancelled += run->res[i] == -ECANCELED;
+	}
+	assert_int_equal(ok + cancelled, run->nr);
+	assert_true(ok >= 100);
+	assert_true(cancelled > 0);
+	free(perm);
+	free_run(run);
+	tt_gring_destroy(r);
+}
+
+static void
+test_gring_bad_configurations_are_einval(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gring_conf conf = {.fds = &f->fd, .nr_fds = 1, .sq_entries = 8, .cq_entries = 4};
+	struct tt_gring *r = (struct tt_gring *)(uintptr_t)1;
+
+	assert_int_equal(tt_gring_create(&conf, &r), -EINVAL); /* CQ smaller than the SQ */
+	conf.cq_entries = 16;
+	conf.nr_fds = 0;
+	assert_int_equal(tt_gring_create(&conf, &r), -EINVAL);
+	conf.nr_fds = TT_GRING_MAX_FILES + 1;
+	assert_int_equal(tt_gring_create(&conf, &r), -EINVAL);
+	assert_int_equal(tt_gring_create(NULL, &r), -EINVAL);
+	tt_gring_destroy(NULL);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_gring_writes_then_reads_back_the_same_bytes, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_gring_small_ring_wraps_around_many_times, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_gring_window_larger_than_the_sq_fills_the_sq,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_gring_error_completions_reach_their_io, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_gring_sleeping_sq_thread_is_woken_by_the_doorbell,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_gring_cancel_completes_every_io_once, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_gring_bad_configurations_are_einval, setup,
+	                                    teardown),
+	};
+	struct tt_gring_conf probe_conf;
+	struct tt_gring *probe = NULL;
+	int fd, rc;
+
+	if (!t_tmpdir_supports_odirect()) {
+		return 77;
+	}
+	/* Kernels without NO_MMAP/SQPOLL, or where io_uring is refused: skip, not fail. */
+	fd = open("/dev/null", O_RDONLY);
+	probe_conf = (struct tt_gring_conf){
+	    .fds = &fd, .nr_fds = 1, .sq_entries = 2, .cq_entries = 4, .sq_idle_ms = 10};
+	rc = tt_gring_create(&probe_conf, &probe);
+	tt_gring_destroy(probe);
+	close(fd);
+	if (rc == -EOPNOTSUPP || rc == -ENOSYS || rc == -EPERM) {
+		return 77;
+	}
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
