@@ -32,11 +32,12 @@ now_ns(void)
 /* Queue I/O number \p n of a run. */
 static void
 prep(struct io_uring *ring, const struct rawbw_target *t, uint8_t *mem, uint64_t mem_bytes,
-     uint64_t start, uint64_t n, uint32_t bs)
+     uint64_t span, uint64_t start, uint64_t n, uint32_t bs)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 	int fd = t->fds[n % t->nr_fds];
-	uint64_t pos = t->off + (start + n / t->nr_fds * bs) % t->span;
+	/* span is a whole number of I/Os: an I/O never runs past the region. */
+	uint64_t pos = t->off + (start + n / t->nr_fds * bs) % span;
 	/* Consecutive I/Os use consecutive memory, as a transfer into paged KV does. */
 	uint8_t *b = mem + n * bs % mem_bytes;
 
@@ -80,7 +81,7 @@ rawbw_run(const struct rawbw_target *t, uint64_t start, uint64_t bytes, uint32_t
 		struct io_uring_cqe *cqe;
 
 		for (; inflight < qd && issued < total; issued++, inflight++) {
-			prep(&ring, t, mem, mem_bytes, start, issued, bs);
+			prep(&ring, t, mem, mem_bytes, span, start, issued, bs);
 		}
 		rc = io_uring_submit_and_wait(&ring, 1);
 		if (rc < 0 && rc != -EINTR) {

@@ -30,10 +30,15 @@ enum tutti_engine {
 	TUTTI_ENGINE_URING =
 	    0, /**< io_uring through liburing: batched submission, registered buffers */
 	TUTTI_ENGINE_POSIX = 1, /**< a thread pool issuing pread/pwrite */
+	/** A GPU-drivable io_uring (NO_MMAP + SQPOLL) whose submissions and completions are
+	 *  produced by a driver, not by system calls: a CUDA kernel for GPU KV, a host thread
+	 *  following the same protocol otherwise. Objects move through object-sized bounce slots of
+	 *  the staging memory. Recovery, headers and flushes use the uring engine. */
+	TUTTI_ENGINE_GPU_URING = 2,
 };
 
 /**
- * Parse an engine name ("uring" or "posix").
+ * Parse an engine name ("uring", "posix" or "gpu-uring").
  * \return the enum tutti_engine value, or -EINVAL for an unknown name or NULL.
  */
 TUTTI_API int tutti_engine_parse(const char *name);

@@ -25,14 +25,14 @@ tt_engine_ops_for(uint32_t kind)
 int
 tutti_engine_parse(const char *name)
 {
+	static const char *const names[] = {"uring", "posix", "gpu-uring"};
+
 	if (name == NULL) {
 		return -EINVAL;
 	}
-	for (uint32_t k = TUTTI_ENGINE_URING; k <= TUTTI_ENGINE_POSIX; k++) {
-		const struct tt_engine_ops *ops = tt_engine_ops_for(k);
-
-		if (ops != NULL && strcmp(ops->name, name) == 0) {
-			return (int)k;
+	for (uint32_t k = 0; k < TT_ARRAY_SIZE(names); k++) {
+		if (strcmp(names[k], name) == 0) {
+			return (int)k; /* the enum tutti_engine values, in order */
 		}
 	}
 	return -EINVAL;

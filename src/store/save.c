@@ -339,12 +339,13 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 	pthread_mutex_unlock(&st->lock);
 
 	pthread_mutex_lock(&st->io_lock);
-	tt_transfer_run(&t);
+	if (st->gring != NULL) {
+		tt_gring_transfer(&t);
+	} else {
+		tt_transfer_run(&t);
+	}
 	flushes = write_commit_records(st, &t);
-	pthread_mutex_lock(&st->lock);
-	st->stats.io_ops = st->engine->nr_ios;
-	st->stats.io_submits = st->engine->nr_submits;
-	pthread_mutex_unlock(&st->lock);
+	tt_store_note_io(st);
 	pthread_mutex_unlock(&st->io_lock);
 
 	pthread_mutex_lock(&st->lock);

@@ -4,6 +4,8 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <string.h>
 
 #include "format/format.h"
@@ -61,7 +63,7 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		tt_log_err(log, "store options: ns_bytes without ns");
 		return -EINVAL;
 	}
-	if (tt_engine_ops_for(o->engine) == NULL) {
+	if (o->engine != TUTTI_ENGINE_GPU_URING && tt_engine_ops_for(o->engine) == NULL) {
 		tt_log_err(log, "store options: unknown engine %u", o->engine);
 		return -EINVAL;
 	}
@@ -136,6 +138,44 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
 		return -ENOMEM;
 	}
 	return 0;
+}
+
+/* The data-path ring of engine gpu-uring: one bounce slot per object of staging, up to the CQ
+ * credit. Page-cache-backed files (tmpfs) get IOSQE_ASYNC: issued inline, their copies would
+ * all run on the one SQ thread. */
+#define GRING_MAX_SLOTS 4096u
+#define GRING_SQ_IDLE_MS 100u
+
+static int
+open_gring(struct tutti_store *st, const struct tutti_store_opts *opts)
+{
+	uint64_t slots = st->nr_staging * st->unit_bytes / st->geo.object_bytes;
+	struct statfs sfs;
+	struct tt_gring_conf conf;
+	uint32_t cq;
+	int rc;
+
+	st->gring_slots = (uint32_t)TT_MIN(slots, (uint64_t)GRING_MAX_SLOTS);
+	cq = 1;
+	while (cq < st->gring_slots || cq < opts->queue_depth) {
+		cq <<= 1;
+	}
+	conf = (struct tt_gring_conf){
+	    .fds = tt_pool_fds(st->pool),
+	    .nr_fds = tt_pool_nr_dirs(st->pool),
+	    .buf = st->staging,
+	    .buf_bytes = st->nr_staging * st->unit_bytes,
+	    .sq_entries = TT_MIN(cq, 1024u),
+	    .cq_entries = cq,
+	    .sq_idle_ms = GRING_SQ_IDLE_MS,
+	    .async = fstatfs(tt_pool_fds(st->pool)[0], &sfs) == 0 && sfs.f_type == TMPFS_MAGIC,
+	    .log = &st->log,
+	};
+	rc = tt_gring_create(&conf, &st->gring);
+	if (rc < 0) {
+		tt_log_err(&st->log, "engine gpu-uring: %s", tutti_strerror(rc));
+	}
+	return rc;
 }
 
 /* TUTTI_OPEN_EXISTING: take geometry, key size, namespace and capacity from the first
@@ -265,9 +305,19 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	    .threads = opts->posix_threads,
 	    .log = &st->log,
 	};
-	rc = tt_engine_create(tt_engine_ops_for(opts->engine), &ec, &st->engine);
+	/* gpu-uring keeps the uring engine for control I/O (recovery, headers, flushes). */
+	rc = tt_engine_create(tt_engine_ops_for(opts->engine == TUTTI_ENGINE_GPU_URING
+	                                            ? TUTTI_ENGINE_URING
+	                                            : opts->engine),
+	                      &ec, &st->engine);
 	if (rc < 0) {
 		goto err;
+	}
+	if (opts->engine == TUTTI_ENGINE_GPU_URING) {
+		rc = open_gring(st, opts);
+		if (rc < 0) {
+			goto err;
+		}
 	}
 	rc = tt_store_recover(st, (opts->flags & TUTTI_OPEN_REPAIR) != 0);
 	if (rc < 0) {
@@ -298,8 +348,9 @@ tutti_store_close(struct tutti_store *st)
 	if (st == NULL) {
 		return;
 	}
-	/* The engine goes first: it waits for the kernel to finish with the staging memory; then
+	/* The rings go first: they wait for the kernel to finish with the staging memory; then
 	 * the GPU, which may still read it. */
+	tt_gring_destroy(st->gring);
 	tt_engine_destroy(st->engine);
 	tt_gpu_close(st->gpu);
 	if (st->staging_mapped) {
@@ -414,4 +465,18 @@ tt_store_gpu(struct tutti_store *st, int device, struct tt_gpu **out)
 	}
 	*out = st->gpu;
 	return 0;
+}
+
+void
+tt_store_note_io(struct tutti_store *st)
+{
+	uint64_t ios = st->engine->nr_ios + st->gring_ios;
+	/* System calls on the data path: engine submissions, and for the ring only the host's
+	 * wake-ups of its SQ thread (never one per I/O). */
+	uint64_t calls = st->engine->nr_submits + (st->gring ? tt_gring_wakeups(st->gring) : 0);
+
+	pthread_mutex_lock(&st->lock);
+	st->stats.io_ops = ios;
+	st->stats.io_submits = calls;
+	pthread_mutex_unlock(&st->lock);
 }

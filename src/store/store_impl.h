@@ -11,6 +11,7 @@
 #include "common/common.h"
 #include "engine/engine.h"
 #include "gpu/gpu.h"
+#include "gring/gring.h"
 #include "index/index.h"
 #include "layout/layout.h"
 #include "mover/mover.h"
@@ -55,6 +56,12 @@ struct tutti_store {
 	 * use (under io_lock). One device per store. */
 	struct tt_gpu *gpu;
 	bool staging_mapped;
+	/* Engine gpu-uring: the data-path ring, and how many object-sized bounce slots of the
+	 * staging it cycles through (its in-flight window). */
+	struct tt_gring *gring;
+	uint32_t gring_slots;
+	bool gring_broken;
+	uint64_t gring_ios; /* I/Os driven through the ring; under io_lock */
 };
 
 /* One I/O: layers [layer, layer + nr_layers) of one chunk, or the chunk's header. */
@@ -111,6 +118,16 @@ int tt_plan_chunks(const struct tutti_store *st, const struct tutti_kv *kv,
                    struct tt_chunk_op **out, uint32_t *nr_out);
 uint32_t tt_direct_layers(const struct tutti_store *st, const struct tutti_kv *kv);
 int tt_transfer_run(struct tt_transfer *t);
+/* Choose the mover by where the KV lives (opening the GPU context on first use). */
+int tt_transfer_mover(struct tt_transfer *t);
+/* One unit's CPU-side steps (shared by the pipeline and the gpu-uring path): fill a staging
+ * buffer and note checksums (save); check a read against the slot's checksums; copy it into
+ * the KV (load). */
+int tt_unit_gather(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf);
+bool tt_unit_verify(struct tt_transfer *t, const struct tt_unit *u, const uint8_t *buf);
+int tt_unit_scatter(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf);
+/* gring_path.c: the same transfer through the GPU-drivable ring (engine gpu-uring). */
+int tt_gring_transfer(struct tt_transfer *t);
 void tt_fail_chunk(struct tt_chunk_op *c, int rc);
 void tt_unpin_all(struct tutti_store *st, struct tt_chunk_op *chunks, uint32_t nr);
 /* Write one 4 KiB header per listed slot from \p bufs (nr * TUTTI_SLOT_HEADER_BYTES, aligned);
@@ -127,6 +144,9 @@ void tt_drop_chunk(struct tutti_store *st, uint32_t slot);
 
 /* store.c: the GPU context for KV on \p device (opened on first use). Caller holds io_lock. */
 int tt_store_gpu(struct tutti_store *st, int device, struct tt_gpu **out);
+
+/* Copy the I/O counters of the engines into the stats. Caller holds io_lock. */
+void tt_store_note_io(struct tutti_store *st);
 
 /* recover.c */
 int tt_store_recover(struct tutti_store *st, bool repair);

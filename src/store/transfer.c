@@ -282,8 +282,8 @@ unit_move(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf, ui
 }
 
 /* Save: fill a staging buffer with a unit's objects and note their checksums. */
-static int
-gather_unit(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf)
+int
+tt_unit_gather(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf)
 {
 	const struct tutti_store *st = t->st;
 	const struct tt_chunk_op *c = &t->chunks[u->chunk];
@@ -322,8 +322,8 @@ hash_direct_unit(const struct tt_transfer *t, const struct tt_unit *u)
 }
 
 /* Load and fsck: check a completed read against the checksums of its slot. */
-static bool
-verify_unit(struct tt_transfer *t, const struct tt_unit *u, const uint8_t *buf)
+bool
+tt_unit_verify(struct tt_transfer *t, const struct tt_unit *u, const uint8_t *buf)
 {
 	const struct tutti_store *st = t->st;
 	const struct tt_chunk_op *c = &t->chunks[u->chunk];
@@ -349,8 +349,8 @@ verify_unit(struct tt_transfer *t, const struct tt_unit *u, const uint8_t *buf)
 	return true;
 }
 
-static int
-scatter_unit(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf)
+int
+tt_unit_scatter(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf)
 {
 	int rc = 0;
 
@@ -428,7 +428,7 @@ prep_unit(struct tt_transfer *t, const struct tt_unit *u, uint32_t b, uint32_t n
 		return;
 	}
 	if (t->kind == TT_TRANSFER_SAVE) {
-		int rc = gather_unit(t, u, unit_buf(st, b));
+		int rc = tt_unit_gather(t, u, unit_buf(st, b));
 
 		if (rc < 0) {
 			/* The I/O still runs (its buffer is ours), but the chunk is not committed.
@@ -490,13 +490,13 @@ complete_unit(struct tt_transfer *t, const struct tt_io_done *d)
 	if (t->kind == TT_TRANSFER_SAVE || c->status != 0) {
 		return;
 	}
-	if (!verify_unit(t, u, unit_buf(st, b))) {
+	if (!tt_unit_verify(t, u, unit_buf(st, b))) {
 		c->corrupt = true;
 		tt_fail_chunk(c, -EBADMSG);
 		return;
 	}
 	if (t->kind == TT_TRANSFER_LOAD && !c->direct) {
-		int rc = scatter_unit(t, u, unit_buf(st, b));
+		int rc = tt_unit_scatter(t, u, unit_buf(st, b));
 
 		if (rc < 0) {
 			tt_log_err(&st->log, "scattering slot %u into the KV failed: %s", c->slot,
@@ -512,17 +512,10 @@ complete_unit(struct tt_transfer *t, const struct tt_io_done *d)
  * broke down (then every unfinished chunk has failed and the engine is unusable).
  */
 int
-tt_transfer_run(struct tt_transfer *t)
+tt_transfer_mover(struct tt_transfer *t)
 {
 	struct tutti_store *st = t->st;
-	struct slots fs;
 
-	if (st->engine_broken) {
-		for (uint32_t i = 0; i < t->nr_chunks; i++) {
-			tt_fail_chunk(&t->chunks[i], -EIO);
-		}
-		return -EIO;
-	}
 	t->mover = &tt_mover_cpu;
 	t->mover_ctx = NULL;
 	if (t->kv != NULL && t->kv->mem == TUTTI_MEM_CUDA) {
@@ -537,6 +530,26 @@ tt_transfer_run(struct tt_transfer *t)
 		}
 		t->mover = &tt_mover_cuda;
 		t->mover_ctx = g;
+	}
+	return 0;
+}
+
+int
+tt_transfer_run(struct tt_transfer *t)
+{
+	struct tutti_store *st = t->st;
+	struct slots fs;
+	int rc;
+
+	if (st->engine_broken) {
+		for (uint32_t i = 0; i < t->nr_chunks; i++) {
+			tt_fail_chunk(&t->chunks[i], -EIO);
+		}
+		return -EIO;
+	}
+	rc = tt_transfer_mover(t);
+	if (rc < 0) {
+		return rc;
 	}
 	t->next_chunk = 0;
 	t->next_layer = t->layer_begin;

@@ -291,7 +291,7 @@ dir_entry_empty(struct fixture *f, struct tutti_store_opts *o)
 static void
 unknown_engine(struct fixture *f, struct tutti_store_opts *o)
 {
-	o->engine = 2;
+	o->engine = TUTTI_ENGINE_GPU_URING + 1;
 }
 
 static void

@@ -1188,6 +1188,10 @@ main(void)
 	if (rc == 0) {
 		g_engine = TUTTI_ENGINE_URING;
 		failed += cmocka_run_group_tests_name("store/uring", tests, NULL, NULL);
+		/* The GPU-drivable ring, driven by its host twin: the GPU engine's protocol in CI.
+		 */
+		g_engine = TUTTI_ENGINE_GPU_URING;
+		failed += cmocka_run_group_tests_name("store/gpu-uring", tests, NULL, NULL);
 	} else if (rc != -ENOSYS && rc != -EPERM) {
 		return 1; /* io_uring is there but broken */
 	}

@@ -276,6 +276,12 @@ print_raw(const char *what, double gbps, uint32_t bs, uint32_t qd)
 }
 
 static const char *
+engine_name(uint32_t e)
+{
+	return e == TUTTI_ENGINE_URING ? "uring" : e == TUTTI_ENGINE_POSIX ? "posix" : "gpu-uring";
+}
+
+static const char *
 layout_name(uint32_t l)
 {
 	return l == KVBENCH_KV_FIRST ? "kv-first" : l == KVBENCH_PACKED ? "packed" : "cross-layer";
@@ -297,8 +303,7 @@ print_table(const struct kvbench_conf *c, const struct kvbench_result *r)
 	       (unsigned long long)c->shared_tokens, (unsigned long long)r->unique_chunks,
 	       (double)r->store.bytes / (1 << 30));
 	printf("  store      %s (%u dir%s), engine %s, %.1f MiB staging, %s commits, %s retrieve\n",
-	       c->dirs[0], c->nr_dirs, c->nr_dirs > 1 ? "s" : "",
-	       c->engine == TUTTI_ENGINE_URING ? "uring" : "posix",
+	       c->dirs[0], c->nr_dirs, c->nr_dirs > 1 ? "s" : "", engine_name(c->engine),
 	       (double)r->staging_bytes / (1 << 20),
 	       c->durability == TUTTI_DURABILITY_DURABLE ? "durable" : "fast",
 	       c->layerwise ? "layer-by-layer" : "all-layer");
@@ -359,9 +364,8 @@ print_json(const struct kvbench_conf *c, const struct kvbench_result *r)
 	       "\"staging_bytes\":%llu,",
 	       c->model, g->nr_layers, g->nr_kv_heads, g->head_dim, g->elem_bytes, g->block_tokens,
 	       g->chunk_tokens, layout_name(c->layout), (unsigned long long)c->context_tokens,
-	       c->requests, (unsigned long long)c->shared_tokens,
-	       c->engine == TUTTI_ENGINE_URING ? "uring" : "posix", c->nr_dirs,
-	       c->layerwise ? "true" : "false",
+	       c->requests, (unsigned long long)c->shared_tokens, engine_name(c->engine),
+	       c->nr_dirs, c->layerwise ? "true" : "false",
 	       c->durability == TUTTI_DURABILITY_DURABLE ? "durable" : "fast", c->repeats,
 	       (unsigned long long)r->staging_bytes);
 	print_phase_json("store", &r->store);

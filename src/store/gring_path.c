@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Loads and saves through the GPU-drivable ring (engine gpu-uring).
+ *
+ * A call becomes one I/O program: every object of every chunk, layer by layer (the order in
+ * which a layerwise load needs them), each read into or written from one object-sized bounce
+ * slot of the staging memory; I/O i uses slot i mod S and is submitted once I/O i - S has been
+ * consumed, so the bounce memory is fixed whatever the context length. The program is driven by
+ * the twin (a host thread following the GPU's protocol); checksums are checked per object before
+ * it is scattered, and computed per object as it is gathered.
+ */
+#include <errno.h>
+
+#include "store/store_impl.h"
+
+/* A ring that made no progress for this long is given up on. */
+#define GRING_TIMEOUT_MS 30000
+
+struct gring_job {
+	struct tt_transfer *t;
+	struct tt_gring_io *ios;
+	uint32_t *chunk_of; /* per I/O */
+	uint32_t *layer_of; /* per I/O */
+	uint32_t slots;
+};
+
+static uint8_t *
+slot_buf(const struct tutti_store *st, uint32_t i, uint32_t slots)
+{
+	return st->staging + (uint64_t)(i % slots) * st->geo.object_bytes;
+}
+
+static int
+prepare(void *arg, uint32_t i)
+{
+	struct gring_job *j = arg;
+	struct tt_transfer *t = j->t;
+	struct tt_chunk_op *c = &t->chunks[j->chunk_of[i]];
+	struct tt_unit u = {.chunk = j->chunk_of[i], .layer = j->layer_of[i], .nr_layers = 1};
+	int rc;
+
+	if (c->status != 0) {
+		return c->status; /* the chunk already failed: nothing more to move */
+	}
+	if (t->kind != TT_TRANSFER_SAVE) {
+		return 0;
+	}
+	rc = tt_unit_gather(t, &u, slot_buf(t->st, i, j->slots));
+	if (rc < 0) {
+		tt_fail_chunk(c, rc);
+	}
+	return rc;
+}
+
+static void
+complete(void *arg, uint32_t i, int32_t res)
+{
+	struct gring_job *j = arg;
+	struct tt_transfer *t = j->t;
+	struct tt_chunk_op *c = &t->chunks[j->chunk_of[i]];
+	struct tt_unit u = {.chunk = j->chunk_of[i], .layer = j->layer_of[i], .nr_layers = 1};
+	uint8_t *buf = slot_buf(t->st, i, j->slots);
+
+	if (res < 0) {
+		if (c->status == 0) {
+			tt_log_warn(&t->st->log, "gpu-uring: %s of slot %u layer %u failed: %s",
+			            t->kind == TT_TRANSFER_SAVE ? "write" : "read", c->slot,
+			            u.layer, tutti_strerror(res));
+		}
+		tt_fail_chunk(c, res);
+		return;
+	}
+	if (t->kind == TT_TRANSFER_SAVE || c->status != 0) {
+		return;
+	}
+	if (!tt_unit_verify(t, &u, buf)) {
+		c->corrupt = true;
+		tt_fail_chunk(c, -EBADMSG);
+		return;
+	}
+	if (t->kind == TT_TRANSFER_LOAD) {
+		int rc = tt_unit_scatter(t, &u, buf);
+
+		if (rc < 0) {
+			tt_fail_chunk(c, rc);
+		}
+	}
+}
+
+/* Layer-major: every chunk's object of layer l, then of layer l + 1. */
+static uint32_t
+build_program(struct gring_job *j)
+{
+	struct tt_transfer *t = j->t;
+	struct tutti_store *st = t->st;
+	uint32_t n = 0;
+
+	for (uint32_t l = t->layer_begin; l < t->layer_end; l++) {
+		for (uint32_t c = 0; c < t->nr_chunks; c++) {
+			const struct tt_chunk_op *op = &t->chunks[c];
+			uint32_t dir;
+			uint64_t off;
+
+			if (op->status != 0) {
+				continue;
+			}
+			tt_pool_locate(st->pool, op->slot, &dir, &off);
+			j->ios[n] = (struct tt_gring_io){
+			    .off = off + tt_geo_object_off(&st->geo, l),
+			    .buf = (uint64_t)(uintptr_t)slot_buf(st, n, j->slots),
+			    .len = (uint32_t)st->geo.object_bytes,
+			    .file = (uint16_t)dir,
+			    .write = t->kind == TT_TRANSFER_SAVE,
+			};
+			j->chunk_of[n] = c;
+			j->layer_of[n] = l;
+			n++;
+		}
+	}
+	return n;
+}
+
+int
+tt_gring_transfer(struct tt_transfer *t)
+{
+	struct tutti_store *st = t->st;
+	uint64_t max = (uint64_t)t->nr_chunks * (t->layer_end - t->layer_begin);
+	struct gring_job j = {.t = t, .slots = st->gring_slots};
+	struct tt_gring_program p;
+	int rc;
+
+	if (st->gring_broken) {
+		for (uint32_t i = 0; i < t->nr_chunks; i++) {
+			tt_fail_chunk(&t->chunks[i], -EIO);
+		}
+		return -EIO;
+	}
+	rc = tt_transfer_mover(t);
+	if (rc < 0) {
+		return rc;
+	}
+	/* Every chunk moves through bounce slots: no direct I/O into the KV. */
+	for (uint32_t i = 0; i < t->nr_chunks; i++) {
+		t->chunks[i].direct = false;
+	}
+	j.ios = tt_calloc(max ? max : 1, sizeof(*j.ios));
+	j.chunk_of = tt_calloc(max ? max : 1, sizeof(*j.chunk_of));
+	j.layer_of = tt_calloc(max ? max : 1, sizeof(*j.layer_of));
+	if (j.ios == NULL || j.chunk_of == NULL || j.layer_of == NULL || max > UINT32_MAX) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	p = (struct tt_gring_program){
+	    .ios = j.ios,
+	    .nr = build_program(&j),
+	    .window = j.slots,
+	    .prepare = prepare,
+	    .complete = complete,
+	    .arg = &j,
+	};
+	tt_gring_kick(st->gring); /* once per program, never per I/O */
+	rc = tt_gring_twin_run(st->gring, &p, GRING_TIMEOUT_MS);
+	st->gring_ios += p.nr;
+	if (rc == -ETIMEDOUT) {
+		st->gring_broken = true; /* I/O may still be in flight into the bounce slots */
+	}
+	for (uint32_t i = 0; rc < 0 && i < t->nr_chunks; i++) {
+		tt_fail_chunk(&t->chunks[i], rc);
+	}
+out:
+	tt_free(j.ios);
+	tt_free(j.chunk_of);
+	tt_free(j.layer_of);
+	return rc;
+}
