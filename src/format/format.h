@@ -12,8 +12,9 @@
 #include "tutti/geometry.h"
 
 #define TT_SB_MAGIC "TUTTISB\0"
-/* Version 2 adds the store id and slot headers; version 1 stores are refused (-EPROTO). */
-#define TT_SB_VERSION 2u
+/* Version 2 added the store id and slot headers; version 3 keyed object checksums with
+ * tt_csum_secret. Other versions are refused (-EPROTO). */
+#define TT_SB_VERSION 3u
 #define TT_SB_BYTES 4096u /* the superblock's share of the file */
 #define TT_NS_FP_BYTES 16u
 
@@ -41,14 +42,14 @@ int tt_sb_decode(const uint8_t *buf, size_t len, struct tt_superblock *out);
 /* ---- slot header ---- */
 
 #define TT_SLOT_MAGIC "TUTTISL\0"
-#define TT_SLOT_VERSION 1u
+#define TT_SLOT_VERSION 2u
 #define TT_MAX_KEY_BYTES 64u
 /* Object checksums fill the 4 KiB header: layers beyond this are refused at open. */
 #define TT_SLOT_MAX_LAYERS 480u
 
 /*
  * The header at the start of every slot, written after all the slot's objects (commit record).
- * csum[l] is XXH3-64 of object l's payload: nr_blocks layer blocks in the canonical layout.
+ * csum[l] is tt_csum of object l's payload: nr_blocks layer blocks in the canonical layout.
  */
 struct tt_slot_header {
 	uint64_t store_uid;
@@ -71,6 +72,17 @@ void tt_slot_encode(const struct tt_slot_header *h, uint8_t *buf);
  * or a checksum mismatch (a torn or damaged header).
  */
 int tt_slot_decode(const uint8_t *buf, size_t len, struct tt_slot_header *out);
+
+/* ---- object checksums ---- */
+
+/* 192 bytes: XXH3's secret size, which gives the long path 16 stripes per block. */
+#define TT_CSUM_SECRET_WORDS 24u
+
+/* The secret of every object checksum (see csum.c for how it was made). */
+extern const uint64_t tt_csum_secret[TT_CSUM_SECRET_WORDS];
+
+/* An object's checksum: XXH3-64 of its payload with tt_csum_secret. */
+uint64_t tt_csum(const void *p, size_t len);
 
 /* Fingerprint of a namespace (XXH3-128 of its bytes). */
 void tt_ns_fingerprint(const void *ns, size_t len, uint8_t out[TT_NS_FP_BYTES]);

@@ -220,7 +220,7 @@ hash_layer_kv(const struct tutti_kv *kv, uint32_t layer, const uint32_t *ids, ui
 	const struct tutti_segment *segs = tt_kv_layer_segs(kv, layer);
 	XXH3_state_t state;
 
-	XXH3_64bits_reset(&state);
+	XXH3_64bits_reset_withSecret(&state, tt_csum_secret, sizeof(tt_csum_secret));
 	for (uint32_t i = 0; i < n; i++) {
 		for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
 			const void *p =
@@ -304,7 +304,7 @@ tt_unit_gather(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *bu
 		/* Padding of a partial or unaligned object is zero, never stale staging bytes. */
 		memset(obj + payload, 0, st->geo.object_bytes - payload);
 		t->csums[(uint64_t)u->chunk * st->geo.g.nr_layers + u->layer + i] =
-		    XXH3_64bits(obj, payload);
+		    tt_csum(obj, payload);
 	}
 	return rc;
 }
@@ -333,9 +333,8 @@ tt_unit_verify(struct tt_transfer *t, const struct tt_unit *u, const uint8_t *bu
 
 	for (uint32_t i = 0; i < u->nr_layers; i++) {
 		uint32_t l = u->layer + i;
-		uint64_t h = c->direct
-		                 ? hash_layer_kv(t->kv, l, chunk_ids(c), c->nr_moved)
-		                 : XXH3_64bits(buf + (uint64_t)i * st->geo.object_bytes, stored);
+		uint64_t h = c->direct ? hash_layer_kv(t->kv, l, chunk_ids(c), c->nr_moved)
+		                       : tt_csum(buf + (uint64_t)i * st->geo.object_bytes, stored);
 
 		if (h != csums[l]) {
 			tt_log_err(&st->log,

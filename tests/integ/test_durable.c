@@ -25,6 +25,7 @@
 #include <xxhash.h>
 #include <cmocka.h>
 
+#include "format/format.h"
 #include "t_disk.h"
 #include "t_kv.h"
 #include "t_util.h"
@@ -1222,7 +1223,7 @@ test_durable_other_format_versions_are_eproto_and_damage_is_ebadmsg(void **state
 	assert_null(st);
 	/* A later version, correctly sealed. */
 	memcpy(bad, sb, sizeof(bad));
-	put32le(bad + T_SB_OFF_VERSION, 3);
+	put32le(bad + T_SB_OFF_VERSION, TT_SB_VERSION + 1);
 	put64le(bad + T_SB_OFF_CSUM, XXH3_64bits(bad, T_SB_OFF_CSUM));
 	assert_int_equal(t_disk_write(path, 0, bad, sizeof(bad)), 0);
 	assert_int_equal(open_rc(f, &f->geo, dir, 8, NULL, &st), -EPROTO);

@@ -118,7 +118,7 @@ test_sb_fields_sit_at_fixed_little_endian_offsets(void **state)
 
 	tt_sb_encode(&in, buf);
 	assert_memory_equal(buf, "TUTTISB\0", 8);
-	assert_int_equal(le32(buf + OFF_VERSION), 2);
+	assert_int_equal(le32(buf + OFF_VERSION), TT_SB_VERSION);
 	assert_int_equal(le32(buf + OFF_HDR_BYTES), HDR_BYTES);
 	assert_int_equal(le32(buf + OFF_GEO + 0), 40);
 	assert_int_equal(le32(buf + OFF_GEO + 4), 2);
@@ -156,7 +156,7 @@ static void
 test_sb_unknown_version_is_eproto(void **state)
 {
 	struct tt_superblock in = sample(), out;
-	const uint32_t versions[] = {0, 1, 3, 0x100, UINT32_MAX};
+	const uint32_t versions[] = {0, 1, 2, TT_SB_VERSION + 1, 0x100, UINT32_MAX};
 
 	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
 		tt_sb_encode(&in, buf);
