@@ -20,9 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern "C" {
-#include "gpu/gpu.h"
-}
+#include "gpu_impl.cuh"
 
 #define THREADS 256
 #define UNROLL 4
@@ -36,24 +34,7 @@ struct layer_param {
 	unsigned nr_segs;
 };
 
-struct tt_gpu {
-	int device;
-	int nr_sms;
-	uint32_t max_blocks;
-	cudaStream_t stream;
-	/* descriptors: two pinned host halves (written while the other may still be copied) and
-	 * one device copy read by the kernel */
-	unsigned long long *h_obj[2];
-	uint32_t *h_ids[2];
-	cudaEvent_t copied[2];
-	int half;
-	unsigned long long *d_obj;
-	uint32_t *d_ids;
-	uint64_t launches;
-	const struct tt_log *log;
-};
-
-static int
+int
 cuda_errno(cudaError_t err)
 {
 	switch (err) {
@@ -73,7 +54,7 @@ cuda_errno(cudaError_t err)
 }
 
 /* Convert once at the boundary, logging the CUDA error's name where it happened. */
-static int
+int
 check(const struct tt_gpu *g, cudaError_t err, const char *what)
 {
 	if (err != cudaSuccess && g != NULL) {
@@ -181,6 +162,7 @@ tt_gpu_close(struct tt_gpu *g)
 	}
 	cudaFree(g->d_obj);
 	cudaFree(g->d_ids);
+	tt_gpu_gring_free(g);
 	free(g);
 }
 

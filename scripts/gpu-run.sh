@@ -33,10 +33,12 @@ log "ctest exit $?"
 grep -E "tests passed|Failed|Skipped|\*\*\*" "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
 
 log "GPU tests under compute-sanitizer memcheck"
-compute-sanitizer --tool memcheck --error-exitcode 9 build/gpu/tests/gpu/test_gpu_mover \
-	> "$OUT/memcheck.log" 2>&1
-log "memcheck exit $?"
-tail -3 "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
+for t in test_gpu_mover test_gpu_uring; do
+	timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 build/gpu/tests/gpu/$t \
+		> "$OUT/memcheck-$t.log" 2>&1
+	log "memcheck $t exit $?"
+	tail -3 "$OUT/memcheck-$t.log" | tee -a "$OUT/summary.txt"
+done
 
 log "GPU mover bandwidth"
 build/gpu/tutti-gpu-bench --repeats 10 --json > "$OUT/gpu-mover.json" 2> "$OUT/gpu-mover.err"

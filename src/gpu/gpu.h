@@ -53,6 +53,51 @@ int tt_gpu_sync(struct tt_gpu *g);
 /* Kernel launches made by the context so far. */
 uint64_t tt_gpu_launches(const struct tt_gpu *g);
 
+/* ---- the gpu-uring driver (cuda/gring.cu) ---- */
+
+/* One object of a layer job. */
+struct tt_gring_obj {
+	uint64_t off;     /* file offset of the object */
+	uint64_t csum;    /* load: the expected checksum; save: out, the checksum written */
+	uint32_t file;    /* index of the file in the ring */
+	uint32_t ids_off; /* index of its first moved block id in the job's ids */
+	uint32_t nr_moved;
+	uint32_t skip;   /* load: blocks of the object before the first one moved */
+	uint32_t stored; /* load: blocks the object holds (the checksummed payload) */
+	int32_t status;  /* in: 0; out: 0, -EBADMSG or the I/O error */
+};
+
+/* One layer: every object read into (load) or written from (save) bounce slots. */
+struct tt_gring_job {
+	const struct tutti_kv *kv; /* TUTTI_MEM_CUDA */
+	uint32_t layer;
+	struct tt_gring_obj *objs; /* nr entries; statuses and checksums come back at sync */
+	uint32_t nr;
+	const uint32_t *ids; /* block ids of every object */
+	uint32_t nr_ids;
+	uint8_t *bounce;     /* slots of slot_bytes, mapped for the GPU, registered in the ring */
+	uint32_t slots;      /* in-flight window, <= the ring's CQ entries */
+	uint64_t slot_bytes; /* one object, a multiple of 16 */
+	bool write;
+	uint32_t workers;    /* CUDA blocks moving objects (0: 16) */
+	uint32_t timeout_ms; /* a ring without progress for this long fails the layer */
+	int *failed;         /* out at sync: 1 when it did */
+};
+
+/*
+ * Launch the driver kernel for one layer on the context's stream: the GPU submits every I/O of
+ * the job into the ring, reaps the completions and moves the objects, checking (load) or
+ * computing (save) their checksums; asynchronous, results valid after tt_gpu_sync. Layer blocks
+ * must exceed 240 bytes (the hash's long path). Returns 0, -EINVAL, -ENOMEM or -EIO.
+ */
+struct tt_gring_view;
+int tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
+                       const struct tt_gring_job *job);
+
+/* The object checksum (tt_csum) of \p len (> 240) bytes of device memory at \p p, computed on
+ * the GPU; synchronous. For tests of the GPU hash against the CPU's. */
+int tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out);
+
 /* ---- memory ---- */
 
 /* Pin and map existing host memory (page aligned) for the device. Returns 0 or -errno. */

@@ -114,3 +114,16 @@ tt_gpu_device_of(const void *p, int *device)
 {
 	return -EOPNOTSUPP;
 }
+
+int
+tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
+                   const struct tt_gring_job *job)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out)
+{
+	return -EOPNOTSUPP;
+}

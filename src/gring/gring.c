@@ -269,19 +269,10 @@ tt_gring_create(const struct tt_gring_conf *conf, struct tt_gring **out)
 	fill_view(r, conf, &p);
 	register_resources(r, conf);
 	if (conf->map_for_gpu) {
-		rc = tt_gpu_host_register(r->sq_region, r->sq_bytes);
-		if (rc == 0) {
-			rc = tt_gpu_host_register(r->ring_region, r->ring_bytes);
-			if (rc < 0) {
-				tt_gpu_host_unregister(r->sq_region);
-			}
-		}
+		rc = tt_gring_map_for_gpu(r);
 		if (rc < 0) {
-			tt_log_err(conf->log, "gpu-uring: mapping the rings for the GPU: %s",
-			           tutti_strerror(rc));
 			goto err;
 		}
-		r->gpu_mapped = true;
 	}
 	rc = -pthread_create(&r->helper, NULL, helper_main, r);
 	if (rc < 0) {
@@ -322,6 +313,30 @@ tt_gring_destroy(struct tt_gring *r)
 		munmap(r->ring_region, r->ring_bytes);
 	}
 	tt_free(r);
+}
+
+int
+tt_gring_map_for_gpu(struct tt_gring *r)
+{
+	int rc;
+
+	if (r->gpu_mapped) {
+		return 0;
+	}
+	rc = tt_gpu_host_register(r->sq_region, r->sq_bytes);
+	if (rc == 0) {
+		rc = tt_gpu_host_register(r->ring_region, r->ring_bytes);
+		if (rc < 0) {
+			tt_gpu_host_unregister(r->sq_region);
+		}
+	}
+	if (rc < 0) {
+		tt_log_err(r->log, "gpu-uring: mapping the rings for the GPU: %s",
+		           tutti_strerror(rc));
+		return rc;
+	}
+	r->gpu_mapped = true;
+	return 0;
 }
 
 void

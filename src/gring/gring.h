@@ -47,6 +47,9 @@ void tt_gring_destroy(struct tt_gring *r);
 /* The view drivers use (pointers into the ring memory, valid until destroy). */
 void tt_gring_view(const struct tt_gring *r, struct tt_gring_view *v);
 
+/* Pin and map the rings for the GPU (once; later calls do nothing). Returns 0 or -errno. */
+int tt_gring_map_for_gpu(struct tt_gring *r);
+
 /* Wake the SQ thread if it sleeps: call once before a launch that will queue I/O. */
 void tt_gring_kick(struct tt_gring *r);
 

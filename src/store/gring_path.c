@@ -10,11 +10,14 @@
  * it is scattered, and computed per object as it is gathered.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "store/store_impl.h"
 
 /* A ring that made no progress for this long is given up on. */
 #define GRING_TIMEOUT_MS 30000
+/* CUDA blocks moving objects in the driver kernel, besides its controller. */
+#define GRING_GPU_WORKERS 16
 
 struct gring_job {
 	struct tt_transfer *t;
@@ -120,6 +123,133 @@ build_program(struct gring_job *j)
 	return n;
 }
 
+/*
+ * GPU KV: one driver kernel per layer, every I/O of it submitted and reaped by the GPU. The host
+ * builds each layer's object list, wakes the SQ thread once per launch, launches, and waits once
+ * at the end of the call.
+ */
+static int
+gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
+{
+	struct tutti_store *st = t->st;
+	uint32_t L = t->layer_end - t->layer_begin, n = 0, nr_ids = 0, *ids;
+	struct tt_gring_obj *objs;
+	struct tt_gring_view view;
+	int *failed, rc;
+
+	for (uint32_t c = 0; c < t->nr_chunks; c++) {
+		n += t->chunks[c].status == 0;
+		nr_ids += t->chunks[c].status == 0 ? t->chunks[c].nr_moved : 0;
+	}
+	if (n == 0) {
+		return 0;
+	}
+	rc = tt_gring_map_for_gpu(st->gring);
+	if (rc < 0) {
+		return rc;
+	}
+	tt_gring_view(st->gring, &view);
+	objs = tt_calloc((size_t)n * L, sizeof(*objs));
+	ids = tt_calloc(nr_ids, sizeof(*ids));
+	failed = tt_calloc(L, sizeof(*failed));
+	if (objs == NULL || ids == NULL || failed == NULL) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* The block ids of every moved chunk, once; each layer's objects point into them. */
+	nr_ids = 0;
+	for (uint32_t c = 0, k = 0; c < t->nr_chunks; c++) {
+		const struct tt_chunk_op *op = &t->chunks[c];
+		uint32_t dir;
+		uint64_t off;
+
+		if (op->status != 0) {
+			continue;
+		}
+		tt_pool_locate(st->pool, op->slot, &dir, &off);
+		memcpy(ids + nr_ids, op->req->block_ids + op->id_off, op->nr_moved * sizeof(*ids));
+		for (uint32_t l = 0; l < L; l++) {
+			uint32_t layer = t->layer_begin + l;
+
+			objs[(size_t)l * n + k] = (struct tt_gring_obj){
+			    .off = off + tt_geo_object_off(&st->geo, layer),
+			    .csum = t->kind == TT_TRANSFER_LOAD ? tt_slot_csums(st, op->slot)[layer]
+			                                        : 0,
+			    .file = dir,
+			    .ids_off = nr_ids,
+			    .nr_moved = op->nr_moved,
+			    .skip = op->obj_skip,
+			    .stored =
+			        t->kind == TT_TRANSFER_LOAD ? op->stored_blocks : op->nr_moved,
+			};
+		}
+		nr_ids += op->nr_moved;
+		k++;
+	}
+	for (uint32_t l = 0; rc == 0 && l < L; l++) {
+		struct tt_gring_job job = {
+		    .kv = t->kv,
+		    .layer = t->layer_begin + l,
+		    .objs = objs + (size_t)l * n,
+		    .nr = n,
+		    .ids = ids,
+		    .nr_ids = nr_ids,
+		    .bounce = st->staging,
+		    .slots = st->gring_slots,
+		    .slot_bytes = st->geo.object_bytes,
+		    .write = t->kind == TT_TRANSFER_SAVE,
+		    .workers = GRING_GPU_WORKERS,
+		    .timeout_ms = GRING_TIMEOUT_MS,
+		    .failed = &failed[l],
+		};
+
+		tt_gring_kick(st->gring); /* at most one wake-up per layer launch */
+		rc = tt_gpu_gring_layer(g, &view, &job);
+	}
+	if (rc == 0) {
+		rc = tt_gpu_sync(g);
+	}
+	for (uint32_t l = 0; rc == 0 && l < L; l++) {
+		if (failed[l]) {
+			tt_log_err(&st->log, "gpu-uring: layer %u made no progress for %u ms",
+			           t->layer_begin + l, GRING_TIMEOUT_MS);
+			st->gring_broken = true;
+			rc = -ETIMEDOUT;
+		}
+	}
+	/* Per-object results back to the chunks. */
+	for (uint32_t c = 0, k = 0; rc == 0 && c < t->nr_chunks; c++) {
+		struct tt_chunk_op *op = &t->chunks[c];
+
+		if (op->status != 0) {
+			continue;
+		}
+		for (uint32_t l = 0; l < L; l++) {
+			const struct tt_gring_obj *o = &objs[(size_t)l * n + k];
+
+			if (o->status == -EBADMSG) {
+				tt_log_err(&st->log,
+				           "slot %u layer %u: checksum mismatch on the GPU; "
+				           "dropping the chunk",
+				           op->slot, t->layer_begin + l);
+				op->corrupt = true;
+			}
+			tt_fail_chunk(op, o->status);
+			if (t->kind == TT_TRANSFER_SAVE) {
+				t->csums[(uint64_t)c * st->geo.g.nr_layers + t->layer_begin + l] =
+				    o->csum;
+			}
+		}
+		k++;
+	}
+	st->gring_ios += (uint64_t)n * L;
+out:
+	tt_free(objs);
+	tt_free(ids);
+	tt_free(failed);
+	return rc;
+}
+
 int
 tt_gring_transfer(struct tt_transfer *t)
 {
@@ -142,6 +272,13 @@ tt_gring_transfer(struct tt_transfer *t)
 	/* Every chunk moves through bounce slots: no direct I/O into the KV. */
 	for (uint32_t i = 0; i < t->nr_chunks; i++) {
 		t->chunks[i].direct = false;
+	}
+	if (t->mover == &tt_mover_cuda && t->st->geo.layer_block_bytes > 240) {
+		rc = gpu_transfer(t, t->mover_ctx);
+		for (uint32_t i = 0; rc < 0 && i < t->nr_chunks; i++) {
+			tt_fail_chunk(&t->chunks[i], rc);
+		}
+		return rc;
 	}
 	j.ios = tt_calloc(max ? max : 1, sizeof(*j.ios));
 	j.chunk_of = tt_calloc(max ? max : 1, sizeof(*j.chunk_of));

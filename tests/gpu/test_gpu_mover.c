@@ -20,46 +20,9 @@
 
 #include "gpu/gpu.h"
 #include "mover/mover.h"
+#include "t_gpu.h"
 #include "t_kv.h"
 #include "t_util.h"
-
-/* Paged KV on the GPU mirroring a host t_kv (same offsets), registered as TUTTI_MEM_CUDA. */
-struct d_kv {
-	struct t_kv *host;
-	uint8_t *mem;
-	struct tutti_segment *segs;
-	struct tutti_kv *kv;
-};
-
-static int
-d_kv_alloc(struct t_kv *host, struct d_kv *d)
-{
-	uint64_t nr = (uint64_t)host->geo.nr_layers * host->segs_per_layer;
-	int rc;
-
-	memset(d, 0, sizeof(*d));
-	d->host = host;
-	rc = tt_gpu_dev_alloc(host->mem_bytes, (void **)&d->mem);
-	if (rc < 0) {
-		return rc;
-	}
-	d->segs = calloc(nr, sizeof(*d->segs));
-	assert_non_null(d->segs);
-	for (uint64_t i = 0; i < nr; i++) {
-		d->segs[i] = host->segs[i];
-		d->segs[i].base = host->segs[i].base - (uintptr_t)host->mem + (uintptr_t)d->mem;
-	}
-	return tutti_kv_create(&host->geo, d->segs, host->segs_per_layer, host->nr_blocks,
-	                       TUTTI_MEM_CUDA, &d->kv);
-}
-
-static void
-d_kv_free(struct d_kv *d)
-{
-	tutti_kv_destroy(d->kv);
-	free(d->segs);
-	tt_gpu_dev_free(d->mem);
-}
 
 struct geo_case {
 	uint32_t heads, head_dim, elem, block, chunk, layers;

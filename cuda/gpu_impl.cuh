@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What cuda/gpu.cu and cuda/gring.cu share: the context and error conversion. CUDA-only.
+ */
+#ifndef TT_CUDA_GPU_IMPL_CUH
+#define TT_CUDA_GPU_IMPL_CUH
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "gpu/gpu.h"
+}
+
+struct tt_gpu {
+	int device;
+	int nr_sms;
+	uint32_t max_blocks;
+	cudaStream_t stream;
+	/* descriptors: two pinned host halves (written while the other may still be copied) and
+	 * one device copy read by the kernel */
+	unsigned long long *h_obj[2];
+	uint32_t *h_ids[2];
+	cudaEvent_t copied[2];
+	int half;
+	unsigned long long *d_obj;
+	uint32_t *d_ids;
+	uint64_t launches;
+	const struct tt_log *log;
+	/* gpu-uring driver state (cuda/gring.cu), made on first use */
+	struct tt_gring_dev *gring;
+	bool csum_secret_set; /* the checksum secret is in cuda/gring.cu's constant memory */
+};
+
+/* A CUDA error as a negative errno. */
+int cuda_errno(cudaError_t err);
+/* The same, logging \p what and the CUDA error's name. */
+int check(const struct tt_gpu *g, cudaError_t err, const char *what);
+/* Release the gpu-uring driver state of a context. */
+void tt_gpu_gring_free(struct tt_gpu *g);
+
+#endif /* TT_CUDA_GPU_IMPL_CUH */

@@ -1,0 +1,572 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The GPU driver of the gpu-uring engine: one kernel per layer issues every object I/O of that
+ * layer into a real io_uring itself, reaps the completions, and moves each object between its
+ * bounce slot and the paged KV, checking (load) or computing (save) its checksum on the GPU.
+ *
+ * Kernel layout. CUDA block 0 is the controller: its thread 0 writes SQEs and publishes the SQ
+ * tail once per batch (system-scope release), polls the CQ tail (system-scope acquire) with
+ * back-off, and hands each completed I/O to a worker through a device-memory flag (release at
+ * GPU scope; the worker's acquire makes the DMA'd bounce bytes visible through the chain).
+ * Blocks 1..W are workers: worker w handles I/Os w-1, w-1+W, ... in order. A load worker copies
+ * the object from its bounce slot (mapped host memory, read across PCIe in 16-byte vectors) into
+ * its own device scratch, frees the slot at once (so the next read can start), checks the
+ * checksum there and scatters into the paged blocks. A save worker gathers the blocks into its
+ * scratch, hashes them, copies them into the bounce slot and marks it ready to write. At most
+ * S = slots I/Os are in flight (I/O i reuses the slot of I/O i - S), never more than the CQ
+ * holds. Every wait has a deadline (%globaltimer): a stalled ring fails the layer with
+ * -ETIMEDOUT instead of hanging the GPU.
+ *
+ * All blocks must be resident at once (W + 1 blocks of 256 threads, W small next to the SM count).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_impl.cuh"
+#include "xxh3.cuh"
+
+extern "C" {
+#include "format/format.h"
+#include "gring/proto.h"
+}
+
+#define THREADS 256
+
+struct tt_gring_dev {
+	struct tt_gring_obj *objs; /* device copy of a layer's objects */
+	uint32_t nr_objs_cap;
+	uint32_t *ids;
+	uint32_t nr_ids_cap;
+	uint8_t *scratch; /* one object per worker */
+	uint64_t scratch_bytes;
+	unsigned long long *ready; /* per slot: epoch << 32 | (i + 1) once I/O i may be consumed */
+	unsigned long long *freed; /* per slot: epoch << 32 | (i + 1) once I/O i left its slot */
+	uint32_t nr_slots_cap;
+	unsigned long long epoch;
+	int *failed; /* set on a timeout */
+};
+
+struct seg_param {
+	unsigned long long base, stride, bytes;
+};
+
+struct job_param {
+	struct tt_gring_view ring;
+	seg_param seg[TT_MAX_SEGS_PER_LAYER];
+	unsigned nr_segs;
+	uint64_t lbb;    /* layer block bytes */
+	uint8_t *bounce; /* slots, mapped host memory (host address = device address) */
+	uint64_t slot_bytes;
+	uint32_t slots;
+	uint32_t nr;
+	uint32_t write;
+	uint64_t epoch;
+	uint64_t timeout_ns;
+};
+
+/* ---- device helpers ---- */
+
+__device__ static inline uint64_t
+now_ns(void)
+{
+	uint64_t t;
+
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+__device__ static inline unsigned long long
+ld_acquire_gpu(const unsigned long long *p)
+{
+	unsigned long long v;
+
+	asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ static inline void
+st_release_gpu(unsigned long long *p, unsigned long long v)
+{
+	asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+/* Copy \p bytes (a multiple of 16, 16-byte aligned ends) with every thread of the block. */
+__device__ static void
+block_copy16(uint8_t *dst, const uint8_t *src, uint64_t bytes)
+{
+	int4 *d = reinterpret_cast<int4 *>(dst);
+	const int4 *s = reinterpret_cast<const int4 *>(src);
+
+	for (uint64_t i = threadIdx.x; i < bytes / 16; i += THREADS) {
+		d[i] = s[i];
+	}
+}
+
+/* The same from a bounce slot: cache-volatile loads (ld.global.cv), because the slot was
+ * rewritten by DMA since this SM may last have cached it. */
+__device__ static void
+block_copy_from_host(uint8_t *dst, const uint8_t *src, uint64_t bytes)
+{
+	int4 *d = reinterpret_cast<int4 *>(dst);
+	const int4 *s = reinterpret_cast<const int4 *>(src);
+	uint64_t n = bytes / 16;
+
+	for (uint64_t i = threadIdx.x; i < n; i += THREADS) {
+		d[i] = __ldcv(&s[i]);
+	}
+	for (uint64_t i = n * 16 + threadIdx.x; i < bytes; i += THREADS) {
+		dst[i] = __ldcv(&src[i]);
+	}
+}
+
+__device__ static void
+block_copy(uint8_t *dst, const uint8_t *src, uint64_t bytes)
+{
+	if ((((uintptr_t)dst | (uintptr_t)src | bytes) & 15) == 0) {
+		block_copy16(dst, src, bytes);
+		return;
+	}
+	for (uint64_t i = threadIdx.x; i < bytes; i += THREADS) {
+		dst[i] = src[i];
+	}
+}
+
+/* Move an object's blocks between \p obj (canonical layout) and the paged KV. */
+__device__ static void
+move_blocks(const job_param &p, const uint32_t *ids, uint32_t n, uint8_t *obj, bool gather)
+{
+	for (uint32_t b = 0; b < n; b++) {
+		for (unsigned s = 0; s < p.nr_segs; s++) {
+			uint8_t *kv =
+			    reinterpret_cast<uint8_t *>(p.seg[s].base + ids[b] * p.seg[s].stride);
+
+			if (gather) {
+				block_copy(obj, kv, p.seg[s].bytes);
+			} else {
+				block_copy(kv, obj, p.seg[s].bytes);
+			}
+			obj += p.seg[s].bytes;
+		}
+	}
+}
+
+/* ---- the controller ---- */
+
+__device__ static void
+controller(const job_param &p, struct tt_gring_obj *objs, unsigned long long *ready,
+           unsigned long long *freed, int *failed)
+{
+	const struct tt_gring_view *v = &p.ring;
+	uint32_t tail = *(volatile uint32_t *)v->sq_tail, head = *(volatile uint32_t *)v->cq_head;
+	uint32_t next = 0, done = 0;
+	uint64_t progress = now_ns();
+	unsigned back_off = 32;
+
+	while (done < p.nr) {
+		uint32_t queued = 0, ready_n;
+
+		/* Submit: slot free (its previous I/O consumed), save data gathered, SQ space. */
+		while (next < p.nr && tt_gring_sq_space(v, tail) > 0) {
+			uint32_t slot = next % p.slots;
+			unsigned long long want = p.epoch << 32 | (unsigned long long)(next + 1);
+			struct tt_gring_io io;
+
+			if (next >= p.slots && ld_acquire_gpu(&freed[slot]) !=
+			                           (p.epoch << 32 | (next - p.slots + 1))) {
+				break;
+			}
+			/* A save's data must be in the slot: its worker says so through ready. */
+			if (p.write && ld_acquire_gpu(&ready[slot]) != want) {
+				break;
+			}
+			if (objs[next].status != 0) {
+				/* Nothing to write for a failed gather: its completion is its
+				 * status. */
+				if (!p.write) {
+					st_release_gpu(&ready[slot], want);
+				}
+				st_release_gpu(&freed[slot], want);
+				next++;
+				done++;
+				continue;
+			}
+			io.off = objs[next].off;
+			io.buf =
+			    reinterpret_cast<uint64_t>(p.bounce + (uint64_t)slot * p.slot_bytes);
+			io.len = (uint32_t)p.slot_bytes;
+			io.file = (uint16_t)objs[next].file;
+			io.write = (uint8_t)p.write;
+			tt_gring_put(v, tail++, &io, next);
+			next++;
+			queued++;
+		}
+		if (queued > 0) {
+			tt_gring_publish(v, tail); /* one release per batch */
+		}
+		/* Reap. */
+		ready_n = tt_gring_cq_ready(v, head);
+		for (uint32_t k = 0; k < ready_n; k++, head++) {
+			uint64_t tag;
+			int32_t res;
+
+			tt_gring_cqe(v, head, &tag, &res);
+			if (tag >= p.nr) {
+				continue;
+			}
+			if (res >= 0 && (uint32_t)res != (uint32_t)p.slot_bytes) {
+				res = -EIO; /* short: the file ends inside the object */
+			}
+			if (res < 0) {
+				objs[tag].status = res;
+			}
+			if (p.write) {
+				/* The write is done: the slot is free for I/O tag + S. */
+				st_release_gpu(&freed[tag % p.slots],
+				               p.epoch << 32 | (unsigned long long)(tag + 1));
+			} else {
+				st_release_gpu(&ready[tag % p.slots],
+				               p.epoch << 32 | (unsigned long long)(tag + 1));
+			}
+			done++;
+		}
+		if (ready_n > 0) {
+			tt_gring_cq_release(v, head);
+		}
+		if (queued > 0 || ready_n > 0) {
+			progress = now_ns();
+			back_off = 32;
+		} else if (now_ns() - progress > p.timeout_ns) {
+			atomicExch(failed, 1);
+			return;
+		} else {
+			__nanosleep(back_off);
+			back_off = back_off < 4096 ? back_off * 2 : back_off;
+		}
+	}
+}
+
+/* ---- the workers ---- */
+
+/* Wait for \p flag to reach \p want; false on a timeout (or when another block failed). */
+__device__ static bool
+wait_flag(const unsigned long long *flag, unsigned long long want, uint64_t timeout_ns, int *failed)
+{
+	__shared__ int ok;
+
+	if (threadIdx.x == 0) {
+		uint64_t start = now_ns();
+
+		ok = 1;
+		while (ld_acquire_gpu(flag) != want) {
+			if (*(volatile int *)failed || now_ns() - start > timeout_ns) {
+				atomicExch(failed, 1);
+				ok = 0;
+				break;
+			}
+			__nanosleep(256);
+		}
+	}
+	__syncthreads();
+	return ok != 0;
+}
+
+__device__ static void
+worker(const job_param &p, struct tt_gring_obj *objs, const uint32_t *ids, uint8_t *scratch,
+       unsigned long long *ready, unsigned long long *freed, int *failed, uint32_t w,
+       uint32_t nr_workers)
+{
+	__shared__ uint64_t sums[XXH_WINDOW * 8];
+
+	for (uint32_t i = w; i < p.nr; i += nr_workers) {
+		struct tt_gring_obj *o = &objs[i];
+		uint32_t slot = i % p.slots;
+		unsigned long long mine = p.epoch << 32 | (unsigned long long)(i + 1);
+		uint8_t *bounce = p.bounce + (uint64_t)slot * p.slot_bytes;
+		uint64_t stored = (uint64_t)o->stored * p.lbb,
+		         moved = (uint64_t)o->nr_moved * p.lbb;
+
+		if (p.write) {
+			/* Save: the slot is ours once I/O i - S is written. */
+			if (i >= p.slots &&
+			    !wait_flag(&freed[slot], p.epoch << 32 | (i - p.slots + 1),
+			               p.timeout_ns, failed)) {
+				return;
+			}
+			if (o->status == 0) {
+				move_blocks(p, ids + o->ids_off, o->nr_moved, scratch, true);
+				__syncthreads();
+				o->csum = xxh3_64_block(scratch, moved, sums);
+				block_copy(bounce, scratch, moved);
+				for (uint64_t b = moved + threadIdx.x; b < p.slot_bytes;
+				     b += THREADS) {
+					bounce[b] = 0; /* padding is zero, never stale */
+				}
+			}
+			__threadfence_system(); /* the bytes reach host memory before the SQE */
+			__syncthreads();
+			if (threadIdx.x == 0) {
+				st_release_gpu(&ready[slot], mine);
+			}
+			continue;
+		}
+		/* Load: wait for the read, take the object, give the slot back. */
+		if (!wait_flag(&ready[slot], mine, p.timeout_ns, failed)) {
+			return;
+		}
+		if (o->status == 0) {
+			block_copy_from_host(scratch, bounce, stored);
+		}
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			st_release_gpu(&freed[slot], mine);
+		}
+		if (o->status != 0) {
+			continue;
+		}
+		if (xxh3_64_block(scratch, stored, sums) != o->csum) {
+			if (threadIdx.x == 0) {
+				o->status = -EBADMSG;
+			}
+			continue; /* never scattered */
+		}
+		move_blocks(p, ids + o->ids_off, o->nr_moved, scratch + (uint64_t)o->skip * p.lbb,
+		            false);
+		__syncthreads();
+	}
+}
+
+__global__ static void
+__launch_bounds__(THREADS)
+    gring_kernel(job_param p, struct tt_gring_obj *objs, const uint32_t *ids, uint8_t *scratch,
+                 unsigned long long *ready, unsigned long long *freed, int *failed)
+{
+	if (blockIdx.x == 0) {
+		if (threadIdx.x == 0) {
+			controller(p, objs, ready, freed, failed);
+		}
+		return;
+	}
+	worker(p, objs, ids, scratch + (uint64_t)(blockIdx.x - 1) * p.slot_bytes, ready, freed,
+	       failed, blockIdx.x - 1, gridDim.x - 1);
+}
+
+/* ---- host side ---- */
+
+void
+tt_gpu_gring_free(struct tt_gpu *g)
+{
+	struct tt_gring_dev *d = g->gring;
+
+	if (d == NULL) {
+		return;
+	}
+	cudaFree(d->objs);
+	cudaFree(d->ids);
+	cudaFree(d->scratch);
+	cudaFree(d->ready);
+	cudaFree(d->freed);
+	cudaFree(d->failed);
+	free(d);
+	g->gring = NULL;
+}
+
+/* Grow a device buffer to hold \p need bytes (buffers are reused across launches). */
+static int
+reserve(const struct tt_gpu *g, void **buf, uint64_t *cap, uint64_t need)
+{
+	if (*cap >= need) {
+		return 0;
+	}
+	cudaFree(*buf);
+	*buf = NULL;
+	*cap = 0;
+	if (check(g, cudaMalloc(buf, need), "cudaMalloc") < 0) {
+		return -ENOMEM;
+	}
+	*cap = need;
+	return 0;
+}
+
+static int
+prepare_dev(struct tt_gpu *g, const struct tt_gring_job *job, uint32_t workers)
+{
+	struct tt_gring_dev *d = g->gring;
+	uint64_t caps[5];
+	int rc;
+
+	if (d == NULL) {
+		d = static_cast<struct tt_gring_dev *>(calloc(1, sizeof(*d)));
+		if (d == NULL) {
+			return -ENOMEM;
+		}
+		g->gring = d;
+		rc = check(g, cudaMalloc(&d->failed, sizeof(int)), "cudaMalloc");
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	if (!g->csum_secret_set) {
+		rc =
+		    check(g, cudaMemcpyToSymbol(c_xxh_secret, tt_csum_secret, sizeof(c_xxh_secret)),
+		          "cudaMemcpyToSymbol");
+		if (rc < 0) {
+			return rc;
+		}
+		g->csum_secret_set = true;
+	}
+	caps[0] = (uint64_t)d->nr_objs_cap * sizeof(*d->objs);
+	caps[1] = (uint64_t)d->nr_ids_cap * sizeof(*d->ids);
+	caps[2] = d->scratch_bytes;
+	caps[3] = caps[4] = (uint64_t)d->nr_slots_cap * sizeof(*d->ready);
+	if (reserve(g, (void **)&d->objs, &caps[0], (uint64_t)job->nr * sizeof(*d->objs)) < 0 ||
+	    reserve(g, (void **)&d->ids, &caps[1], (uint64_t)job->nr_ids * sizeof(*d->ids)) < 0 ||
+	    reserve(g, (void **)&d->scratch, &caps[2], (uint64_t)workers * job->slot_bytes) < 0) {
+		return -ENOMEM;
+	}
+	if (caps[3] < (uint64_t)job->slots * sizeof(*d->ready)) {
+		/* Flags start at zero: epochs start at 1, so no old value ever matches. */
+		if (reserve(g, (void **)&d->ready, &caps[3], job->slots * sizeof(*d->ready)) < 0 ||
+		    reserve(g, (void **)&d->freed, &caps[4], job->slots * sizeof(*d->freed)) < 0 ||
+		    cudaMemset(d->ready, 0, caps[3]) != cudaSuccess ||
+		    cudaMemset(d->freed, 0, caps[4]) != cudaSuccess) {
+			return -ENOMEM;
+		}
+		d->nr_slots_cap = job->slots;
+	}
+	d->nr_objs_cap = (uint32_t)(caps[0] / sizeof(*d->objs));
+	d->nr_ids_cap = (uint32_t)(caps[1] / sizeof(*d->ids));
+	d->scratch_bytes = caps[2];
+	return 0;
+}
+
+extern "C" int
+tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
+                   const struct tt_gring_job *job)
+{
+	const struct tutti_kv *kv = job->kv;
+	const struct tutti_segment *segs;
+	struct tt_gring_dev *d;
+	uint32_t workers;
+	job_param p;
+	int rc;
+
+	if (g == NULL || ring == NULL || job == NULL || kv == NULL || kv->mem != TUTTI_MEM_CUDA ||
+	    kv->device != g->device || job->layer >= kv->geo.g.nr_layers || job->slots == 0 ||
+	    job->slots > ring->cq_entries || job->slot_bytes > UINT32_MAX ||
+	    job->slot_bytes % 16 != 0 || kv->geo.layer_block_bytes <= 240) {
+		return -EINVAL;
+	}
+	if (job->nr == 0) {
+		return 0;
+	}
+	workers = job->workers ? job->workers : 16;
+	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
+	if (rc == 0) {
+		rc = prepare_dev(g, job, workers);
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	d = g->gring;
+	memset(&p, 0, sizeof(p));
+	p.ring = *ring;
+	segs = tt_kv_layer_segs(kv, job->layer);
+	p.nr_segs = kv->segs_per_layer;
+	for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
+		p.seg[s].base = segs[s].base;
+		p.seg[s].stride = segs[s].block_stride;
+		p.seg[s].bytes = segs[s].bytes;
+	}
+	p.lbb = kv->geo.layer_block_bytes;
+	p.bounce = job->bounce;
+	p.slot_bytes = job->slot_bytes;
+	p.slots = job->slots;
+	p.nr = job->nr;
+	p.write = job->write;
+	p.epoch = ++d->epoch;
+	p.timeout_ns = (uint64_t)job->timeout_ms * 1000000ull;
+	rc = check(g,
+	           cudaMemcpyAsync(d->objs, job->objs, job->nr * sizeof(*job->objs),
+	                           cudaMemcpyHostToDevice, g->stream),
+	           "cudaMemcpyAsync");
+	if (rc == 0 && job->nr_ids > 0) {
+		rc = check(g,
+		           cudaMemcpyAsync(d->ids, job->ids, job->nr_ids * sizeof(*job->ids),
+		                           cudaMemcpyHostToDevice, g->stream),
+		           "cudaMemcpyAsync");
+	}
+	if (rc == 0) {
+		rc = check(g, cudaMemsetAsync(d->failed, 0, sizeof(int), g->stream), "cudaMemset");
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	gring_kernel<<<workers + 1, THREADS, 0, g->stream>>>(p, d->objs, d->ids, d->scratch,
+	                                                     d->ready, d->freed, d->failed);
+	g->launches++;
+	rc = check(g, cudaGetLastError(), "gpu-uring kernel launch");
+	if (rc == 0) {
+		/* Statuses and save checksums back to the caller's array, on the stream. */
+		rc = check(g,
+		           cudaMemcpyAsync(job->objs, d->objs, job->nr * sizeof(*job->objs),
+		                           cudaMemcpyDeviceToHost, g->stream),
+		           "cudaMemcpyAsync");
+	}
+	if (rc == 0) {
+		rc = check(g,
+		           cudaMemcpyAsync(job->failed, d->failed, sizeof(int),
+		                           cudaMemcpyDeviceToHost, g->stream),
+		           "cudaMemcpyAsync");
+	}
+	return rc;
+}
+
+/* ---- the checksum alone, for tests ---- */
+
+__global__ static void
+__launch_bounds__(THREADS) csum_kernel(const uint8_t *p, uint64_t len, uint64_t *out)
+{
+	__shared__ uint64_t sums[XXH_WINDOW * 8];
+	uint64_t h = xxh3_64_block(p, len, sums);
+
+	if (threadIdx.x == 0) {
+		*out = h;
+	}
+}
+
+extern "C" int
+tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out)
+{
+	uint64_t *d_out = NULL;
+	int rc;
+
+	if (g == NULL || p == NULL || out == NULL || len <= 240) {
+		return -EINVAL;
+	}
+	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
+	if (rc == 0 && !g->csum_secret_set) {
+		rc =
+		    check(g, cudaMemcpyToSymbol(c_xxh_secret, tt_csum_secret, sizeof(c_xxh_secret)),
+		          "cudaMemcpyToSymbol");
+		g->csum_secret_set = rc == 0;
+	}
+	if (rc == 0) {
+		rc = check(g, cudaMalloc(&d_out, sizeof(*d_out)), "cudaMalloc");
+	}
+	if (rc == 0) {
+		csum_kernel<<<1, THREADS, 0, g->stream>>>(static_cast<const uint8_t *>(p), len,
+		                                          d_out);
+		rc = check(g, cudaGetLastError(), "csum kernel");
+	}
+	if (rc == 0) {
+		rc = check(
+		    g, cudaMemcpyAsync(out, d_out, sizeof(*out), cudaMemcpyDeviceToHost, g->stream),
+		    "cudaMemcpyAsync");
+	}
+	if (rc == 0) {
+		rc = check(g, cudaStreamSynchronize(g->stream), "csum kernel");
+	}
+	cudaFree(d_out);
+	return rc;
+}
