@@ -143,6 +143,17 @@ tt_gring_overflow_flushes(const struct tt_gring *r)
 
 /* ---- set-up ---- */
 
+_Static_assert(sizeof(struct io_sqring_offsets) == 40 && sizeof(struct io_cqring_offsets) == 40,
+	       "user_addr is the u64 at byte 32 of the ring offsets");
+
+static void
+set_user_addr(void *offsets, const void *region)
+{
+	uint64_t addr = (uint64_t)(uintptr_t)region;
+
+	memcpy((uint8_t *)offsets + 32, &addr, sizeof(addr));
+}
+
 static int
 setup_ring(struct tt_gring *r, const struct tt_gring_conf *conf, struct io_uring_params *p)
 {
@@ -154,9 +165,10 @@ setup_ring(struct tt_gring *r, const struct tt_gring_conf *conf, struct io_uring
 		p->flags = flags;
 		p->sq_thread_idle = conf->sq_idle_ms;
 		p->cq_entries = conf->cq_entries;
-		/* user_addr (named resv2 before 6.5): SQEs in one region, rings in the other. */
-		p->sq_off.resv2 = (uint64_t)(uintptr_t)r->sq_region;
-		p->cq_off.resv2 = (uint64_t)(uintptr_t)r->ring_region;
+		/* user_addr: SQEs in one region, rings in the other. The field is named resv2 in
+		 * headers before 6.5 and user_addr after; it is the u64 at byte 32 in both. */
+		set_user_addr(&p->sq_off, r->sq_region);
+		set_user_addr(&p->cq_off, r->ring_region);
 		r->fd = sys_setup(conf->sq_entries, p);
 		if (r->fd >= 0 || r->fd != -EINVAL) {
 			break;
