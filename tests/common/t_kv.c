@@ -3,6 +3,7 @@
  * Description: host paged KV memory for tests (see t_kv.h).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,11 +131,23 @@ t_kv_poison(struct t_kv *k, uint8_t byte)
 	memset(k->mem, byte, k->mem_bytes);
 }
 
+/* A wrong layer or block number is a bug in the test: stop at once rather than read stray memory. */
+static void
+check_block_ref(const struct t_kv *k, uint32_t layer, uint32_t block)
+{
+	if (layer >= k->geo.nr_layers || block >= k->nr_blocks) {
+		fprintf(stderr, "t_kv: layer %u block %u out of range (%u layers, %u blocks)\n",
+		        layer, block, k->geo.nr_layers, k->nr_blocks);
+		abort();
+	}
+}
+
 void
 t_kv_read_block(const struct t_kv *k, uint32_t layer, uint32_t block, uint8_t *out)
 {
 	const struct tutti_segment *s = &k->segs[(size_t)layer * k->segs_per_layer];
 
+	check_block_ref(k, layer, block);
 	for (uint32_t i = 0; i < k->segs_per_layer; i++) {
 		memcpy(out, (const void *)(uintptr_t)(s[i].base + block * s[i].block_stride),
 		       s[i].bytes);
@@ -147,6 +160,7 @@ t_kv_write_block(struct t_kv *k, uint32_t layer, uint32_t block, const uint8_t *
 {
 	const struct tutti_segment *s = &k->segs[(size_t)layer * k->segs_per_layer];
 
+	check_block_ref(k, layer, block);
 	for (uint32_t i = 0; i < k->segs_per_layer; i++) {
 		memcpy((void *)(uintptr_t)(s[i].base + block * s[i].block_stride), in, s[i].bytes);
 		in += s[i].bytes;
