@@ -40,6 +40,11 @@ struct tt_gring_dev {
 	uint32_t nr_ids_cap;
 	uint8_t *scratch; /* one object per worker */
 	uint64_t scratch_bytes;
+	/* The GPU time of the layer kernels launched since the last tt_gpu_gring_elapsed(): from
+	 * before the first launch to after the last (they run back to back on the stream). */
+	cudaEvent_t span_begin, span_end;
+	bool span_open;
+	uint32_t span_blocks;      /* CUDA blocks of the widest launch in the span */
 	unsigned long long *ready; /* per slot: epoch << 32 | (i + 1) once I/O i may be consumed */
 	unsigned long long *freed; /* per slot: epoch << 32 | (i + 1) once I/O i left its slot */
 	uint32_t nr_slots_cap;
@@ -367,6 +372,12 @@ tt_gpu_gring_free(struct tt_gpu *g)
 	cudaFree(d->ready);
 	cudaFree(d->freed);
 	cudaFree(d->failed);
+	if (d->span_begin != NULL) {
+		cudaEventDestroy(d->span_begin);
+	}
+	if (d->span_end != NULL) {
+		cudaEventDestroy(d->span_end);
+	}
 	free(d);
 	g->gring = NULL;
 }
@@ -402,6 +413,12 @@ prepare_dev(struct tt_gpu *g, const struct tt_gring_job *job, uint32_t workers)
 		}
 		g->gring = d;
 		rc = check(g, cudaMalloc(&d->failed, sizeof(int)), "cudaMalloc");
+		if (rc == 0) {
+			rc = check(g, cudaEventCreate(&d->span_begin), "cudaEventCreate");
+		}
+		if (rc == 0) {
+			rc = check(g, cudaEventCreate(&d->span_end), "cudaEventCreate");
+		}
 		if (rc < 0) {
 			return rc;
 		}
@@ -499,13 +516,22 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 	if (rc == 0) {
 		rc = check(g, cudaMemsetAsync(d->failed, 0, sizeof(int), g->stream), "cudaMemset");
 	}
+	if (rc == 0 && !d->span_open) {
+		rc = check(g, cudaEventRecord(d->span_begin, g->stream), "cudaEventRecord");
+		d->span_open = rc == 0;
+		d->span_blocks = 0;
+	}
 	if (rc < 0) {
 		return rc;
 	}
 	gring_kernel<<<workers + 1, THREADS, 0, g->stream>>>(p, d->objs, d->ids, d->scratch,
 	                                                     d->ready, d->freed, d->failed);
 	g->launches++;
+	d->span_blocks = d->span_blocks > workers + 1 ? d->span_blocks : workers + 1;
 	rc = check(g, cudaGetLastError(), "gpu-uring kernel launch");
+	if (rc == 0) {
+		rc = check(g, cudaEventRecord(d->span_end, g->stream), "cudaEventRecord");
+	}
 	if (rc == 0) {
 		/* Statuses and save checksums back to the caller's array, on the stream. */
 		rc = check(g,
@@ -520,6 +546,32 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 		           "cudaMemcpyAsync");
 	}
 	return rc;
+}
+
+extern "C" int
+tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
+{
+	struct tt_gring_dev *d = g != NULL ? g->gring : NULL;
+	float ms = 0;
+	int rc;
+
+	*ns = 0;
+	*blocks = 0;
+	if (d == NULL || !d->span_open) {
+		return 0;
+	}
+	d->span_open = false;
+	rc = check(g, cudaEventSynchronize(d->span_end), "cudaEventSynchronize");
+	if (rc == 0) {
+		rc = check(g, cudaEventElapsedTime(&ms, d->span_begin, d->span_end),
+		           "cudaEventElapsedTime");
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	*ns = (uint64_t)((double)ms * 1e6);
+	*blocks = d->span_blocks;
+	return 0;
 }
 
 /* ---- the checksum alone, for tests ---- */

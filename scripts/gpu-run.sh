@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Build, test and benchmark the GPU data path on a GPU machine, in one go, writing every log
-# and result under $OUT (default ./gpu-out). Needs nvcc, cmake and a GPU. Libraries the machine
-# lacks (liburing, libxxhash, cmocka) may be supplied as Debian packages in .debs/: they are
-# unpacked into a private prefix.
+# Build, test and benchmark the GPU data path on a GPU machine, writing every log and result
+# under $OUT (default ./gpu-out). Needs nvcc, cmake and a GPU. Libraries the machine lacks
+# (liburing, libxxhash, cmocka) may be supplied as Debian packages in .debs/: they are unpacked
+# into a private prefix.
+#
+# Usage: scripts/gpu-run.sh [STEP...]   steps: test (ctest + compute-sanitizer), mover (the
+# CUDA kernels' bandwidth), store-emulated (tutti-gpu-store-bench on a /dev/shm file, labelled
+# emulated), store-disk (the same on the disk holding the working tree); default: test mover.
+# BENCH_ARGS adds arguments to tutti-gpu-store-bench.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -27,20 +32,44 @@ rc=$?
 log "build exit $rc"
 [ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit 1; }
 
-log "every test, GPU tests included"
-(cd build/gpu && ctest --output-on-failure -j4) > "$OUT/ctest.log" 2>&1
-log "ctest exit $?"
-grep -E "tests passed|Failed|Skipped|\*\*\*" "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
+steps=${*:-test mover}
 
-log "GPU tests under compute-sanitizer memcheck"
-for t in test_gpu_mover test_gpu_uring; do
-	timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 build/gpu/tests/gpu/$t \
-		> "$OUT/memcheck-$t.log" 2>&1
-	log "memcheck $t exit $?"
-	tail -3 "$OUT/memcheck-$t.log" | tee -a "$OUT/summary.txt"
+for step in $steps; do
+case $step in
+test)
+	log "every test, GPU tests included"
+	(cd build/gpu && ctest --output-on-failure -j4) > "$OUT/ctest.log" 2>&1
+	log "ctest exit $?"
+	grep -E "tests passed|Failed|Skipped|\*\*\*" "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
+
+	log "GPU tests under compute-sanitizer memcheck"
+	for t in test_gpu_mover test_gpu_uring; do
+		timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 build/gpu/tests/gpu/$t \
+			> "$OUT/memcheck-$t.log" 2>&1
+		log "memcheck $t exit $?"
+		tail -3 "$OUT/memcheck-$t.log" | tee -a "$OUT/summary.txt"
+	done
+	;;
+mover)
+	log "GPU mover bandwidth"
+	build/gpu/tutti-gpu-bench --repeats 10 --json > "$OUT/gpu-mover.json" 2> "$OUT/gpu-mover.err"
+	log "bench exit $?"
+	build/gpu/tutti-gpu-bench --repeats 10 2>&1 | tee "$OUT/gpu-mover.txt" | tee -a "$OUT/summary.txt"
+	;;
+store-emulated | store-disk)
+	if [ $step = store-emulated ]; then dir=/dev/shm/tutti-bench; else dir=$PWD/build/tutti-bench; fi
+	mkdir -p "$dir"
+	df -h "$dir" >> "$OUT/summary.txt"
+	log "store bench ($step) in $dir: ${BENCH_ARGS:-defaults}"
+	# shellcheck disable=SC2086
+	timeout "${BENCH_TIMEOUT:-900}" build/gpu/tutti-gpu-store-bench --dir "$dir" --json "$OUT/$step.jsonl" ${BENCH_ARGS:-} \
+		2> "$OUT/$step.err" | tee "$OUT/$step.txt" | tee -a "$OUT/summary.txt"
+	log "store bench exit ${PIPESTATUS[0]}"
+	tail -5 "$OUT/$step.err" >> "$OUT/summary.txt"
+	rm -rf "$dir"
+	;;
+*)
+	log "unknown step $step"
+	;;
+esac
 done
-
-log "GPU mover bandwidth"
-build/gpu/tutti-gpu-bench --repeats 10 --json > "$OUT/gpu-mover.json" 2> "$OUT/gpu-mover.err"
-log "bench exit $?"
-build/gpu/tutti-gpu-bench --repeats 10 2>&1 | tee "$OUT/gpu-mover.txt" | tee -a "$OUT/summary.txt"

@@ -258,6 +258,8 @@ struct tutti_stats {
 	uint64_t recovery_orphans; /**< chunks dropped at open because their parent was missing */
 	uint64_t recovery_duplicates; /**< second copies of a key dropped at open */
 	uint64_t recovery_ns;         /**< time recovery took at open */
+	uint64_t gpu_io_kernel_ns;    /**< engine gpu-uring: GPU time of its I/O kernels */
+	uint64_t gpu_io_block_ns; /**< the same times the CUDA blocks they held (SM occupancy) */
 };
 
 /**

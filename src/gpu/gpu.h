@@ -94,6 +94,12 @@ struct tt_gring_view;
 int tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
                        const struct tt_gring_job *job);
 
+/* The GPU time of the layer kernels launched since the previous call (from the start of the
+ * first to the end of the last; they run back to back), and the CUDA blocks they held (each
+ * block a resident share of one SM for that time); zeros when none ran. Waits for the last
+ * launch. Returns 0 or -EIO. */
+int tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks);
+
 /* The object checksum (tt_csum) of \p len (> 240) bytes of device memory at \p p, computed on
  * the GPU; synchronous. For tests of the GPU hash against the CPU's. */
 int tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out);

@@ -144,7 +144,7 @@ tt_gring_overflow_flushes(const struct tt_gring *r)
 /* ---- set-up ---- */
 
 _Static_assert(sizeof(struct io_sqring_offsets) == 40 && sizeof(struct io_cqring_offsets) == 40,
-	       "user_addr is the u64 at byte 32 of the ring offsets");
+               "user_addr is the u64 at byte 32 of the ring offsets");
 
 static void
 set_user_addr(void *offsets, const void *region)

@@ -209,6 +209,16 @@ gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
 	if (rc == 0) {
 		rc = tt_gpu_sync(g);
 	}
+	if (rc == 0) {
+		uint64_t ns;
+		uint32_t blocks;
+
+		rc = tt_gpu_gring_elapsed(g, &ns, &blocks);
+		pthread_mutex_lock(&st->lock);
+		st->stats.gpu_io_kernel_ns += ns;
+		st->stats.gpu_io_block_ns += ns * blocks;
+		pthread_mutex_unlock(&st->lock);
+	}
 	for (uint32_t l = 0; rc == 0 && l < L; l++) {
 		if (failed[l]) {
 			tt_log_err(&st->log, "gpu-uring: layer %u made no progress for %u ms",

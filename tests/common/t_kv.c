@@ -131,7 +131,8 @@ t_kv_poison(struct t_kv *k, uint8_t byte)
 	memset(k->mem, byte, k->mem_bytes);
 }
 
-/* A wrong layer or block number is a bug in the test: stop at once rather than read stray memory. */
+/* A wrong layer or block number is a bug in the test: stop at once rather than read stray memory.
+ */
 static void
 check_block_ref(const struct t_kv *k, uint32_t layer, uint32_t block)
 {

@@ -322,6 +322,10 @@ test_gpu_uring_system_calls_per_layer_do_not_grow_with_objects(void **state)
 		    tutti_store_load(w.st, w.ddst.kv, &req, 1, 0, geo.nr_layers, status), chunks);
 		tutti_store_get_stats(w.st, &s1);
 		calls[big] = s1.io_submits - s0.io_submits;
+		/* The I/O kernels' GPU time is accounted, with the blocks they held. */
+		assert_true(s1.gpu_io_kernel_ns > s0.gpu_io_kernel_ns);
+		assert_true(s1.gpu_io_block_ns - s0.gpu_io_block_ns >=
+		            2 * (s1.gpu_io_kernel_ns - s0.gpu_io_kernel_ns));
 	}
 	/* At most one wake-up per layer launch (plus the doorbell's), whatever the object count. */
 	assert_true(calls[0] <= 2 * geo.nr_layers);

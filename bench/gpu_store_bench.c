@@ -1,0 +1,946 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * tutti-gpu-store-bench: store (paged HBM -> file) and retrieve (file -> paged HBM) of whole
+ * requests, through the store's engines and through a per-block CPU-driven baseline, each beside
+ * the raw O_DIRECT bandwidth of the same directory measured in the same run.
+ *
+ * Workload: one request of C tokens (Llama-3-8B geometry by default: 32 layers of 64 KiB paged
+ * blocks of 16 tokens; 1 MiB objects), its KV in device memory in vLLM's per-layer paged layout
+ * with K and V of a block together ("packed"), stored from one shuffled block table and
+ * retrieved into another, poisoned before every retrieve and checked bit for bit after the last.
+ *
+ * Paths:
+ *  - gpu-uring: the store's engine gpu-uring (one driver kernel per layer submits the I/O);
+ *  - uring: the store's engine uring (the CPU submits object I/O; a CUDA kernel per layer
+ *    gathers or scatters the objects in staging);
+ *  - baseline: what CPU-centric tiers do: a pool of threads, each moving one paged block of one
+ *    layer at a time with one pread (pwrite) and one cudaMemcpyAsync, double-buffered, in file
+ *    order (the order most favourable to it). Its file holds layer blocks back to back.
+ *  - raw: sequential O_DIRECT io_uring reads (writes) of a file in the same directory into
+ *    pinned host memory, at the best block size and depth of a sweep made once per context;
+ *    every round of every path is paired with one raw round of up to --raw-gib GiB, and the
+ *    ratios are median over median. A tmpfs directory is labelled emulated, and its raw I/O is
+ *    issued with IOSQE_ASYNC, as the store's is.
+ *
+ * CPU time: the process's user + system seconds (getrusage: every thread, the kernel's io_uring
+ * threads included) per GB moved, and the part of it spent by io_uring's kernel threads
+ * (iou-sqp, iou-wrk; /proc/self/task/N/schedstat). For gpu-uring: system calls per layer (the
+ * store's io_submits), the I/O kernels' GPU time and the SMs they held.
+ *
+ * Usage: tutti-gpu-store-bench --dir DIR [--contexts 8192,32768,131072]
+ *            [--paths gpu-uring,uring,baseline] [--repeats N] [--threads N]
+ *            [--staging-mib N] [--raw-gib N] [--model NAME] [--json FILE]
+ */
+#include <cuda_runtime.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvbench.h"
+#include "tutti/tutti.h"
+
+#define MAX_REPEATS 16
+#define MAX_CONTEXTS 8
+#define KEY_BYTES 32
+#define POISON 0xa5
+/* Rows of the host random pattern are offset by this much per layer: no two (layer, block)
+ * pairs of a request hold the same bytes (4160 * k is never a multiple of 64 KiB for k < 1024). */
+#define LAYER_SHIFT 4160u
+
+enum path { P_GPU_URING, P_URING, P_BASELINE, NR_PATHS };
+static const char *const path_names[] = {"gpu-uring", "uring", "baseline"};
+
+struct conf {
+	const char *dir;
+	const char *model;
+	uint64_t contexts[MAX_CONTEXTS];
+	uint32_t nr_contexts;
+	bool paths[NR_PATHS];
+	uint32_t repeats, threads;
+	uint64_t staging_bytes, raw_bytes;
+	const char *json;
+};
+
+struct phase {
+	double gbps[MAX_REPEATS], cpu_s[MAX_REPEATS], io_thread_s[MAX_REPEATS];
+	double raw_gbps[MAX_REPEATS];
+	uint64_t submits, kernel_ns, block_ns; /* one round (the last) */
+	double wall_s;                         /* of that round */
+};
+
+struct bench {
+	struct conf c;
+	struct tutti_geometry geo;
+	uint64_t lbb;
+	uint32_t L, bpc, max_blocks, sms;
+	bool emulated;
+	uint8_t *src, *dst;       /* device arenas: L x max_blocks layer blocks each */
+	uint8_t *pattern;         /* pinned: random bytes for the source */
+	uint8_t *host_a, *host_b; /* pinned: one layer of a request each, for the check */
+	uint8_t *raw_mem;         /* pinned: raw I/O memory */
+	uint64_t raw_mem_bytes;
+	int raw_fd; /* the baseline's (and raw I/O's) file */
+	char raw_path[4096];
+	uint64_t raw_file_bytes;
+	struct rawbw_point raw_read, raw_write;
+	struct base_thread *base; /* c.threads */
+	FILE *json;
+	uint64_t nonce;
+};
+
+static void
+die(const char *what, int rc)
+{
+	fprintf(stderr, "tutti-gpu-store-bench: %s: %s\n", what, strerror(rc < 0 ? -rc : rc));
+	exit(1);
+}
+
+static void
+cuda_ok(cudaError_t e, const char *what)
+{
+	if (e != cudaSuccess) {
+		fprintf(stderr, "tutti-gpu-store-bench: %s: %s\n", what, cudaGetErrorString(e));
+		exit(1);
+	}
+}
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static double
+process_cpu_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* CPU seconds of io_uring's kernel threads of this process (the SQ thread, io-wq workers). */
+static double
+io_thread_cpu_s(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	double s = 0;
+
+	if (d == NULL) {
+		return 0;
+	}
+	while ((e = readdir(d)) != NULL) {
+		char path[300], comm[64] = "";
+		unsigned long long ns = 0;
+		FILE *f;
+
+		if (e->d_name[0] == '.') {
+			continue;
+		}
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (f == NULL) {
+			continue;
+		}
+		if (fgets(comm, sizeof(comm), f) == NULL) {
+			comm[0] = 0;
+		}
+		fclose(f);
+		if (strncmp(comm, "iou-", 4) != 0) {
+			continue;
+		}
+		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
+		f = fopen(path, "r");
+		if (f != NULL && fscanf(f, "%llu", &ns) == 1) {
+			s += (double)ns / 1e9;
+		}
+		if (f != NULL) {
+			fclose(f);
+		}
+	}
+	closedir(d);
+	return s;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double
+median(const double *v, uint32_t n)
+{
+	double s[MAX_REPEATS];
+
+	memcpy(s, v, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), cmp_double);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+static uint64_t
+splitmix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void
+shuffle(uint32_t *ids, uint32_t n, uint64_t seed)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		ids[i] = i;
+	}
+	for (uint32_t i = n - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)(splitmix(&seed) % (i + 1)), t = ids[i];
+
+		ids[i] = ids[j];
+		ids[j] = t;
+	}
+}
+
+/* ---- one context ---- */
+
+struct ctx {
+	struct bench *b;
+	uint64_t tokens, bytes;
+	uint32_t n, chunks; /* paged blocks and chunks of the request */
+	uint32_t *src_ids, *dst_ids;
+	uint8_t *keys;
+	struct tutti_kv *src_kv, *dst_kv;
+};
+
+static struct tutti_kv *
+make_kv(const struct bench *b, uint8_t *arena, uint32_t n)
+{
+	struct tutti_segment *segs = calloc(b->L, sizeof(*segs));
+	struct tutti_kv *kv = NULL;
+	int rc;
+
+	if (segs == NULL) {
+		die("calloc", -ENOMEM);
+	}
+	for (uint32_t l = 0; l < b->L; l++) {
+		segs[l] = (struct tutti_segment){
+		    (uint64_t)(uintptr_t)arena + (uint64_t)l * n * b->lbb, b->lbb, b->lbb};
+	}
+	rc = tutti_kv_create(&b->geo, segs, 1, n, TUTTI_MEM_CUDA, &kv);
+	free(segs);
+	if (rc < 0) {
+		die("tutti_kv_create", rc);
+	}
+	return kv;
+}
+
+static uint8_t *
+block_at(const struct ctx *x, uint8_t *arena, uint32_t layer, uint32_t id)
+{
+	return arena + ((uint64_t)layer * x->n + id) * x->b->lbb;
+}
+
+static void
+make_keys(struct ctx *x, uint32_t round)
+{
+	for (uint32_t k = 0; k < x->chunks; k++) {
+		uint64_t s = x->b->nonce ^ ((uint64_t)round << 40) ^ (x->tokens << 8) ^ k;
+
+		for (uint32_t w = 0; w < KEY_BYTES / 8; w++) {
+			uint64_t v = splitmix(&s);
+
+			memcpy(x->keys + (uint64_t)k * KEY_BYTES + w * 8, &v, 8);
+		}
+	}
+}
+
+/* Every moved block of the destination equals its source block; returns the mismatches. */
+static uint64_t
+check(struct ctx *x)
+{
+	struct bench *b = x->b;
+	uint64_t bad = 0, layer_bytes = (uint64_t)x->n * b->lbb;
+
+	for (uint32_t l = 0; l < b->L; l++) {
+		cuda_ok(cudaMemcpy(b->host_a, block_at(x, b->src, l, 0), layer_bytes,
+		                   cudaMemcpyDeviceToHost),
+		        "download");
+		cuda_ok(cudaMemcpy(b->host_b, block_at(x, b->dst, l, 0), layer_bytes,
+		                   cudaMemcpyDeviceToHost),
+		        "download");
+		for (uint32_t i = 0; i < x->n; i++) {
+			bad += memcmp(b->host_a + (uint64_t)x->src_ids[i] * b->lbb,
+			              b->host_b + (uint64_t)x->dst_ids[i] * b->lbb, b->lbb) != 0;
+		}
+	}
+	return bad;
+}
+
+static void
+poison(struct ctx *x)
+{
+	cuda_ok(cudaMemset(x->b->dst, POISON, x->bytes), "cudaMemset");
+	cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+/* One raw round paired with a path's round. */
+static double
+raw_round(struct bench *b, uint64_t bytes, bool write, uint32_t round)
+{
+	struct rawbw_target t = {
+	    .fds = &b->raw_fd,
+	    .nr_fds = 1,
+	    .off = 0,
+	    .span = b->raw_file_bytes,
+	    .mem = b->raw_mem,
+	    .mem_bytes = b->raw_mem_bytes,
+	    .write = write,
+	    .async = b->emulated,
+	};
+	const struct rawbw_point *p = write ? &b->raw_write : &b->raw_read;
+	uint64_t n = bytes < b->c.raw_bytes ? bytes : b->c.raw_bytes;
+	double gbps = rawbw_run(&t, (uint64_t)round * n, n, p->bs, p->qd);
+
+	if (gbps < 0) {
+		die("raw I/O", (int)gbps);
+	}
+	return gbps;
+}
+
+/* ---- the baseline ---- */
+
+struct base_pool {
+	struct ctx *x;
+	bool write;
+	uint64_t next; /* next (layer, block) unit; atomic */
+	int error;     /* first error; atomic */
+};
+
+static int
+base_unit(struct base_pool *p, uint8_t *buf, cudaStream_t s, uint64_t u)
+{
+	struct ctx *x = p->x;
+	struct bench *b = x->b;
+	uint32_t l = (uint32_t)(u / x->n), i = (uint32_t)(u % x->n);
+	off_t off = (off_t)(u * b->lbb);
+	ssize_t r;
+
+	if (p->write) {
+		if (cudaMemcpyAsync(buf, block_at(x, b->src, l, x->src_ids[i]), b->lbb,
+		                    cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+		    cudaStreamSynchronize(s) != cudaSuccess) {
+			return -EIO;
+		}
+		r = pwrite(b->raw_fd, buf, b->lbb, off);
+	} else {
+		r = pread(b->raw_fd, buf, b->lbb, off);
+		if (r == (ssize_t)b->lbb &&
+		    cudaMemcpyAsync(block_at(x, b->dst, l, x->dst_ids[i]), buf, b->lbb,
+		                    cudaMemcpyHostToDevice, s) != cudaSuccess) {
+			return -EIO;
+		}
+	}
+	return r == (ssize_t)b->lbb ? 0 : r < 0 ? -errno : -EIO;
+}
+
+/* What a baseline thread reuses from round to round (made once, outside the timing). */
+struct base_thread {
+	struct base_pool *pool;
+	cudaStream_t stream;
+	cudaEvent_t ev[2];
+	uint8_t *buf[2]; /* pinned */
+};
+
+static void
+base_threads_make(struct bench *b)
+{
+	b->base = calloc(b->c.threads, sizeof(*b->base));
+	if (b->base == NULL) {
+		die("calloc", -ENOMEM);
+	}
+	for (uint32_t i = 0; i < b->c.threads; i++) {
+		struct base_thread *t = &b->base[i];
+
+		cuda_ok(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking), "stream");
+		for (int k = 0; k < 2; k++) {
+			cuda_ok(cudaEventCreateWithFlags(&t->ev[k], cudaEventDisableTiming),
+			        "event");
+			cuda_ok(cudaHostAlloc((void **)&t->buf[k], b->lbb, cudaHostAllocDefault),
+			        "cudaHostAlloc");
+		}
+	}
+}
+
+static void
+base_threads_free(struct bench *b)
+{
+	for (uint32_t i = 0; b->base != NULL && i < b->c.threads; i++) {
+		struct base_thread *t = &b->base[i];
+
+		cudaStreamDestroy(t->stream);
+		for (int k = 0; k < 2; k++) {
+			cudaEventDestroy(t->ev[k]);
+			cudaFreeHost(t->buf[k]);
+		}
+	}
+	free(b->base);
+}
+
+static void *
+base_worker(void *arg)
+{
+	struct base_thread *t = arg;
+	struct base_pool *p = t->pool;
+	uint64_t units = (uint64_t)p->x->b->L * p->x->n;
+	bool used[2] = {false, false};
+	int rc = 0;
+
+	for (uint32_t k = 0; rc == 0; k ^= 1) {
+		uint64_t u = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
+
+		if (u >= units || __atomic_load_n(&p->error, __ATOMIC_RELAXED) != 0) {
+			break;
+		}
+		/* Double buffering: a buffer is reused once its previous copy is done. */
+		if (used[k] && cudaEventSynchronize(t->ev[k]) != cudaSuccess) {
+			rc = -EIO;
+			break;
+		}
+		rc = base_unit(p, t->buf[k], t->stream, u);
+		if (rc == 0 && cudaEventRecord(t->ev[k], t->stream) != cudaSuccess) {
+			rc = -EIO;
+		}
+		used[k] = true;
+	}
+	if (cudaStreamSynchronize(t->stream) != cudaSuccess && rc == 0) {
+		rc = -EIO;
+	}
+	if (rc < 0) {
+		int zero = 0;
+
+		__atomic_compare_exchange_n(&p->error, &zero, rc, false, __ATOMIC_RELAXED,
+		                            __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+static int
+base_run(struct ctx *x, bool write)
+{
+	struct base_pool p = {.x = x, .write = write};
+	pthread_t tids[256];
+	uint32_t started = 0, n = x->b->c.threads;
+
+	for (; started < n; started++) {
+		x->b->base[started].pool = &p;
+		if (pthread_create(&tids[started], NULL, base_worker, &x->b->base[started]) != 0) {
+			p.error = -EAGAIN;
+			break;
+		}
+	}
+	for (uint32_t i = 0; i < started; i++) {
+		pthread_join(tids[i], NULL);
+	}
+	return p.error;
+}
+
+/* ---- the store's engines ---- */
+
+static struct tutti_store *
+open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
+{
+	struct bench *b = x->b;
+	struct tutti_store_opts o;
+	struct tutti_store *st = NULL;
+	const char *dirs[1] = {dir};
+	char file[4200];
+	int rc;
+
+	snprintf(dir, dir_len, "%s/%s", b->c.dir, path_names[path]);
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+		die(dir, -errno);
+	}
+	snprintf(file, sizeof(file), "%s/tutti.data", dir);
+	unlink(file); /* a fresh store: nothing of an earlier context */
+	tutti_store_opts_init(&o);
+	o.flags = TUTTI_OPEN_CREATE;
+	o.dirs = dirs;
+	o.nr_dirs = 1;
+	o.engine = path == P_GPU_URING ? TUTTI_ENGINE_GPU_URING : TUTTI_ENGINE_URING;
+	/* One request and a few spare slots: each store round evicts the previous round. */
+	o.capacity_bytes = (uint64_t)(x->chunks + 4) * tutti_geometry_slot_bytes(&b->geo);
+	o.staging_bytes = b->c.staging_bytes;
+	o.key_bytes = KEY_BYTES;
+	rc = tutti_store_open(&b->geo, &o, &st);
+	if (rc < 0) {
+		die("tutti_store_open", rc);
+	}
+	return st;
+}
+
+static void
+close_store(struct tutti_store *st, const char *dir)
+{
+	char file[4200];
+
+	tutti_store_close(st);
+	snprintf(file, sizeof(file), "%s/tutti.data", dir);
+	unlink(file);
+	rmdir(dir);
+}
+
+static struct tutti_request
+request(const struct ctx *x, const uint32_t *ids)
+{
+	return (struct tutti_request){
+	    .size = sizeof(struct tutti_request),
+	    .nr_keys = x->chunks,
+	    .keys = x->keys,
+	    .nr_blocks = x->n,
+	    .block_ids = ids,
+	};
+}
+
+/* ---- rounds ---- */
+
+struct round_meter {
+	uint64_t t0;
+	double cpu0, io0;
+	struct tutti_stats s0;
+};
+
+static void
+meter_start(struct round_meter *m, struct tutti_store *st)
+{
+	m->s0 = (struct tutti_stats){.size = sizeof(m->s0)};
+	if (st != NULL) {
+		tutti_store_get_stats(st, &m->s0);
+	}
+	m->io0 = io_thread_cpu_s();
+	m->cpu0 = process_cpu_s();
+	m->t0 = now_ns();
+}
+
+static void
+meter_stop(const struct round_meter *m, struct ctx *x, struct tutti_store *st, struct phase *ph,
+           uint32_t r)
+{
+	uint64_t ns = now_ns() - m->t0;
+	double gb = (double)x->bytes / 1e9;
+	struct tutti_stats s1 = {.size = sizeof(s1)};
+
+	ph->cpu_s[r] = (process_cpu_s() - m->cpu0) / gb;
+	ph->io_thread_s[r] = (io_thread_cpu_s() - m->io0) / gb;
+	ph->gbps[r] = (double)x->bytes / (double)ns;
+	ph->wall_s = (double)ns / 1e9;
+	if (st != NULL) {
+		tutti_store_get_stats(st, &s1);
+		ph->submits = s1.io_submits - m->s0.io_submits;
+		ph->kernel_ns = s1.gpu_io_kernel_ns - m->s0.gpu_io_kernel_ns;
+		ph->block_ns = s1.gpu_io_block_ns - m->s0.gpu_io_block_ns;
+	}
+}
+
+static void
+run_path(struct ctx *x, enum path path, struct phase *store, struct phase *retrieve,
+         uint64_t *mismatches)
+{
+	struct bench *b = x->b;
+	struct tutti_store *st = NULL;
+	struct tutti_request req;
+	char dir[4100];
+	int32_t *status = calloc(x->chunks, sizeof(*status));
+	uint32_t R = b->c.repeats;
+	int64_t rc;
+
+	if (status == NULL) {
+		die("calloc", -ENOMEM);
+	}
+	if (path != P_BASELINE) {
+		st = open_store(x, path, dir, sizeof(dir));
+	}
+	for (uint32_t r = 0; r < R; r++) {
+		struct round_meter m;
+
+		store->raw_gbps[r] = raw_round(b, x->bytes, true, r);
+		make_keys(x, r);
+		req = request(x, x->src_ids);
+		meter_start(&m, st);
+		rc = st != NULL ? tutti_store_save(st, x->src_kv, &req, 1, status)
+		                : base_run(x, true);
+		meter_stop(&m, x, st, store, r);
+		if (rc < 0 || (st != NULL && rc != x->chunks)) {
+			fprintf(stderr, "%s store: %lld of %u chunks (first status %d)\n",
+			        path_names[path], (long long)rc, x->chunks, status[0]);
+			die("store", rc < 0 ? (int)rc : -EIO);
+		}
+	}
+	for (uint32_t r = 0; r < R; r++) {
+		struct round_meter m;
+
+		retrieve->raw_gbps[r] = raw_round(b, x->bytes, false, r);
+		poison(x);
+		req = request(x, x->dst_ids);
+		meter_start(&m, st);
+		rc = st != NULL ? tutti_store_load(st, x->dst_kv, &req, 1, 0, b->L, status)
+		                : base_run(x, false);
+		meter_stop(&m, x, st, retrieve, r);
+		if (rc < 0 || (st != NULL && rc != x->chunks)) {
+			fprintf(stderr, "%s retrieve: %lld of %u chunks (first status %d)\n",
+			        path_names[path], (long long)rc, x->chunks, status[0]);
+			die("retrieve", rc < 0 ? (int)rc : -EIO);
+		}
+	}
+	*mismatches = check(x);
+	if (st != NULL) {
+		close_store(st, dir);
+	}
+	free(status);
+}
+
+static void
+report(struct ctx *x, enum path path, const char *op, const struct phase *ph, uint64_t mismatches)
+{
+	struct bench *b = x->b;
+	uint32_t R = b->c.repeats;
+	double gbps = median(ph->gbps, R), raw = median(ph->raw_gbps, R);
+	double cpu = median(ph->cpu_s, R), iot = median(ph->io_thread_s, R);
+	double sm_share =
+	    ph->wall_s > 0 && b->sms > 0 ? (double)ph->block_ns / 1e9 / ph->wall_s / b->sms : 0;
+
+	printf("%-9s %7llu tok %-8s %-9s %6.2f GB/s  raw %6.2f  x%.2f  cpu %.3f s/GB "
+	       "(io threads %.3f)  syscalls/layer %.1f  kernel %.1f ms  SM share %.3f  %s\n",
+	       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, op,
+	       path_names[path], gbps, raw, gbps / raw, cpu, iot, (double)ph->submits / b->L,
+	       (double)ph->kernel_ns / 1e6, sm_share, mismatches == 0 ? "bit-exact" : "MISMATCH");
+	fflush(stdout);
+	if (b->json == NULL) {
+		return;
+	}
+	fprintf(b->json,
+	        "{\"storage\":\"%s\",\"model\":\"%s\",\"context_tokens\":%llu,\"op\":\"%s\","
+	        "\"path\":\"%s\",\"bytes\":%llu,\"repeats\":%u,\"gbps\":%.3f,\"raw_gbps\":%.3f,"
+	        "\"ratio_to_raw\":%.3f,\"raw_bs\":%u,\"raw_qd\":%u,\"cpu_s_per_gb\":%.4f,"
+	        "\"io_thread_cpu_s_per_gb\":%.4f,\"syscalls_per_layer\":%.2f,"
+	        "\"io_kernel_ms\":%.3f,\"io_kernel_sm_share\":%.4f,\"wall_s\":%.4f,"
+	        "\"bit_exact\":%s,\"rounds_gbps\":[",
+	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, (unsigned long long)x->tokens,
+	        op, path_names[path], (unsigned long long)x->bytes, R, gbps, raw, gbps / raw,
+	        strcmp(op, "store") == 0 ? b->raw_write.bs : b->raw_read.bs,
+	        strcmp(op, "store") == 0 ? b->raw_write.qd : b->raw_read.qd, cpu, iot,
+	        (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share, ph->wall_s,
+	        mismatches == 0 ? "true" : "false");
+	for (uint32_t r = 0; r < R; r++) {
+		fprintf(b->json, "%s%.3f", r ? "," : "", ph->gbps[r]);
+	}
+	fprintf(b->json, "]}\n");
+	fflush(b->json);
+}
+
+static void
+run_context(struct bench *b, uint64_t tokens)
+{
+	struct ctx x = {.b = b, .tokens = tokens};
+	uint32_t bt = b->geo.block_tokens;
+
+	x.n = (uint32_t)(tokens / bt);
+	x.chunks = (uint32_t)(tokens / b->geo.chunk_tokens);
+	x.bytes = (uint64_t)x.n * b->L * b->lbb;
+	x.src_ids = malloc(x.n * sizeof(*x.src_ids));
+	x.dst_ids = malloc(x.n * sizeof(*x.dst_ids));
+	x.keys = malloc((size_t)x.chunks * KEY_BYTES);
+	if (x.src_ids == NULL || x.dst_ids == NULL || x.keys == NULL) {
+		die("malloc", -ENOMEM);
+	}
+	shuffle(x.src_ids, x.n, b->nonce + tokens);
+	shuffle(x.dst_ids, x.n, b->nonce + tokens + 1);
+	x.src_kv = make_kv(b, b->src, x.n);
+	x.dst_kv = make_kv(b, b->dst, x.n);
+	for (uint32_t l = 0; l < b->L; l++) {
+		cuda_ok(cudaMemcpy(block_at(&x, b->src, l, 0),
+		                   b->pattern + (uint64_t)l * LAYER_SHIFT, (uint64_t)x.n * b->lbb,
+		                   cudaMemcpyHostToDevice),
+		        "upload");
+	}
+	/* The raw reference: the best point of a sweep over up to --raw-gib of the file. */
+	{
+		struct rawbw_target t = {.fds = &b->raw_fd,
+		                         .nr_fds = 1,
+		                         .span = b->raw_file_bytes,
+		                         .mem = b->raw_mem,
+		                         .mem_bytes = b->raw_mem_bytes,
+		                         .async = b->emulated};
+		uint64_t n = x.bytes < b->c.raw_bytes ? x.bytes : b->c.raw_bytes;
+		int rc;
+
+		t.write = true;
+		rc = rawbw_sweep(&t, n, &b->raw_write);
+		t.write = false;
+		if (rc == 0) {
+			rc = rawbw_sweep(&t, n, &b->raw_read);
+		}
+		if (rc < 0) {
+			die("raw sweep", rc);
+		}
+	}
+	for (int p = 0; p < NR_PATHS; p++) {
+		struct phase store = {0}, retrieve = {0};
+		uint64_t mismatches = 0;
+
+		if (!b->c.paths[p]) {
+			continue;
+		}
+		run_path(&x, (enum path)p, &store, &retrieve, &mismatches);
+		report(&x, (enum path)p, "store", &store, mismatches);
+		report(&x, (enum path)p, "retrieve", &retrieve, mismatches);
+	}
+	tutti_kv_destroy(x.src_kv);
+	tutti_kv_destroy(x.dst_kv);
+	free(x.src_ids);
+	free(x.dst_ids);
+	free(x.keys);
+}
+
+/* ---- set-up ---- */
+
+static void
+usage(void)
+{
+	fprintf(stderr, "usage: tutti-gpu-store-bench --dir DIR [--contexts T1,T2,...] "
+	                "[--paths gpu-uring,uring,baseline]\n"
+	                "       [--repeats N] [--threads N] [--staging-mib N] [--raw-gib N] "
+	                "[--model NAME] [--json FILE]\n");
+	exit(2);
+}
+
+static uint64_t
+number(const char *s)
+{
+	char *end = NULL;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s || *end != 0) {
+		fprintf(stderr, "tutti-gpu-store-bench: '%s' is not a number\n", s);
+		usage();
+	}
+	return v;
+}
+
+static void
+parse_list(const char *s, struct conf *c, bool contexts)
+{
+	char *copy = strdup(s), *save = NULL;
+
+	if (copy == NULL) {
+		die("strdup", -ENOMEM);
+	}
+	if (contexts) {
+		c->nr_contexts = 0;
+	} else {
+		memset(c->paths, 0, sizeof(c->paths));
+	}
+	for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+		bool ok = false;
+
+		if (contexts && c->nr_contexts < MAX_CONTEXTS) {
+			c->contexts[c->nr_contexts++] = number(t);
+			ok = true;
+		}
+		for (int p = 0; !contexts && p < NR_PATHS; p++) {
+			if (strcmp(t, path_names[p]) == 0) {
+				c->paths[p] = ok = true;
+			}
+		}
+		if (!ok) {
+			fprintf(stderr, "tutti-gpu-store-bench: bad list entry '%s'\n", t);
+			usage();
+		}
+	}
+	free(copy);
+}
+
+static void
+parse(int argc, char **argv, struct conf *c)
+{
+	*c = (struct conf){
+	    .model = "llama-3-8b",
+	    .contexts = {8192, 32768, 131072},
+	    .nr_contexts = 3,
+	    .paths = {true, true, true},
+	    .repeats = 5,
+	    .threads = 16,
+	    .staging_bytes = 256ull << 20,
+	    .raw_bytes = 4ull << 30,
+	};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (v == NULL) {
+			usage();
+		}
+		i++;
+		if (strcmp(a, "--dir") == 0) {
+			c->dir = v;
+		} else if (strcmp(a, "--contexts") == 0) {
+			parse_list(v, c, true);
+		} else if (strcmp(a, "--paths") == 0) {
+			parse_list(v, c, false);
+		} else if (strcmp(a, "--repeats") == 0) {
+			c->repeats = (uint32_t)number(v);
+		} else if (strcmp(a, "--threads") == 0) {
+			c->threads = (uint32_t)number(v);
+		} else if (strcmp(a, "--staging-mib") == 0) {
+			c->staging_bytes = number(v) << 20;
+		} else if (strcmp(a, "--raw-gib") == 0) {
+			c->raw_bytes = number(v) << 30;
+		} else if (strcmp(a, "--model") == 0) {
+			c->model = v;
+		} else if (strcmp(a, "--json") == 0) {
+			c->json = v;
+		} else {
+			usage();
+		}
+	}
+	if (c->dir == NULL || c->repeats == 0 || c->repeats > MAX_REPEATS || c->threads == 0 ||
+	    c->threads > 256 || c->raw_bytes == 0) {
+		usage();
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	struct bench b = {.raw_fd = -1};
+	uint64_t max_tokens = 0, pattern_bytes, seed = 0x7475747469ull;
+	struct cudaDeviceProp prop;
+	struct statfs sfs;
+	int rc;
+
+	parse(argc, argv, &b.c);
+	rc = tutti_geometry_preset(b.c.model, &b.geo);
+	if (rc < 0) {
+		die(b.c.model, rc);
+	}
+	b.L = b.geo.nr_layers;
+	b.lbb = tutti_geometry_layer_block_bytes(&b.geo);
+	b.bpc = tutti_geometry_blocks_per_chunk(&b.geo);
+	for (uint32_t i = 0; i < b.c.nr_contexts; i++) {
+		if (b.c.contexts[i] == 0 || b.c.contexts[i] % b.geo.chunk_tokens != 0) {
+			fprintf(stderr,
+			        "tutti-gpu-store-bench: contexts are whole chunks of %u tokens\n",
+			        b.geo.chunk_tokens);
+			return 2;
+		}
+		max_tokens = b.c.contexts[i] > max_tokens ? b.c.contexts[i] : max_tokens;
+	}
+	b.max_blocks = (uint32_t)(max_tokens / b.geo.block_tokens);
+	b.nonce = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	if (statfs(b.c.dir, &sfs) != 0) {
+		die(b.c.dir, -errno);
+	}
+	b.emulated = sfs.f_type == TMPFS_MAGIC;
+	cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+	cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+	b.sms = (uint32_t)prop.multiProcessorCount;
+	if (b.c.json != NULL) {
+		b.json = fopen(b.c.json, "a");
+		if (b.json == NULL) {
+			die(b.c.json, -errno);
+		}
+	}
+	printf("# %s on %s (%u SMs); %s: %s; %u-token chunks, %llu-byte layer blocks; median of "
+	       "%u rounds\n",
+	       b.c.model, prop.name, b.sms, b.emulated ? "EMULATED fast NVMe (tmpfs)" : "disk",
+	       b.c.dir, b.geo.chunk_tokens, (unsigned long long)b.lbb, b.c.repeats);
+
+	{
+		uint64_t arena = (uint64_t)b.L * b.max_blocks * b.lbb;
+
+		pattern_bytes = (uint64_t)b.max_blocks * b.lbb + (uint64_t)b.L * LAYER_SHIFT;
+		cuda_ok(cudaMalloc((void **)&b.src, arena), "cudaMalloc");
+		cuda_ok(cudaMalloc((void **)&b.dst, arena), "cudaMalloc");
+		cuda_ok(cudaHostAlloc((void **)&b.pattern, pattern_bytes, cudaHostAllocDefault),
+		        "cudaHostAlloc");
+		cuda_ok(cudaHostAlloc((void **)&b.host_a, (uint64_t)b.max_blocks * b.lbb,
+		                      cudaHostAllocDefault),
+		        "cudaHostAlloc");
+		cuda_ok(cudaHostAlloc((void **)&b.host_b, (uint64_t)b.max_blocks * b.lbb,
+		                      cudaHostAllocDefault),
+		        "cudaHostAlloc");
+		b.raw_mem_bytes = 256ull << 20;
+		cuda_ok(cudaHostAlloc((void **)&b.raw_mem, b.raw_mem_bytes, cudaHostAllocDefault),
+		        "cudaHostAlloc");
+		for (uint64_t i = 0; i < pattern_bytes / 8; i++) {
+			uint64_t v = splitmix(&seed);
+
+			memcpy(b.pattern + i * 8, &v, 8);
+		}
+		memset(b.raw_mem, 0x5a, b.raw_mem_bytes);
+		/* The baseline's file, also the raw I/O's: one request's layer blocks. */
+		b.raw_file_bytes = arena;
+		snprintf(b.raw_path, sizeof(b.raw_path), "%s/baseline.data", b.c.dir);
+		b.raw_fd = open(b.raw_path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
+		if (b.raw_fd < 0) {
+			die(b.raw_path, -errno);
+		}
+		if (fallocate(b.raw_fd, 0, 0, (off_t)arena) != 0) {
+			die("fallocate", -errno);
+		}
+		/* Written once through where raw reads will go (reads of unwritten extents would
+		 * not reach the device). */
+		{
+			struct rawbw_target t = {.fds = &b.raw_fd,
+			                         .nr_fds = 1,
+			                         .span = arena,
+			                         .mem = b.raw_mem,
+			                         .mem_bytes = b.raw_mem_bytes,
+			                         .write = true,
+			                         .async = b.emulated};
+			uint64_t n = (uint64_t)b.c.repeats * b.c.raw_bytes;
+			double gbps = rawbw_run(
+			    &t, 0, (n < arena ? n : arena) / (4u << 20) * (4u << 20), 4u << 20, 16);
+
+			if (gbps < 0) {
+				die("pre-write", (int)gbps);
+			}
+		}
+	}
+	base_threads_make(&b);
+	for (uint32_t i = 0; i < b.c.nr_contexts; i++) {
+		run_context(&b, b.c.contexts[i]);
+	}
+	base_threads_free(&b);
+	close(b.raw_fd);
+	unlink(b.raw_path);
+	cudaFree(b.src);
+	cudaFree(b.dst);
+	cudaFreeHost(b.pattern);
+	cudaFreeHost(b.host_a);
+	cudaFreeHost(b.host_b);
+	cudaFreeHost(b.raw_mem);
+	if (b.json != NULL) {
+		fclose(b.json);
+	}
+	return 0;
+}
