@@ -29,7 +29,7 @@
  *
  * Usage: tutti-gpu-store-bench --dir DIR [--contexts 8192,32768,131072]
  *            [--paths gpu-uring,uring,baseline] [--repeats N] [--threads N]
- *            [--staging-mib N] [--raw-gib N] [--model NAME] [--json FILE]
+ *            [--staging-mib N] [--raw-gib N] [--model NAME] [--json FILE] [--trace]
  */
 #include <cuda_runtime.h>
 #include <dirent.h>
@@ -70,6 +70,7 @@ struct conf {
 	uint32_t repeats, threads;
 	uint64_t staging_bytes, raw_bytes;
 	const char *json;
+	bool trace; /* the store's debug log (per-layer kernel milestones) to stderr */
 };
 
 struct phase {
@@ -465,6 +466,13 @@ base_run(struct ctx *x, bool write)
 
 /* ---- the store's engines ---- */
 
+static void
+log_to_stderr(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	fprintf(stderr, "tutti[%d]: %s\n", level, msg);
+}
+
 static struct tutti_store *
 open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 {
@@ -490,6 +498,10 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 	o.capacity_bytes = (uint64_t)(x->chunks + 4) * tutti_geometry_slot_bytes(&b->geo);
 	o.staging_bytes = b->c.staging_bytes;
 	o.key_bytes = KEY_BYTES;
+	if (b->c.trace) {
+		o.log_fn = log_to_stderr;
+		o.log_level = TUTTI_LOG_DEBUG;
+	}
 	rc = tutti_store_open(&b->geo, &o, &st);
 	if (rc < 0) {
 		die("tutti_store_open", rc);
@@ -796,6 +808,10 @@ parse(int argc, char **argv, struct conf *c)
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
+		if (strcmp(a, "--trace") == 0) {
+			c->trace = true;
+			continue;
+		}
 		if (v == NULL) {
 			usage();
 		}

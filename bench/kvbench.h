@@ -91,8 +91,9 @@ struct rawbw_target {
 	uint8_t *mem;
 	uint64_t mem_bytes;
 	bool write;
-	bool async; /* IOSQE_ASYNC on every I/O: for page-cache-backed files (tmpfs), whose I/O
-	             * would otherwise all be copied inline by the submitting thread */
+	bool async; /* IOSQE_ASYNC on reads: for page-cache-backed files (tmpfs), whose reads would
+	             * otherwise all be copied inline by the submitting thread (writes serialize
+	             * on the file's lock either way, as the store's do) */
 };
 
 /* Sequential O_DIRECT transfer of \p bytes of each file, from \p start in the region (wrapping

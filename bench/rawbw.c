@@ -46,7 +46,7 @@ prep(struct io_uring *ring, const struct rawbw_target *t, uint8_t *mem, uint64_t
 	} else {
 		io_uring_prep_read(sqe, fd, b, bs, pos);
 	}
-	if (t->async) {
+	if (t->async && !t->write) {
 		sqe->flags |= IOSQE_ASYNC;
 	}
 }

@@ -153,6 +153,9 @@ tt_gpu_close(struct tt_gpu *g)
 		cudaStreamSynchronize(g->stream);
 		cudaStreamDestroy(g->stream);
 	}
+	if (g->done != NULL) {
+		cudaEventDestroy(g->done);
+	}
 	for (int h = 0; h < 2; h++) {
 		cudaFreeHost(g->h_obj[h]);
 		cudaFreeHost(g->h_ids[h]);
@@ -193,6 +196,12 @@ tt_gpu_open(const struct tt_gpu_conf *conf, struct tt_gpu **out)
 	if (rc == 0) {
 		rc = check(g, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking),
 		           "cudaStreamCreate");
+	}
+	if (rc == 0) {
+		rc = check(g,
+		           cudaEventCreateWithFlags(&g->done,
+		                                    cudaEventBlockingSync | cudaEventDisableTiming),
+		           "cudaEventCreate");
 	}
 	for (int h = 0; rc == 0 && h < 2; h++) {
 		rc = check(g,
@@ -244,7 +253,11 @@ tt_gpu_sync(struct tt_gpu *g)
 	if (g == NULL) {
 		return -EINVAL;
 	}
-	return check(g, cudaStreamSynchronize(g->stream), "kernel");
+	/* A blocking-sync event: the caller sleeps instead of spinning a core for the whole
+	 * transfer (cudaStreamSynchronize spins under the default scheduling). */
+	int rc = check(g, cudaEventRecord(g->done, g->stream), "cudaEventRecord");
+
+	return rc < 0 ? rc : check(g, cudaEventSynchronize(g->done), "kernel");
 }
 
 /* ---- launches ---- */

@@ -16,6 +16,7 @@ struct tt_gpu {
 	int nr_sms;
 	uint32_t max_blocks;
 	cudaStream_t stream;
+	cudaEvent_t done; /* blocking-sync: tt_gpu_sync sleeps on it */
 	/* descriptors: two pinned host halves (written while the other may still be copied) and
 	 * one device copy read by the kernel */
 	unsigned long long *h_obj[2];

@@ -68,6 +68,8 @@ struct job_param {
 	uint32_t write;
 	uint64_t epoch;
 	uint64_t timeout_ns;
+	volatile uint64_t *trace; /* mapped host memory or NULL */
+	unsigned *workers_left;   /* device counter: the last worker out stamps trace[4] */
 };
 
 /* ---- device helpers ---- */
@@ -167,7 +169,11 @@ controller(const job_param &p, struct tt_gring_obj *objs, unsigned long long *re
 	uint32_t next = 0, done = 0;
 	uint64_t progress = now_ns();
 	unsigned back_off = 32;
+	bool published = false;
 
+	if (p.trace != NULL) {
+		p.trace[0] = progress;
+	}
 	while (done < p.nr) {
 		uint32_t queued = 0, ready_n;
 
@@ -208,6 +214,10 @@ controller(const job_param &p, struct tt_gring_obj *objs, unsigned long long *re
 		}
 		if (queued > 0) {
 			tt_gring_publish(v, tail); /* one release per batch */
+			if (p.trace != NULL && !published) {
+				p.trace[1] = now_ns();
+			}
+			published = true;
 		}
 		/* Reap. */
 		ready_n = tt_gring_cq_ready(v, head);
@@ -237,6 +247,14 @@ controller(const job_param &p, struct tt_gring_obj *objs, unsigned long long *re
 		}
 		if (ready_n > 0) {
 			tt_gring_cq_release(v, head);
+			if (p.trace != NULL) {
+				uint64_t t = now_ns();
+
+				if (p.trace[2] == 0) {
+					p.trace[2] = t;
+				}
+				p.trace[3] = t;
+			}
 		}
 		if (queued > 0 || ready_n > 0) {
 			progress = now_ns();
@@ -354,6 +372,9 @@ __launch_bounds__(THREADS)
 	}
 	worker(p, objs, ids, scratch + (uint64_t)(blockIdx.x - 1) * p.slot_bytes, ready, freed,
 	       failed, blockIdx.x - 1, gridDim.x - 1);
+	if (p.trace != NULL && threadIdx.x == 0 && atomicSub(p.workers_left, 1) == 1) {
+		p.trace[4] = now_ns();
+	}
 }
 
 /* ---- host side ---- */
@@ -412,7 +433,8 @@ prepare_dev(struct tt_gpu *g, const struct tt_gring_job *job, uint32_t workers)
 			return -ENOMEM;
 		}
 		g->gring = d;
-		rc = check(g, cudaMalloc(&d->failed, sizeof(int)), "cudaMalloc");
+		/* failed, then the workers-left counter of the trace */
+		rc = check(g, cudaMalloc(&d->failed, 2 * sizeof(int)), "cudaMalloc");
 		if (rc == 0) {
 			rc = check(g, cudaEventCreate(&d->span_begin), "cudaEventCreate");
 		}
@@ -515,6 +537,15 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 	}
 	if (rc == 0) {
 		rc = check(g, cudaMemsetAsync(d->failed, 0, sizeof(int), g->stream), "cudaMemset");
+	}
+	if (rc == 0 && job->trace != NULL) {
+		p.trace = job->trace;
+		p.workers_left = reinterpret_cast<unsigned *>(d->failed + 1);
+		memset(job->trace, 0, TT_GRING_TRACE_POINTS * sizeof(*job->trace));
+		rc = check(g,
+		           cudaMemcpyAsync(p.workers_left, &workers, sizeof(workers),
+		                           cudaMemcpyHostToDevice, g->stream),
+		           "cudaMemcpyAsync");
 	}
 	if (rc == 0 && !d->span_open) {
 		rc = check(g, cudaEventRecord(d->span_begin, g->stream), "cudaEventRecord");

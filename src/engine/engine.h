@@ -52,6 +52,8 @@ struct tt_engine_conf {
 	uint32_t depth;   /* most I/Os in flight */
 	uint32_t max_iov; /* longest I/O vector accepted */
 	uint32_t threads; /* posix: worker threads */
+	bool async_reads; /* uring: IOSQE_ASYNC on reads, for page-cache-backed files (tmpfs),
+	                   * whose reads would otherwise be copied one after another inline */
 	const struct tt_log *log;
 };
 

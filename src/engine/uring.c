@@ -20,6 +20,7 @@ struct uring_engine {
 	struct tt_engine base;
 	struct io_uring ring;
 	bool files_registered;
+	bool async_reads;
 	bool buf_registered;
 	const int *fds;
 	uint32_t nr_fds;
@@ -81,6 +82,7 @@ uring_create(const struct tt_engine_conf *conf, struct tt_engine **out)
 	/* Registration is an optimisation: run without it where the kernel or limits refuse. */
 	rc = io_uring_register_files(&u->ring, conf->fds, conf->nr_fds);
 	u->files_registered = rc == 0;
+	u->async_reads = conf->async_reads;
 	if (rc < 0) {
 		tt_log_info(conf->log, "io_uring: files not registered: %s", tutti_strerror(rc));
 	}
@@ -148,6 +150,9 @@ prep(struct uring_engine *u, uint32_t idx)
 	}
 	if (u->files_registered) {
 		sqe->flags |= IOSQE_FIXED_FILE;
+	}
+	if (u->async_reads && rd) {
+		sqe->flags |= IOSQE_ASYNC;
 	}
 	io_uring_sqe_set_data64(sqe, idx);
 	u->pending++;

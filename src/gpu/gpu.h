@@ -82,7 +82,13 @@ struct tt_gring_job {
 	uint32_t workers;    /* CUDA blocks moving objects (0: 16) */
 	uint32_t timeout_ms; /* a ring without progress for this long fails the layer */
 	int *failed;         /* out at sync: 1 when it did */
+	/* NULL, or TT_GRING_TRACE_POINTS GPU timestamps (ns, %globaltimer) in mapped host memory,
+	 * valid at sync: the kernel's start, the first submission published, the first and the
+	 * last completion reaped, and the last worker done. */
+	uint64_t *trace;
 };
+
+#define TT_GRING_TRACE_POINTS 5
 
 /*
  * Launch the driver kernel for one layer on the context's stream: the GPU submits every I/O of

@@ -29,7 +29,7 @@ struct tt_gring_conf {
 	uint32_t sq_entries; /* rounded up to a power of two */
 	uint32_t cq_entries; /* >= the most I/Os a driver keeps in flight */
 	uint32_t sq_idle_ms; /* how long the SQ thread spins before it sleeps */
-	bool async;          /* IOSQE_ASYNC on every I/O: for page-cache-backed files (tmpfs) */
+	bool async;          /* IOSQE_ASYNC on reads: for page-cache-backed files (tmpfs) */
 	bool map_for_gpu;    /* pin and map the rings for the GPU */
 	const struct tt_log *log;
 };

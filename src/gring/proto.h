@@ -104,7 +104,7 @@ struct tt_gring_view {
 	uint32_t cq_mask, cq_entries;
 	uint32_t fixed_files; /* files registered: an SQE names the file by index */
 	uint32_t fixed_buf;   /* [buf_base, buf_base + buf_bytes) is registered buffer 0 */
-	uint32_t sqe_flags;   /* IOSQE_ASYNC for page-cache-backed files */
+	uint32_t sqe_flags;   /* reads: IOSQE_ASYNC for page-cache-backed files */
 	uint32_t pad;
 	uint64_t buf_base, buf_bytes;
 	int32_t fds[TT_GRING_MAX_FILES];
@@ -127,7 +127,10 @@ tt_gring_put(const struct tt_gring_view *v, uint32_t tail, const struct tt_gring
 	                io->buf + io->len <= v->buf_base + v->buf_bytes;
 	uint32_t op = io->write ? (fixed_buf ? TT_OP_WRITE_FIXED : TT_OP_WRITE)
 	                        : (fixed_buf ? TT_OP_READ_FIXED : TT_OP_READ);
-	uint32_t flags = v->sqe_flags | (v->fixed_files ? TT_SQE_FIXED_FILE : 0);
+	/* Only reads are punted: writes to one page-cache-backed file serialize on its inode lock,
+	 * and punted they only make io-wq workers spin on it (2.4 s of CPU per GB stored on tmpfs,
+	 * against 0.25 s issued inline, at the same bandwidth). */
+	uint32_t flags = (io->write ? 0 : v->sqe_flags) | (v->fixed_files ? TT_SQE_FIXED_FILE : 0);
 	int32_t fd = v->fixed_files ? (int32_t)io->file : v->fds[io->file];
 
 	s[0] = (uint64_t)op | (uint64_t)flags << 8 | (uint64_t)(uint32_t)fd << 32;

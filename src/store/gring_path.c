@@ -123,6 +123,27 @@ build_program(struct gring_job *j)
 	return n;
 }
 
+/* The store's pinned list memory, at least \p bytes. Under io_lock. */
+static int
+host_lists(struct tutti_store *st, size_t bytes, void **out)
+{
+	if (st->gring_host_bytes < bytes) {
+		size_t want = TT_MAX(bytes, 2 * st->gring_host_bytes);
+		int rc;
+
+		tt_gpu_host_free(st->gring_host);
+		st->gring_host = NULL;
+		st->gring_host_bytes = 0;
+		rc = tt_gpu_host_alloc(want, &st->gring_host);
+		if (rc < 0) {
+			return rc;
+		}
+		st->gring_host_bytes = want;
+	}
+	*out = st->gring_host;
+	return 0;
+}
+
 /*
  * GPU KV: one driver kernel per layer, every I/O of it submitted and reaped by the GPU. The host
  * builds each layer's object list, wakes the SQ thread once per launch, launches, and waits once
@@ -135,6 +156,7 @@ gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
 	uint32_t L = t->layer_end - t->layer_begin, n = 0, nr_ids = 0, *ids;
 	struct tt_gring_obj *objs;
 	struct tt_gring_view view;
+	uint64_t *trace = NULL;
 	int *failed, rc;
 
 	for (uint32_t c = 0; c < t->nr_chunks; c++) {
@@ -149,12 +171,22 @@ gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
 		return rc;
 	}
 	tt_gring_view(st->gring, &view);
-	objs = tt_calloc((size_t)n * L, sizeof(*objs));
-	ids = tt_calloc(nr_ids, sizeof(*ids));
-	failed = tt_calloc(L, sizeof(*failed));
-	if (objs == NULL || ids == NULL || failed == NULL) {
-		rc = -ENOMEM;
-		goto out;
+	/* Object lists, block ids and failure flags, pinned: nothing in the launches waits. */
+	rc = host_lists(
+	    st, (size_t)n * L * sizeof(*objs) + (size_t)nr_ids * sizeof(*ids) + L * sizeof(*failed),
+	    (void **)&objs);
+	if (rc < 0) {
+		return rc;
+	}
+	memset(objs, 0, (size_t)n * L * sizeof(*objs));
+	ids = (uint32_t *)(objs + (size_t)n * L);
+	failed = (int *)(ids + nr_ids);
+	memset(failed, 0, L * sizeof(*failed));
+	/* At debug level, each layer kernel stamps its milestones (logged after the call). */
+	if (st->log.level >= TUTTI_LOG_DEBUG &&
+	    tt_gpu_host_alloc((size_t)L * TT_GRING_TRACE_POINTS * sizeof(*trace), (void **)&trace) <
+	        0) {
+		trace = NULL;
 	}
 	/* The block ids of every moved chunk, once; each layer's objects point into them. */
 	nr_ids = 0;
@@ -201,6 +233,7 @@ gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
 		    .workers = GRING_GPU_WORKERS,
 		    .timeout_ms = GRING_TIMEOUT_MS,
 		    .failed = &failed[l],
+		    .trace = trace != NULL ? trace + (size_t)l * TT_GRING_TRACE_POINTS : NULL,
 		};
 
 		tt_gring_kick(st->gring); /* at most one wake-up per layer launch */
@@ -218,6 +251,18 @@ gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
 		st->stats.gpu_io_kernel_ns += ns;
 		st->stats.gpu_io_block_ns += ns * blocks;
 		pthread_mutex_unlock(&st->lock);
+	}
+	for (uint32_t l = 0; rc == 0 && trace != NULL && l < L; l++) {
+		const uint64_t *tr = trace + (size_t)l * TT_GRING_TRACE_POINTS;
+
+		tt_log_debug(
+		    &st->log,
+		    "gpu-uring %s layer %u, %u objects: start %+.3f ms; from start: first "
+		    "submit %.3f, first completion %.3f, last completion %.3f, done %.3f ms",
+		    t->kind == TT_TRANSFER_LOAD ? "load" : "save", t->layer_begin + l, n,
+		    (double)(tr[0] - trace[0]) / 1e6, (double)(tr[1] - tr[0]) / 1e6,
+		    (double)(tr[2] - tr[0]) / 1e6, (double)(tr[3] - tr[0]) / 1e6,
+		    (double)(tr[4] - tr[0]) / 1e6);
 	}
 	for (uint32_t l = 0; rc == 0 && l < L; l++) {
 		if (failed[l]) {
@@ -253,10 +298,7 @@ gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
 		k++;
 	}
 	st->gring_ios += (uint64_t)n * L;
-out:
-	tt_free(objs);
-	tt_free(ids);
-	tt_free(failed);
+	tt_gpu_host_free(trace);
 	return rc;
 }
 

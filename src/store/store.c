@@ -141,16 +141,24 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
 }
 
 /* The data-path ring of engine gpu-uring: one bounce slot per object of staging, up to the CQ
- * credit. Page-cache-backed files (tmpfs) get IOSQE_ASYNC: issued inline, their copies would
- * all run on the one SQ thread. */
+ * credit. Reads of page-cache-backed files (tmpfs) get IOSQE_ASYNC: issued inline, their
+ * copies would all run on the one SQ thread. */
 #define GRING_MAX_SLOTS 4096u
 #define GRING_SQ_IDLE_MS 100u
+
+/* Page-cache-backed store files: their reads are CPU copies, best spread over io-wq. */
+static bool
+on_tmpfs(const struct tutti_store *st)
+{
+	struct statfs sfs;
+
+	return fstatfs(tt_pool_fds(st->pool)[0], &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
+}
 
 static int
 open_gring(struct tutti_store *st, const struct tutti_store_opts *opts)
 {
 	uint64_t slots = st->nr_staging * st->unit_bytes / st->geo.object_bytes;
-	struct statfs sfs;
 	struct tt_gring_conf conf;
 	uint32_t cq;
 	int rc;
@@ -168,7 +176,7 @@ open_gring(struct tutti_store *st, const struct tutti_store_opts *opts)
 	    .sq_entries = TT_MIN(cq, 1024u),
 	    .cq_entries = cq,
 	    .sq_idle_ms = GRING_SQ_IDLE_MS,
-	    .async = fstatfs(tt_pool_fds(st->pool)[0], &sfs) == 0 && sfs.f_type == TMPFS_MAGIC,
+	    .async = on_tmpfs(st),
 	    .log = &st->log,
 	};
 	rc = tt_gring_create(&conf, &st->gring);
@@ -296,6 +304,7 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 		goto err;
 	}
 	ec = (struct tt_engine_conf){
+	    .async_reads = on_tmpfs(st),
 	    .fds = tt_pool_fds(st->pool),
 	    .nr_fds = tt_pool_nr_dirs(st->pool),
 	    .reg_buf = st->staging,
@@ -352,6 +361,7 @@ tutti_store_close(struct tutti_store *st)
 	 * the GPU, which may still read it. */
 	tt_gring_destroy(st->gring);
 	tt_engine_destroy(st->engine);
+	tt_gpu_host_free(st->gring_host);
 	tt_gpu_close(st->gpu);
 	if (st->staging_mapped) {
 		tt_gpu_host_unregister(st->staging);

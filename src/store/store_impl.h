@@ -62,6 +62,10 @@ struct tutti_store {
 	uint32_t gring_slots;
 	bool gring_broken;
 	uint64_t gring_ios; /* I/Os driven through the ring; under io_lock */
+	/* Pinned host memory for the layer kernels' object lists and results (grown on demand,
+	 * under io_lock): pinned so that launches and result copies stay asynchronous. */
+	void *gring_host;
+	size_t gring_host_bytes;
 };
 
 /* One I/O: layers [layer, layer + nr_layers) of one chunk, or the chunk's header. */

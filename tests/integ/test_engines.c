@@ -29,13 +29,15 @@ struct config {
 	const struct tt_engine_ops *ops;
 	bool reg;         /* register the buffer (uring: fixed reads and writes) */
 	uint32_t threads; /* posix */
+	bool async_reads; /* uring: reads punted to io-wq (as on tmpfs) */
 };
 
 static const struct config configs[] = {
-    {"uring+registered", &tt_engine_uring, true, 0},
-    {"uring", &tt_engine_uring, false, 0},
-    {"posix", &tt_engine_posix, false, 0},
-    {"posix/2 threads", &tt_engine_posix, false, 2},
+    {"uring+registered", &tt_engine_uring, true, 0, false},
+    {"uring", &tt_engine_uring, false, 0, false},
+    {"uring+async reads", &tt_engine_uring, true, 0, true},
+    {"posix", &tt_engine_posix, false, 0, false},
+    {"posix/2 threads", &tt_engine_posix, false, 2, false},
 };
 
 #define NR_CONFIGS (sizeof(configs) / sizeof(configs[0]))
@@ -114,6 +116,7 @@ engine(struct fixture *f, const struct config *c, uint32_t depth)
 	    .depth = depth,
 	    .max_iov = 8,
 	    .threads = c->threads,
+	    .async_reads = c->async_reads,
 	    .log = &f->log,
 	};
 	struct tt_engine *e = NULL;
