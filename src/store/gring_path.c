@@ -123,27 +123,6 @@ build_program(struct gring_job *j)
 	return n;
 }
 
-/* The store's pinned list memory, at least \p bytes. Under io_lock. */
-static int
-host_lists(struct tutti_store *st, size_t bytes, void **out)
-{
-	if (st->gring_host_bytes < bytes) {
-		size_t want = TT_MAX(bytes, 2 * st->gring_host_bytes);
-		int rc;
-
-		tt_gpu_host_free(st->gring_host);
-		st->gring_host = NULL;
-		st->gring_host_bytes = 0;
-		rc = tt_gpu_host_alloc(want, &st->gring_host);
-		if (rc < 0) {
-			return rc;
-		}
-		st->gring_host_bytes = want;
-	}
-	*out = st->gring_host;
-	return 0;
-}
-
 /*
  * GPU KV: one driver kernel per layer, every I/O of it submitted and reaped by the GPU. The host
  * builds each layer's object list, wakes the SQ thread once per launch, launches, and waits once
@@ -153,86 +132,44 @@ static int
 gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
 {
 	struct tutti_store *st = t->st;
-	uint32_t L = t->layer_end - t->layer_begin, n = 0, nr_ids = 0, *ids;
-	struct tt_gring_obj *objs;
+	struct tt_obj_lists lists;
 	struct tt_gring_view view;
 	uint64_t *trace = NULL;
-	int *failed, rc;
+	uint32_t L, n;
+	int rc;
 
-	for (uint32_t c = 0; c < t->nr_chunks; c++) {
-		n += t->chunks[c].status == 0;
-		nr_ids += t->chunks[c].status == 0 ? t->chunks[c].nr_moved : 0;
+	rc = tt_obj_lists_make(t, &lists);
+	if (rc < 0 || lists.n == 0) {
+		return rc;
 	}
-	if (n == 0) {
-		return 0;
-	}
+	L = lists.nr_layers;
+	n = lists.n;
 	rc = tt_gring_map_for_gpu(st->gring);
 	if (rc < 0) {
 		return rc;
 	}
 	tt_gring_view(st->gring, &view);
-	/* Object lists, block ids and failure flags, pinned: nothing in the launches waits. */
-	rc = host_lists(
-	    st, (size_t)n * L * sizeof(*objs) + (size_t)nr_ids * sizeof(*ids) + L * sizeof(*failed),
-	    (void **)&objs);
-	if (rc < 0) {
-		return rc;
-	}
-	memset(objs, 0, (size_t)n * L * sizeof(*objs));
-	ids = (uint32_t *)(objs + (size_t)n * L);
-	failed = (int *)(ids + nr_ids);
-	memset(failed, 0, L * sizeof(*failed));
 	/* At debug level, each layer kernel stamps its milestones (logged after the call). */
 	if (st->log.level >= TUTTI_LOG_DEBUG &&
 	    tt_gpu_host_alloc((size_t)L * TT_GRING_TRACE_POINTS * sizeof(*trace), (void **)&trace) <
 	        0) {
 		trace = NULL;
 	}
-	/* The block ids of every moved chunk, once; each layer's objects point into them. */
-	nr_ids = 0;
-	for (uint32_t c = 0, k = 0; c < t->nr_chunks; c++) {
-		const struct tt_chunk_op *op = &t->chunks[c];
-		uint32_t dir;
-		uint64_t off;
-
-		if (op->status != 0) {
-			continue;
-		}
-		tt_pool_locate(st->pool, op->slot, &dir, &off);
-		memcpy(ids + nr_ids, op->req->block_ids + op->id_off, op->nr_moved * sizeof(*ids));
-		for (uint32_t l = 0; l < L; l++) {
-			uint32_t layer = t->layer_begin + l;
-
-			objs[(size_t)l * n + k] = (struct tt_gring_obj){
-			    .off = off + tt_geo_object_off(&st->geo, layer),
-			    .csum = t->kind == TT_TRANSFER_LOAD ? tt_slot_csums(st, op->slot)[layer]
-			                                        : 0,
-			    .file = dir,
-			    .ids_off = nr_ids,
-			    .nr_moved = op->nr_moved,
-			    .skip = op->obj_skip,
-			    .stored =
-			        t->kind == TT_TRANSFER_LOAD ? op->stored_blocks : op->nr_moved,
-			};
-		}
-		nr_ids += op->nr_moved;
-		k++;
-	}
 	for (uint32_t l = 0; rc == 0 && l < L; l++) {
 		struct tt_gring_job job = {
 		    .kv = t->kv,
 		    .layer = t->layer_begin + l,
-		    .objs = objs + (size_t)l * n,
+		    .objs = lists.objs + (size_t)l * n,
 		    .nr = n,
-		    .ids = ids,
-		    .nr_ids = nr_ids,
+		    .ids = lists.ids,
+		    .nr_ids = lists.nr_ids,
 		    .bounce = st->staging,
 		    .slots = st->gring_slots,
 		    .slot_bytes = st->geo.object_bytes,
 		    .write = t->kind == TT_TRANSFER_SAVE,
 		    .workers = GRING_GPU_WORKERS,
 		    .timeout_ms = GRING_TIMEOUT_MS,
-		    .failed = &failed[l],
+		    .failed = &lists.failed[l],
 		    .trace = trace != NULL ? trace + (size_t)l * TT_GRING_TRACE_POINTS : NULL,
 		};
 
@@ -265,37 +202,15 @@ gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
 		    (double)(tr[4] - tr[0]) / 1e6);
 	}
 	for (uint32_t l = 0; rc == 0 && l < L; l++) {
-		if (failed[l]) {
+		if (lists.failed[l]) {
 			tt_log_err(&st->log, "gpu-uring: layer %u made no progress for %u ms",
 			           t->layer_begin + l, GRING_TIMEOUT_MS);
 			st->gring_broken = true;
 			rc = -ETIMEDOUT;
 		}
 	}
-	/* Per-object results back to the chunks. */
-	for (uint32_t c = 0, k = 0; rc == 0 && c < t->nr_chunks; c++) {
-		struct tt_chunk_op *op = &t->chunks[c];
-
-		if (op->status != 0) {
-			continue;
-		}
-		for (uint32_t l = 0; l < L; l++) {
-			const struct tt_gring_obj *o = &objs[(size_t)l * n + k];
-
-			if (o->status == -EBADMSG) {
-				tt_log_err(&st->log,
-				           "slot %u layer %u: checksum mismatch on the GPU; "
-				           "dropping the chunk",
-				           op->slot, t->layer_begin + l);
-				op->corrupt = true;
-			}
-			tt_fail_chunk(op, o->status);
-			if (t->kind == TT_TRANSFER_SAVE) {
-				t->csums[(uint64_t)c * st->geo.g.nr_layers + t->layer_begin + l] =
-				    o->csum;
-			}
-		}
-		k++;
+	if (rc == 0) {
+		tt_obj_lists_results(t, &lists, "gpu-uring");
 	}
 	st->gring_ios += (uint64_t)n * L;
 	tt_gpu_host_free(trace);

@@ -132,6 +132,23 @@ bool tt_unit_verify(struct tt_transfer *t, const struct tt_unit *u, const uint8_
 int tt_unit_scatter(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf);
 /* gring_path.c: the same transfer through the GPU-drivable ring (engine gpu-uring). */
 int tt_gring_transfer(struct tt_transfer *t);
+
+/* objs.c: the per-layer object lists of the GPU object paths (gpu-uring, gds). Layer l's
+ * objects are objs[l * n, (l + 1) * n), one per chunk still in play, in chunk order; ids holds
+ * every such chunk's moved block ids; failed has one int per layer. All of it lives in the
+ * store's pinned, mapped list memory (reused by the next call). */
+struct tt_obj_lists {
+	struct tt_gring_obj *objs;
+	uint32_t *ids;
+	int *failed;
+	uint32_t n, nr_ids, nr_layers;
+};
+/* Build the lists of \p t; n is 0 when no chunk is in play. Returns 0 or -ENOMEM. */
+int tt_obj_lists_make(struct tt_transfer *t, struct tt_obj_lists *out);
+/* Fold the objects' statuses (and, for saves, checksums) into the chunks; \p path names the
+ * engine in log lines. */
+void tt_obj_lists_results(struct tt_transfer *t, const struct tt_obj_lists *lists,
+                          const char *path);
 void tt_fail_chunk(struct tt_chunk_op *c, int rc);
 void tt_unpin_all(struct tutti_store *st, struct tt_chunk_op *chunks, uint32_t nr);
 /* Write one 4 KiB header per listed slot from \p bufs (nr * TUTTI_SLOT_HEADER_BYTES, aligned);

@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Per-layer object lists for the paths whose GPU moves whole objects (gpu-uring, gds): every
+ * moved chunk's object of each layer, with its file, offset, expected checksum and block ids,
+ * in pinned, mapped host memory (the GPU reads the lists and writes the results in place, and
+ * no launch waits on a copy), and the per-object results folded back into the chunks.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "store/store_impl.h"
+
+/* The store's pinned list memory, at least \p bytes. Under io_lock. */
+static int
+host_lists(struct tutti_store *st, size_t bytes, void **out)
+{
+	if (st->gring_host_bytes < bytes) {
+		size_t want = TT_MAX(bytes, 2 * st->gring_host_bytes);
+		int rc;
+
+		tt_gpu_host_free(st->gring_host);
+		st->gring_host = NULL;
+		st->gring_host_bytes = 0;
+		rc = tt_gpu_host_alloc(want, &st->gring_host);
+		if (rc < 0) {
+			return rc;
+		}
+		st->gring_host_bytes = want;
+	}
+	*out = st->gring_host;
+	return 0;
+}
+
+int
+tt_obj_lists_make(struct tt_transfer *t, struct tt_obj_lists *out)
+{
+	struct tutti_store *st = t->st;
+	uint32_t L = t->layer_end - t->layer_begin, n = 0, nr_ids = 0;
+	struct tt_gring_obj *objs;
+	uint32_t *ids;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	for (uint32_t c = 0; c < t->nr_chunks; c++) {
+		n += t->chunks[c].status == 0;
+		nr_ids += t->chunks[c].status == 0 ? t->chunks[c].nr_moved : 0;
+	}
+	if (n == 0) {
+		return 0;
+	}
+	rc = host_lists(
+	    st, (size_t)n * L * sizeof(*objs) + (size_t)nr_ids * sizeof(*ids) + L * sizeof(int),
+	    (void **)&objs);
+	if (rc < 0) {
+		return rc;
+	}
+	memset(objs, 0, (size_t)n * L * sizeof(*objs));
+	ids = (uint32_t *)(objs + (size_t)n * L);
+	out->failed = (int *)(ids + nr_ids);
+	memset(out->failed, 0, L * sizeof(int));
+	/* The block ids of every moved chunk, once; each layer's objects point into them. */
+	nr_ids = 0;
+	for (uint32_t c = 0, k = 0; c < t->nr_chunks; c++) {
+		const struct tt_chunk_op *op = &t->chunks[c];
+		uint32_t dir;
+		uint64_t off;
+
+		if (op->status != 0) {
+			continue;
+		}
+		tt_pool_locate(st->pool, op->slot, &dir, &off);
+		memcpy(ids + nr_ids, op->req->block_ids + op->id_off, op->nr_moved * sizeof(*ids));
+		for (uint32_t l = 0; l < L; l++) {
+			uint32_t layer = t->layer_begin + l;
+
+			objs[(size_t)l * n + k] = (struct tt_gring_obj){
+			    .off = off + tt_geo_object_off(&st->geo, layer),
+			    .csum = t->kind == TT_TRANSFER_LOAD ? tt_slot_csums(st, op->slot)[layer]
+			                                        : 0,
+			    .file = dir,
+			    .ids_off = nr_ids,
+			    .nr_moved = op->nr_moved,
+			    .skip = op->obj_skip,
+			    .stored =
+			        t->kind == TT_TRANSFER_LOAD ? op->stored_blocks : op->nr_moved,
+			};
+		}
+		nr_ids += op->nr_moved;
+		k++;
+	}
+	out->objs = objs;
+	out->ids = ids;
+	out->n = n;
+	out->nr_ids = nr_ids;
+	out->nr_layers = L;
+	return 0;
+}
+
+void
+tt_obj_lists_results(struct tt_transfer *t, const struct tt_obj_lists *lists, const char *path)
+{
+	struct tutti_store *st = t->st;
+
+	for (uint32_t c = 0, k = 0; c < t->nr_chunks; c++) {
+		struct tt_chunk_op *op = &t->chunks[c];
+
+		if (op->status != 0) {
+			continue;
+		}
+		for (uint32_t l = 0; l < lists->nr_layers; l++) {
+			const struct tt_gring_obj *o = &lists->objs[(size_t)l * lists->n + k];
+
+			if (o->status == -EBADMSG) {
+				tt_log_err(&st->log,
+				           "%s: slot %u layer %u: checksum mismatch on the GPU; "
+				           "dropping the chunk",
+				           path, op->slot, t->layer_begin + l);
+				op->corrupt = true;
+			}
+			tt_fail_chunk(op, o->status);
+			if (t->kind == TT_TRANSFER_SAVE) {
+				t->csums[(uint64_t)c * st->geo.g.nr_layers + t->layer_begin + l] =
+				    o->csum;
+			}
+		}
+		k++;
+	}
+}
