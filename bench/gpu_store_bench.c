@@ -13,6 +13,8 @@
  *  - gpu-uring: the store's engine gpu-uring (one driver kernel per layer submits the I/O);
  *  - uring: the store's engine uring (the CPU submits object I/O; a CUDA kernel per layer
  *    gathers or scatters the objects in staging);
+ *  - gds: the store's engine gds (cuFile moves objects between the file and device staging,
+ *    batched; a kernel per layer run checks and scatters them), where libcufile is installed;
  *  - baseline: what CPU-centric tiers do: a pool of threads, each moving one paged block of one
  *    layer at a time with one pread (pwrite) and one cudaMemcpyAsync, double-buffered, in file
  *    order (the order most favourable to it). Its file holds layer blocks back to back.
@@ -28,7 +30,7 @@
  * store's io_submits), the I/O kernels' GPU time and the SMs they held.
  *
  * Usage: tutti-gpu-store-bench --dir DIR [--contexts 8192,32768,131072]
- *            [--paths gpu-uring,uring,baseline] [--repeats N] [--threads N]
+ *            [--paths gpu-uring,uring,gds,baseline] [--repeats N] [--threads N]
  *            [--staging-mib N] [--raw-gib N] [--model NAME] [--json FILE] [--trace]
  */
 #include <cuda_runtime.h>
@@ -58,8 +60,10 @@
  * pairs of a request hold the same bytes (4160 * k is never a multiple of 64 KiB for k < 1024). */
 #define LAYER_SHIFT 4160u
 
-enum path { P_GPU_URING, P_URING, P_BASELINE, NR_PATHS };
-static const char *const path_names[] = {"gpu-uring", "uring", "baseline"};
+enum path { P_GPU_URING, P_URING, P_GDS, P_BASELINE, NR_PATHS };
+static const char *const path_names[] = {"gpu-uring", "uring", "gds", "baseline"};
+static const uint32_t path_engines[] = {TUTTI_ENGINE_GPU_URING, TUTTI_ENGINE_URING,
+                                        TUTTI_ENGINE_GDS};
 
 struct conf {
 	const char *dir;
@@ -493,7 +497,7 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 	o.flags = TUTTI_OPEN_CREATE;
 	o.dirs = dirs;
 	o.nr_dirs = 1;
-	o.engine = path == P_GPU_URING ? TUTTI_ENGINE_GPU_URING : TUTTI_ENGINE_URING;
+	o.engine = path_engines[path];
 	/* One request and a few spare slots: each store round evicts the previous round. */
 	o.capacity_bytes = (uint64_t)(x->chunks + 4) * tutti_geometry_slot_bytes(&b->geo);
 	o.staging_bytes = b->c.staging_bytes;
@@ -738,7 +742,7 @@ static void
 usage(void)
 {
 	fprintf(stderr, "usage: tutti-gpu-store-bench --dir DIR [--contexts T1,T2,...] "
-	                "[--paths gpu-uring,uring,baseline]\n"
+	                "[--paths gpu-uring,uring,gds,baseline]\n"
 	                "       [--repeats N] [--threads N] [--staging-mib N] [--raw-gib N] "
 	                "[--model NAME] [--json FILE]\n");
 	exit(2);
@@ -799,7 +803,7 @@ parse(int argc, char **argv, struct conf *c)
 	    .model = "llama-3-8b",
 	    .contexts = {8192, 32768, 131072},
 	    .nr_contexts = 3,
-	    .paths = {true, true, true},
+	    .paths = {true, true, false, true},
 	    .repeats = 5,
 	    .threads = 16,
 	    .staging_bytes = 256ull << 20,

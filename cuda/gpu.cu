@@ -156,6 +156,11 @@ tt_gpu_close(struct tt_gpu *g)
 	if (g->done != NULL) {
 		cudaEventDestroy(g->done);
 	}
+	for (int i = 0; i < 2; i++) {
+		if (g->mark[i] != NULL) {
+			cudaEventDestroy(g->mark[i]);
+		}
+	}
 	for (int h = 0; h < 2; h++) {
 		cudaFreeHost(g->h_obj[h]);
 		cudaFreeHost(g->h_ids[h]);
@@ -197,9 +202,9 @@ tt_gpu_open(const struct tt_gpu_conf *conf, struct tt_gpu **out)
 		rc = check(g, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking),
 		           "cudaStreamCreate");
 	}
-	if (rc == 0) {
+	for (int i = 0; rc == 0 && i < 3; i++) {
 		rc = check(g,
-		           cudaEventCreateWithFlags(&g->done,
+		           cudaEventCreateWithFlags(i < 2 ? &g->mark[i] : &g->done,
 		                                    cudaEventBlockingSync | cudaEventDisableTiming),
 		           "cudaEventCreate");
 	}
@@ -258,6 +263,24 @@ tt_gpu_sync(struct tt_gpu *g)
 	int rc = check(g, cudaEventRecord(g->done, g->stream), "cudaEventRecord");
 
 	return rc < 0 ? rc : check(g, cudaEventSynchronize(g->done), "kernel");
+}
+
+extern "C" int
+tt_gpu_mark(struct tt_gpu *g, unsigned i)
+{
+	if (g == NULL || i > 1) {
+		return -EINVAL;
+	}
+	return check(g, cudaEventRecord(g->mark[i], g->stream), "cudaEventRecord");
+}
+
+extern "C" int
+tt_gpu_wait_mark(struct tt_gpu *g, unsigned i)
+{
+	if (g == NULL || i > 1) {
+		return -EINVAL;
+	}
+	return check(g, cudaEventSynchronize(g->mark[i]), "kernel");
 }
 
 /* ---- launches ---- */

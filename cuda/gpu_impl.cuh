@@ -16,7 +16,8 @@ struct tt_gpu {
 	int nr_sms;
 	uint32_t max_blocks;
 	cudaStream_t stream;
-	cudaEvent_t done; /* blocking-sync: tt_gpu_sync sleeps on it */
+	cudaEvent_t done;    /* blocking-sync: tt_gpu_sync sleeps on it */
+	cudaEvent_t mark[2]; /* blocking-sync markers (tt_gpu_mark) */
 	/* descriptors: two pinned host halves (written while the other may still be copied) and
 	 * one device copy read by the kernel */
 	unsigned long long *h_obj[2];

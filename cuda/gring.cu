@@ -420,6 +420,36 @@ reserve(const struct tt_gpu *g, void **buf, uint64_t *cap, uint64_t need)
 	return 0;
 }
 
+/* The checksum secret into constant memory, once per context. */
+static int
+secret_set(struct tt_gpu *g)
+{
+	int rc = 0;
+
+	if (!g->csum_secret_set) {
+		rc =
+		    check(g, cudaMemcpyToSymbol(c_xxh_secret, tt_csum_secret, sizeof(c_xxh_secret)),
+		          "cudaMemcpyToSymbol");
+		g->csum_secret_set = rc == 0;
+	}
+	return rc;
+}
+
+/* The segments of \p layer of \p kv into \p p. */
+static void
+layer_segs(job_param *p, const struct tutti_kv *kv, uint32_t layer)
+{
+	const struct tutti_segment *segs = tt_kv_layer_segs(kv, layer);
+
+	p->nr_segs = kv->segs_per_layer;
+	for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
+		p->seg[s].base = segs[s].base;
+		p->seg[s].stride = segs[s].block_stride;
+		p->seg[s].bytes = segs[s].bytes;
+	}
+	p->lbb = kv->geo.layer_block_bytes;
+}
+
 static int
 prepare_dev(struct tt_gpu *g, const struct tt_gring_job *job, uint32_t workers)
 {
@@ -445,14 +475,9 @@ prepare_dev(struct tt_gpu *g, const struct tt_gring_job *job, uint32_t workers)
 			return rc;
 		}
 	}
-	if (!g->csum_secret_set) {
-		rc =
-		    check(g, cudaMemcpyToSymbol(c_xxh_secret, tt_csum_secret, sizeof(c_xxh_secret)),
-		          "cudaMemcpyToSymbol");
-		if (rc < 0) {
-			return rc;
-		}
-		g->csum_secret_set = true;
+	rc = secret_set(g);
+	if (rc < 0) {
+		return rc;
 	}
 	caps[0] = (uint64_t)d->nr_objs_cap * sizeof(*d->objs);
 	caps[1] = (uint64_t)d->nr_ids_cap * sizeof(*d->ids);
@@ -484,7 +509,6 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
                    const struct tt_gring_job *job)
 {
 	const struct tutti_kv *kv = job->kv;
-	const struct tutti_segment *segs;
 	struct tt_gring_dev *d;
 	uint32_t workers;
 	job_param p;
@@ -510,14 +534,7 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 	d = g->gring;
 	memset(&p, 0, sizeof(p));
 	p.ring = *ring;
-	segs = tt_kv_layer_segs(kv, job->layer);
-	p.nr_segs = kv->segs_per_layer;
-	for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
-		p.seg[s].base = segs[s].base;
-		p.seg[s].stride = segs[s].block_stride;
-		p.seg[s].bytes = segs[s].bytes;
-	}
-	p.lbb = kv->geo.layer_block_bytes;
+	layer_segs(&p, kv, job->layer);
 	p.bounce = job->bounce;
 	p.slot_bytes = job->slot_bytes;
 	p.slots = job->slots;
@@ -605,6 +622,80 @@ tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
 	return 0;
 }
 
+/* ---- objects in device memory (engine gds) ---- */
+
+/* Block b owns object b, in slot b of \p mem: load checks and scatters it, save gathers and
+ * hashes it (zeroing the slot's padding). */
+__global__ static void
+__launch_bounds__(THREADS)
+    objs_kernel(job_param p, struct tt_gring_obj *objs, const uint32_t *ids, uint8_t *mem)
+{
+	__shared__ uint64_t sums[XXH_WINDOW * 8];
+	__shared__ struct tt_gring_obj
+	    o; /* the descriptor lives in mapped host memory: read once */
+	uint8_t *slot = mem + (uint64_t)blockIdx.x * p.slot_bytes;
+
+	if (threadIdx.x == 0) {
+		o = objs[blockIdx.x];
+	}
+	__syncthreads();
+	if (o.status != 0) {
+		return;
+	}
+	if (p.write) {
+		uint64_t moved = (uint64_t)o.nr_moved * p.lbb, h;
+
+		move_blocks(p, ids + o.ids_off, o.nr_moved, slot, true);
+		__syncthreads();
+		h = xxh3_64_block(slot, moved, sums);
+		for (uint64_t b = moved + threadIdx.x; b < p.slot_bytes; b += THREADS) {
+			slot[b] = 0; /* padding is zero, never stale */
+		}
+		if (threadIdx.x == 0) {
+			objs[blockIdx.x].csum = h;
+		}
+		return;
+	}
+	if (xxh3_64_block(slot, (uint64_t)o.stored * p.lbb, sums) != o.csum) {
+		if (threadIdx.x == 0) {
+			objs[blockIdx.x].status = -EBADMSG;
+		}
+		return; /* never scattered */
+	}
+	move_blocks(p, ids + o.ids_off, o.nr_moved, slot + (uint64_t)o.skip * p.lbb, false);
+}
+
+extern "C" int
+tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, struct tt_gring_obj *objs,
+            uint32_t nr, const uint32_t *ids, uint8_t *mem, uint64_t slot_bytes, bool write)
+{
+	job_param p;
+	int rc;
+
+	if (g == NULL || kv == NULL || kv->mem != TUTTI_MEM_CUDA || kv->device != g->device ||
+	    layer >= kv->geo.g.nr_layers || slot_bytes % 16 != 0 ||
+	    kv->geo.layer_block_bytes <= 240 || (nr > 0 && (objs == NULL || mem == NULL))) {
+		return -EINVAL;
+	}
+	if (nr == 0) {
+		return 0;
+	}
+	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
+	if (rc == 0) {
+		rc = secret_set(g);
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	memset(&p, 0, sizeof(p));
+	layer_segs(&p, kv, layer);
+	p.slot_bytes = slot_bytes;
+	p.write = write;
+	objs_kernel<<<nr, THREADS, 0, g->stream>>>(p, objs, ids, mem);
+	g->launches++;
+	return check(g, cudaGetLastError(), "objects kernel launch");
+}
+
 /* ---- the checksum alone, for tests ---- */
 
 __global__ static void
@@ -628,11 +719,8 @@ tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out)
 		return -EINVAL;
 	}
 	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
-	if (rc == 0 && !g->csum_secret_set) {
-		rc =
-		    check(g, cudaMemcpyToSymbol(c_xxh_secret, tt_csum_secret, sizeof(c_xxh_secret)),
-		          "cudaMemcpyToSymbol");
-		g->csum_secret_set = rc == 0;
+	if (rc == 0) {
+		rc = secret_set(g);
 	}
 	if (rc == 0) {
 		rc = check(g, cudaMalloc(&d_out, sizeof(*d_out)), "cudaMalloc");

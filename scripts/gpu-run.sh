@@ -37,6 +37,9 @@ steps=${*:-test mover}
 for step in $steps; do
 case $step in
 test)
+	log "libcufile here: $(ls /usr/lib/x86_64-linux-gnu/libcufile.so* /usr/local/cuda/lib64/libcufile.so* 2>/dev/null | tr '\n' ' ')"
+	cmake --build build/gpu --target tutti_cufile_abi_check >> "$OUT/build.log" 2>&1
+	log "cuFile ABI check against the real cufile.h: exit $? (no such target: no cufile.h)"
 	log "every test, GPU tests included"
 	(cd build/gpu && ctest --output-on-failure -j4) > "$OUT/ctest.log" 2>&1
 	log "ctest exit $?"

@@ -35,10 +35,15 @@ enum tutti_engine {
 	 *  following the same protocol otherwise. Objects move through object-sized bounce slots of
 	 *  the staging memory. Recovery, headers and flushes use the uring engine. */
 	TUTTI_ENGINE_GPU_URING = 2,
+	/** NVIDIA cuFile (GPUDirect Storage), loaded at run time: GPU KV moves between the files
+	 *  and device staging by cuFile (batched where the library can), checked and scattered by
+	 *  one kernel launch per layer run; host KV uses the uring engine. Opening fails with
+	 *  -EOPNOTSUPP where libcufile is not installed. */
+	TUTTI_ENGINE_GDS = 3,
 };
 
 /**
- * Parse an engine name ("uring", "posix" or "gpu-uring").
+ * Parse an engine name ("uring", "posix", "gpu-uring" or "gds").
  * \return the enum tutti_engine value, or -EINVAL for an unknown name or NULL.
  */
 TUTTI_API int tutti_engine_parse(const char *name);

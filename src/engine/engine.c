@@ -25,7 +25,7 @@ tt_engine_ops_for(uint32_t kind)
 int
 tutti_engine_parse(const char *name)
 {
-	static const char *const names[] = {"uring", "posix", "gpu-uring"};
+	static const char *const names[] = {"uring", "posix", "gpu-uring", "gds"};
 
 	if (name == NULL) {
 		return -EINVAL;

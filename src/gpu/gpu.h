@@ -106,6 +106,22 @@ int tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
  * launch. Returns 0 or -EIO. */
 int tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks);
 
+/*
+ * Engine gds: \p nr objects of layer \p layer in device memory, object k in the slot of
+ * \p slot_bytes at mem + k * slot_bytes. Load (write false): check each object with status 0
+ * against its csum (-EBADMSG on a mismatch, never scattered) and scatter it into the KV; save:
+ * gather each object with status 0, hash it into csum and zero its padding. \p objs and \p ids
+ * must be readable by the device (mapped host memory, say); results land in \p objs. One launch,
+ * asynchronous on the context's stream. Returns 0, -EINVAL or -EIO.
+ */
+int tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
+                struct tt_gring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
+                uint64_t slot_bytes, bool write);
+/* Two markers on the context's stream: tt_gpu_mark records marker \p i (0 or 1) after what is
+ * launched so far; tt_gpu_wait_mark sleeps until it is passed. Returns 0, -EINVAL or -EIO. */
+int tt_gpu_mark(struct tt_gpu *g, unsigned i);
+int tt_gpu_wait_mark(struct tt_gpu *g, unsigned i);
+
 /* The object checksum (tt_csum) of \p len (> 240) bytes of device memory at \p p, computed on
  * the GPU; synchronous. For tests of the GPU hash against the CPU's. */
 int tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out);

@@ -131,6 +131,25 @@ tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
 }
 
 int
+tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, struct tt_gring_obj *objs,
+            uint32_t nr, const uint32_t *ids, uint8_t *mem, uint64_t slot_bytes, bool write)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_mark(struct tt_gpu *g, unsigned i)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_wait_mark(struct tt_gpu *g, unsigned i)
+{
+	return -EOPNOTSUPP;
+}
+
+int
 tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out)
 {
 	return -EOPNOTSUPP;

@@ -93,6 +93,8 @@ tutti_store_load(struct tutti_store *st, const struct tutti_kv *kv,
 	pthread_mutex_lock(&st->io_lock);
 	if (st->gring != NULL) {
 		tt_gring_transfer(&t);
+	} else if (st->cufile != NULL) {
+		tt_gds_transfer(&t);
 	} else {
 		tt_transfer_run(&t);
 	}

@@ -63,7 +63,8 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		tt_log_err(log, "store options: ns_bytes without ns");
 		return -EINVAL;
 	}
-	if (o->engine != TUTTI_ENGINE_GPU_URING && tt_engine_ops_for(o->engine) == NULL) {
+	if (o->engine != TUTTI_ENGINE_GPU_URING && o->engine != TUTTI_ENGINE_GDS &&
+	    tt_engine_ops_for(o->engine) == NULL) {
 		tt_log_err(log, "store options: unknown engine %u", o->engine);
 		return -EINVAL;
 	}
@@ -186,6 +187,86 @@ open_gring(struct tutti_store *st, const struct tutti_store_opts *opts)
 	return rc;
 }
 
+/* Engine gds (cuFile's driver already open): a handle per data file, and (with the batch API)
+ * a batch handle per staging half. The device staging waits for the first GPU transfer. */
+#define GDS_MAX_BATCH 128u
+
+static int
+open_gds(struct tutti_store *st)
+{
+	uint32_t nr = tt_pool_nr_dirs(st->pool);
+	uint64_t objs = (uint64_t)st->nr_staging * st->unit_bytes / st->geo.object_bytes / 2;
+
+	st->gds_batch_nr = (uint32_t)TT_MAX(1, TT_MIN(objs, (uint64_t)GDS_MAX_BATCH));
+	st->gds_fh = tt_calloc(nr, sizeof(*st->gds_fh));
+	st->gds_params = tt_calloc(2 * (size_t)st->gds_batch_nr, sizeof(*st->gds_params));
+	st->gds_events = tt_calloc(st->gds_batch_nr, sizeof(*st->gds_events));
+	if (st->gds_fh == NULL || st->gds_params == NULL || st->gds_events == NULL) {
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < nr; i++) {
+		struct tt_cufile_descr d = {.type = TT_CUFILE_HANDLE_TYPE_OPAQUE_FD,
+		                            .handle.fd = tt_pool_fds(st->pool)[i]};
+		struct tt_cufile_error e = st->cufile->handle_register(&st->gds_fh[i], &d);
+
+		if (e.err != 0) {
+			st->gds_fh[i] = NULL;
+			tt_log_err(&st->log,
+			           "engine gds: cuFileHandleRegister failed (cuFile error %d)",
+			           e.err);
+			return -EIO;
+		}
+	}
+	for (uint32_t h = 0; st->cufile->batch_setup != NULL && h < 2; h++) {
+		struct tt_cufile_error e =
+		    st->cufile->batch_setup(&st->gds_batch[h], st->gds_batch_nr);
+
+		if (e.err != 0) {
+			tt_log_info(
+			    &st->log,
+			    "engine gds: cuFileBatchIOSetUp failed (cuFile error %d); one I/O "
+			    "per call",
+			    e.err);
+			st->gds_batch[h] = NULL;
+		}
+	}
+	if (st->gds_batch[0] == NULL || st->gds_batch[1] == NULL) {
+		for (uint32_t h = 0; h < 2; h++) {
+			if (st->gds_batch[h] != NULL) {
+				st->cufile->batch_destroy(st->gds_batch[h]);
+				st->gds_batch[h] = NULL;
+			}
+		}
+	}
+	return 0;
+}
+
+static void
+close_gds(struct tutti_store *st)
+{
+	if (st->cufile == NULL) {
+		return;
+	}
+	for (uint32_t h = 0; h < 2; h++) {
+		if (st->gds_batch[h] != NULL) {
+			st->cufile->batch_destroy(st->gds_batch[h]);
+		}
+	}
+	if (st->gds_buf_registered) {
+		st->cufile->buf_deregister(st->gds_staging);
+	}
+	tt_gpu_dev_free(st->gds_staging);
+	for (uint32_t i = 0; st->gds_fh != NULL && i < tt_pool_nr_dirs(st->pool); i++) {
+		if (st->gds_fh[i] != NULL) {
+			st->cufile->handle_deregister(st->gds_fh[i]);
+		}
+	}
+	tt_cufile_close(st->cufile);
+	tt_free(st->gds_fh);
+	tt_free(st->gds_params);
+	tt_free(st->gds_events);
+}
+
 /* TUTTI_OPEN_EXISTING: take geometry, key size, namespace and capacity from the first
  * directory's superblock. */
 static int
@@ -241,6 +322,13 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	rc = check_opts(opts, &st->log);
 	if (rc < 0) {
 		goto err;
+	}
+	/* Before anything is created: without libcufile, engine gds is refused outright. */
+	if (opts->engine == TUTTI_ENGINE_GDS) {
+		rc = tt_cufile_open(&st->log, &st->cufile);
+		if (rc < 0) {
+			goto err;
+		}
 	}
 	st->flags = opts->flags;
 	st->durability = opts->durability;
@@ -314,8 +402,10 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	    .threads = opts->posix_threads,
 	    .log = &st->log,
 	};
-	/* gpu-uring keeps the uring engine for control I/O (recovery, headers, flushes). */
-	rc = tt_engine_create(tt_engine_ops_for(opts->engine == TUTTI_ENGINE_GPU_URING
+	/* gpu-uring and gds keep the uring engine for control I/O (recovery, headers, flushes)
+	 * and for host KV. */
+	rc = tt_engine_create(tt_engine_ops_for(opts->engine == TUTTI_ENGINE_GPU_URING ||
+	                                                opts->engine == TUTTI_ENGINE_GDS
 	                                            ? TUTTI_ENGINE_URING
 	                                            : opts->engine),
 	                      &ec, &st->engine);
@@ -324,6 +414,12 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	}
 	if (opts->engine == TUTTI_ENGINE_GPU_URING) {
 		rc = open_gring(st, opts);
+		if (rc < 0) {
+			goto err;
+		}
+	}
+	if (opts->engine == TUTTI_ENGINE_GDS) {
+		rc = open_gds(st);
 		if (rc < 0) {
 			goto err;
 		}
@@ -361,6 +457,7 @@ tutti_store_close(struct tutti_store *st)
 	 * the GPU, which may still read it. */
 	tt_gring_destroy(st->gring);
 	tt_engine_destroy(st->engine);
+	close_gds(st);
 	tt_gpu_host_free(st->gring_host);
 	tt_gpu_close(st->gpu);
 	if (st->staging_mapped) {
@@ -480,10 +577,11 @@ tt_store_gpu(struct tutti_store *st, int device, struct tt_gpu **out)
 void
 tt_store_note_io(struct tutti_store *st)
 {
-	uint64_t ios = st->engine->nr_ios + st->gring_ios;
-	/* System calls on the data path: engine submissions, and for the ring only the host's
-	 * wake-ups of its SQ thread (never one per I/O). */
-	uint64_t calls = st->engine->nr_submits + (st->gring ? tt_gring_wakeups(st->gring) : 0);
+	uint64_t ios = st->engine->nr_ios + st->gring_ios + st->gds_ios;
+	/* System calls on the data path: engine submissions, for the ring only the host's
+	 * wake-ups of its SQ thread (never one per I/O), for gds the cuFile calls. */
+	uint64_t calls =
+	    st->engine->nr_submits + (st->gring ? tt_gring_wakeups(st->gring) : 0) + st->gds_calls;
 
 	pthread_mutex_lock(&st->lock);
 	st->stats.io_ops = ios;

@@ -10,6 +10,7 @@
 
 #include "common/common.h"
 #include "engine/engine.h"
+#include "gds/cufile.h"
 #include "gpu/gpu.h"
 #include "gring/gring.h"
 #include "index/index.h"
@@ -66,6 +67,19 @@ struct tutti_store {
 	 * under io_lock): pinned so that launches and result copies stay asynchronous. */
 	void *gring_host;
 	size_t gring_host_bytes;
+	/* Engine gds: libcufile, one cuFile handle per data file, a batch handle per staging half
+	 * (NULL without the batch API), and the device staging of 2 x gds_batch_nr object slots
+	 * (made on first use). Under io_lock. */
+	struct tt_cufile *cufile;
+	void **gds_fh;
+	void *gds_batch[2];
+	uint32_t gds_batch_nr;
+	struct tt_cufile_io_params *gds_params; /* 2 x gds_batch_nr */
+	struct tt_cufile_io_event *gds_events;  /* gds_batch_nr */
+	uint8_t *gds_staging;
+	bool gds_buf_registered;
+	bool gds_broken;
+	uint64_t gds_ios, gds_calls;
 };
 
 /* One I/O: layers [layer, layer + nr_layers) of one chunk, or the chunk's header. */
@@ -132,6 +146,9 @@ bool tt_unit_verify(struct tt_transfer *t, const struct tt_unit *u, const uint8_
 int tt_unit_scatter(const struct tt_transfer *t, const struct tt_unit *u, uint8_t *buf);
 /* gring_path.c: the same transfer through the GPU-drivable ring (engine gpu-uring). */
 int tt_gring_transfer(struct tt_transfer *t);
+
+/* gds_path.c: the same transfer through cuFile (engine gds). */
+int tt_gds_transfer(struct tt_transfer *t);
 
 /* objs.c: the per-layer object lists of the GPU object paths (gpu-uring, gds). Layer l's
  * objects are objs[l * n, (l + 1) * n), one per chunk still in play, in chunk order; ids holds

@@ -7,6 +7,7 @@
  * caught on the GPU (-EBADMSG) and never scattered; host system calls per layer do not grow
  * with the number of objects. Exits 77 without a GPU or a usable ring.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -63,6 +64,9 @@ test_gpu_checksum_equals_the_cpu_checksum(void **state)
 
 /* ---- store round trips ---- */
 
+/* The engine under test: gpu-uring, then gds (where libcufile is installed). */
+static uint32_t g_engine = TUTTI_ENGINE_GPU_URING;
+
 struct world {
 	char *dir;
 	struct tutti_geometry geo;
@@ -97,7 +101,7 @@ world_open(struct world *w, const struct tutti_geometry *geo, enum t_layout layo
 	o.flags = TUTTI_OPEN_CREATE;
 	o.dirs = dirs;
 	o.nr_dirs = 1;
-	o.engine = TUTTI_ENGINE_GPU_URING;
+	o.engine = g_engine;
 	o.capacity_bytes = 64 * tutti_geometry_slot_bytes(geo);
 	o.staging_bytes = slots * tutti_geometry_object_bytes(geo);
 	o.key_bytes = KEY_BYTES;
@@ -342,9 +346,24 @@ main(void)
 	    cmocka_unit_test(test_gpu_uring_damaged_object_is_caught_on_the_gpu),
 	    cmocka_unit_test(test_gpu_uring_system_calls_per_layer_do_not_grow_with_objects),
 	};
+	/* The same round trips and damage through engine gds (cuFile into device staging). */
+	const struct CMUnitTest gds_tests[] = {
+	    cmocka_unit_test(test_gpu_uring_round_trips_are_bit_exact_for_every_layout),
+	    cmocka_unit_test(test_gpu_uring_damaged_object_is_caught_on_the_gpu),
+	};
+	void *cufile;
+	int rc;
 
 	if (tt_gpu_device_count() <= 0 || !t_tmpdir_supports_odirect()) {
 		return 77; /* no GPU here, built without CUDA, or no O_DIRECT */
 	}
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	rc = cmocka_run_group_tests_name("gpu-uring", tests, NULL, NULL);
+	cufile = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
+	if (cufile == NULL) {
+		print_message("engine gds: not tested, libcufile is not installed\n");
+		return rc;
+	}
+	dlclose(cufile);
+	g_engine = TUTTI_ENGINE_GDS;
+	return rc | cmocka_run_group_tests_name("gds", gds_tests, NULL, NULL);
 }

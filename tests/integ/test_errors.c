@@ -6,6 +6,7 @@
  * data file that is not a store (-EPROTO), NULL arguments everywhere, errors reported through
  * log_fn, and a library that never prints.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -291,7 +292,7 @@ dir_entry_empty(struct fixture *f, struct tutti_store_opts *o)
 static void
 unknown_engine(struct fixture *f, struct tutti_store_opts *o)
 {
-	o->engine = TUTTI_ENGINE_GPU_URING + 1;
+	o->engine = TUTTI_ENGINE_GDS + 1;
 }
 
 static void
@@ -380,6 +381,31 @@ test_open_staging_of_exactly_one_object_is_enough(void **state)
 	tutti_store_close(open_expect(f, 0));
 	f->opts.max_io_bytes = f->opts.staging_bytes;
 	tutti_store_close(reopen_expect(f, 0));
+}
+
+static void
+test_open_engine_gds_needs_libcufile(void **state)
+{
+	struct fixture *f = *state;
+	void *lib = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
+	struct stat sb;
+
+	f->opts.engine = TUTTI_ENGINE_GDS;
+	if (lib != NULL) {
+		/* A GPU server: the store opens (its driver may still refuse: then -EIO). */
+		struct tutti_store *st = NULL;
+		int rc = tutti_store_open(&f->geo, &f->opts, &st);
+
+		dlclose(lib);
+		assert_true(rc == 0 || rc == -EIO);
+		tutti_store_close(st);
+		return;
+	}
+	/* Refused before anything is created, with the reason in the log. */
+	t_log_reset(&f->rec);
+	open_expect(f, -EOPNOTSUPP);
+	assert_true(t_log_contains(&f->rec, "libcufile"));
+	assert_int_equal(stat(f->dir, &sb), -1);
 }
 
 static void
@@ -739,6 +765,7 @@ main(void)
 	    T(test_open_missing_directory_without_create_is_enoent),
 	    T(test_open_invalid_options_are_einval_and_create_nothing),
 	    T(test_open_staging_of_exactly_one_object_is_enough),
+	    T(test_open_engine_gds_needs_libcufile),
 	    T(test_open_second_handle_is_ebusy_until_the_first_closes),
 	    T(test_open_store_sharing_one_directory_is_ebusy),
 	    T(test_open_other_geometry_key_size_or_namespace_is_eexist),

@@ -278,7 +278,9 @@ print_raw(const char *what, double gbps, uint32_t bs, uint32_t qd)
 static const char *
 engine_name(uint32_t e)
 {
-	return e == TUTTI_ENGINE_URING ? "uring" : e == TUTTI_ENGINE_POSIX ? "posix" : "gpu-uring";
+	static const char *const names[] = {"uring", "posix", "gpu-uring", "gds"};
+
+	return e < sizeof(names) / sizeof(names[0]) ? names[e] : "unknown";
 }
 
 static const char *

@@ -278,6 +278,7 @@ test_engine_kinds_and_names(void **state)
 	assert_int_equal(tutti_engine_parse("uring"), TUTTI_ENGINE_URING);
 	assert_int_equal(tutti_engine_parse("posix"), TUTTI_ENGINE_POSIX);
 	assert_int_equal(tutti_engine_parse("gpu-uring"), TUTTI_ENGINE_GPU_URING);
+	assert_int_equal(tutti_engine_parse("gds"), TUTTI_ENGINE_GDS);
 	assert_int_equal(tutti_engine_parse("io_uring"), -EINVAL);
 	assert_int_equal(tutti_engine_parse(""), -EINVAL);
 	assert_int_equal(tutti_engine_parse("POSIX"), -EINVAL);
