@@ -502,8 +502,8 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 	o.capacity_bytes = (uint64_t)(x->chunks + 4) * tutti_geometry_slot_bytes(&b->geo);
 	o.staging_bytes = b->c.staging_bytes;
 	o.key_bytes = KEY_BYTES;
+	o.log_fn = log_to_stderr; /* errors always, with their reason */
 	if (b->c.trace) {
-		o.log_fn = log_to_stderr;
 		o.log_level = TUTTI_LOG_DEBUG;
 	}
 	rc = tutti_store_open(&b->geo, &o, &st);

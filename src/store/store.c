@@ -3,7 +3,10 @@
  * Store handle: open and close, lookup, statistics. Loads and saves are in transfer.c.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <linux/magic.h>
 #include <sys/vfs.h>
 #include <string.h>
@@ -199,16 +202,34 @@ open_gds(struct tutti_store *st)
 
 	st->gds_batch_nr = (uint32_t)TT_MAX(1, TT_MIN(objs, (uint64_t)GDS_MAX_BATCH));
 	st->gds_fh = tt_calloc(nr, sizeof(*st->gds_fh));
+	st->gds_fds = tt_calloc(nr, sizeof(*st->gds_fds));
+	for (uint32_t i = 0; st->gds_fds != NULL && i < nr; i++) {
+		st->gds_fds[i] = -1;
+	}
 	st->gds_params = tt_calloc(2 * (size_t)st->gds_batch_nr, sizeof(*st->gds_params));
 	st->gds_events = tt_calloc(st->gds_batch_nr, sizeof(*st->gds_events));
-	if (st->gds_fh == NULL || st->gds_params == NULL || st->gds_events == NULL) {
+	if (st->gds_fh == NULL || st->gds_fds == NULL || st->gds_params == NULL ||
+	    st->gds_events == NULL) {
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < nr; i++) {
-		struct tt_cufile_descr d = {.type = TT_CUFILE_HANDLE_TYPE_OPAQUE_FD,
-		                            .handle.fd = tt_pool_fds(st->pool)[i]};
-		struct tt_cufile_error e = st->cufile->handle_register(&st->gds_fh[i], &d);
+		struct tt_cufile_descr d = {.type = TT_CUFILE_HANDLE_TYPE_OPAQUE_FD};
+		struct tt_cufile_error e;
+		char path[64];
 
+		/* cuFile refuses descriptors opened with O_NOFOLLOW, as the pool's are: reopen the
+		 * same file through its /proc link (the inode the pool holds, no path lookup). */
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", tt_pool_fds(st->pool)[i]);
+		st->gds_fds[i] = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+		if (st->gds_fds[i] < 0) {
+			int rc = -errno;
+
+			tt_log_err(&st->log, "engine gds: reopening data file %u: %s", i,
+			           tutti_strerror(rc));
+			return rc;
+		}
+		d.handle.fd = st->gds_fds[i];
+		e = st->cufile->handle_register(&st->gds_fh[i], &d);
 		if (e.err != 0) {
 			st->gds_fh[i] = NULL;
 			tt_log_err(&st->log,
@@ -260,9 +281,13 @@ close_gds(struct tutti_store *st)
 		if (st->gds_fh[i] != NULL) {
 			st->cufile->handle_deregister(st->gds_fh[i]);
 		}
+		if (st->gds_fds[i] >= 0) {
+			close(st->gds_fds[i]);
+		}
 	}
 	tt_cufile_close(st->cufile);
 	tt_free(st->gds_fh);
+	tt_free(st->gds_fds);
 	tt_free(st->gds_params);
 	tt_free(st->gds_events);
 }

@@ -71,6 +71,7 @@ struct tutti_store {
 	 * (NULL without the batch API), and the device staging of 2 x gds_batch_nr object slots
 	 * (made on first use). Under io_lock. */
 	struct tt_cufile *cufile;
+	int *gds_fds; /* the data files reopened without O_NOFOLLOW, which cuFile refuses */
 	void **gds_fh;
 	void *gds_batch[2];
 	uint32_t gds_batch_nr;

@@ -64,6 +64,14 @@ test_gpu_checksum_equals_the_cpu_checksum(void **state)
 
 /* ---- store round trips ---- */
 
+/* Errors the store logs go to the test's output: a failure says why. */
+static void
+log_to_output(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	print_message("tutti[%d]: %s\n", level, msg);
+}
+
 /* The engine under test: gpu-uring, then gds (where libcufile is installed). */
 static uint32_t g_engine = TUTTI_ENGINE_GPU_URING;
 
@@ -105,6 +113,7 @@ world_open(struct world *w, const struct tutti_geometry *geo, enum t_layout layo
 	o.capacity_bytes = 64 * tutti_geometry_slot_bytes(geo);
 	o.staging_bytes = slots * tutti_geometry_object_bytes(geo);
 	o.key_bytes = KEY_BYTES;
+	o.log_fn = log_to_output;
 	assert_int_equal(tutti_store_open(geo, &o, &w->st), 0);
 }
 
