@@ -507,6 +507,9 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 		o.log_level = TUTTI_LOG_DEBUG;
 	}
 	rc = tutti_store_open(&b->geo, &o, &st);
+	if (rc == -EOPNOTSUPP && path == P_GDS) {
+		return NULL; /* cuFile is not installed or refuses this platform (logged) */
+	}
 	if (rc < 0) {
 		die("tutti_store_open", rc);
 	}
@@ -576,7 +579,8 @@ meter_stop(const struct round_meter *m, struct ctx *x, struct tutti_store *st, s
 	}
 }
 
-static void
+/* Returns false when the path cannot run here (engine gds without a usable cuFile). */
+static bool
 run_path(struct ctx *x, enum path path, struct phase *store, struct phase *retrieve,
          uint64_t *mismatches)
 {
@@ -593,6 +597,13 @@ run_path(struct ctx *x, enum path path, struct phase *store, struct phase *retri
 	}
 	if (path != P_BASELINE) {
 		st = open_store(x, path, dir, sizeof(dir));
+		if (st == NULL) {
+			printf("%-9s %7llu tok %s: not available here (see the log)\n",
+			       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens,
+			       path_names[path]);
+			free(status);
+			return false;
+		}
 	}
 	for (uint32_t r = 0; r < R; r++) {
 		struct round_meter m;
@@ -631,6 +642,7 @@ run_path(struct ctx *x, enum path path, struct phase *store, struct phase *retri
 		close_store(st, dir);
 	}
 	free(status);
+	return true;
 }
 
 static void
@@ -725,7 +737,9 @@ run_context(struct bench *b, uint64_t tokens)
 		if (!b->c.paths[p]) {
 			continue;
 		}
-		run_path(&x, (enum path)p, &store, &retrieve, &mismatches);
+		if (!run_path(&x, (enum path)p, &store, &retrieve, &mismatches)) {
+			continue;
+		}
 		report(&x, (enum path)p, "store", &store, mismatches);
 		report(&x, (enum path)p, "retrieve", &retrieve, mismatches);
 	}

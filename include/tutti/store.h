@@ -38,7 +38,8 @@ enum tutti_engine {
 	/** NVIDIA cuFile (GPUDirect Storage), loaded at run time: GPU KV moves between the files
 	 *  and device staging by cuFile (batched where the library can), checked and scattered by
 	 *  one kernel launch per layer run; host KV uses the uring engine. Opening fails with
-	 *  -EOPNOTSUPP where libcufile is not installed. */
+	 *  -EOPNOTSUPP where libcufile is not installed or refuses the store's files, -EIO where
+	 *  its driver does not open. */
 	TUTTI_ENGINE_GDS = 3,
 };
 

@@ -231,11 +231,14 @@ open_gds(struct tutti_store *st)
 		d.handle.fd = st->gds_fds[i];
 		e = st->cufile->handle_register(&st->gds_fh[i], &d);
 		if (e.err != 0) {
+			/* Typically the platform: cuFile could not classify the file's volume (its
+			 * cufile.log says why), so it cannot do I/O on it, even in compat mode. */
 			st->gds_fh[i] = NULL;
 			tt_log_err(&st->log,
-			           "engine gds: cuFileHandleRegister failed (cuFile error %d)",
-			           e.err);
-			return -EIO;
+			           "engine gds: cuFile refuses data file %u (cuFileHandleRegister: "
+			           "cuFile error %d; cufile.log has the reason)",
+			           i, e.err);
+			return -EOPNOTSUPP;
 		}
 	}
 	for (uint32_t h = 0; st->cufile->batch_setup != NULL && h < 2; h++) {
