@@ -139,18 +139,25 @@ process_cpu_s(void)
 	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
-/* CPU seconds of io_uring's kernel threads of this process (the SQ thread, io-wq workers). */
-static double
-io_thread_cpu_s(void)
+/* CPU time of io_uring's kernel threads of this process (the SQ thread, io-wq workers), per
+ * thread: such threads come and go (io-wq workers exit when idle), so a round's figure is the
+ * growth of each thread alive at its end; a thread that exits within the round is missed. */
+#define MAX_IO_THREADS 1024
+
+struct io_threads {
+	uint32_t n;
+	int tid[MAX_IO_THREADS];
+	unsigned long long ns[MAX_IO_THREADS];
+};
+
+static void
+io_threads_snap(struct io_threads *t)
 {
 	DIR *d = opendir("/proc/self/task");
 	struct dirent *e;
-	double s = 0;
 
-	if (d == NULL) {
-		return 0;
-	}
-	while ((e = readdir(d)) != NULL) {
+	t->n = 0;
+	while (d != NULL && (e = readdir(d)) != NULL && t->n < MAX_IO_THREADS) {
 		char path[300], comm[64] = "";
 		unsigned long long ns = 0;
 		FILE *f;
@@ -173,13 +180,35 @@ io_thread_cpu_s(void)
 		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
 		f = fopen(path, "r");
 		if (f != NULL && fscanf(f, "%llu", &ns) == 1) {
-			s += (double)ns / 1e9;
+			t->tid[t->n] = (int)strtol(e->d_name, NULL, 10);
+			t->ns[t->n++] = ns;
 		}
 		if (f != NULL) {
 			fclose(f);
 		}
 	}
-	closedir(d);
+	if (d != NULL) {
+		closedir(d);
+	}
+}
+
+/* Seconds the threads alive in \p end ran since \p start (or since they began). */
+static double
+io_threads_delta(const struct io_threads *start, const struct io_threads *end)
+{
+	double s = 0;
+
+	for (uint32_t i = 0; i < end->n; i++) {
+		unsigned long long before = 0;
+
+		for (uint32_t j = 0; j < start->n; j++) {
+			if (start->tid[j] == end->tid[i]) {
+				before = start->ns[j];
+				break;
+			}
+		}
+		s += (double)(end->ns[i] - before) / 1e9;
+	}
 	return s;
 }
 
@@ -543,7 +572,8 @@ request(const struct ctx *x, const uint32_t *ids)
 
 struct round_meter {
 	uint64_t t0;
-	double cpu0, io0;
+	double cpu0;
+	struct io_threads io0;
 	struct tutti_stats s0;
 };
 
@@ -554,7 +584,7 @@ meter_start(struct round_meter *m, struct tutti_store *st)
 	if (st != NULL) {
 		tutti_store_get_stats(st, &m->s0);
 	}
-	m->io0 = io_thread_cpu_s();
+	io_threads_snap(&m->io0);
 	m->cpu0 = process_cpu_s();
 	m->t0 = now_ns();
 }
@@ -566,9 +596,11 @@ meter_stop(const struct round_meter *m, struct ctx *x, struct tutti_store *st, s
 	uint64_t ns = now_ns() - m->t0;
 	double gb = (double)x->bytes / 1e9;
 	struct tutti_stats s1 = {.size = sizeof(s1)};
+	struct io_threads io1;
 
 	ph->cpu_s[r] = (process_cpu_s() - m->cpu0) / gb;
-	ph->io_thread_s[r] = (io_thread_cpu_s() - m->io0) / gb;
+	io_threads_snap(&io1);
+	ph->io_thread_s[r] = io_threads_delta(&m->io0, &io1) / gb;
 	ph->gbps[r] = (double)x->bytes / (double)ns;
 	ph->wall_s = (double)ns / 1e9;
 	if (st != NULL) {
