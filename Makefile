@@ -9,7 +9,7 @@ FUZZ := build/fuzz
 FUZZ_SECONDS ?= 20
 CMAKE_COMMON := -DTUTTI_WERROR=ON
 
-.PHONY: all deps build demo test test-release test-asan fuzz style clean
+.PHONY: all deps build demo test test-release test-asan test-python fuzz style clean
 
 all: build
 
@@ -48,10 +48,17 @@ fuzz: deps
 		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
 	done
 
+# The Python binding and the vLLM connector, against real vLLM (its CPU build, pinned), in a
+# virtual environment of their own.
+VENV := .venv-vllm
+test-python: build
+	bash scripts/setup-vllm-venv.sh $(VENV)
+	cd python && ../$(VENV)/bin/python -m pytest -q tests
+
 style: deps
 	bash scripts/check_style.sh
 
-test: style test-release test-asan fuzz
+test: style test-release test-asan fuzz test-python
 
 clean:
 	rm -rf build

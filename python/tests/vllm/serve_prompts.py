@@ -1,0 +1,41 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One vLLM process of the end-to-end tests: serve token-id prompts greedily, with or without
+TuttiConnector, and write the generated tokens and the connector's metrics as JSON.
+
+Usage: serve_prompts.py MODEL PROMPTS.json OUT.json [STORE_DIR]
+"""
+
+import json
+import sys
+
+
+def main(model, prompts_path, out_path, store=None):
+    from vllm import LLM, SamplingParams
+    from vllm.config import KVTransferConfig
+
+    kv = None
+    if store:
+        kv = KVTransferConfig(
+            kv_connector="TuttiConnector",
+            kv_connector_module_path="tutti.vllm.connector",
+            kv_role="kv_both",
+            kv_load_failure_policy="recompute",
+            kv_connector_extra_config={"dirs": [store], "capacity_gb": 0.25,
+                                       "chunk_tokens": 64},
+        )
+    llm = LLM(model=model, skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+              max_model_len=1024, max_num_seqs=8, block_size=32, seed=0,
+              enable_prefix_caching=False, disable_log_stats=False, kv_transfer_config=kv)
+    prompts = json.load(open(prompts_path))
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, detokenize=False)
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
+    metrics = {}
+    for m in llm.get_metrics():
+        if m.name.startswith("vllm:tutti") or m.name in ("vllm:prompt_tokens",):
+            metrics[m.name] = metrics.get(m.name, 0) + getattr(m, "value", 0)
+    json.dump({"tokens": [list(o.outputs[0].token_ids) for o in outs], "metrics": metrics},
+              open(out_path, "w"))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,544 @@
+# SPDX-License-Identifier: Apache-2.0
+"""TuttiConnector: vLLM v1 KV connector backed by a Tutti store (SSD prefix cache).
+
+Turn it on with::
+
+    --kv-transfer-config '{"kv_connector": "TuttiConnector",
+                           "kv_connector_module_path": "tutti.vllm.connector",
+                           "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+                           "kv_connector_extra_config": {"dirs": ["/mnt/nvme0/tutti"],
+                                                         "capacity_gb": 500}}'
+
+How it maps vLLM onto the store (docs/vllm.md has the reference):
+
+* A chunk is ``chunk_tokens`` tokens (a multiple of vLLM's block size), stored once per layer as
+  one contiguous object. Its key is a digest of vLLM's block hash of the chunk's last block; vLLM
+  chains block hashes over the whole prefix, so a key names the prefix up to that chunk. A
+  prompt's trailing full blocks that do not fill a chunk are stored as a partial chunk, found
+  again by a prompt with the same prefix and length.
+* Everything that must not mix lives in the store's namespace: model, dtype, block size, KV
+  shape, tensor-parallel rank, vLLM version. A store opened with another namespace is refused.
+* Scheduler side: ``get_num_new_matched_tokens`` asks the store for the longest stored prefix of
+  the prompt (block-aligned, leaving at least one token to compute); ``build_connector_meta``
+  sends the worker this step's loads and the chunks that became complete.
+* Worker side: loads run in ``start_load_kv`` before the forward (all layers, every chunk
+  checked against its checksum); saves run in ``wait_for_save``, after the step's forward
+  wrote the KV and while the blocks still belong to their request. A chunk that cannot be loaded
+  (evicted, damaged, I/O error) is reported through ``get_block_ids_with_load_errors``: with
+  ``kv_load_failure_policy="recompute"`` vLLM recomputes it, and no error reaches the user.
+"""
+
+import hashlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import vllm
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+    KVConnectorPromMetrics,
+    KVConnectorStats,
+)
+
+from tutti.store import KV, ChunkRequest, Geometry, Store
+
+log = logging.getLogger("tutti.vllm")
+
+KEY_BYTES = 32
+
+
+# ---- configuration ----
+
+
+@dataclass
+class TuttiConfig:
+    """``kv_connector_extra_config`` (docs/vllm.md, "Configuration")."""
+
+    dirs: list
+    capacity_bytes: int
+    chunk_tokens: int = 256
+    engine: str = "uring"
+    durability: str = "fast"
+    staging_bytes: int = 0
+    namespace: str = ""
+
+    @classmethod
+    def from_extra(cls, extra, block_size):
+        extra = dict(extra or {})
+        known = {"dirs", "dir", "capacity_gb", "capacity_bytes", "chunk_tokens", "engine",
+                 "durability", "staging_mb", "namespace"}
+        unknown = sorted(set(extra) - known)
+        if unknown:
+            raise ValueError(f"TuttiConnector: unknown kv_connector_extra_config keys {unknown}; "
+                             f"known: {sorted(known)}")
+        dirs = extra.get("dirs", extra.get("dir"))
+        if isinstance(dirs, str):
+            dirs = [dirs]
+        if not dirs:
+            raise ValueError("TuttiConnector: kv_connector_extra_config needs \"dirs\" (a list "
+                             "of store directories, one per disk)")
+        if "capacity_bytes" in extra:
+            capacity = int(extra["capacity_bytes"])
+        elif "capacity_gb" in extra:
+            capacity = int(float(extra["capacity_gb"]) * 2**30)
+        else:
+            raise ValueError("TuttiConnector: kv_connector_extra_config needs \"capacity_gb\" "
+                             "(store size over all directories)")
+        chunk = int(extra.get("chunk_tokens", max(256 // block_size, 1) * block_size))
+        if chunk <= 0 or chunk % block_size:
+            raise ValueError(f"TuttiConnector: chunk_tokens {chunk} must be a positive multiple "
+                             f"of vLLM's block size {block_size}")
+        return cls(dirs=[str(d) for d in dirs], capacity_bytes=capacity, chunk_tokens=chunk,
+                   engine=str(extra.get("engine", "uring")),
+                   durability=str(extra.get("durability", "fast")),
+                   staging_bytes=int(float(extra.get("staging_mb", 0)) * 2**20),
+                   namespace=str(extra.get("namespace", "")))
+
+
+def _geometry_of(kv_cache_config, chunk_tokens):
+    """The store geometry of this rank's KV: one full-attention group of uniform layers."""
+    groups = kv_cache_config.kv_cache_groups
+    if len(groups) != 1:
+        raise ValueError("TuttiConnector supports models with one KV-cache group (plain full "
+                         f"attention); this one has {len(groups)}")
+    spec = groups[0].kv_cache_spec
+    for attr in ("block_size", "num_kv_heads", "head_size", "dtype", "page_size_bytes"):
+        if not hasattr(spec, attr):
+            raise ValueError(f"TuttiConnector: unsupported KV-cache spec {type(spec).__name__}")
+    elem = spec.dtype.itemsize
+    geo = Geometry(nr_layers=len(groups[0].layer_names), nr_kv_heads=spec.num_kv_heads,
+                   head_dim=spec.head_size, elem_bytes=elem, kv_planes=2,
+                   block_tokens=spec.block_size, chunk_tokens=chunk_tokens)
+    if geo.layer_block_bytes != spec.page_size_bytes:
+        raise ValueError(f"TuttiConnector: a KV page is {spec.page_size_bytes} bytes, not the "
+                         f"{geo.layer_block_bytes} of K and V for {spec.num_kv_heads} heads x "
+                         f"{spec.head_size} x {spec.block_size} tokens")
+    return geo, spec
+
+
+def _namespace(vllm_config, spec, geo, cfg):
+    mc, pc, cc = vllm_config.model_config, vllm_config.parallel_config, vllm_config.cache_config
+    parts = [
+        "tutti-vllm/1",
+        f"model={mc.model}@{getattr(mc, 'revision', None)}",
+        f"dtype={spec.dtype}",
+        f"block={spec.block_size}",
+        f"kv={geo.nr_layers}x{spec.num_kv_heads}x{spec.head_size}",
+        f"page={spec.page_size_bytes}",
+        f"layout={getattr(cc, 'kv_cache_layout', None)}",
+        f"device={vllm_config.device_config.device_type}",
+        f"tp={getattr(pc, 'rank', 0)}/{pc.tensor_parallel_size}",
+        f"pp={pc.pipeline_parallel_size}",
+        f"hash={getattr(cc, 'prefix_caching_hash_algo', None)}",
+        f"vllm={'.'.join(vllm.__version__.split('.')[:2])}",
+        f"user={cfg.namespace}",
+    ]
+    return "|".join(parts).encode()
+
+
+# ---- one store per process ----
+
+# The scheduler and the worker of one engine run in one process when tensor parallelism is 1,
+# and the store file admits one opener: both roles share the handle through this table, keyed
+# by what the store was opened with. It is process-wide because the file lock is.
+_stores_lock = threading.Lock()
+_stores = {}
+
+
+def _acquire_store(cfg, geo, ns):
+    key = (tuple(cfg.dirs), geo, ns, cfg.engine, cfg.durability)
+    with _stores_lock:
+        entry = _stores.get(key)
+        if entry is None:
+            store = Store(cfg.dirs, geo, capacity_bytes=cfg.capacity_bytes, ns=ns,
+                          engine=cfg.engine, durability=cfg.durability, key_bytes=KEY_BYTES,
+                          staging_bytes=cfg.staging_bytes)
+            entry = _stores[key] = [store, 0]
+            log.info("tutti: store %s opened (%s)", cfg.dirs, ns.decode())
+        entry[1] += 1
+        return key, entry[0]
+
+
+def _release_store(key):
+    with _stores_lock:
+        entry = _stores.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            entry[0].close()
+            del _stores[key]
+
+
+def chunk_key(block_hash):
+    """The store key of the chunk ending with the block of ``block_hash``."""
+    return hashlib.blake2b(bytes(block_hash), digest_size=KEY_BYTES).digest()
+
+
+# ---- metadata (scheduler -> worker) ----
+
+
+@dataclass
+class LoadSpec:
+    req_id: str
+    keys: list
+    first_chunk: int
+    skip_blocks: int
+    block_ids: list
+
+
+@dataclass
+class SaveSpec:
+    req_id: str
+    keys: list
+    first_chunk: int
+    block_ids: list
+
+
+@dataclass
+class TuttiConnectorMetadata(KVConnectorMetadata):
+    loads: list = field(default_factory=list)
+    saves: list = field(default_factory=list)
+
+
+# ---- statistics ----
+
+_COUNTERS = ("lookup_tokens", "hit_tokens", "load_tokens", "load_bytes", "load_errors",
+             "save_tokens", "save_bytes", "save_errors", "load_ns", "save_ns")
+
+
+@dataclass
+class TuttiConnectorStats(KVConnectorStats):
+    """Counters since the last report: prompt tokens looked up and found, tokens and bytes
+    loaded and saved, chunks that failed to load or save, and time spent moving."""
+
+    def __post_init__(self):
+        for k in _COUNTERS:
+            self.data.setdefault(k, 0)
+
+    def reset(self):
+        self.data = {k: 0 for k in _COUNTERS}
+
+    def aggregate(self, other):
+        for k in _COUNTERS:
+            self.data[k] = self.data.get(k, 0) + other.data.get(k, 0)
+        return self
+
+    def reduce(self):
+        d = self.data
+        out = {
+            "lookup_tokens": d["lookup_tokens"],
+            "hit_tokens": d["hit_tokens"],
+            "hit_rate": round(d["hit_tokens"] / d["lookup_tokens"], 4) if d["lookup_tokens"]
+            else 0.0,
+            "load_tokens": d["load_tokens"],
+            "load_errors": d["load_errors"],
+            "save_tokens": d["save_tokens"],
+            "save_errors": d["save_errors"],
+        }
+        for op in ("load", "save"):
+            ns = d[f"{op}_ns"]
+            out[f"{op}_GBps"] = round(d[f"{op}_bytes"] / ns, 3) if ns else 0.0
+        return out
+
+    def is_empty(self):
+        return not any(self.data.get(k, 0) for k in _COUNTERS)
+
+
+class TuttiPromMetrics(KVConnectorPromMetrics):
+    """The counters above as Prometheus counters on vLLM's /metrics (vllm:tutti_*_total)."""
+
+    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self._counters = {}
+        for k in _COUNTERS:
+            name = k[:-3] + "_seconds" if k.endswith("_ns") else k
+            counter = self._counter_cls(name=f"vllm:tutti_{name}", labelnames=labelnames,
+                                        documentation=f"TuttiConnector: {name.replace('_', ' ')}")
+            self._counters[k] = {i: counter.labels(*v) for i, v in
+                                 per_engine_labelvalues.items()}
+
+    def observe(self, transfer_stats_data, engine_idx=0):
+        for k, per_engine in self._counters.items():
+            v = transfer_stats_data.get(k, 0)
+            if v:
+                per_engine[engine_idx].inc(v / 1e9 if k.endswith("_ns") else v)
+
+
+# ---- the connector ----
+
+
+@dataclass
+class _ReqState:
+    request: Any
+    prompt_blocks: int  # full blocks of the prompt
+    block_ids: list = field(default_factory=list)
+    saved_chunks: int = 0  # leading full chunks known to be stored
+    tail_done: bool = False  # the prompt's partial chunk stored (or loaded)
+
+
+class TuttiConnector(KVConnectorBase_V1):
+    """vLLM v1 KV connector storing prefix KV in a Tutti store."""
+
+    @property
+    def requires_kv_delivery(self):
+        return False  # a cache: a dropped save is a future miss, never a correctness issue
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        if kv_cache_config is None:
+            raise ValueError("TuttiConnector needs the KV-cache config (vLLM >= 0.11)")
+        pc = vllm_config.parallel_config
+        if pc.tensor_parallel_size * pc.pipeline_parallel_size != 1:
+            raise ValueError("TuttiConnector does not support tensor or pipeline parallelism "
+                             "yet (tensor_parallel_size and pipeline_parallel_size must be 1)")
+        self.block_size = vllm_config.cache_config.block_size
+        self.cfg = TuttiConfig.from_extra(
+            self._kv_transfer_config.kv_connector_extra_config, self.block_size)
+        self.bpc = self.cfg.chunk_tokens // self.block_size
+        self.geo, spec = _geometry_of(kv_cache_config, self.cfg.chunk_tokens)
+        self.ns = _namespace(vllm_config, spec, self.geo, self.cfg)
+        self._num_blocks = kv_cache_config.num_blocks
+        self._store_key, self.store = _acquire_store(self.cfg, self.geo, self.ns)
+        self._stats = TuttiConnectorStats()
+        # scheduler side
+        self._reqs = {}
+        self._lookups = {}
+        self._pending_loads = {}
+        # worker side
+        self._kv = None
+        self._load_errors = set()
+
+    # -- keys --
+
+    def _chunk_keys(self, block_hashes, nr_blocks):
+        """Keys of the chunks holding the first ``nr_blocks`` blocks (the last may be partial)."""
+        keys = [chunk_key(block_hashes[end - 1])
+                for end in range(self.bpc, nr_blocks + 1, self.bpc)]
+        if nr_blocks % self.bpc:
+            keys.append(chunk_key(block_hashes[nr_blocks - 1]))
+        return keys
+
+    # -- scheduler side --
+
+    def on_new_request(self, request):
+        prompt = request.num_prompt_tokens
+        self._reqs[request.request_id] = _ReqState(request, prompt // self.block_size)
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        bs = self.block_size
+        # At least one prompt token is computed (for the logits); counts stay block-aligned.
+        limit = (request.num_prompt_tokens - 1) // bs
+        nr_blocks = min(len(request.block_hashes), limit)
+        if nr_blocks * bs <= num_computed_tokens:
+            return 0, False
+        keys = self._chunk_keys(request.block_hashes, nr_blocks)
+        hit, hit_blocks = self.store.lookup(keys)
+        ext = max(0, min(hit_blocks, nr_blocks) * bs - num_computed_tokens)
+        # Counted when the request is admitted (this may be asked again before then).
+        self._lookups[request.request_id] = (num_computed_tokens, keys[:hit],
+                                             nr_blocks * bs - num_computed_tokens)
+        return ext, False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        found = self._lookups.pop(request.request_id, None)
+        if found is None:
+            return
+        num_computed, keys, looked_up = found
+        self._stats.data["lookup_tokens"] += looked_up
+        self._stats.data["hit_tokens"] += num_external_tokens
+        if num_external_tokens == 0:
+            return
+        bs = self.block_size
+        first = num_computed // bs
+        last = (num_computed + num_external_tokens) // bs
+        nr_keys = -(-last // self.bpc)
+        block_ids = list(blocks.get_block_ids()[0])
+        self._pending_loads[request.request_id] = LoadSpec(
+            request.request_id, keys[:nr_keys], first // self.bpc, first % self.bpc,
+            block_ids[first:last])
+        state = self._reqs.get(request.request_id)
+        if state is not None:
+            # What was found need not be written again.
+            state.saved_chunks = max(state.saved_chunks, last // self.bpc)
+            if last % self.bpc and last == state.prompt_blocks:
+                state.tail_done = True
+
+    def _saves_of(self, state, req_id, done_tokens):
+        """The chunks of a request that are complete once ``done_tokens`` are computed."""
+        bs, bpc = self.block_size, self.bpc
+        hashes = state.request.block_hashes
+        full_blocks = min(done_tokens // bs, len(hashes), len(state.block_ids))
+        end = full_blocks // bpc * bpc
+        tail = (not state.tail_done and state.prompt_blocks % bpc
+                and full_blocks >= state.prompt_blocks
+                and state.prompt_blocks // bpc * bpc == end)
+        if tail:
+            end = state.prompt_blocks
+            state.tail_done = True
+        first = state.saved_chunks
+        if end <= first * bpc:
+            return None
+        state.saved_chunks = max(first, end // bpc)
+        return SaveSpec(req_id, self._chunk_keys(hashes, end), first,
+                        state.block_ids[first * bpc:end])
+
+    def build_connector_meta(self, scheduler_output):
+        meta = TuttiConnectorMetadata()
+        scheduled = scheduler_output.num_scheduled_tokens
+        for new in scheduler_output.scheduled_new_reqs:
+            state = self._reqs.get(new.req_id)
+            if new.req_id in self._pending_loads:
+                meta.loads.append(self._pending_loads.pop(new.req_id))
+            if state is None:
+                continue
+            state.block_ids = list(new.block_ids[0])
+            save = self._saves_of(state, new.req_id,
+                                  new.num_computed_tokens + scheduled.get(new.req_id, 0))
+            if save is not None:
+                meta.saves.append(save)
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            state = self._reqs.get(req_id)
+            if req_id in self._pending_loads:
+                meta.loads.append(self._pending_loads.pop(req_id))
+            if state is None:
+                continue
+            new_ids = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids:
+                state.block_ids = list(new_ids[0]) if new_ids else []
+            elif new_ids:
+                state.block_ids.extend(new_ids[0])
+            save = self._saves_of(state, req_id,
+                                  cached.num_computed_tokens[i] + scheduled.get(req_id, 0))
+            if save is not None:
+                meta.saves.append(save)
+        return meta
+
+    def request_finished(self, request, block_ids):
+        self._reqs.pop(request.request_id, None)
+        self._lookups.pop(request.request_id, None)
+        self._pending_loads.pop(request.request_id, None)
+        return False, None  # saves finish within the step that computed the blocks
+
+    # -- worker side --
+
+    def register_kv_caches(self, kv_caches):
+        """Each layer's paged tensor as segments: (B, ...) tensors are one segment per layer,
+        K/V-first (2, B, ...) tensors two."""
+        segs, per_layer, mem = [], None, "host"
+        if len(kv_caches) != self.geo.nr_layers:
+            raise ValueError(f"TuttiConnector: {len(kv_caches)} KV tensors for "
+                             f"{self.geo.nr_layers} layers")
+        page = self.geo.layer_block_bytes
+        for name, t in kv_caches.items():
+            item = t.element_size()
+            if t.shape[0] == self._num_blocks:
+                layer = [(t.data_ptr(), t.stride(0) * item, page)]
+            elif t.shape[0] == 2 and t.shape[1] == self._num_blocks:
+                layer = [(t[i].data_ptr(), t.stride(1) * item, page // 2) for i in range(2)]
+            else:
+                raise ValueError(f"TuttiConnector: layer {name}: KV tensor of shape "
+                                 f"{tuple(t.shape)} is neither (blocks, ...) nor (2, blocks, ...)"
+                                 f" with {self._num_blocks} blocks")
+            block = t[0] if len(layer) == 1 else t[0][0]
+            if not block.is_contiguous() or block.numel() * item != layer[0][2]:
+                raise ValueError(f"TuttiConnector: layer {name}: a block of shape "
+                                 f"{tuple(block.shape)} is not one contiguous page")
+            if per_layer not in (None, len(layer)):
+                raise ValueError("TuttiConnector: layers with different KV layouts")
+            per_layer = len(layer)
+            mem = "cuda" if t.is_cuda else "host"
+            segs.extend(layer)
+        self._kv = KV(self.geo, segs, per_layer, self._num_blocks, mem=mem)
+        log.info("tutti: registered %d layers, %d blocks of %d bytes (%s, %d segment%s/layer)",
+                 self.geo.nr_layers, self._num_blocks, page, mem, per_layer,
+                 "s" if per_layer > 1 else "")
+
+    def _chunk_blocks(self, spec, index):
+        """Block ids of chunk ``spec.first_chunk + index`` within the spec's block list."""
+        start = 0 if index == 0 else self.bpc - spec.skip_blocks + (index - 1) * self.bpc
+        length = self.bpc - spec.skip_blocks if index == 0 else self.bpc
+        return spec.block_ids[start:start + length]
+
+    def start_load_kv(self, forward_context, **kwargs):
+        meta = self._get_connector_metadata()
+        for spec in meta.loads:
+            t0 = time.perf_counter_ns()
+            try:
+                n, status = self.store.load(self._kv, [ChunkRequest(
+                    spec.keys, spec.block_ids, spec.first_chunk, spec.skip_blocks)])
+            except OSError as e:
+                log.warning("tutti: load of %s failed: %s; vLLM recomputes it", spec.req_id, e)
+                status = [-e.errno] * (len(spec.keys) - spec.first_chunk)
+            self._stats.data["load_ns"] += time.perf_counter_ns() - t0
+            for i, rc in enumerate(status):
+                blocks = self._chunk_blocks(spec, i)
+                if rc != 0:
+                    self._load_errors.update(blocks)
+                    self._stats.data["load_errors"] += 1
+                else:
+                    self._stats.data["load_tokens"] += len(blocks) * self.block_size
+                    self._stats.data["load_bytes"] += len(blocks) * self.geo.layer_block_bytes \
+                        * self.geo.nr_layers
+
+    def wait_for_layer_load(self, layer_name):
+        return  # loads complete in start_load_kv
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        return  # whole chunks are saved in wait_for_save, once every layer is written
+
+    def wait_for_save(self):
+        meta = self._get_connector_metadata()
+        for spec in meta.saves:
+            t0 = time.perf_counter_ns()
+            try:
+                _, status = self.store.save(self._kv, [ChunkRequest(
+                    spec.keys, spec.block_ids, spec.first_chunk)])
+            except OSError as e:
+                log.warning("tutti: save of %s failed: %s", spec.req_id, e)
+                status = [-e.errno] * (len(spec.keys) - spec.first_chunk)
+            self._stats.data["save_ns"] += time.perf_counter_ns() - t0
+            for i, rc in enumerate(status):
+                nb = min(self.bpc, len(spec.block_ids) - i * self.bpc)
+                if rc == 0:
+                    self._stats.data["save_tokens"] += nb * self.block_size
+                    self._stats.data["save_bytes"] += nb * self.geo.layer_block_bytes \
+                        * self.geo.nr_layers
+                elif rc < 0:
+                    self._stats.data["save_errors"] += 1
+
+    def get_block_ids_with_load_errors(self):
+        errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    def get_finished(self, finished_req_ids):
+        return None, None  # nothing asynchronous outlives a step
+
+    def get_kv_connector_stats(self):
+        if self._stats.is_empty():
+            return None
+        out, self._stats = self._stats, TuttiConnectorStats()
+        return out
+
+    @classmethod
+    def build_kv_connector_stats(cls, data=None):
+        return TuttiConnectorStats(data=dict(data) if data else {})
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return TuttiPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+    def shutdown(self):
+        if self._kv is not None:
+            self._kv.close()
+            self._kv = None
+        if self._store_key is not None:
+            _release_store(self._store_key)
+            self._store_key = None
