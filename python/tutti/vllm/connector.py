@@ -333,24 +333,28 @@ class TuttiConnector(KVConnectorBase_V1):
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         bs = self.block_size
+        hashes = request.block_hashes
         # At least one prompt token is computed (for the logits); counts stay block-aligned.
-        limit = (request.num_prompt_tokens - 1) // bs
-        nr_blocks = min(len(request.block_hashes), limit)
-        if nr_blocks * bs <= num_computed_tokens:
+        limit = min(len(hashes), (request.num_prompt_tokens - 1) // bs)
+        if limit * bs <= num_computed_tokens:
             return 0, False
-        keys = self._chunk_keys(request.block_hashes, nr_blocks)
+        # The keys the chunks of these blocks were saved under: every full chunk, then the
+        # trailing full blocks as a partial chunk. A chunk stored whole may be loaded in part.
+        keys = self._chunk_keys(hashes, len(hashes))
         hit, hit_blocks = self.store.lookup(keys)
-        ext = max(0, min(hit_blocks, nr_blocks) * bs - num_computed_tokens)
+        ext = max(0, min(hit_blocks, limit) * bs - num_computed_tokens)
         # Counted when the request is admitted (this may be asked again before then).
+        partial_hit = hit == len(keys) and len(hashes) % self.bpc != 0
         self._lookups[request.request_id] = (num_computed_tokens, keys[:hit],
-                                             nr_blocks * bs - num_computed_tokens)
+                                             limit * bs - num_computed_tokens,
+                                             hit - partial_hit, partial_hit)
         return ext, False
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         found = self._lookups.pop(request.request_id, None)
         if found is None:
             return
-        num_computed, keys, looked_up = found
+        num_computed, keys, looked_up, full_hit, partial_hit = found
         self._stats.data["lookup_tokens"] += looked_up
         self._stats.data["hit_tokens"] += num_external_tokens
         if num_external_tokens == 0:
@@ -366,9 +370,8 @@ class TuttiConnector(KVConnectorBase_V1):
         state = self._reqs.get(request.request_id)
         if state is not None:
             # What was found need not be written again.
-            state.saved_chunks = max(state.saved_chunks, last // self.bpc)
-            if last % self.bpc and last == state.prompt_blocks:
-                state.tail_done = True
+            state.saved_chunks = max(state.saved_chunks, full_hit)
+            state.tail_done = state.tail_done or partial_hit
 
     def _saves_of(self, state, req_id, done_tokens):
         """The chunks of a request that are complete once ``done_tokens`` are computed."""

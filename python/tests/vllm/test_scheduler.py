@@ -1,0 +1,183 @@
+# SPDX-License-Identifier: Apache-2.0
+"""TuttiConnector's scheduler side inside vLLM's real Scheduler (no model, no GPU): what it
+finds in the store, what the scheduler then computes, and the metadata the worker receives."""
+
+import errno
+import itertools
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("vllm")
+
+import torch  # noqa: E402
+from vllm import SamplingParams  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    KVTransferConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.utils.hashing import sha256  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+)
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+from tutti.store import KV, ChunkRequest  # noqa: E402
+from tutti.vllm.connector import TuttiConnectorMetadata, chunk_key  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+BS = 32  # tokens per block
+CHUNK = 64  # tokens per chunk: 2 blocks
+NUM_BLOCKS = 256
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    sys.path.insert(0, str(HERE))
+    import tiny_llama
+
+    return tiny_llama.make(tmp_path_factory.mktemp("model") / "tiny-llama")
+
+
+def make_scheduler(model_dir, store_dir, extra=None):
+    init_none_hash(sha256)
+    model = ModelConfig(model=str(model_dir), dtype="float32", seed=0,
+                        skip_tokenizer_init=True)
+    vllm_config = VllmConfig(
+        model_config=model,
+        scheduler_config=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=4096,
+                                         max_model_len=1024, is_encoder_decoder=False),
+        cache_config=CacheConfig(block_size=BS, enable_prefix_caching=False),
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="TuttiConnector", kv_connector_module_path="tutti.vllm.connector",
+            kv_role="kv_both", kv_load_failure_policy="recompute",
+            kv_connector_extra_config=extra or {"dirs": [str(store_dir)], "capacity_gb": 0.05,
+                                                "chunk_tokens": CHUNK}),
+        device_config=DeviceConfig("cpu"),
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=NUM_BLOCKS, kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["l0", "l1"], FullAttentionSpec(
+            block_size=BS, num_kv_heads=2, head_size=32, dtype=torch.float32))])
+    vllm_config.cache_config.num_gpu_blocks = NUM_BLOCKS
+    return Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+                     structured_output_manager=StructuredOutputManager(vllm_config),
+                     block_size=BS, log_stats=True)
+
+
+def request(tokens):
+    params = SamplingParams(max_tokens=4, temperature=0)
+    params.update_from_generation_config({}, 0)
+    return __import__("vllm.v1.request", fromlist=["Request"]).Request(
+        request_id=f"r{next(_ids)}", prompt_token_ids=list(tokens), sampling_params=params,
+        pooling_params=None, block_hasher=get_request_block_hasher(BS, sha256))
+
+
+def prompt(n, seed=1):
+    return list(np.random.default_rng(seed).integers(1, 500, size=n))
+
+
+def populate(connector, req, nr_chunks):
+    """Store the first ``nr_chunks`` chunks of ``req`` (KV bytes do not matter here)."""
+    geo = connector.geo
+    pages = np.zeros((geo.nr_layers, NUM_BLOCKS, geo.layer_block_bytes), dtype=np.uint8)
+    segs = [(pages[i].ctypes.data, geo.layer_block_bytes, geo.layer_block_bytes)
+            for i in range(geo.nr_layers)]
+    kv = KV(geo, segs, 1, NUM_BLOCKS)
+    keys = [chunk_key(req.block_hashes[(c + 1) * 2 - 1]) for c in range(nr_chunks)]
+    n, _ = connector.store.save(kv, [ChunkRequest(keys, list(range(nr_chunks * 2)))])
+    assert n == nr_chunks
+    kv.close()
+
+
+def schedule_one(sched, req):
+    sched.add_request(req)
+    out = sched.schedule()
+    meta = out.kv_connector_metadata
+    assert isinstance(meta, TuttiConnectorMetadata)
+    return out, meta
+
+
+def test_empty_store_schedules_everything_and_saves_complete_chunks(model_dir, tmp_path):
+    sched = make_scheduler(model_dir, tmp_path / "s")
+    req = request(prompt(300))  # 9 full blocks: 4 chunks and a 1-block tail
+    out, meta = schedule_one(sched, req)
+    assert out.num_scheduled_tokens[req.request_id] == 300
+    assert meta.loads == []
+    (save,) = meta.saves
+    block_ids = out.scheduled_new_reqs[0].block_ids[0]
+    assert save.first_chunk == 0
+    assert save.block_ids == block_ids[:9]
+    assert len(save.keys) == 5  # 4 full chunks, then the partial one of block 8
+    assert save.keys[-1] == chunk_key(req.block_hashes[8])
+    sched.connector.shutdown()
+
+
+def test_stored_prefix_is_loaded_and_not_computed(model_dir, tmp_path):
+    sched = make_scheduler(model_dir, tmp_path / "s")
+    tokens = prompt(300)
+    populate(sched.connector, request(tokens), 3)  # 6 blocks = 192 tokens
+    req = request(tokens)
+    out, meta = schedule_one(sched, req)
+    assert out.scheduled_new_reqs[0].num_computed_tokens == 192
+    assert out.num_scheduled_tokens[req.request_id] == 300 - 192
+    (load,) = meta.loads
+    block_ids = out.scheduled_new_reqs[0].block_ids[0]
+    assert (load.first_chunk, load.skip_blocks) == (0, 0)
+    assert load.block_ids == block_ids[:6]
+    assert load.keys == [chunk_key(req.block_hashes[b]) for b in (1, 3, 5)]
+    # The rest is saved: chunk 3 and the 1-block tail, not what was found.
+    (save,) = meta.saves
+    assert save.first_chunk == 3 and save.block_ids == block_ids[6:9]
+    stats = sched.connector.get_kv_connector_stats().reduce()
+    assert stats["hit_tokens"] == 192 and stats["lookup_tokens"] == 288
+    sched.connector.shutdown()
+
+
+def test_a_whole_prompt_hit_leaves_the_last_token_to_compute(model_dir, tmp_path):
+    sched = make_scheduler(model_dir, tmp_path / "s")
+    tokens = prompt(256)  # exactly 8 blocks, 4 chunks
+    populate(sched.connector, request(tokens), 4)
+    req = request(tokens)
+    out, meta = schedule_one(sched, req)
+    # 255 tokens may come from the store, block-aligned: 7 blocks.
+    assert out.scheduled_new_reqs[0].num_computed_tokens == 224
+    assert out.num_scheduled_tokens[req.request_id] == 32
+    (load,) = meta.loads
+    assert len(load.block_ids) == 7 and len(load.keys) == 4  # the last chunk only in part
+    sched.connector.shutdown()
+
+
+def test_a_different_prompt_misses(model_dir, tmp_path):
+    sched = make_scheduler(model_dir, tmp_path / "s")
+    populate(sched.connector, request(prompt(300, seed=1)), 4)
+    req = request(prompt(300, seed=2))
+    out, meta = schedule_one(sched, req)
+    assert out.scheduled_new_reqs[0].num_computed_tokens == 0 and meta.loads == []
+    sched.connector.shutdown()
+
+
+def test_configuration_errors_are_clear(model_dir, tmp_path):
+    with pytest.raises(ValueError, match="dirs"):
+        make_scheduler(model_dir, tmp_path, extra={"capacity_gb": 1})
+    with pytest.raises(ValueError, match="multiple"):
+        make_scheduler(model_dir, tmp_path, extra={"dirs": [str(tmp_path)], "capacity_gb": 1,
+                                                   "chunk_tokens": 48})
+    with pytest.raises(ValueError, match="unknown"):
+        make_scheduler(model_dir, tmp_path, extra={"dirs": [str(tmp_path)], "capacity_gb": 1,
+                                                   "capacty": 3})
+    with pytest.raises(OSError) as e:
+        make_scheduler(model_dir, tmp_path, extra={"dirs": [str(tmp_path)], "capacity_gb": 1,
+                                                   "engine": "nope"})
+    assert e.value.errno == errno.EINVAL
