@@ -2,14 +2,14 @@
 """One vLLM process of the end-to-end tests: serve token-id prompts greedily, with or without
 TuttiConnector, and write the generated tokens and the connector's metrics as JSON.
 
-Usage: serve_prompts.py MODEL PROMPTS.json OUT.json [STORE_DIR]
+Usage: serve_prompts.py MODEL PROMPTS.json OUT.json [STORE_DIR [async]]
 """
 
 import json
 import sys
 
 
-def main(model, prompts_path, out_path, store=None):
+def main(model, prompts_path, out_path, store=None, mode="sync"):
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
 
@@ -21,7 +21,7 @@ def main(model, prompts_path, out_path, store=None):
             kv_role="kv_both",
             kv_load_failure_policy="recompute",
             kv_connector_extra_config={"dirs": [store], "capacity_gb": 0.25,
-                                       "chunk_tokens": 64},
+                                       "chunk_tokens": 64, "async_load": mode == "async"},
         )
     llm = LLM(model=model, skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
               max_model_len=1024, max_num_seqs=8, block_size=32, seed=0,

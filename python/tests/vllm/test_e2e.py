@@ -3,7 +3,8 @@
 
 Process A serves prompts with a long shared prefix and stores their KV; it exits. Process B, on
 the same store, serves the same prompts and extended ones: most prompt tokens come from the
-store and the generated tokens equal those of a run without the connector. Then the store is
+store and the generated tokens equal those of a run without the connector; again with loads
+asynchronous. Then the store is
 damaged: process C still answers identically, by recomputing, and no error reaches the user.
 """
 
@@ -22,7 +23,7 @@ SERVE = HERE / "serve_prompts.py"
 pytest.importorskip("vllm")
 
 
-def run(model, prompts, tmp, name, store=None):
+def run(model, prompts, tmp, name, store=None, mode="sync"):
     """One vLLM process; returns its JSON result."""
     p_path, o_path = tmp / f"{name}-prompts.json", tmp / f"{name}-out.json"
     p_path.write_text(json.dumps(prompts))
@@ -30,7 +31,7 @@ def run(model, prompts, tmp, name, store=None):
                VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
     args = [sys.executable, str(SERVE), str(model), str(p_path), str(o_path)]
     if store is not None:
-        args.append(str(store))
+        args += [str(store), mode]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     (tmp / f"{name}.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stderr[-4000:]}"
@@ -86,6 +87,12 @@ def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model, p
     assert loaded >= 0.9 * prompt_tokens, (loaded, prompt_tokens)
     assert b["metrics"]["vllm:tutti_load_errors"] == 0
     assert b["tokens"] == reference["tokens"]
+
+    # The same with asynchronous loads: requests wait while a loader thread reads their KV.
+    b2 = run(model, second, tmp_path, "b-async", store, mode="async")
+    assert b2["metrics"]["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens
+    assert b2["metrics"]["vllm:tutti_load_errors"] == 0
+    assert b2["tokens"] == reference["tokens"]
 
     from tutti.store import Geometry
 

@@ -181,3 +181,30 @@ def test_configuration_errors_are_clear(model_dir, tmp_path):
         make_scheduler(model_dir, tmp_path, extra={"dirs": [str(tmp_path)], "capacity_gb": 1,
                                                    "engine": "nope"})
     assert e.value.errno == errno.EINVAL
+
+
+def test_async_loads_park_the_request_until_the_worker_reports_them(model_dir, tmp_path):
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+    from vllm.v1.request import RequestStatus
+
+    store = tmp_path / "s"
+    sched = make_scheduler(model_dir, store, extra={
+        "dirs": [str(store)], "capacity_gb": 0.05, "chunk_tokens": CHUNK, "async_load": True})
+    tokens = prompt(300)
+    populate(sched.connector, request(tokens), 3)
+    req = request(tokens)
+    out, meta = schedule_one(sched, req)
+    # Parked while its KV is read: nothing of it is computed in this step.
+    assert req.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    assert req.request_id not in out.num_scheduled_tokens
+    (load,) = meta.loads
+    assert load.req_id == req.request_id and len(load.block_ids) == 6
+    # The worker reports the load done; the next step computes the rest only.
+    sched.update_from_output(out, ModelRunnerOutput(
+        req_ids=[], req_id_to_index={}, sampled_token_ids=[], logprobs=None,
+        prompt_logprobs_dict={}, pooler_output=None,
+        kv_connector_output=KVConnectorOutput(finished_recving={req.request_id})))
+    out2 = sched.schedule()
+    assert out2.num_scheduled_tokens[req.request_id] == 300 - 192
+    assert out2.kv_connector_metadata.loads == []
+    sched.connector.shutdown()

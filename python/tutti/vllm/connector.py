@@ -22,8 +22,10 @@ How it maps vLLM onto the store (docs/vllm.md has the reference):
   the prompt (block-aligned, leaving at least one token to compute); ``build_connector_meta``
   sends the worker this step's loads and the chunks that became complete.
 * Worker side: loads run in ``start_load_kv`` before the forward (all layers, every chunk
-  checked against its checksum); saves run in ``wait_for_save``, after the step's forward
-  wrote the KV and while the blocks still belong to their request. A chunk that cannot be loaded
+  checked against its checksum), or, with ``async_load``, on a loader thread while the request
+  waits and other requests compute (reported done through ``get_finished``); saves run in
+  ``wait_for_save``, after the step's forward wrote the KV and while the blocks still belong
+  to their request. A chunk that cannot be loaded
   (evicted, damaged, I/O error) is reported through ``get_block_ids_with_load_errors``: with
   ``kv_load_failure_policy="recompute"`` vLLM recomputes it, and no error reaches the user.
 """
@@ -32,6 +34,7 @@ import hashlib
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,12 +70,13 @@ class TuttiConfig:
     durability: str = "fast"
     staging_bytes: int = 0
     namespace: str = ""
+    async_load: bool = False
 
     @classmethod
     def from_extra(cls, extra, block_size):
         extra = dict(extra or {})
         known = {"dirs", "dir", "capacity_gb", "capacity_bytes", "chunk_tokens", "engine",
-                 "durability", "staging_mb", "namespace"}
+                 "durability", "staging_mb", "namespace", "async_load"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"TuttiConnector: unknown kv_connector_extra_config keys {unknown}; "
@@ -98,7 +102,18 @@ class TuttiConfig:
                    engine=str(extra.get("engine", "uring")),
                    durability=str(extra.get("durability", "fast")),
                    staging_bytes=int(float(extra.get("staging_mb", 0)) * 2**20),
-                   namespace=str(extra.get("namespace", "")))
+                   namespace=str(extra.get("namespace", "")),
+                   async_load=_flag(extra.get("async_load", False), "async_load"))
+
+
+def _flag(v, name):
+    if isinstance(v, bool):
+        return v
+    if str(v).lower() in ("1", "true", "yes", "on"):
+        return True
+    if str(v).lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"TuttiConnector: {name} must be true or false, not {v!r}")
 
 
 def _geometry_of(kv_cache_config, chunk_tokens):
@@ -314,6 +329,11 @@ class TuttiConnector(KVConnectorBase_V1):
         # worker side
         self._kv = None
         self._load_errors = set()
+        # asynchronous loads: one thread moves them; finished ids and their errors are handed
+        # to vLLM together (errors no later than the step that reports the request done)
+        self._loader = None
+        self._done_lock = threading.Lock()
+        self._loads_done = set()
 
     # -- keys --
 
@@ -348,7 +368,7 @@ class TuttiConnector(KVConnectorBase_V1):
         self._lookups[request.request_id] = (num_computed_tokens, keys[:hit],
                                              limit * bs - num_computed_tokens,
                                              hit - partial_hit, partial_hit)
-        return ext, False
+        return ext, self.cfg.async_load and ext > 0
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         found = self._lookups.pop(request.request_id, None)
@@ -395,10 +415,12 @@ class TuttiConnector(KVConnectorBase_V1):
     def build_connector_meta(self, scheduler_output):
         meta = TuttiConnectorMetadata()
         scheduled = scheduler_output.num_scheduled_tokens
+        # Every load decided since the last step: synchronous ones belong to requests scheduled
+        # now, asynchronous ones to requests that wait for them (WAITING_FOR_REMOTE_KVS).
+        meta.loads = list(self._pending_loads.values())
+        self._pending_loads.clear()
         for new in scheduler_output.scheduled_new_reqs:
             state = self._reqs.get(new.req_id)
-            if new.req_id in self._pending_loads:
-                meta.loads.append(self._pending_loads.pop(new.req_id))
             if state is None:
                 continue
             state.block_ids = list(new.block_ids[0])
@@ -409,8 +431,6 @@ class TuttiConnector(KVConnectorBase_V1):
         cached = scheduler_output.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
             state = self._reqs.get(req_id)
-            if req_id in self._pending_loads:
-                meta.loads.append(self._pending_loads.pop(req_id))
             if state is None:
                 continue
             new_ids = cached.new_block_ids[i]
@@ -470,26 +490,46 @@ class TuttiConnector(KVConnectorBase_V1):
         length = self.bpc - spec.skip_blocks if index == 0 else self.bpc
         return spec.block_ids[start:start + length]
 
-    def start_load_kv(self, forward_context, **kwargs):
-        meta = self._get_connector_metadata()
-        for spec in meta.loads:
-            t0 = time.perf_counter_ns()
-            try:
-                n, status = self.store.load(self._kv, [ChunkRequest(
-                    spec.keys, spec.block_ids, spec.first_chunk, spec.skip_blocks)])
-            except OSError as e:
-                log.warning("tutti: load of %s failed: %s; vLLM recomputes it", spec.req_id, e)
-                status = [-e.errno] * (len(spec.keys) - spec.first_chunk)
+    def _load(self, spec):
+        """One request's load; returns the block ids that could not be loaded."""
+        t0 = time.perf_counter_ns()
+        try:
+            _, status = self.store.load(self._kv, [ChunkRequest(
+                spec.keys, spec.block_ids, spec.first_chunk, spec.skip_blocks)])
+        except OSError as e:
+            log.warning("tutti: load of %s failed: %s; vLLM recomputes it", spec.req_id, e)
+            status = [-e.errno] * (len(spec.keys) - spec.first_chunk)
+        failed = set()
+        with self._done_lock:
             self._stats.data["load_ns"] += time.perf_counter_ns() - t0
             for i, rc in enumerate(status):
                 blocks = self._chunk_blocks(spec, i)
                 if rc != 0:
-                    self._load_errors.update(blocks)
+                    failed.update(blocks)
                     self._stats.data["load_errors"] += 1
                 else:
                     self._stats.data["load_tokens"] += len(blocks) * self.block_size
                     self._stats.data["load_bytes"] += len(blocks) * self.geo.layer_block_bytes \
                         * self.geo.nr_layers
+        return failed
+
+    def _load_async(self, spec):
+        failed = self._load(spec)
+        with self._done_lock:
+            self._load_errors.update(failed)
+            self._loads_done.add(spec.req_id)
+
+    def start_load_kv(self, forward_context, **kwargs):
+        meta = self._get_connector_metadata()
+        for spec in meta.loads:
+            if self.cfg.async_load:
+                if self._loader is None:
+                    self._loader = ThreadPoolExecutor(1, thread_name_prefix="tutti-load")
+                self._loader.submit(self._load_async, spec)
+            else:
+                failed = self._load(spec)
+                with self._done_lock:
+                    self._load_errors.update(failed)
 
     def wait_for_layer_load(self, layer_name):
         return  # loads complete in start_load_kv
@@ -507,27 +547,33 @@ class TuttiConnector(KVConnectorBase_V1):
             except OSError as e:
                 log.warning("tutti: save of %s failed: %s", spec.req_id, e)
                 status = [-e.errno] * (len(spec.keys) - spec.first_chunk)
-            self._stats.data["save_ns"] += time.perf_counter_ns() - t0
-            for i, rc in enumerate(status):
-                nb = min(self.bpc, len(spec.block_ids) - i * self.bpc)
-                if rc == 0:
-                    self._stats.data["save_tokens"] += nb * self.block_size
-                    self._stats.data["save_bytes"] += nb * self.geo.layer_block_bytes \
-                        * self.geo.nr_layers
-                elif rc < 0:
-                    self._stats.data["save_errors"] += 1
+            with self._done_lock:
+                self._stats.data["save_ns"] += time.perf_counter_ns() - t0
+                for i, rc in enumerate(status):
+                    nb = min(self.bpc, len(spec.block_ids) - i * self.bpc)
+                    if rc == 0:
+                        self._stats.data["save_tokens"] += nb * self.block_size
+                        self._stats.data["save_bytes"] += nb * self.geo.layer_block_bytes \
+                            * self.geo.nr_layers
+                    elif rc < 0:
+                        self._stats.data["save_errors"] += 1
 
     def get_block_ids_with_load_errors(self):
-        errors, self._load_errors = self._load_errors, set()
+        with self._done_lock:
+            errors, self._load_errors = self._load_errors, set()
         return errors
 
     def get_finished(self, finished_req_ids):
-        return None, None  # nothing asynchronous outlives a step
+        # Saves finish within their step; asynchronous loads finish here.
+        with self._done_lock:
+            done, self._loads_done = self._loads_done, set()
+        return None, (done or None)
 
     def get_kv_connector_stats(self):
-        if self._stats.is_empty():
-            return None
-        out, self._stats = self._stats, TuttiConnectorStats()
+        with self._done_lock:
+            if self._stats.is_empty():
+                return None
+            out, self._stats = self._stats, TuttiConnectorStats()
         return out
 
     @classmethod
@@ -539,6 +585,9 @@ class TuttiConnector(KVConnectorBase_V1):
         return TuttiPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     def shutdown(self):
+        if self._loader is not None:
+            self._loader.shutdown(wait=True)  # no load may run into freed memory
+            self._loader = None
         if self._kv is not None:
             self._kv.close()
             self._kv = None
