@@ -126,6 +126,23 @@ int tt_gpu_wait_mark(struct tt_gpu *g, unsigned i);
  * the GPU; synchronous. For tests of the GPU hash against the CPU's. */
 int tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out);
 
+/* ---- pipeline signals (cuda/signal.cu) ----
+ * One-thread kernels on a caller's stream (a cudaStream_t; NULL: the legacy default stream) of
+ * \p device, for the layerwise pipeline. \p word and \p times are mapped pinned host memory.
+ * The calling thread's current device is left as it was. */
+
+/* The stream waits until the sequence number at \p word reaches \p value (compared with
+ * wrap-around), or \p timeout_ns passes. times[0] receives the GPU time (%globaltimer, ns) the
+ * wait began, times[1] the time it ended, written last, with bit 63 set on a timeout.
+ * Returns 0, -EINVAL, -ENODEV or -EIO. */
+int tt_gpu_stream_wait(int device, void *stream, const uint32_t *word, uint32_t value,
+                       uint64_t timeout_ns, uint64_t *times);
+/* Store \p value at \p word (release) once everything before it on \p stream is done; \p time,
+ * if not NULL, receives the GPU time it ran. Returns 0, -EINVAL, -ENODEV or -EIO. */
+int tt_gpu_stream_signal(int device, void *stream, uint32_t *word, uint32_t value, uint64_t *time);
+/* GPU time minus CLOCK_MONOTONIC on \p device, in ns (to put both on one timeline). */
+int tt_gpu_timer_offset(int device, int64_t *offset_ns);
+
 /* ---- memory ---- */
 
 /* Pin and map existing host memory (page aligned) for the device. Returns 0 or -errno. */

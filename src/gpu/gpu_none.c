@@ -154,3 +154,22 @@ tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out)
 {
 	return -EOPNOTSUPP;
 }
+
+int
+tt_gpu_stream_wait(int device, void *stream, const uint32_t *word, uint32_t value,
+                   uint64_t timeout_ns, uint64_t *times)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_stream_signal(int device, void *stream, uint32_t *word, uint32_t value, uint64_t *time)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_timer_offset(int device, int64_t *offset_ns)
+{
+	return -EOPNOTSUPP;
+}
