@@ -86,7 +86,8 @@ struct tutti_step {
 	const struct tutti_request *saves; /**< as for tutti_store_save() */
 	uint32_t compute_tokens; /**< tokens the step computes (for the profile); may be 0 */
 	uint32_t reserved;
-	void *stream; /**< GPU mode: the compute stream (cudaStream_t; NULL: the default stream) */
+	void *stream; /**< GPU mode: the compute stream (a CUDA stream handle; NULL: the default
+	                 stream) */
 };
 
 /**

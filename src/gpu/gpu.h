@@ -127,9 +127,9 @@ int tt_gpu_wait_mark(struct tt_gpu *g, unsigned i);
 int tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out);
 
 /* ---- pipeline signals (cuda/signal.cu) ----
- * One-thread kernels on a caller's stream (a cudaStream_t; NULL: the legacy default stream) of
- * \p device, for the layerwise pipeline. \p word and \p times are mapped pinned host memory.
- * The calling thread's current device is left as it was. */
+ * One-thread kernels on a caller's stream (a CUDA stream handle; NULL: the legacy default stream)
+ * of \p device, for the layerwise pipeline. \p word and \p times are mapped pinned host memory. The
+ * calling thread's current device is left as it was. */
 
 /* The stream waits until the sequence number at \p word reaches \p value (compared with
  * wrap-around), or \p timeout_ns passes. times[0] receives the GPU time (%globaltimer, ns) the
