@@ -93,6 +93,10 @@ struct tutti_store_opts {
 	void *log_arg;          /**< passed to log_fn */
 	uint32_t log_level;     /**< most verbose enum tutti_log_level passed on; default WARN */
 	uint32_t durability;    /**< enum tutti_durability; default TUTTI_DURABILITY_FAST */
+	/** Engine gpu-uring with GPU KV: worker CUDA blocks of each layer's I/O kernel (one more
+	 *  block drives the ring), which bounds the SMs the I/O holds while compute runs beside
+	 *  it; 1..64, default 16. */
+	uint32_t gpu_io_workers;
 };
 
 /** Fill \p opts with defaults and set opts->size. This function can't fail. */

@@ -52,6 +52,7 @@ class StoreOpts(ctypes.Structure):
         ("log_arg", ctypes.c_void_p),
         ("log_level", c_u32),
         ("durability", c_u32),
+        ("gpu_io_workers", c_u32),
     ]
 
 

@@ -16,8 +16,6 @@
 
 /* A ring that made no progress for this long is given up on. */
 #define GRING_TIMEOUT_MS 30000
-/* CUDA blocks moving objects in the driver kernel, besides its controller. */
-#define GRING_GPU_WORKERS 16
 
 struct gring_job {
 	struct tt_transfer *t;
@@ -167,7 +165,7 @@ gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
 		    .slots = st->gring_slots,
 		    .slot_bytes = st->geo.object_bytes,
 		    .write = t->kind == TT_TRANSFER_SAVE,
-		    .workers = GRING_GPU_WORKERS,
+		    .workers = st->gpu_io_workers,
 		    .timeout_ms = GRING_TIMEOUT_MS,
 		    .failed = &lists.failed[l],
 		    .trace = trace != NULL ? trace + (size_t)l * TT_GRING_TRACE_POINTS : NULL,

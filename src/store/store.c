@@ -31,6 +31,7 @@ tutti_store_opts_init(struct tutti_store_opts *opts)
 	}
 	memset(opts, 0, sizeof(*opts));
 	opts->size = sizeof(*opts);
+	opts->gpu_io_workers = 16;
 	opts->engine = TUTTI_ENGINE_URING;
 	opts->key_bytes = DEFAULT_KEY_BYTES;
 	opts->staging_bytes = DEFAULT_STAGING_BYTES;
@@ -73,6 +74,10 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 	}
 	if ((o->flags & ~TT_OPEN_FLAGS) != 0) {
 		tt_log_err(log, "store options: unknown flags 0x%x", o->flags & ~TT_OPEN_FLAGS);
+		return -EINVAL;
+	}
+	if (o->gpu_io_workers == 0 || o->gpu_io_workers > 64) {
+		tt_log_err(log, "store options: gpu_io_workers %u is not in 1..64", o->gpu_io_workers);
 		return -EINVAL;
 	}
 	if (o->durability > TUTTI_DURABILITY_DURABLE) {
@@ -360,6 +365,7 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	}
 	st->flags = opts->flags;
 	st->durability = opts->durability;
+	st->gpu_io_workers = opts->gpu_io_workers;
 	st->key_bytes = opts->key_bytes;
 	existing = (opts->flags & TUTTI_OPEN_EXISTING) != 0;
 	tt_ns_fingerprint(opts->ns, opts->ns_bytes, ns_fp);

@@ -22,6 +22,7 @@ struct tutti_store {
 	struct tt_log log;
 	uint32_t flags;      /* TUTTI_OPEN_* */
 	uint32_t durability; /* enum tutti_durability */
+	uint32_t gpu_io_workers; /* worker blocks of a gpu-uring layer kernel */
 	struct tt_geo geo;
 	uint32_t key_bytes;
 	struct tt_pool *pool;
