@@ -114,6 +114,66 @@ class Stats(ctypes.Structure):
     ]
 
 
+class PipelineOpts(ctypes.Structure):
+    _fields_ = [
+        ("size", c_u32),
+        ("readahead_layers", c_u32),
+        ("save_staging_bytes", c_u64),
+        ("profile_path", ctypes.c_char_p),
+        ("trace_events", c_u32),
+        ("write_batch_chunks", c_u32),
+        ("wait_timeout_ms", c_u32),
+        ("reserved", c_u32),
+    ]
+
+
+class Step(ctypes.Structure):
+    _fields_ = [
+        ("size", c_u32),
+        ("nr_loads", c_u32),
+        ("loads", ctypes.POINTER(Request)),
+        ("nr_saves", c_u32),
+        ("saves", ctypes.POINTER(Request)),
+        ("compute_tokens", c_u32),
+        ("reserved", c_u32),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+STEP_RESULT_FIELDS = ["load_chunks", "load_errors", "load_bytes", "load_ns", "stall_ns",
+                      "saves_staged", "saves_skipped"]
+
+
+class StepResult(ctypes.Structure):
+    _fields_ = [("size", c_u32), ("nr_loads", c_u32)] + [
+        (name, c_u64) for name in STEP_RESULT_FIELDS] + [("readahead", c_u32),
+                                                         ("timed_out", c_u32)]
+
+
+PIPELINE_STATS_U64 = ["steps", "steps_stalled", "stall_ns", "stall_max_ns", "request_loads",
+                      "request_stall_ns", "layers_loaded", "load_chunks", "load_errors",
+                      "load_bytes", "saves_staged", "saves_skipped", "saves_written",
+                      "saves_present", "save_errors", "save_bytes", "writes_in_slack",
+                      "staging_bytes", "store_staging_bytes"]
+PIPELINE_STATS_F64 = ["read_bytes_per_s", "write_bytes_per_s", "compute_ns_per_token"]
+
+
+class PipelineStats(ctypes.Structure):
+    _fields_ = [("size", c_u32), ("readahead", c_u32)] + [
+        (name, c_u64) for name in PIPELINE_STATS_U64] + [
+        (name, ctypes.c_double) for name in PIPELINE_STATS_F64]
+
+
+class Profile(ctypes.Structure):
+    _fields_ = [
+        ("size", c_u32),
+        ("nr_layers", c_u32),
+        ("read_bytes_per_s", ctypes.c_double),
+        ("write_bytes_per_s", ctypes.c_double),
+        ("layer_ns_per_token", ctypes.POINTER(ctypes.c_double)),
+    ]
+
+
 OPEN_CREATE = 0x1
 OPEN_EXISTING = 0x2
 OPEN_REPAIR = 0x4
@@ -170,6 +230,22 @@ def _declare(lib):
             [ctypes.c_void_p, ctypes.c_void_p, p(Request), c_u32, p(c_i32)],
         ),
         "tutti_store_get_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
+        "tutti_pipeline_opts_init": (None, [p(PipelineOpts)]),
+        "tutti_pipeline_create": (
+            ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, p(PipelineOpts), p(ctypes.c_void_p)]),
+        "tutti_pipeline_destroy": (None, [ctypes.c_void_p]),
+        "tutti_pipeline_begin_step": (c_i64, [ctypes.c_void_p, p(Step)]),
+        "tutti_pipeline_wait_layer": (ctypes.c_int, [ctypes.c_void_p, c_u32]),
+        "tutti_pipeline_save_layer": (ctypes.c_int, [ctypes.c_void_p, c_u32]),
+        "tutti_pipeline_end_step": (ctypes.c_int, [ctypes.c_void_p]),
+        "tutti_pipeline_step_result": (
+            ctypes.c_int, [ctypes.c_void_p, c_i64, p(StepResult), p(c_i32), p(c_u64)]),
+        "tutti_pipeline_flush": (ctypes.c_int, [ctypes.c_void_p]),
+        "tutti_pipeline_get_stats": (ctypes.c_int, [ctypes.c_void_p, p(PipelineStats)]),
+        "tutti_pipeline_write_trace": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]),
+        "tutti_pipeline_get_profile": (ctypes.c_int, [ctypes.c_void_p, p(Profile)]),
+        "tutti_profile_read": (ctypes.c_int, [ctypes.c_char_p, p(Profile)]),
+        "tutti_profile_write": (ctypes.c_int, [ctypes.c_char_p, p(Profile)]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -185,6 +261,10 @@ def check_abi(lib):
     if theirs != ctypes.sizeof(StoreOpts):
         raise OSError(errno.EPROTO, f"libtutti's store options are {theirs} bytes, ours "
                       f"{ctypes.sizeof(StoreOpts)}: the binding does not match the library")
+    popts = PipelineOpts()
+    lib.tutti_pipeline_opts_init(ctypes.byref(popts))
+    if popts.size != ctypes.sizeof(PipelineOpts):
+        raise OSError(errno.EPROTO, "libtutti's pipeline options do not match the binding")
     geo = Geometry()
     lib.tutti_geometry_init(ctypes.byref(geo))
     if geo.size != ctypes.sizeof(Geometry):

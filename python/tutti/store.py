@@ -109,7 +109,8 @@ class Store:
     """An open store (``tutti_store_open``). Thread-safe, as the C handle is."""
 
     def __init__(self, dirs, geometry, capacity_bytes, ns=b"", engine="uring", durability="fast",
-                 create=True, key_bytes=32, staging_bytes=0, queue_depth=0, repair=False):
+                 create=True, key_bytes=32, staging_bytes=0, queue_depth=0, repair=False,
+                 gpu_io_workers=0):
         lib = L.lib()
         self.geometry = geometry
         self.key_bytes = key_bytes
@@ -134,6 +135,8 @@ class Store:
         if queue_depth:
             o.queue_depth = int(queue_depth)
         o.durability = L.DURABILITY[durability]
+        if gpu_io_workers:
+            o.gpu_io_workers = int(gpu_io_workers)
         # The library's log lines go to Python logging (kept referenced while the store lives).
         self._log_fn = L.LOG_FN(lambda _arg, level, msg: _log.log(_LEVELS.get(level, 10),
                                                                   msg.decode(errors="replace")))

@@ -1,0 +1,146 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The layerwise pipeline in Python (include/tutti/pipeline.h): what a serving engine calls at
+every step and layer. ``stream`` is a raw CUDA stream handle (``torch.cuda.Stream.cuda_stream``)
+in GPU mode; nothing here imports torch."""
+
+import ctypes
+
+from tutti import _lib as L
+from tutti.store import _check
+
+
+class Profile:
+    """Storage bandwidths and per-layer compute (ns per token) the scheduler plans with."""
+
+    def __init__(self, nr_layers, read_bytes_per_s=0.0, write_bytes_per_s=0.0,
+                 layer_ns_per_token=None):
+        self.nr_layers = nr_layers
+        self.read_bytes_per_s = float(read_bytes_per_s)
+        self.write_bytes_per_s = float(write_bytes_per_s)
+        self.layer_ns_per_token = list(layer_ns_per_token or [0.0] * nr_layers)
+        if len(self.layer_ns_per_token) != nr_layers:
+            raise OSError(22, f"{len(self.layer_ns_per_token)} layer entries for {nr_layers}")
+
+    def _c(self):
+        arr = (ctypes.c_double * self.nr_layers)(*self.layer_ns_per_token)
+        c = L.Profile(ctypes.sizeof(L.Profile), self.nr_layers, self.read_bytes_per_s,
+                      self.write_bytes_per_s, arr)
+        return c, arr
+
+    def write(self, path):
+        c, _arr = self._c()
+        _check(L.lib().tutti_profile_write(str(path).encode(), ctypes.byref(c)),
+               "tutti_profile_write")
+
+    @classmethod
+    def read(cls, path, nr_layers):
+        prof = cls(nr_layers)
+        c, arr = prof._c()
+        _check(L.lib().tutti_profile_read(str(path).encode(), ctypes.byref(c)),
+               "tutti_profile_read")
+        return cls(nr_layers, c.read_bytes_per_s, c.write_bytes_per_s, list(arr))
+
+
+class Pipeline:
+    """``tutti_pipeline`` over a store and a registered KV. Calls are not thread-safe against
+    each other (one engine thread drives it), as in C."""
+
+    def __init__(self, store, kv, readahead_layers=0, save_staging_bytes=None, profile=None,
+                 trace_events=None, write_batch_chunks=0, wait_timeout_ms=None):
+        lib = L.lib()
+        self.store, self.kv = store, kv
+        o = L.PipelineOpts()
+        lib.tutti_pipeline_opts_init(ctypes.byref(o))
+        o.readahead_layers = readahead_layers
+        if save_staging_bytes is not None:
+            o.save_staging_bytes = int(save_staging_bytes)
+        self._profile = str(profile).encode() if profile else None
+        o.profile_path = self._profile
+        if trace_events is not None:
+            o.trace_events = trace_events
+        o.write_batch_chunks = write_batch_chunks
+        if wait_timeout_ms is not None:
+            o.wait_timeout_ms = wait_timeout_ms
+        self._h = ctypes.c_void_p()
+        _check(lib.tutti_pipeline_create(store._h, kv._h, ctypes.byref(o), ctypes.byref(self._h)),
+               "tutti_pipeline_create")
+        self._keep = []
+        self._nr_loads = {}
+
+    def close(self):
+        if getattr(self, "_h", None):
+            L.lib().tutti_pipeline_destroy(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def begin_step(self, loads=(), saves=(), compute_tokens=0, stream=None):
+        """Declare a step (``ChunkRequest`` lists) and start its reads; returns the step id."""
+        kb = self.store.key_bytes
+        cl = (L.Request * max(1, len(loads)))(*[r.c(kb) for r in loads])
+        cs = (L.Request * max(1, len(saves)))(*[r.c(kb) for r in saves])
+        step = L.Step(ctypes.sizeof(L.Step), len(loads), cl, len(saves), cs, compute_tokens, 0,
+                      stream or None)
+        sid = _check(L.lib().tutti_pipeline_begin_step(self._h, ctypes.byref(step)),
+                     "tutti_pipeline_begin_step")
+        self._nr_loads[int(sid)] = sum(len(r.keys) - r.first_chunk for r in loads)
+        return int(sid)
+
+    def wait_layer(self, layer):
+        _check(L.lib().tutti_pipeline_wait_layer(self._h, layer), "tutti_pipeline_wait_layer")
+
+    def save_layer(self, layer):
+        _check(L.lib().tutti_pipeline_save_layer(self._h, layer), "tutti_pipeline_save_layer")
+
+    def end_step(self):
+        _check(L.lib().tutti_pipeline_end_step(self._h), "tutti_pipeline_end_step")
+
+    def result(self, step):
+        """The step's result as a dict (with 'status' per chunk and 'layer_stall_ns'), or None
+        while it is not final."""
+        res = L.StepResult()
+        res.size = ctypes.sizeof(L.StepResult)
+        n = self._nr_loads.get(step, 0)
+        status = (L.c_i32 * max(1, n))()
+        stall = (L.c_u64 * self.store.geometry.nr_layers)()
+        rc = L.lib().tutti_pipeline_step_result(self._h, step, ctypes.byref(res), status, stall)
+        if rc == -11:  # EAGAIN
+            return None
+        _check(rc, "tutti_pipeline_step_result")
+        out = {name: int(getattr(res, name)) for name in L.STEP_RESULT_FIELDS}
+        out.update(readahead=int(res.readahead), timed_out=int(res.timed_out),
+                   status=list(status)[:n], layer_stall_ns=list(stall))
+        return out
+
+    def flush(self):
+        _check(L.lib().tutti_pipeline_flush(self._h), "tutti_pipeline_flush")
+
+    def stats(self):
+        s = L.PipelineStats()
+        s.size = ctypes.sizeof(L.PipelineStats)
+        _check(L.lib().tutti_pipeline_get_stats(self._h, ctypes.byref(s)),
+               "tutti_pipeline_get_stats")
+        out = {"readahead": int(s.readahead)}
+        out.update({name: int(getattr(s, name)) for name in L.PIPELINE_STATS_U64})
+        out.update({name: float(getattr(s, name)) for name in L.PIPELINE_STATS_F64})
+        return out
+
+    def write_trace(self, path):
+        _check(L.lib().tutti_pipeline_write_trace(self._h, str(path).encode()),
+               "tutti_pipeline_write_trace")
+
+    def profile(self):
+        """The profile as refined online (a ``Profile``)."""
+        nl = self.store.geometry.nr_layers
+        prof = Profile(nl)
+        c, arr = prof._c()
+        _check(L.lib().tutti_pipeline_get_profile(self._h, ctypes.byref(c)),
+               "tutti_pipeline_get_profile")
+        return Profile(nl, c.read_bytes_per_s, c.write_bytes_per_s, list(arr))
