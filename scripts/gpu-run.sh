@@ -7,7 +7,8 @@
 #
 # Usage: scripts/gpu-run.sh [STEP...]   steps: test (ctest + compute-sanitizer), mover (the
 # CUDA kernels' bandwidth), store-emulated (tutti-gpu-store-bench on a /dev/shm file, labelled
-# emulated), store-disk (the same on the disk holding the working tree); default: test mover.
+# emulated), store-disk (the same on the disk holding the working tree), layerwise
+# (bench/layerwise_ttft.py with LAYERWISE_ARGS); default: test mover.
 # BENCH_ARGS adds arguments to tutti-gpu-store-bench.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +71,18 @@ store-emulated | store-disk)
 	log "store bench exit ${PIPESTATUS[0]}"
 	tail -5 "$OUT/$step.err" >> "$OUT/summary.txt"
 	rm -rf "$dir"
+	;;
+layerwise)
+	# The layerwise pipeline on a Llama-3-8B-shaped model (bench/layerwise_ttft.py); the disk
+	# directory is on the disk holding the working tree, the other one in /dev/shm (emulated).
+	log "layerwise: ${LAYERWISE_ARGS:-defaults}"
+	mkdir -p build/layerwise-disk
+	# shellcheck disable=SC2086
+	timeout "${BENCH_TIMEOUT:-900}" python3 bench/layerwise_ttft.py --out "$OUT" \
+		--disk-dir "$PWD/build/layerwise-disk" ${LAYERWISE_ARGS:-} > "$OUT/layerwise.log" 2>&1
+	log "layerwise exit $?"
+	tail -60 "$OUT/layerwise.log" >> "$OUT/summary.txt"
+	rm -rf build/layerwise-disk /dev/shm/tutti-layerwise
 	;;
 *)
 	log "unknown step $step"

@@ -1,0 +1,584 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Layerwise prefix loading on a real transformer: time to first token (TTFT) with a cached
+prefix, stall ("bubble") time against the cache hit rate, and staging memory against context
+length. Runs on a GPU machine with PyTorch; builds nothing and downloads nothing.
+
+The model is a Llama-3-8B-shaped decoder (32 layers, hidden 4096, 32 query heads, 8 KV heads,
+head dim 128, MLP 14336, bf16) with random weights made on the GPU. Its KV lives in a vLLM-style
+paged cache: per layer one tensor [2, blocks, 16, 8, 128] (K and V planes). A prompt of T tokens
+whose first P are cached computes only the suffix: per layer, QKV of the suffix, its K/V written
+into the paged cache, attention of the suffix queries over all T keys (PyTorch SDPA with a
+lower-right causal mask), the output projection and the MLP; then the logits of the last token.
+Before each layer's attention the prefix KV of that layer must be in the cache. How it gets there:
+
+  compute   the prefix KV is already in HBM (the lower bound: suffix compute alone)
+  recompute nothing cached: the whole prompt is computed
+  dram      a DRAM tier: the prefix KV in pinned host memory, one async copy per layer and plane
+            on a side stream, the compute stream waiting on the layer's event
+  baseline  the per-block CPU-driven SSD path (bench/block_loader.c): 16 host threads, one pread
+            and two cudaMemcpyAsync per paged block per layer, the host waiting per layer
+  tutti     a Tutti store (engine gpu-uring) read through the layerwise pipeline: begin_step
+            with the prefix chunks, wait_layer before each layer (a device-side wait on the
+            compute stream), end_step
+
+Storage: --disk-dir (a real disk) and --shm-dir (tmpfs, *emulated* fast NVMe). Each run checks
+that the loaded prefix KV equals the reference bit for bit. Results go to --out as CSV and JSON;
+plot_layerwise.py draws them.
+"""
+
+import argparse
+import csv
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))
+from tutti.pipeline import Pipeline  # noqa: E402
+from tutti.store import KV, ChunkRequest, Geometry, Store  # noqa: E402
+
+BLOCK = 16
+CHUNK = 256
+DEV = torch.device("cuda")
+DT = torch.bfloat16
+
+
+class Shape:
+    def __init__(self, layers, hidden, heads, kv_heads, head_dim, inter, vocab):
+        self.layers, self.hidden, self.heads = layers, hidden, heads
+        self.kv_heads, self.head_dim, self.inter, self.vocab = kv_heads, head_dim, inter, vocab
+
+
+LLAMA3_8B = Shape(32, 4096, 32, 8, 128, 14336, 128256)
+GLM4_9B = Shape(40, 4096, 32, 2, 128, 13696, 151552)
+
+
+def geometry(shape):
+    return Geometry(nr_layers=shape.layers, nr_kv_heads=shape.kv_heads,
+                    head_dim=shape.head_dim, elem_bytes=2, block_tokens=BLOCK,
+                    chunk_tokens=CHUNK)
+
+
+def chain_keys(n, salt=b"prompt"):
+    """A chained key per chunk, as vLLM's block hashes chain in every earlier token."""
+    keys, prev = [], b""
+    for i in range(n):
+        prev = hashlib.blake2b(prev + salt + i.to_bytes(8, "little"), digest_size=32).digest()
+        keys.append(prev)
+    return keys
+
+
+class PagedCache:
+    """Per layer [2, nr_blocks, 16, kv_heads, head_dim]; token t of the prompt in block t // 16
+    (the prompt's blocks are contiguous, which gives the DRAM tier one copy per layer)."""
+
+    def __init__(self, shape, nr_blocks):
+        self.shape = shape
+        self.nr_blocks = nr_blocks
+        self.layers = [torch.zeros(2, nr_blocks, BLOCK, shape.kv_heads, shape.head_dim,
+                                   dtype=DT, device=DEV) for _ in range(shape.layers)]
+        self.block_bytes = BLOCK * shape.kv_heads * shape.head_dim * 2  # one plane
+
+    def kv(self, geo):
+        segs = []
+        for t in self.layers:
+            segs.append((t[0].data_ptr(), self.block_bytes, self.block_bytes))
+            segs.append((t[1].data_ptr(), self.block_bytes, self.block_bytes))
+        return KV(geo, segs, 2, self.nr_blocks, mem="cuda")
+
+    def tokens(self, layer, plane, n):
+        return self.layers[layer][plane].view(-1, self.shape.kv_heads, self.shape.head_dim)[:n]
+
+
+class Model:
+    def __init__(self, shape, seed=0):
+        g = torch.Generator(device=DEV)
+        g.manual_seed(seed)
+        s = shape
+        self.shape = s
+
+        def w(*dims):
+            return (torch.randn(*dims, generator=g, device=DEV, dtype=torch.float32) * 0.02).to(DT)
+
+        qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
+        self.layers = [dict(wqkv=w(s.hidden, qkv), wo=w(s.heads * s.head_dim, s.hidden),
+                            wgu=w(s.hidden, 2 * s.inter), wd=w(s.inter, s.hidden))
+                       for _ in range(s.layers)]
+        self.lm_head = w(s.hidden, s.vocab)
+
+    def layer(self, layer, h, cache, start, total):
+        """One decoder layer for the suffix tokens [start, total) of the prompt."""
+        s, p = self.shape, self.layers[layer]
+        n = total - start
+        a = F.rms_norm(h, (s.hidden,))
+        qkv = a @ p["wqkv"]
+        q = qkv[:, : s.heads * s.head_dim].view(n, s.heads, s.head_dim)
+        k = qkv[:, s.heads * s.head_dim: (s.heads + s.kv_heads) * s.head_dim]
+        v = qkv[:, (s.heads + s.kv_heads) * s.head_dim:]
+        cache.tokens(layer, 0, total)[start:] = k.view(n, s.kv_heads, s.head_dim)
+        cache.tokens(layer, 1, total)[start:] = v.view(n, s.kv_heads, s.head_dim)
+        return q
+
+    def attend(self, layer, h, q, cache, start, total):
+        s, p = self.shape, self.layers[layer]
+        n = total - start
+        rep = s.heads // s.kv_heads
+        kk = cache.tokens(layer, 0, total).transpose(0, 1).repeat_interleave(rep, 0)
+        vv = cache.tokens(layer, 1, total).transpose(0, 1).repeat_interleave(rep, 0)
+        qq = q.transpose(0, 1).unsqueeze(0)
+        if start == 0:
+            o = F.scaled_dot_product_attention(qq, kk.unsqueeze(0), vv.unsqueeze(0),
+                                               is_causal=True)
+        else:
+            o = F.scaled_dot_product_attention(qq, kk.unsqueeze(0), vv.unsqueeze(0),
+                                               attn_mask=causal_lower_right(n, total))
+        o = o.squeeze(0).transpose(0, 1).reshape(n, s.heads * s.head_dim)
+        h = h + o @ p["wo"]
+        gu = F.rms_norm(h, (s.hidden,)) @ p["wgu"]
+        gate, up = gu[:, : s.inter], gu[:, s.inter:]
+        return h + (F.silu(gate) * up) @ p["wd"]
+
+    def prefill(self, cache, start, total, before_attention=None, after_kv=None):
+        """Compute the suffix; before_attention(l) makes layer l's prefix KV available,
+        after_kv(l) is told layer l's new KV is in the cache. Returns the last token's logits."""
+        g = torch.Generator(device=DEV)
+        g.manual_seed(1234)
+        h = torch.randn(total - start, self.shape.hidden, generator=g, device=DEV, dtype=DT)
+        for layer in range(self.shape.layers):
+            q = self.layer(layer, h, cache, start, total)
+            if after_kv is not None:
+                after_kv(layer)
+            if before_attention is not None:
+                before_attention(layer)
+            h = self.attend(layer, h, q, cache, start, total)
+        return F.rms_norm(h[-1:], (self.shape.hidden,)) @ self.lm_head
+
+
+def ttft(fn):
+    """Wall time from the call until the last token's logits are on the host."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    out.float().cpu()
+    return time.perf_counter() - t0
+
+
+# ---- the prefix KV and its tiers ----
+
+class Prefix:
+    """The reference prefix KV (random, on the GPU) for up to max_tokens, and copies of it in
+    every tier."""
+
+    def __init__(self, shape, max_tokens, seed=7):
+        g = torch.Generator(device=DEV)
+        g.manual_seed(seed)
+        nb = max_tokens // BLOCK
+        self.shape, self.max_blocks = shape, nb
+        self.ref = [torch.randn(2, nb, BLOCK, shape.kv_heads, shape.head_dim, generator=g,
+                                device=DEV, dtype=torch.float32).to(DT)
+                    for _ in range(shape.layers)]
+        self.host = None
+
+    def to_host(self):
+        self.host = [t.cpu().pin_memory() for t in self.ref]
+
+    def place(self, cache, blocks):
+        for layer in range(self.shape.layers):
+            cache.layers[layer][:, :blocks].copy_(self.ref[layer][:, :blocks])
+
+    def check(self, cache, blocks):
+        for layer in range(self.shape.layers):
+            if not torch.equal(cache.layers[layer][:, :blocks], self.ref[layer][:, :blocks]):
+                raise AssertionError(f"prefix KV of layer {layer} differs from the reference")
+
+    def write_block_file(self, path):
+        """The baseline's file: block i of layer l (K then V) at (l * max_blocks + i)."""
+        with open(path, "wb") as f:
+            for layer in range(self.shape.layers):
+                t = self.ref[layer].transpose(0, 1).contiguous().cpu()  # [blocks, 2, ...]
+                f.write(t.view(torch.uint8).numpy().data)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def dram_loader(prefix, cache, blocks, stream):
+    events = [torch.cuda.Event() for _ in range(prefix.shape.layers)]
+    with torch.cuda.stream(stream):
+        for layer in range(prefix.shape.layers):
+            cache.layers[layer][:, :blocks].copy_(prefix.host[layer][:, :blocks],
+                                                  non_blocking=True)
+            events[layer].record(stream)
+
+    def wait(layer):
+        torch.cuda.current_stream().wait_event(events[layer])
+    return wait
+
+
+class BlockLoader:
+    def __init__(self, path, prefix, threads=16):
+        lib = ctypes.CDLL(str(find_build_file("libtutti_block_loader.so")))
+        lib.bl_create.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32,
+                                  ctypes.c_uint64, ctypes.c_uint64,
+                                  ctypes.POINTER(ctypes.c_void_p)]
+        lib.bl_start.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32,
+                                 ctypes.POINTER(ctypes.c_uint64),
+                                 ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint64]
+        lib.bl_done.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+        lib.bl_done.restype = ctypes.c_uint32
+        lib.bl_error.argtypes = [ctypes.c_void_p]
+        lib.bl_finish.argtypes = [ctypes.c_void_p]
+        lib.bl_destroy.argtypes = [ctypes.c_void_p]
+        self.lib, self.h = lib, ctypes.c_void_p()
+        s = prefix.shape
+        self.block_bytes = 2 * BLOCK * s.kv_heads * s.head_dim * 2
+        rc = lib.bl_create(str(path).encode(), torch.cuda.current_device(), threads,
+                           self.block_bytes, prefix.max_blocks, ctypes.byref(self.h))
+        if rc != 0:
+            raise OSError(-rc, "bl_create")
+
+    def start(self, cache, blocks):
+        n = cache.shape.layers
+        kb = (ctypes.c_uint64 * n)(*[t[0].data_ptr() for t in cache.layers])
+        vb = (ctypes.c_uint64 * n)(*[t[1].data_ptr() for t in cache.layers])
+        torch.cuda.synchronize()
+        rc = self.lib.bl_start(self.h, n, blocks, kb, vb, cache.block_bytes)
+        if rc != 0:
+            raise OSError(-rc, "bl_start")
+
+        def wait(layer):
+            while self.lib.bl_done(self.h, layer) < blocks:
+                if self.lib.bl_error(self.h) != 0:
+                    raise OSError(-self.lib.bl_error(self.h), "baseline load")
+                time.sleep(20e-6)
+        return wait
+
+    def finish(self):
+        rc = self.lib.bl_finish(self.h)
+        if rc != 0:
+            raise OSError(-rc, "baseline load")
+
+
+def find_build_file(name):
+    for build in ("build/gpu", "build/release"):
+        p = REPO / build / name
+        if p.exists():
+            return p
+    raise FileNotFoundError(name)
+
+
+class TuttiTier:
+    def __init__(self, directory, shape, prefix_tokens, cache, engine="gpu-uring",
+                 save_staging=0, profile=None):
+        self.geo = geometry(shape)
+        self.dir = Path(directory)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        chunks = prefix_tokens // CHUNK
+        self.store = Store([self.dir], self.geo,
+                           capacity_bytes=(chunks + 64) * self.geo.slot_bytes, engine=engine,
+                           staging_bytes=64 << 20)
+        self.kv = cache.kv(self.geo)
+        self.keys = chain_keys(chunks)
+        self.pipe = Pipeline(self.store, self.kv, save_staging_bytes=save_staging,
+                             profile=profile)
+
+    def fill(self, cache, blocks):
+        """Store the prefix KV (already placed in the cache's blocks [0, blocks))."""
+        n, status = self.store.save(self.kv, [ChunkRequest(self.keys[: blocks * BLOCK // CHUNK],
+                                                           list(range(blocks)))])
+        if any(x < 0 for x in status):
+            raise OSError(-min(status), "filling the store")
+        return n
+
+    def request(self, blocks):
+        return ChunkRequest(self.keys[: blocks * BLOCK // CHUNK], list(range(blocks)))
+
+    def step(self, blocks, compute_tokens, saves=()):
+        stream = torch.cuda.current_stream().cuda_stream
+        loads = [self.request(blocks)] if blocks else []
+        sid = self.pipe.begin_step(loads=loads, saves=list(saves),
+                                   compute_tokens=compute_tokens, stream=stream)
+        return sid
+
+    def result(self, sid):
+        for _ in range(200000):
+            r = self.pipe.result(sid)
+            if r is not None:
+                return r
+            time.sleep(50e-6)
+        raise TimeoutError("step result")
+
+    def close(self):
+        self.pipe.close()
+        self.kv.close()
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---- the experiments ----
+
+def run_ttft(args, model, cache, prefix, tiers, loaders, rows):
+    total = args.prompt
+    for p_tokens in args.prefixes:
+        blocks = p_tokens // BLOCK
+        for method in args.methods:
+            def once():
+                cache_wipe(cache, blocks)
+                torch.cuda.synchronize()
+                extra = {}
+                if method == "compute":
+                    prefix.place(cache, blocks)
+                    t = ttft(lambda: model.prefill(cache, p_tokens, total))
+                elif method == "recompute":
+                    t = ttft(lambda: model.prefill(cache, 0, total))
+                elif method == "dram":
+                    side = torch.cuda.Stream()
+                    t = ttft(lambda: model.prefill(
+                        cache, p_tokens, total,
+                        before_attention=dram_loader(prefix, cache, blocks, side)))
+                elif method.startswith("baseline-"):
+                    bl = loaders[method]
+
+                    def go():
+                        wait = bl.start(cache, blocks)
+                        return model.prefill(cache, p_tokens, total, before_attention=wait)
+                    t = ttft(go)
+                    bl.finish()
+                else:  # tutti-<storage>
+                    tier = tiers[method]
+                    sid = [None]
+
+                    def go():
+                        sid[0] = tier.step(blocks, total - p_tokens)
+                        out = model.prefill(cache, p_tokens, total,
+                                            before_attention=tier.pipe.wait_layer)
+                        tier.pipe.end_step()
+                        return out
+                    t = ttft(go)
+                    r = tier.result(sid[0])
+                    if r["load_errors"]:
+                        raise AssertionError(f"{method}: {r['load_errors']} load errors")
+                    extra = dict(stall_ms=r["stall_ns"] / 1e6, load_ms=r["load_ns"] / 1e6,
+                                 readahead=r["readahead"])
+                if method != "recompute":
+                    prefix.check(cache, blocks)
+                return t, extra
+
+            if method == "recompute" and p_tokens != args.prefixes[0]:
+                continue
+            times, extra = [], {}
+            for _ in range(args.repeats):
+                t, extra = once()
+                times.append(t)
+            row = dict(experiment="ttft", storage=storage_of(method), method=method_name(method),
+                       prompt=total, prefix=0 if method == "recompute" else p_tokens,
+                       ttft_s=statistics.median(times), runs=len(times),
+                       prefix_gb=blocks * cache.block_bytes * 2 * cache.shape.layers / 1e9,
+                       **extra)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
+
+def storage_of(method):
+    if method.endswith("-disk"):
+        return "disk"
+    if method.endswith("-shm"):
+        return "emulated-nvme"
+    return "hbm" if method in ("compute", "recompute") else "dram"
+
+
+def method_name(method):
+    return method.rsplit("-", 1)[0] if method.endswith(("-disk", "-shm")) else method
+
+
+def cache_wipe(cache, blocks):
+    for t in cache.layers:
+        t[:, :blocks].fill_(0)
+
+
+def run_bubble(args, model, cache, prefix, tiers, rows):
+    total = args.bubble_prompt
+    for rate in args.hit_rates:
+        p_tokens = min(int(total * rate) // CHUNK * CHUNK, total - CHUNK)
+        blocks = p_tokens // BLOCK
+        for method in [m for m in args.methods if m.startswith("tutti-")]:
+            tier = tiers[method]
+            stalls, times = [], []
+            for _ in range(args.repeats):
+                cache_wipe(cache, blocks)
+                sid = [None]
+
+                def go():
+                    sid[0] = tier.step(blocks, total - p_tokens)
+                    out = model.prefill(cache, p_tokens, total,
+                                        before_attention=tier.pipe.wait_layer)
+                    tier.pipe.end_step()
+                    return out
+                times.append(ttft(go))
+                r = tier.result(sid[0])
+                stalls.append(r["stall_ns"] / 1e6)
+                prefix.check(cache, blocks)
+            cache_wipe(cache, blocks)
+            prefix.place(cache, blocks)
+            compute = statistics.median(
+                [ttft(lambda: model.prefill(cache, p_tokens, total)) for _ in range(args.repeats)])
+            row = dict(experiment="bubble", storage=storage_of(method), method="tutti",
+                       prompt=total, prefix=p_tokens, hit_rate=p_tokens / total,
+                       stall_ms=statistics.median(stalls), ttft_s=statistics.median(times),
+                       compute_s=compute, runs=args.repeats,
+                       prefix_gb=blocks * cache.block_bytes * 2 * cache.shape.layers / 1e9)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
+
+def raw_read_gbps(path, nbytes, block=4 << 20):
+    """Sequential O_DIRECT read bandwidth of an existing file (the physical limit)."""
+    import mmap
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    buf = mmap.mmap(-1, block)
+    done, t0 = 0, time.perf_counter()
+    try:
+        while done < nbytes:
+            n = os.preadv(fd, [buf], done)
+            if n <= 0:
+                break
+            done += n
+    finally:
+        os.close(fd)
+    return done / (time.perf_counter() - t0) / 1e9
+
+
+def run_staging(args, rows):
+    """GLM-4-9B-shaped KV: the pipeline's and the store's staging at 32K and 512K tokens."""
+    shape = GLM4_9B
+    geo = geometry(shape)
+    for tokens in args.staging_contexts:
+        blocks = tokens // BLOCK
+        cache = PagedCache(shape, blocks)
+        g = torch.Generator(device=DEV)
+        g.manual_seed(tokens)
+        for t in cache.layers:
+            t.copy_(torch.randn(t.shape, generator=g, device=DEV, dtype=torch.float32).to(DT))
+        ref = [t.clone() for t in cache.layers]
+        tier = TuttiTier(Path(args.shm_dir) / "glm", shape, tokens, cache)
+        tier.fill(cache, blocks)
+        cache_wipe(cache, blocks)
+        torch.cuda.synchronize()
+        free0 = torch.cuda.mem_get_info()[0]
+        t0 = time.perf_counter()
+        sid = tier.step(blocks, 0)
+        for layer in range(shape.layers):
+            tier.pipe.wait_layer(layer)
+        tier.pipe.end_step()
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        r = tier.result(sid)
+        st = tier.pipe.stats()
+        for a, b in zip(cache.layers, ref):
+            if not torch.equal(a, b):
+                raise AssertionError("GLM KV differs after the load")
+        row = dict(experiment="staging", storage="emulated-nvme", method="tutti",
+                   model="glm-4-9b", prompt=tokens, prefix=tokens,
+                   kv_gb=blocks * cache.block_bytes * 2 * shape.layers / 1e9,
+                   load_s=dt, load_gbps=r["load_bytes"] / dt / 1e9,
+                   pipeline_staging_mib=st["staging_bytes"] / 2**20,
+                   store_staging_mib=st["store_staging_bytes"] / 2**20,
+                   gpu_free_delta_mib=(free0 - torch.cuda.mem_get_info()[0]) / 2**20,
+                   load_errors=r["load_errors"])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        tier.close()
+        del cache, ref
+        torch.cuda.empty_cache()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--experiments", default="ttft,bubble,staging")
+    ap.add_argument("--methods", default="compute,recompute,dram,tutti-shm,baseline-shm")
+    ap.add_argument("--prompt", type=int, default=131072)
+    ap.add_argument("--prefixes", default="16384,32768,49152,65536,81920,98304,114688")
+    ap.add_argument("--bubble-prompt", type=int, default=32768)
+    ap.add_argument("--hit-rates", default="0,0.25,0.5,0.75,0.875,0.9375,1")
+    ap.add_argument("--staging-contexts", default="32768,524288")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--disk-dir", default="")
+    ap.add_argument("--shm-dir", default="/dev/shm/tutti-layerwise")
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args()
+    args.prefixes = [int(x) for x in args.prefixes.split(",")]
+    args.hit_rates = [float(x) for x in args.hit_rates.split(",")]
+    args.staging_contexts = [int(x) for x in args.staging_contexts.split(",")]
+    args.methods = args.methods.split(",")
+    exps = args.experiments.split(",")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    torch.backends.cuda.matmul.allow_tf32 = True
+
+    if "ttft" in exps or "bubble" in exps:
+        shape = LLAMA3_8B
+        max_prefix = max(args.prefixes + [args.bubble_prompt - CHUNK])
+        cache = PagedCache(shape, max(args.prompt, args.bubble_prompt) // BLOCK)
+        model = Model(shape)
+        prefix = Prefix(shape, max_prefix)
+        dirs = {"shm": args.shm_dir, "disk": args.disk_dir}
+        tiers, loaders = {}, {}
+        prefix.place(cache, prefix.max_blocks)
+        for m in args.methods:
+            storage = m.rsplit("-", 1)[-1]
+            if m.startswith("tutti-"):
+                tiers[m] = TuttiTier(Path(dirs[storage]) / "tutti", shape, max_prefix, cache)
+                tiers[m].fill(cache, prefix.max_blocks)
+            elif m.startswith("baseline-"):
+                Path(dirs[storage]).mkdir(parents=True, exist_ok=True)
+                f = Path(dirs[storage]) / "baseline.blocks"
+                prefix.write_block_file(f)
+                loaders[m] = BlockLoader(f, prefix)
+                raw = raw_read_gbps(f, os.path.getsize(f))
+                rows.append(dict(experiment="raw", storage=storage_of(m), method="raw-read",
+                                 read_gbps=raw))
+                print(json.dumps(rows[-1]), flush=True)
+            elif m == "dram":
+                prefix.to_host()
+        # Warm up the kernels and the pipeline once.
+        cache_wipe(cache, prefix.max_blocks)
+        ttft(lambda: model.prefill(cache, args.prompt - 4096, args.prompt))
+        if "ttft" in exps:
+            run_ttft(args, model, cache, prefix, tiers, loaders, rows)
+        if "bubble" in exps:
+            run_bubble(args, model, cache, prefix, tiers, rows)
+        for name, tier in tiers.items():
+            st = tier.pipe.stats()
+            rows.append(dict(experiment="pipeline-stats", method=name, **{
+                k: v for k, v in st.items() if isinstance(v, (int, float))}))
+            tier.pipe.write_trace(out / f"trace-{name}{args.tag}.json")
+            tier.close()
+        del cache, model, prefix, tiers, loaders
+        torch.cuda.empty_cache()
+    if "staging" in exps:
+        run_staging(args, rows)
+
+    with open(out / f"layerwise{args.tag}.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    keys = sorted({k for r in rows for k in r})
+    with open(out / f"layerwise{args.tag}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {out}/layerwise{args.tag}.csv", flush=True)
+
+
+if __name__ == "__main__":
+    main()
