@@ -403,17 +403,21 @@ tt_gpu_gring_free(struct tt_gpu *g)
 	g->gring = NULL;
 }
 
-/* Grow a device buffer to hold \p need bytes (buffers are reused across launches). */
+/* Grow a device buffer to hold \p need bytes (buffers are reused across launches). Stream-
+ * ordered, because cudaFree synchronises the whole device: a compute stream held by the layerwise
+ * pipeline's wait for this very load would never let it finish. */
 static int
 reserve(const struct tt_gpu *g, void **buf, uint64_t *cap, uint64_t need)
 {
 	if (*cap >= need) {
 		return 0;
 	}
-	cudaFree(*buf);
+	if (*buf != NULL) {
+		cudaFreeAsync(*buf, g->stream);
+	}
 	*buf = NULL;
 	*cap = 0;
-	if (check(g, cudaMalloc(buf, need), "cudaMalloc") < 0) {
+	if (check(g, cudaMallocAsync(buf, need, g->stream), "cudaMallocAsync") < 0) {
 		return -ENOMEM;
 	}
 	*cap = need;
@@ -492,8 +496,8 @@ prepare_dev(struct tt_gpu *g, const struct tt_gring_job *job, uint32_t workers)
 		/* Flags start at zero: epochs start at 1, so no old value ever matches. */
 		if (reserve(g, (void **)&d->ready, &caps[3], job->slots * sizeof(*d->ready)) < 0 ||
 		    reserve(g, (void **)&d->freed, &caps[4], job->slots * sizeof(*d->freed)) < 0 ||
-		    cudaMemset(d->ready, 0, caps[3]) != cudaSuccess ||
-		    cudaMemset(d->freed, 0, caps[4]) != cudaSuccess) {
+		    cudaMemsetAsync(d->ready, 0, caps[3], g->stream) != cudaSuccess ||
+		    cudaMemsetAsync(d->freed, 0, caps[4], g->stream) != cudaSuccess) {
 			return -ENOMEM;
 		}
 		d->nr_slots_cap = job->slots;

@@ -211,7 +211,9 @@ gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
 		tt_obj_lists_results(t, &lists, "gpu-uring");
 	}
 	st->gring_ios += (uint64_t)n * L;
-	tt_gpu_host_free(trace);
+	if (trace != NULL) {
+		tt_gpu_host_free(trace);
+	}
 	return rc;
 }
 

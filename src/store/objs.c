@@ -18,7 +18,14 @@ host_lists(struct tutti_store *st, size_t bytes, void **out)
 		size_t want = TT_MAX(bytes, 2 * st->gring_host_bytes);
 		int rc;
 
-		tt_gpu_host_free(st->gring_host);
+		/* Freeing pinned memory synchronises the device, which a compute stream waiting on
+		 * the pipeline for this load would deadlock: retire the old lists until close. */
+		if (st->gring_host != NULL &&
+		    st->nr_gring_host_old < TT_ARRAY_SIZE(st->gring_host_old)) {
+			st->gring_host_old[st->nr_gring_host_old++] = st->gring_host;
+		} else if (st->gring_host != NULL) {
+			tt_gpu_host_free(st->gring_host);
+		}
 		st->gring_host = NULL;
 		st->gring_host_bytes = 0;
 		rc = tt_gpu_host_alloc(want, &st->gring_host);

@@ -77,7 +77,8 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		return -EINVAL;
 	}
 	if (o->gpu_io_workers == 0 || o->gpu_io_workers > 64) {
-		tt_log_err(log, "store options: gpu_io_workers %u is not in 1..64", o->gpu_io_workers);
+		tt_log_err(log, "store options: gpu_io_workers %u is not in 1..64",
+		           o->gpu_io_workers);
 		return -EINVAL;
 	}
 	if (o->durability > TUTTI_DURABILITY_DURABLE) {
@@ -493,6 +494,9 @@ tutti_store_close(struct tutti_store *st)
 	tt_engine_destroy(st->engine);
 	close_gds(st);
 	tt_gpu_host_free(st->gring_host);
+	for (uint32_t i = 0; i < st->nr_gring_host_old; i++) {
+		tt_gpu_host_free(st->gring_host_old[i]);
+	}
 	tt_gpu_close(st->gpu);
 	if (st->staging_mapped) {
 		tt_gpu_host_unregister(st->staging);

@@ -20,8 +20,8 @@
 
 struct tutti_store {
 	struct tt_log log;
-	uint32_t flags;      /* TUTTI_OPEN_* */
-	uint32_t durability; /* enum tutti_durability */
+	uint32_t flags;          /* TUTTI_OPEN_* */
+	uint32_t durability;     /* enum tutti_durability */
 	uint32_t gpu_io_workers; /* worker blocks of a gpu-uring layer kernel */
 	struct tt_geo geo;
 	uint32_t key_bytes;
@@ -68,6 +68,8 @@ struct tutti_store {
 	 * under io_lock): pinned so that launches and result copies stay asynchronous. */
 	void *gring_host;
 	size_t gring_host_bytes;
+	void *gring_host_old[16]; /* outgrown lists, freed at close */
+	uint32_t nr_gring_host_old;
 	/* Engine gds: libcufile, one cuFile handle per data file, a batch handle per staging half
 	 * (NULL without the batch API), and the device staging of 2 x gds_batch_nr object slots
 	 * (made on first use). Under io_lock. */

@@ -358,7 +358,7 @@ gds_usable(void)
 	const char *dirs[1] = {dir};
 	int rc;
 
-	tutti_geometry_init(&geo);
+	assert_int_equal(tutti_geometry_preset("tiny", &geo), 0);
 	tutti_store_opts_init(&o);
 	o.flags = TUTTI_OPEN_CREATE;
 	o.dirs = dirs;
