@@ -278,7 +278,7 @@ def find_build_file(name):
 
 class TuttiTier:
     def __init__(self, directory, shape, prefix_tokens, cache, engine="gpu-uring",
-                 save_staging=0, profile=None):
+                 save_staging=0, profile=None, wait_timeout_ms=30000):
         self.geo = geometry(shape)
         self.dir = Path(directory)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -290,7 +290,7 @@ class TuttiTier:
         self.kv = cache.kv(self.geo)
         self.keys = chain_keys(chunks)
         self.pipe = Pipeline(self.store, self.kv, save_staging_bytes=save_staging,
-                             profile=profile)
+                             profile=profile, wait_timeout_ms=wait_timeout_ms)
 
     def fill(self, cache, blocks):
         """Store the prefix KV (already placed in the cache's blocks [0, blocks))."""
@@ -523,6 +523,11 @@ def main():
     ap.add_argument("--disk-dir", default="")
     ap.add_argument("--shm-dir", default="/dev/shm/tutti-layerwise")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--wait-timeout-ms", type=int, default=30000)
+    ap.add_argument("--compute-stream", choices=["default", "side"], default="default",
+                    help="run the model on the default stream or on a stream of its own")
+    ap.add_argument("--watchdog", type=float, default=0,
+                    help="every N seconds, print the pipelines' counters (diagnosis)")
     args = ap.parse_args()
     args.prefixes = [int(x) for x in args.prefixes.split(",")]
     args.hit_rates = [float(x) for x in args.hit_rates.split(",")]
@@ -533,6 +538,23 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     torch.backends.cuda.matmul.allow_tf32 = True
+    if args.compute_stream == "side":
+        torch.cuda.set_stream(torch.cuda.Stream())
+    watched = {}
+    if args.watchdog > 0:
+        import faulthandler
+        import threading
+        faulthandler.dump_traceback_later(args.watchdog * 6, repeat=True)
+
+        def watch():
+            while True:
+                time.sleep(args.watchdog)
+                for name, tier in list(watched.items()):
+                    st = tier.pipe.stats()
+                    print(f"watchdog {name}: layers_loaded {st['layers_loaded']} steps "
+                          f"{st['steps']} load_chunks {st['load_chunks']} store "
+                          f"{tier.store.stats()['load_chunks']}", flush=True)
+        threading.Thread(target=watch, daemon=True).start()
 
     if "ttft" in exps or "bubble" in exps:
         shape = LLAMA3_8B
@@ -546,7 +568,8 @@ def main():
         for m in args.methods:
             storage = m.rsplit("-", 1)[-1]
             if m.startswith("tutti-"):
-                tiers[m] = TuttiTier(Path(dirs[storage]) / "tutti", shape, max_prefix, cache)
+                tiers[m] = TuttiTier(Path(dirs[storage]) / "tutti", shape, max_prefix, cache,
+                                     wait_timeout_ms=args.wait_timeout_ms)
                 tiers[m].fill(cache, prefix.max_blocks)
             elif m.startswith("baseline-"):
                 Path(dirs[storage]).mkdir(parents=True, exist_ok=True)
@@ -559,6 +582,7 @@ def main():
                 print(json.dumps(rows[-1]), flush=True)
             elif m == "dram":
                 prefix.to_host()
+        watched.update(tiers)
         # Warm up the kernels and the pipeline once.
         cache_wipe(cache, prefix.max_blocks)
         ttft(lambda: model.prefill(cache, args.prompt - 4096, args.prompt))
