@@ -524,7 +524,7 @@ def main():
     ap.add_argument("--shm-dir", default="/dev/shm/tutti-layerwise")
     ap.add_argument("--tag", default="")
     ap.add_argument("--wait-timeout-ms", type=int, default=30000)
-    ap.add_argument("--compute-stream", choices=["default", "side"], default="default",
+    ap.add_argument("--compute-stream", choices=["default", "side"], default="side",
                     help="run the model on the default stream or on a stream of its own")
     ap.add_argument("--watchdog", type=float, default=0,
                     help="every N seconds, print the pipelines' counters (diagnosis)")
