@@ -332,7 +332,7 @@ def run_ttft(args, model, cache, prefix, tiers, loaders, rows):
     total = args.prompt
     for p_tokens in args.prefixes:
         blocks = p_tokens // BLOCK
-        for method in args.methods:
+        for method in args.ttft_methods or args.methods:
             def once():
                 cache_wipe(cache, blocks)
                 torch.cuda.synchronize()
@@ -515,6 +515,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--experiments", default="ttft,bubble,staging")
     ap.add_argument("--methods", default="compute,recompute,dram,tutti-shm,baseline-shm")
+    ap.add_argument("--ttft-methods", default="",
+                    help="the methods of the TTFT sweep, if not all of --methods")
     ap.add_argument("--prompt", type=int, default=131072)
     ap.add_argument("--prefixes", default="16384,32768,49152,65536,81920,98304,114688")
     ap.add_argument("--bubble-prompt", type=int, default=32768)
@@ -534,6 +536,7 @@ def main():
     args.hit_rates = [float(x) for x in args.hit_rates.split(",")]
     args.staging_contexts = [int(x) for x in args.staging_contexts.split(",")]
     args.methods = args.methods.split(",")
+    args.ttft_methods = [m for m in args.ttft_methods.split(",") if m]
     exps = args.experiments.split(",")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
