@@ -42,8 +42,22 @@ out=$("$tutti" bench --context 1024 --requests 2 --shared 512 --repeats 1 --laye
 	--no-raw --no-baseline --dir "$dir/llama" --json)
 check_json "$out"
 
+# The offline profile: storage measured, compute lines given, then kept on a re-profile.
+"$tutti" profile --dir "$dir/llama" --out "$dir/prof" --mib 64 --layer-ns-per-token 12.5 |
+	grep -q "read .* GB/s" || fail "profile"
+head -1 "$dir/prof" | grep -qx "tutti-profile 1" || fail "profile header"
+grep -qE '^read_bytes_per_s [0-9.e+]+$' "$dir/prof" || fail "profile read bandwidth"
+grep -q '^layer_ns_per_token 31 12.5$' "$dir/prof" || fail "profile compute: $(cat "$dir/prof")"
+"$tutti" profile --dir "$dir/llama" --out "$dir/prof" --mib 64 >/dev/null || fail "re-profile"
+grep -q '^layer_ns_per_token 31 12.5$' "$dir/prof" || fail "compute not kept on re-profile"
+[ ! -e "$dir/llama/profile.scratch" ] || fail "scratch file left behind"
+
 # Bad input: a clear error and exit code 2, never a crash.
 set +e
+"$tutti" profile --mib 0 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "profile --mib 0 should exit 2"
+"$tutti" profile --model nope >/dev/null 2>&1
+[ $? -eq 2 ] || fail "profile of an unknown model should exit 2"
 "$tutti" bench --engine nope >/dev/null 2>&1
 [ $? -eq 2 ] || fail "unknown engine should exit 2"
 "$tutti" bench --context abc >/dev/null 2>&1

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Administration commands of the tutti CLI: inspect and fsck.
+ * Administration commands of the tutti CLI: inspect, fsck and profile.
  */
 #ifndef TUTTI_TOOLS_ADMIN_H
 #define TUTTI_TOOLS_ADMIN_H
@@ -10,5 +10,8 @@ int cmd_inspect(int argc, char **argv);
 
 /* `tutti fsck DIR... [--repair]`: returns the process exit code (see the usage text). */
 int cmd_fsck(int argc, char **argv);
+
+/* `tutti profile [--dir DIR]... [--out FILE]`: the layerwise pipeline's offline profile. */
+int cmd_profile(int argc, char **argv);
 
 #endif /* TUTTI_TOOLS_ADMIN_H */

@@ -27,6 +27,8 @@ usage(FILE *f)
 	    "            found in an existing store\n"
 	    "  fsck      DIR... [--repair]: read every stored object back against its checksum;\n"
 	    "            exit 0 clean, 1 repaired, 4 damage left, 8 failed\n"
+	    "  profile   [--dir DIR]... [--out FILE]: measure the storage and write the profile\n"
+	    "            the layerwise pipeline plans with (tutti profile --help)\n"
 	    "  version   print the library version\n"
 	    "\n"
 	    "bench options:\n"
@@ -452,6 +454,9 @@ main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "fsck") == 0) {
 		return cmd_fsck(argc - 1, argv + 1);
+	}
+	if (strcmp(argv[1], "profile") == 0) {
+		return cmd_profile(argc - 1, argv + 1);
 	}
 	if (strcmp(argv[1], "demo") == 0 || strcmp(argv[1], "bench") == 0) {
 		return cmd_bench(argc - 1, argv + 1, strcmp(argv[1], "demo") == 0);

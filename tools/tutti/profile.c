@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * `tutti profile`: the offline profile the layerwise pipeline plans with. It measures the
+ * storage (sequential O_DIRECT write, then read, of a scratch file in each directory, the best
+ * point of a short sweep of I/O sizes and depths) and writes the bandwidths with per-layer compute
+ * times: given on the command line, kept from the existing profile, or left unknown (0), which
+ * the pipeline then measures online.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "admin.h"
+#include "kvbench.h"
+#include "tutti/tutti.h"
+
+#define MAX_DIRS 16
+
+static int
+parse_pos(const char *s, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(s, &end);
+	return errno == 0 && end != s && *end == '\0' && *out >= 0 ? 0 : -EINVAL;
+}
+
+static void
+profile_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: tutti profile [--dir DIR]... [--out FILE] [--model NAME] [--mib N]\n"
+	        "                     [--layer-ns-per-token X] [--async]\n"
+	        "  --dir DIR   a store directory (repeat for several disks; default tutti-store)\n"
+	        "  --out FILE  the profile to write (default DIR/tutti.profile of the first)\n"
+	        "  --model     geometry preset giving the layer count (default llama-3-8b)\n"
+	        "  --mib N     MiB written and read per directory (default 1024)\n"
+	        "  --layer-ns-per-token X   compute time of every layer per token (default: kept\n"
+	        "              from FILE if it exists, else unknown and measured online)\n"
+	        "  --async     reads with IOSQE_ASYNC (page-cache backed storage such as tmpfs)\n");
+}
+
+/* Open a scratch file of \p bytes in each directory; fds[] receive them. */
+static int
+open_scratch(char **dirs, uint32_t n, uint64_t bytes, int *fds, char paths[][4096])
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int len = snprintf(paths[i], 4096, "%s/profile.scratch", dirs[i]);
+
+		if (len < 0 || len >= 4096) {
+			return -ENAMETOOLONG;
+		}
+		fds[i] = open(paths[i], O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+		if (fds[i] < 0) {
+			int rc = -errno;
+
+			fprintf(stderr, "tutti profile: %s: %s\n", paths[i], strerror(-rc));
+			return rc;
+		}
+		if (ftruncate(fds[i], (off_t)bytes) != 0) {
+			return -errno;
+		}
+	}
+	return 0;
+}
+
+int
+cmd_profile(int argc, char **argv)
+{
+	static const struct option options[] = {
+	    {"dir", required_argument, NULL, 'd'},
+	    {"out", required_argument, NULL, 'o'},
+	    {"model", required_argument, NULL, 'm'},
+	    {"mib", required_argument, NULL, 'b'},
+	    {"layer-ns-per-token", required_argument, NULL, 'l'},
+	    {"async", no_argument, NULL, 'a'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	char *dirs[MAX_DIRS], out_default[4200], paths[MAX_DIRS][4096];
+	const char *out = NULL, *model = "llama-3-8b";
+	double mib = 1024, layer_ns = -1;
+	struct tutti_geometry geo;
+	struct rawbw_point wr, rd;
+	struct rawbw_target t = {0};
+	struct tutti_profile prof = {.size = sizeof(prof)};
+	int fds[MAX_DIRS], opt, rc;
+	uint32_t nr_dirs = 0;
+	uint64_t bytes;
+	bool async = false;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		switch (opt) {
+		case 'd':
+			if (nr_dirs == MAX_DIRS) {
+				fprintf(stderr, "tutti profile: at most %d directories\n",
+				        MAX_DIRS);
+				return 2;
+			}
+			dirs[nr_dirs++] = optarg;
+			break;
+		case 'o':
+			out = optarg;
+			break;
+		case 'm':
+			model = optarg;
+			break;
+		case 'b':
+			if (parse_pos(optarg, &mib) < 0 || mib < 1 || mib > (1 << 24)) {
+				fprintf(stderr, "tutti profile: bad --mib %s\n", optarg);
+				return 2;
+			}
+			break;
+		case 'l':
+			if (parse_pos(optarg, &layer_ns) < 0) {
+				fprintf(stderr, "tutti profile: bad --layer-ns-per-token %s\n",
+				        optarg);
+				return 2;
+			}
+			break;
+		case 'a':
+			async = true;
+			break;
+		case 'h':
+			profile_usage(stdout);
+			return 0;
+		default:
+			profile_usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "tutti profile: unexpected argument %s\n", argv[optind]);
+		return 2;
+	}
+	if (tutti_geometry_preset(model, &geo) < 0) {
+		fprintf(stderr, "tutti profile: unknown model %s\n", model);
+		return 2;
+	}
+	if (nr_dirs == 0) {
+		dirs[nr_dirs++] = "tutti-store";
+	}
+	if (out == NULL) {
+		snprintf(out_default, sizeof(out_default), "%s/tutti.profile", dirs[0]);
+		out = out_default;
+	}
+	prof.nr_layers = geo.nr_layers;
+	prof.layer_ns_per_token = calloc(geo.nr_layers, sizeof(double));
+	if (prof.layer_ns_per_token == NULL) {
+		return 1;
+	}
+	if (layer_ns < 0) {
+		/* Keep the compute part of an existing profile: re-profiling storage is routine. */
+		struct tutti_profile old = prof;
+
+		rc = tutti_profile_read(out, &old);
+		if (rc < 0 && rc != -ENOENT) {
+			fprintf(stderr,
+			        "tutti profile: %s exists but is not a profile for %u layers\n",
+			        out, geo.nr_layers);
+			free(prof.layer_ns_per_token);
+			return 1;
+		}
+	} else {
+		for (uint32_t l = 0; l < geo.nr_layers; l++) {
+			prof.layer_ns_per_token[l] = layer_ns;
+		}
+	}
+
+	bytes = (uint64_t)(mib * (1 << 20)) / 4096 * 4096;
+	for (uint32_t i = 0; i < nr_dirs; i++) {
+		fds[i] = -1;
+	}
+	rc = open_scratch(dirs, nr_dirs, bytes, fds, paths);
+	if (rc == 0) {
+		t.fds = fds;
+		t.nr_fds = nr_dirs;
+		t.span = bytes;
+		t.write = true;
+		rc = rawbw_sweep(&t, bytes, &wr);
+	}
+	if (rc == 0) {
+		t.write = false;
+		t.async = async;
+		rc = rawbw_sweep(&t, bytes, &rd);
+	}
+	for (uint32_t i = 0; i < nr_dirs; i++) {
+		if (fds[i] >= 0) {
+			close(fds[i]);
+			unlink(paths[i]);
+		}
+	}
+	if (rc < 0) {
+		fprintf(stderr, "tutti profile: measuring the storage failed: %s\n", strerror(-rc));
+		free(prof.layer_ns_per_token);
+		return 1;
+	}
+	prof.read_bytes_per_s = rd.gbps * 1e9;
+	prof.write_bytes_per_s = wr.gbps * 1e9;
+	rc = tutti_profile_write(out, &prof);
+	if (rc < 0) {
+		fprintf(stderr, "tutti profile: writing %s: %s\n", out, strerror(-rc));
+		free(prof.layer_ns_per_token);
+		return 1;
+	}
+	printf("profile %s: read %.2f GB/s (%u KiB x %u), write %.2f GB/s (%u KiB x %u), "
+	       "%u layers\n",
+	       out, rd.gbps, rd.bs >> 10, rd.qd, wr.gbps, wr.bs >> 10, wr.qd, geo.nr_layers);
+	free(prof.layer_ns_per_token);
+	return 0;
+}
