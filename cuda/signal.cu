@@ -142,3 +142,31 @@ tt_gpu_timer_offset(int device, int64_t *offset_ns)
 	cudaFreeHost(word);
 	return rc;
 }
+
+extern "C" int
+tt_gpu_stream_create(int device, void **out)
+{
+	cudaStream_t s = NULL;
+	int rc;
+
+	if (out == NULL) {
+		return -EINVAL;
+	}
+	rc = on_device(device, [&] { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); });
+	*out = rc == 0 ? (void *)s : NULL;
+	return rc == 0 && s == NULL ? -EIO : rc;
+}
+
+extern "C" int
+tt_gpu_stream_sync(void *stream)
+{
+	return cuda_errno(cudaStreamSynchronize((cudaStream_t)stream));
+}
+
+extern "C" void
+tt_gpu_stream_destroy(void *stream)
+{
+	if (stream != NULL) {
+		cudaStreamDestroy((cudaStream_t)stream);
+	}
+}

@@ -140,6 +140,11 @@ int tt_gpu_stream_wait(int device, void *stream, const uint32_t *word, uint32_t 
 /* Store \p value at \p word (release) once everything before it on \p stream is done; \p time,
  * if not NULL, receives the GPU time it ran. Returns 0, -EINVAL, -ENODEV or -EIO. */
 int tt_gpu_stream_signal(int device, void *stream, uint32_t *word, uint32_t value, uint64_t *time);
+/* A non-blocking stream of \p device (for tests and benchmarks that play a compute stream),
+ * its synchronisation and release. Return 0 or a negative errno. */
+int tt_gpu_stream_create(int device, void **out);
+int tt_gpu_stream_sync(void *stream);
+void tt_gpu_stream_destroy(void *stream);
 /* GPU time minus CLOCK_MONOTONIC on \p device, in ns (to put both on one timeline). */
 int tt_gpu_timer_offset(int device, int64_t *offset_ns);
 

@@ -173,3 +173,20 @@ tt_gpu_timer_offset(int device, int64_t *offset_ns)
 {
 	return -EOPNOTSUPP;
 }
+
+int
+tt_gpu_stream_create(int device, void **out)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_stream_sync(void *stream)
+{
+	return -EOPNOTSUPP;
+}
+
+void
+tt_gpu_stream_destroy(void *stream)
+{
+}

@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Description: the layerwise pipeline in GPU mode (KV in GPU memory, engine gpu-uring): a
+ * prefix loaded behind one-thread wait kernels on a compute stream is bit-exact, the waits and
+ * their stall are recorded on the GPU, new KV copied into save staging by the gather kernel is
+ * written in slack and reads back bit-exact, and a step with loads on the legacy default stream
+ * is refused. Exits 77 without a GPU or a usable ring.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gpu/gpu.h"
+#include "t_gpu.h"
+#include "t_kv.h"
+#include "t_util.h"
+
+#define NR_BLOCKS 256u
+#define CHUNKS 6u
+
+struct world {
+	char *dir;
+	struct tutti_geometry geo;
+	uint32_t bpc;
+	struct t_kv *src, *dst;
+	struct d_kv dsrc, ddst;
+	struct tutti_store *st;
+	void *stream;
+	struct t_rng r;
+	uint8_t keys[2 * CHUNKS * 32];
+	uint32_t src_ids[4 * CHUNKS * 4]; /* then dst_ids */
+	uint32_t *dst_ids;
+};
+
+static void
+log_to_output(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	print_message("tutti[%d]: %s\n", level, msg);
+}
+
+static void
+world_open(struct world *w)
+{
+	const char *dirs[1];
+	struct tutti_store_opts o;
+
+	memset(w, 0, sizeof(*w));
+	t_rng_init(&w->r, t_seed(4242));
+	w->dir = t_tmpdir_create();
+	dirs[0] = w->dir;
+	assert_int_equal(tutti_geometry_preset("llama-3-8b", &w->geo), 0);
+	w->geo.nr_layers = 4;
+	w->geo.chunk_tokens = 64; /* 4 blocks of 16 tokens, 64 KiB per layer block */
+	w->bpc = 4;
+	assert_int_equal(t_kv_alloc(&w->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &w->src), 0);
+	assert_int_equal(t_kv_alloc(&w->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &w->dst), 0);
+	t_kv_fill_random(w->src, &w->r);
+	t_kv_poison(w->dst, 0xa5);
+	assert_int_equal(d_kv_alloc(w->src, &w->dsrc), 0);
+	assert_int_equal(d_kv_alloc(w->dst, &w->ddst), 0);
+	assert_int_equal(d_kv_upload(&w->dsrc), 0);
+	assert_int_equal(d_kv_upload(&w->ddst), 0);
+	tutti_store_opts_init(&o);
+	o.flags = TUTTI_OPEN_CREATE;
+	o.dirs = dirs;
+	o.nr_dirs = 1;
+	o.engine = TUTTI_ENGINE_GPU_URING;
+	o.capacity_bytes = 64 * tutti_geometry_slot_bytes(&w->geo);
+	o.log_fn = log_to_output;
+	assert_int_equal(tutti_store_open(&w->geo, &o, &w->st), 0);
+	assert_int_equal(tt_gpu_stream_create(0, &w->stream), 0);
+	t_rng_fill(&w->r, w->keys, sizeof(w->keys));
+	w->dst_ids = w->src_ids + 2 * CHUNKS * w->bpc;
+	/* One draw for both: the prefix lands in blocks the new KV does not occupy. */
+	t_random_distinct(&w->r, w->src_ids, 4 * CHUNKS * w->bpc, NR_BLOCKS);
+}
+
+static void
+world_close(struct world *w)
+{
+	tt_gpu_stream_destroy(w->stream);
+	tutti_store_close(w->st);
+	d_kv_free(&w->dsrc);
+	d_kv_free(&w->ddst);
+	t_kv_free(w->src);
+	t_kv_free(w->dst);
+	t_tmpdir_remove(w->dir);
+}
+
+static struct tutti_request
+request(struct world *w, uint32_t nr_keys, uint32_t first, const uint32_t *ids)
+{
+	return (struct tutti_request){.size = sizeof(struct tutti_request),
+	                              .nr_keys = nr_keys,
+	                              .keys = w->keys,
+	                              .first_chunk = first,
+	                              .nr_blocks = (nr_keys - first) * w->bpc,
+	                              .block_ids = ids};
+}
+
+static void
+final_result(struct tutti_pipeline *p, int64_t id, struct tutti_step_result *res, int32_t *status,
+             uint64_t *stall)
+{
+	res->size = sizeof(*res);
+	for (int i = 0; i < 20000; i++) {
+		int rc = tutti_pipeline_step_result(p, id, res, status, stall);
+
+		if (rc == 0) {
+			return;
+		}
+		assert_int_equal(rc, -EAGAIN);
+		usleep(500);
+	}
+	fail_msg("step %lld never became final", (long long)id);
+}
+
+static void
+test_gpu_pipeline_loads_behind_wait_kernels_and_saves_in_slack(void **state)
+{
+	struct world w;
+	struct tutti_request saved, load, save;
+	struct tutti_pipeline_opts o;
+	struct tutti_pipeline *p;
+	struct tutti_step step = {.size = sizeof(step)};
+	struct tutti_step_result res;
+	struct tutti_pipeline_stats stats = {.size = sizeof(stats)};
+	int32_t status[CHUNKS];
+	uint64_t stall[4];
+	int64_t id;
+
+	(void)state;
+	world_open(&w);
+	saved = request(&w, CHUNKS, 0, w.src_ids);
+	assert_int_equal(tutti_store_save(w.st, w.dsrc.kv, &saved, 1, NULL), CHUNKS);
+	tutti_pipeline_opts_init(&o);
+	o.save_staging_bytes = 64ull << 20;
+	assert_int_equal(tutti_pipeline_create(w.st, w.ddst.kv, &o, &p), 0);
+
+	/* The legacy default stream would serialise the waits against the reads: refused. */
+	load = request(&w, CHUNKS, 0, w.dst_ids);
+	step.nr_loads = 1;
+	step.loads = &load;
+	step.stream = NULL;
+	assert_int_equal(tutti_pipeline_begin_step(p, &step), -EINVAL);
+
+	/* Load the prefix and save the next CHUNKS chunks, whose "new KV" dsrc holds. */
+	save = request(&w, 2 * CHUNKS, CHUNKS, w.src_ids + CHUNKS * w.bpc);
+	step.nr_saves = 1;
+	step.saves = &save;
+	step.compute_tokens = CHUNKS * 64;
+	step.stream = w.stream;
+	/* The saves copy from ddst: give it the new KV first (download, patch, upload). */
+	assert_int_equal(d_kv_download(&w.ddst), 0);
+	for (uint32_t b = CHUNKS * w.bpc; b < 2 * CHUNKS * w.bpc; b++) {
+		for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
+			uint8_t blk[65536];
+
+			t_kv_read_block(w.src, l, w.src_ids[b], blk);
+			t_kv_write_block(w.dst, l, w.src_ids[b], blk);
+		}
+	}
+	assert_int_equal(d_kv_upload(&w.ddst), 0);
+	id = tutti_pipeline_begin_step(p, &step);
+	assert_true(id > 0);
+	for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
+		assert_int_equal(tutti_pipeline_wait_layer(p, l), 0);
+		assert_int_equal(tutti_pipeline_save_layer(p, l), 0);
+	}
+	assert_int_equal(tutti_pipeline_end_step(p), 0);
+	assert_int_equal(tt_gpu_stream_sync(w.stream), 0);
+	final_result(p, id, &res, status, stall);
+	assert_int_equal(res.load_chunks, CHUNKS);
+	assert_int_equal(res.load_errors, 0);
+	assert_int_equal(res.timed_out, 0);
+	assert_int_equal(res.saves_staged, CHUNKS);
+	for (uint32_t i = 0; i < CHUNKS; i++) {
+		assert_int_equal(status[i], 0);
+	}
+	/* The prefix landed bit for bit. */
+	assert_int_equal(d_kv_download(&w.ddst), 0);
+	for (uint32_t b = 0; b < CHUNKS * w.bpc; b++) {
+		for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
+			assert_true(t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
+		}
+	}
+	/* The saves were written in slack: the whole chain is stored and reads back. */
+	assert_int_equal(tutti_pipeline_flush(p), 0);
+	assert_int_equal(tutti_pipeline_get_stats(p, &stats), 0);
+	assert_int_equal(stats.saves_written, CHUNKS);
+	assert_int_equal(stats.save_errors, 0);
+	assert_int_equal(tutti_store_lookup(w.st, w.keys, 2 * CHUNKS, NULL), 2 * CHUNKS);
+	{
+		struct tutti_request all = request(&w, 2 * CHUNKS, 0, w.dst_ids);
+
+		t_kv_poison(w.dst, 0x5a);
+		assert_int_equal(d_kv_upload(&w.ddst), 0);
+		assert_int_equal(
+		    tutti_store_load(w.st, w.ddst.kv, &all, 1, 0, w.geo.nr_layers, NULL),
+		    2 * CHUNKS);
+		assert_int_equal(d_kv_download(&w.ddst), 0);
+		for (uint32_t b = 0; b < 2 * CHUNKS * w.bpc; b++) {
+			for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
+				assert_true(
+				    t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
+			}
+		}
+	}
+	tutti_pipeline_destroy(p);
+	world_close(&w);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_gpu_pipeline_loads_behind_wait_kernels_and_saves_in_slack),
+	};
+
+	if (tt_gpu_device_count() <= 0 || !t_tmpdir_supports_odirect() || t_uring_probe() != 0) {
+		return 77; /* no GPU here, built without CUDA, no O_DIRECT or no io_uring */
+	}
+	return cmocka_run_group_tests_name("gpu-pipeline", tests, NULL, NULL);
+}
