@@ -157,6 +157,7 @@ class Remote:
                                      ctypes.byref(o), ctypes.byref(self._h)),
                "tutti_remote_open")
         self.record_bytes = int(lib.tutti_remote_record_bytes(self._h))
+        self.publish_enabled = publish_bytes > 0
 
     # -- provider callbacks (library threads; never raise into C) --
 

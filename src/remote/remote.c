@@ -417,6 +417,8 @@ tutti_remote_lookup(struct tutti_remote *r, const uint8_t *keys, uint32_t nr_key
 	return hit;
 }
 
+static void seen_set(struct tutti_remote *r, uint64_t h, bool on);
+
 /* ---- fetch ---- */
 
 /* One chunk of a fetch: which blocks of its record go where. */
@@ -653,6 +655,10 @@ fetch_batch(struct tutti_remote *r, const struct tutti_kv *kv, const struct fetc
 	}
 	*failed = loaded < nr_slots;
 	pthread_mutex_lock(&r->mu);
+	/* What came from the pool need not be published back to it. */
+	for (uint32_t i = 0; i < loaded; i++) {
+		seen_set(r, XXH3_64bits(j->keys[i], strlen(j->keys[i])), true);
+	}
 	free_job(r, j);
 	pthread_mutex_unlock(&r->mu);
 	return loaded;
