@@ -48,12 +48,12 @@ struct tutti_remote_ops {
 	int (*exists)(void *ctx, const char *const *keys, uint32_t n, int32_t *present);
 	/** Read object keys[i] into bufs[i] (lens[i] bytes of registered memory); got[i] = the
 	 *  object's length, or a negative errno (-ENOENT when absent). */
-	int (*get_into)(void *ctx, const char *const *keys, void *const *bufs,
-	                const uint64_t *lens, uint32_t n, int64_t *got);
-	/** Write lens[i] bytes of bufs[i] (registered memory) as object keys[i]; res[i] = 0 (written
-	 *  or already present) or a negative errno. */
-	int (*put_from)(void *ctx, const char *const *keys, void *const *bufs,
-	                const uint64_t *lens, uint32_t n, int32_t *res);
+	int (*get_into)(void *ctx, const char *const *keys, void *const *bufs, const uint64_t *lens,
+	                uint32_t n, int64_t *got);
+	/** Write lens[i] bytes of bufs[i] (registered memory) as object keys[i]; res[i] = 0
+	 * (written or already present) or a negative errno. */
+	int (*put_from)(void *ctx, const char *const *keys, void *const *bufs, const uint64_t *lens,
+	                uint32_t n, int32_t *res);
 	/** Make [addr, addr + len) usable by get_into and put_from (called at open). */
 	int (*register_mem)(void *ctx, void *addr, uint64_t len);
 	/** Undo register_mem (called at close). */
@@ -110,8 +110,8 @@ TUTTI_API uint64_t tutti_remote_record_bytes(const struct tutti_remote *r);
  * \return 0..nr_keys - first, or -EINVAL, -EHOSTDOWN (tier down), -ETIMEDOUT, or the provider's
  *         error.
  */
-TUTTI_API int64_t tutti_remote_lookup(struct tutti_remote *r, const uint8_t *keys,
-                                      uint32_t nr_keys, uint32_t first);
+TUTTI_API int64_t tutti_remote_lookup(struct tutti_remote *r, const uint8_t *keys, uint32_t nr_keys,
+                                      uint32_t first);
 
 /**
  * Fetch this rank's records of chunks [first_chunk, nr_keys) of each request, verify them and
@@ -148,25 +148,25 @@ TUTTI_API int64_t tutti_remote_publish(struct tutti_remote *r, const struct tutt
 TUTTI_API int tutti_remote_flush(struct tutti_remote *r, uint32_t timeout_ms);
 
 struct tutti_remote_stats {
-	uint32_t size;        /**< = sizeof(struct tutti_remote_stats), set by the caller */
-	uint32_t up;          /**< 1 while the tier is usable, 0 while the breaker is open */
-	uint64_t lookups;     /**< tutti_remote_lookup calls answered */
-	uint64_t lookup_hits; /**< chunks found by them */
-	uint64_t lookup_ns;   /**< time spent in them */
-	uint64_t fetch_chunks;     /**< chunks fetched, verified and scattered */
-	uint64_t fetch_bytes;      /**< record bytes of those chunks */
-	uint64_t fetch_ns;         /**< time spent in tutti_remote_fetch */
-	uint64_t fetch_errors;     /**< chunks that failed to load (every reason) */
-	uint64_t verify_failures;  /**< records rejected as damaged or forged */
-	uint64_t timeouts;         /**< calls that ran past timeout_ms */
-	uint64_t faults;           /**< faults counted by the breaker (timeouts, provider errors) */
-	uint64_t breaker_trips;    /**< times the tier went down */
-	uint64_t publish_queued;   /**< chunks copied into the publish queue */
-	uint64_t publish_chunks;   /**< chunks put into the pool */
-	uint64_t publish_bytes;    /**< bytes put into the pool */
-	uint64_t publish_present;  /**< chunks skipped: already in the pool or queued */
-	uint64_t publish_dropped;  /**< chunks dropped: queue full, tier down, or put refused */
-	uint64_t publish_ns;       /**< time the publish thread spent in provider calls */
+	uint32_t size;            /**< = sizeof(struct tutti_remote_stats), set by the caller */
+	uint32_t up;              /**< 1 while the tier is usable, 0 while the breaker is open */
+	uint64_t lookups;         /**< tutti_remote_lookup calls answered */
+	uint64_t lookup_hits;     /**< chunks found by them */
+	uint64_t lookup_ns;       /**< time spent in them */
+	uint64_t fetch_chunks;    /**< chunks fetched, verified and scattered */
+	uint64_t fetch_bytes;     /**< record bytes of those chunks */
+	uint64_t fetch_ns;        /**< time spent in tutti_remote_fetch */
+	uint64_t fetch_errors;    /**< chunks that failed to load (every reason) */
+	uint64_t verify_failures; /**< records rejected as damaged or forged */
+	uint64_t timeouts;        /**< calls that ran past timeout_ms */
+	uint64_t faults;          /**< faults counted by the breaker (timeouts, provider errors) */
+	uint64_t breaker_trips;   /**< times the tier went down */
+	uint64_t publish_queued;  /**< chunks copied into the publish queue */
+	uint64_t publish_chunks;  /**< chunks put into the pool */
+	uint64_t publish_bytes;   /**< bytes put into the pool */
+	uint64_t publish_present; /**< chunks skipped: already in the pool or queued */
+	uint64_t publish_dropped; /**< chunks dropped: queue full, tier down, or put refused */
+	uint64_t publish_ns;      /**< time the publish thread spent in provider calls */
 };
 
 /**

@@ -9,5 +9,6 @@
 #include "tutti/base.h"
 #include "tutti/geometry.h"
 #include "tutti/store.h"
+#include "tutti/remote.h"
 
 #endif /* TUTTI_TUTTI_H */

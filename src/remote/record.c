@@ -24,9 +24,8 @@ tt_record_tag(const void *ns, uint32_t ns_bytes, uint32_t rank, uint32_t nr_rank
 
 int
 tt_record_encode(const struct tt_geo *geo, const struct tutti_kv *kv,
-                 const struct tt_mover_ops *mover, void *mover_ctx,
-                 const struct tt_record_id *id, const uint32_t *block_ids, uint32_t nr_blocks,
-                 uint8_t *buf)
+                 const struct tt_mover_ops *mover, void *mover_ctx, const struct tt_record_id *id,
+                 const uint32_t *block_ids, uint32_t nr_blocks, uint8_t *buf)
 {
 	struct tt_slot_header h;
 	uint64_t payload = (uint64_t)nr_blocks * geo->layer_block_bytes;

@@ -238,10 +238,11 @@ read_main(void *arg)
 		}
 		pthread_mutex_unlock(&r->mu);
 		if (j->kind == JOB_EXISTS) {
-			j->rc = r->ops.exists(r->ctx, (const char *const *)j->keys, j->n, j->present);
+			j->rc =
+			    r->ops.exists(r->ctx, (const char *const *)j->keys, j->n, j->present);
 		} else {
-			j->rc = r->ops.get_into(r->ctx, (const char *const *)j->keys, j->bufs, j->lens,
-			                        j->n, j->got);
+			j->rc = r->ops.get_into(r->ctx, (const char *const *)j->keys, j->bufs,
+			                        j->lens, j->n, j->got);
 		}
 		pthread_mutex_lock(&r->mu);
 		if (j->abandoned) {
@@ -259,9 +260,9 @@ read_main(void *arg)
 static struct job *
 job_new(enum job_kind kind, uint32_t n)
 {
-	size_t sz = sizeof(struct job) + n * (sizeof(char *) + KEY_STR_MAX + sizeof(void *) +
-	                                      sizeof(uint64_t) + sizeof(int64_t) +
-	                                      sizeof(int32_t) + sizeof(uint32_t));
+	size_t sz = sizeof(struct job) +
+	            n * (sizeof(char *) + KEY_STR_MAX + sizeof(void *) + sizeof(uint64_t) +
+	                 sizeof(int64_t) + sizeof(int32_t) + sizeof(uint32_t));
 	struct job *j = tt_calloc(1, sz);
 	uint8_t *p;
 
@@ -489,11 +490,12 @@ plan(const struct tutti_remote *r, const struct tutti_kv *kv, const struct tutti
 			uint64_t end = TT_MIN(start + bpc, total);
 			uint64_t from = TT_MAX(start, (uint64_t)q->skip_blocks);
 
-			chunks[c] = (struct fetch_chunk){.req = q,
-			                                 .key = k,
-			                                 .id_off = (uint32_t)(from - q->skip_blocks),
-			                                 .nr_moved = (uint32_t)(end - from),
-			                                 .obj_skip = (uint32_t)(from - start)};
+			chunks[c] =
+			    (struct fetch_chunk){.req = q,
+			                         .key = k,
+			                         .id_off = (uint32_t)(from - q->skip_blocks),
+			                         .nr_moved = (uint32_t)(end - from),
+			                         .obj_skip = (uint32_t)(from - start)};
 		}
 	}
 	*out = chunks;
@@ -558,8 +560,9 @@ land_chunk(struct tutti_remote *r, const struct tutti_kv *kv, const struct fetch
 		return rc;
 	}
 	for (uint32_t l = 0; l < r->geo.g.nr_layers; l++) {
-		struct tt_move m = {.obj = (void *)(rec + tt_geo_object_off(&r->geo, l) +
-		                                    (uint64_t)c->obj_skip * r->geo.layer_block_bytes),
+		struct tt_move m = {.obj =
+		                        (void *)(rec + tt_geo_object_off(&r->geo, l) +
+		                                 (uint64_t)c->obj_skip * r->geo.layer_block_bytes),
 		                    .block_ids = c->req->block_ids + c->id_off,
 		                    .nr_blocks = c->nr_moved};
 
@@ -637,8 +640,8 @@ fetch_batch(struct tutti_remote *r, const struct tutti_kv *kv, const struct fetc
 	reads_end(r);
 	pthread_mutex_unlock(&r->mu);
 	for (uint32_t i = 0; i < nr_slots; i++) {
-		int crc = rc < 0 ? rc
-		                 : land_chunk(r, kv, &cs[i], j->bufs[i], j->got[i], mover, mctx);
+		int crc =
+		    rc < 0 ? rc : land_chunk(r, kv, &cs[i], j->bufs[i], j->got[i], mover, mctx);
 
 		st[i] = crc;
 		if (crc < 0) {
@@ -956,8 +959,8 @@ pub_main(void *arg)
 			r->pub_busy--;
 		}
 		if (r->publish_rate > 0) {
-			r->next_put_ns = tt_now_ns() + (uint64_t)m * r->record_bytes * 1000000000ull /
-			                                   r->publish_rate;
+			r->next_put_ns = tt_now_ns() + (uint64_t)m * r->record_bytes *
+			                                   1000000000ull / r->publish_rate;
 		}
 		pthread_cond_broadcast(&r->flush_cv);
 	}
@@ -1115,8 +1118,8 @@ check_opts(const struct tutti_remote_ops *ops, const struct tutti_remote_opts *o
 }
 
 int
-tutti_remote_open(const struct tutti_geometry *geo, const struct tutti_remote_ops *ops,
-                  void *ctx, const struct tutti_remote_opts *opts, struct tutti_remote **out)
+tutti_remote_open(const struct tutti_geometry *geo, const struct tutti_remote_ops *ops, void *ctx,
+                  const struct tutti_remote_opts *opts, struct tutti_remote **out)
 {
 	struct tutti_remote *r;
 	int rc;
@@ -1147,7 +1150,8 @@ tutti_remote_open(const struct tutti_geometry *geo, const struct tutti_remote_op
 	}
 	r->ops = *ops;
 	r->ctx = ctx;
-	r->log = (struct tt_log){.fn = opts->log_fn, .arg = opts->log_arg, .level = opts->log_level};
+	r->log =
+	    (struct tt_log){.fn = opts->log_fn, .arg = opts->log_arg, .level = opts->log_level};
 	memcpy(r->prefix, opts->key_prefix, strlen(opts->key_prefix) + 1);
 	r->key_bytes = opts->key_bytes;
 	r->rank = opts->rank;
