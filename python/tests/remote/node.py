@@ -98,8 +98,10 @@ class Node:
             _, st = self.remote.publish(self.kv, [ChunkRequest(
                 keys[:c + 1], blocks[c * self.bpc:(c + 1) * self.bpc], c)])
             published.append(st[0])
+        t0 = time.monotonic()
         flushed = self.remote.flush(a.get("flush_ms", 20000)) if a.get("flush", True) else None
-        return {"saved": saved, "published": published, "flushed": flushed}
+        return {"saved": saved, "published": published, "flushed": flushed,
+                "flush_seconds": time.monotonic() - t0}
 
     def lookup(self, a):
         keys = chain(a["seed"], a["chunks"])
@@ -135,8 +137,11 @@ class Node:
         keys = chain(seed, n)
         blocks = self.blocks(n, reverse=True)
         self.mem[:] = 0
+        t0 = time.monotonic()
         loaded, status = self.store.load(self.kv, [ChunkRequest(keys, blocks)])
-        return {"loaded": loaded, "status": status, "exact": self.check(seed, range(n), blocks)}
+        seconds = time.monotonic() - t0
+        return {"loaded": loaded, "status": status, "exact": self.check(seed, range(n), blocks),
+                "seconds": seconds}
 
     def forge(self, a):
         """Rewrite the object at key a["key"] (of chain seed/chunk) with one byte flipped, or
