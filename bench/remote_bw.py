@@ -15,9 +15,12 @@ Usage (inside the test environment, from the repository root):
 
 import json
 import platform
+import socket
 import statistics
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +31,39 @@ from conftest import NodeProc  # noqa: E402
 
 LLAMA_3_8B = dict(nr_layers=32, nr_kv_heads=8, head_dim=128, elem_bytes=2, kv_planes=2,
                   block_tokens=16, chunk_tokens=256)
+
+
+def tcp_loopback_gbps(total=1 << 30, piece=4 << 20):
+    """Plain TCP over loopback between two threads of one process (the ceiling for a TCP
+    transport on this machine): `total` bytes sent in `piece` writes into a reused buffer."""
+    srv = socket.create_server(("127.0.0.2", 0))
+    port = srv.getsockname()[1]
+    done = {}
+
+    def receive():
+        conn, _ = srv.accept()
+        buf = bytearray(piece)
+        view, got = memoryview(buf), 0
+        while got < total:
+            n = conn.recv_into(view)
+            if n == 0:
+                break
+            got += n
+        done["bytes"] = got
+        conn.close()
+
+    t = threading.Thread(target=receive)
+    t.start()
+    out = socket.create_connection(("127.0.0.2", port))
+    data = bytes(piece)
+    t0 = time.perf_counter()
+    for _ in range(total // piece):
+        out.sendall(data)
+    out.close()
+    t.join()
+    seconds = time.perf_counter() - t0
+    srv.close()
+    return done["bytes"] / seconds / 1e9
 
 
 def main(out=None, chunks=16, repeat=5):
@@ -57,6 +93,7 @@ def main(out=None, chunks=16, repeat=5):
                 loc = a.call("load_local", seed=1, chunks=chunks, timeout=600)
                 assert loc["loaded"] == chunks and all(loc["exact"])
                 local.append(chunks * rec / loc["seconds"] / 1e9)
+            tcp = [tcp_loopback_gbps() for _ in range(repeat)]
             result = {
                 "what": "remote tier fetch (Mooncake Store over TCP loopback, Python provider) "
                         "vs local store load, Llama-3-8B chunks, records checked and scattered",
@@ -66,6 +103,8 @@ def main(out=None, chunks=16, repeat=5):
                 "local_load_GBps": [round(x, 3) for x in local],
                 "remote_fetch_GBps_median": round(statistics.median(remote), 3),
                 "local_load_GBps_median": round(statistics.median(local), 3),
+                "tcp_loopback_GBps": [round(x, 3) for x in tcp],
+                "tcp_loopback_GBps_median": round(statistics.median(tcp), 3),
                 "machine": f"{platform.node()} {platform.machine()}, "
                            f"{len(__import__('os').sched_getaffinity(0))} CPUs",
             }

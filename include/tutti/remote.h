@@ -97,7 +97,8 @@ TUTTI_API int tutti_remote_open(const struct tutti_geometry *geo,
 
 /**
  * Stop the threads (a provider call in progress is waited for; queued publishes are dropped),
- * unregister and free the memory. NULL is allowed. This function can't fail.
+ * unregister and free the memory. No other call on \p r may be running. NULL is allowed. This
+ * function can't fail.
  */
 TUTTI_API void tutti_remote_close(struct tutti_remote *r);
 

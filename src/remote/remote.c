@@ -639,6 +639,7 @@ fetch_batch(struct tutti_remote *r, const struct tutti_kv *kv, const struct fetc
 	}
 	reads_end(r);
 	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_lock(&r->mover_mu);
 	for (uint32_t i = 0; i < nr_slots; i++) {
 		int crc =
 		    rc < 0 ? rc : land_chunk(r, kv, &cs[i], j->bufs[i], j->got[i], mover, mctx);
@@ -656,6 +657,7 @@ fetch_batch(struct tutti_remote *r, const struct tutti_kv *kv, const struct fetc
 		}
 		loaded++;
 	}
+	pthread_mutex_unlock(&r->mover_mu);
 	*failed = loaded < nr_slots;
 	pthread_mutex_lock(&r->mu);
 	/* What came from the pool need not be published back to it. */
@@ -696,6 +698,7 @@ tutti_remote_fetch(struct tutti_remote *r, const struct tutti_kv *kv,
 	}
 	pthread_mutex_lock(&r->mover_mu);
 	rc = mover_for(r, kv, &mover, &mctx);
+	pthread_mutex_unlock(&r->mover_mu);
 	for (int64_t i = 0; rc == 0 && i < nr;) {
 		int64_t end = i;
 		bool failed;
@@ -718,7 +721,6 @@ tutti_remote_fetch(struct tutti_remote *r, const struct tutti_kv *kv,
 			i += got;
 		}
 	}
-	pthread_mutex_unlock(&r->mover_mu);
 	for (int64_t i = 0; i < nr; i++) {
 		if (rc < 0 && st[i] == 1) {
 			st[i] = rc;
