@@ -35,7 +35,7 @@ class Node:
         self.nr_blocks = a.get("nr_blocks", 64)
         ns = a.get("ns", "test").encode()
         self.store = Store([a["dir"]], self.geo, capacity_bytes=a.get("capacity_mb", 64) << 20,
-                           ns=ns, engine="posix")
+                           ns=ns, engine=a.get("engine", "posix"))
         self.provider = MooncakeProvider(a["host"], a["master"], a["metadata"])
         self.remote = Remote(self.geo, self.provider,
                              key_prefix(ns, a.get("nr_ranks", 1)), ns=ns,
@@ -91,6 +91,7 @@ class Node:
         _, saved = self.store.save(self.kv, [ChunkRequest(keys, blocks)])
         skip = set(a.get("skip", []))
         published = []
+        t_publish = time.monotonic()
         for c in range(n):
             if saved[c] < 0 or c in skip:
                 published.append(None)
@@ -101,7 +102,8 @@ class Node:
         t0 = time.monotonic()
         flushed = self.remote.flush(a.get("flush_ms", 20000)) if a.get("flush", True) else None
         return {"saved": saved, "published": published, "flushed": flushed,
-                "flush_seconds": time.monotonic() - t0}
+                "flush_seconds": time.monotonic() - t0,
+                "publish_seconds": time.monotonic() - t_publish}
 
     def lookup(self, a):
         keys = chain(a["seed"], a["chunks"])
