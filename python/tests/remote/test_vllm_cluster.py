@@ -22,7 +22,7 @@ VLLM_TESTS = Path(__file__).resolve().parent.parent / "vllm"
 SERVE = VLLM_TESTS / "serve_prompts.py"
 
 
-def run(model, prompts, tmp, name, store=None, remote=None):
+def run(model, prompts, tmp, name, store=None, remote=None, mode="sync"):
     p_path, o_path = tmp / f"{name}-prompts.json", tmp / f"{name}-out.json"
     p_path.write_text(json.dumps(prompts))
     env = dict(mooncake_env(), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
@@ -30,7 +30,7 @@ def run(model, prompts, tmp, name, store=None, remote=None):
                VLLM_CPU_KVCACHE_SPACE="1")
     args = [sys.executable, str(SERVE), str(model), str(p_path), str(o_path)]
     if store is not None:
-        args += [str(store), "sync"]
+        args += [str(store), mode]
         if remote is not None:
             r_path = tmp / f"{name}-remote.json"
             r_path.write_text(json.dumps(remote))
@@ -83,11 +83,18 @@ def test_two_engines_share_prefixes_through_the_cluster(model, tmp_path):
         b2 = run(model, prompts, tmp_path, "b2", tmp_path / "store-b", remote(1))
         assert b2["metrics"]["vllm:tutti_load_tokens"] >= 0.8 * prompt_tokens
         assert b2["metrics"].get("vllm:tutti_remote_load_tokens", 0) == 0
+
+        # asynchronous loads: the fetch runs on the loader thread while the request waits
+        d = run(model, prompts, tmp_path, "d", tmp_path / "store-d", remote(2), mode="async")
+        assert d["metrics"]["vllm:tutti_remote_load_tokens"] >= 0.8 * prompt_tokens
+        assert d["metrics"]["vllm:tutti_remote_load_errors"] == 0
+        assert d["tokens"] == reference["tokens"]
         assert b2["tokens"] == reference["tokens"]
 
         # the master dies: a third node gets no remote hits, computes, and answers the same
         cluster.kill_master()
         c = run(model, prompts, tmp_path, "c", tmp_path / "store-c", remote(2))
+        assert "remote tier unavailable" in (tmp_path / "c.log").read_text()
         assert c["metrics"].get("vllm:tutti_remote_load_tokens", 0) == 0
         assert c["tokens"] == reference["tokens"]
     finally:
