@@ -41,8 +41,8 @@ class Node:
                              key_prefix(ns, a.get("nr_ranks", 1)), ns=ns,
                              rank=a.get("rank", 0), nr_ranks=a.get("nr_ranks", 1),
                              timeout_ms=a.get("timeout_ms", 1000),
-                             ring_bytes=a.get("ring_mb", 8) << 20,
-                             publish_bytes=a.get("publish_mb", 8) << 20,
+                             ring_bytes=int(a.get("ring_mb", 8) * 2**20),
+                             publish_bytes=int(a.get("publish_mb", 8) * 2**20),
                              publish_rate=a.get("publish_rate", 0),
                              breaker_faults=a.get("breaker_faults", 3),
                              breaker_open_ms=a.get("breaker_open_ms", 1000))

@@ -165,3 +165,26 @@ def test_master_killed_lookups_miss_and_serving_goes_on(nodes, cluster):
     assert local["loaded"] == 4 and all(local["exact"])
     out = a.call("save_publish", seed=9, chunks=2, flush_ms=3000)
     assert out["saved"] == [0, 0]
+
+
+def test_publishing_is_paced_and_its_queue_bounded(nodes):
+    # tiny records are 132 KiB; at 1 MB/s, 16 of them take at least the time of the 8 put after
+    # the first batch (up to 8 a batch)
+    rate = 1_000_000
+    slow = nodes(0, publish_rate=rate, publish_mb=4)
+    out = slow.call("save_publish", seed=20, chunks=16, timeout=60)
+    assert out["flushed"] and out["published"] == [0] * 16
+    record = slow.call("stats")["remote"]["publish_bytes"] // 16
+    assert out["publish_seconds"] >= 0.9 * 8 * record / rate, out["publish_seconds"]
+    fast = nodes(1)
+    out = fast.call("save_publish", seed=21, chunks=16)
+    assert out["publish_seconds"] < 8 * record / rate  # uncapped: much faster
+
+    # a queue of 3 records, drained at 0.2 MB/s: queueing never fails or waits; the oldest
+    # queued records are dropped
+    tight = nodes(2, publish_rate=200_000, publish_mb=0.4)
+    out = tight.call("save_publish", seed=22, chunks=12, flush_ms=20000, timeout=60)
+    assert out["published"] == [0] * 12 and out["flushed"]
+    st = tight.call("stats")["remote"]
+    assert st["publish_dropped"] > 0
+    assert st["publish_chunks"] + st["publish_dropped"] == 12
