@@ -736,8 +736,9 @@ class TuttiConnector(KVConnectorBase_V1):
             log.debug("tutti: publishing %s failed: %s", spec.req_id, e)
 
     def _remote_stats(self):
-        """Fold the remote handle's counters (publish thread, verification) into the stats."""
-        if self.remote is None:
+        """Fold the remote handle's counters (publish thread, verification) into the stats.
+        The worker does it: a scheduler in the same process shares the handle."""
+        if self.remote is None or self._kv is None:
             return
         st = self.remote.stats()
         with self._done_lock:
