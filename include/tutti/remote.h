@@ -12,10 +12,10 @@
  * it reaches paged KV memory; a record that fails is a load error, never served.
  *
  * Bounded time. Provider calls run on threads the handle owns; a caller waits for a lookup or a
- * fetch at most timeout_ms and then fails it with -ETIMEDOUT (the call keeps its memory until
- * the provider returns). After breaker_faults consecutive faults (timeouts, provider errors) the
- * tier is down: calls fail at once with -EHOSTDOWN until a probe call succeeds, tried after
- * breaker_open_ms, doubling up to 30 s while probes fail.
+ * fetch at most lookup_timeout_ms or timeout_ms and then fails it with -ETIMEDOUT (the call keeps
+ * its memory until the provider returns). After breaker_faults consecutive faults (timeouts,
+ * provider errors) the tier is down: calls fail at once with -EHOSTDOWN until a probe call
+ * succeeds, tried after breaker_open_ms, doubling up to 30 s while probes fail.
  *
  * Publishing. tutti_remote_publish copies chunks out of paged KV into the handle's publish
  * memory and returns; a thread of the handle puts them into the pool at lowest priority (it waits
@@ -70,15 +70,17 @@ struct tutti_remote_opts {
 	uint32_t nr_ranks; /**< ranks sharing a chunk; a lookup hit needs all of them; default 1 */
 	const void *ns;    /**< namespace bytes, as the store's; fingerprinted into records */
 	uint32_t ns_bytes; /**< length of ns */
-	uint32_t timeout_ms;      /**< longest wait for a lookup or fetch call; default 1000 */
+	uint32_t timeout_ms;      /**< longest wait for a fetch call; default 1000 */
 	uint64_t ring_bytes;      /**< fetch memory (whole records); default 64 MiB */
 	uint64_t publish_bytes;   /**< publish memory; 0: no publishing; default 64 MiB */
 	uint64_t publish_rate;    /**< publish bytes per second; 0: no cap (the default) */
 	uint32_t breaker_faults;  /**< consecutive faults that take the tier down; default 3 */
 	uint32_t breaker_open_ms; /**< first wait before a probe; default 1000 */
-	tutti_log_fn log_fn;      /**< where log lines go (caller threads only); NULL: nowhere */
-	void *log_arg;            /**< passed to log_fn */
-	uint32_t log_level;       /**< most verbose enum tutti_log_level passed on; default WARN */
+	/** Longest wait for a lookup, which the scheduler makes between steps; default 50. */
+	uint32_t lookup_timeout_ms;
+	tutti_log_fn log_fn; /**< where log lines go (caller threads only); NULL: nowhere */
+	void *log_arg;       /**< passed to log_fn */
+	uint32_t log_level;  /**< most verbose enum tutti_log_level passed on; default WARN */
 };
 
 /** Fill \p opts with defaults and set opts->size. This function can't fail. */
@@ -159,7 +161,7 @@ struct tutti_remote_stats {
 	uint64_t fetch_ns;        /**< time spent in tutti_remote_fetch */
 	uint64_t fetch_errors;    /**< chunks that failed to load (every reason) */
 	uint64_t verify_failures; /**< records rejected as damaged or forged */
-	uint64_t timeouts;        /**< calls that ran past timeout_ms */
+	uint64_t timeouts;        /**< calls that ran past their timeout */
 	uint64_t faults;          /**< faults counted by the breaker (timeouts, provider errors) */
 	uint64_t breaker_trips;   /**< times the tier went down */
 	uint64_t publish_queued;  /**< chunks copied into the publish queue */

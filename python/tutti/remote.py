@@ -56,6 +56,7 @@ class RemoteOpts(ctypes.Structure):
         ("publish_rate", L.c_u64),
         ("breaker_faults", L.c_u32),
         ("breaker_open_ms", L.c_u32),
+        ("lookup_timeout_ms", L.c_u32),
         ("log_fn", L.LOG_FN),
         ("log_arg", ctypes.c_void_p),
         ("log_level", L.c_u32),
@@ -124,7 +125,7 @@ class Remote:
 
     def __init__(self, geometry, provider, prefix, ns=b"", rank=0, nr_ranks=1, key_bytes=32,
                  timeout_ms=1000, ring_bytes=64 << 20, publish_bytes=64 << 20, publish_rate=0,
-                 breaker_faults=3, breaker_open_ms=1000):
+                 breaker_faults=3, breaker_open_ms=1000, lookup_timeout_ms=50):
         lib = _lib()
         self.geometry = geometry
         self.key_bytes = key_bytes
@@ -143,6 +144,7 @@ class Remote:
         o.ns = ctypes.addressof(self._ns)
         o.ns_bytes = len(ns)
         o.timeout_ms = int(timeout_ms)
+        o.lookup_timeout_ms = int(lookup_timeout_ms)
         o.ring_bytes = int(ring_bytes)
         o.publish_bytes = int(publish_bytes)
         o.publish_rate = int(publish_rate)

@@ -74,7 +74,7 @@ struct tutti_remote {
 	char prefix[PREFIX_MAX + 1];
 	uint32_t key_bytes, rank, nr_ranks;
 	uint64_t tag; /* of this rank's records */
-	uint64_t timeout_ns, publish_rate;
+	uint64_t timeout_ns, lookup_timeout_ns, publish_rate;
 	uint64_t record_bytes;
 
 	pthread_mutex_t mu;
@@ -128,6 +128,7 @@ tutti_remote_opts_init(struct tutti_remote_opts *opts)
 	opts->key_bytes = 32;
 	opts->nr_ranks = 1;
 	opts->timeout_ms = 1000;
+	opts->lookup_timeout_ms = 50;
 	opts->ring_bytes = 64ull << 20;
 	opts->publish_bytes = 64ull << 20;
 	opts->breaker_faults = 3;
@@ -311,9 +312,9 @@ deadline_ts(uint64_t ns_from_now)
  * it now), -ESHUTDOWN when the handle is closing.
  */
 static int
-run_job(struct tutti_remote *r, struct job *j)
+run_job(struct tutti_remote *r, struct job *j, uint64_t timeout_ns)
 {
-	struct timespec until = deadline_ts(r->timeout_ns);
+	struct timespec until = deadline_ts(timeout_ns);
 
 	if (r->stop) {
 		return -ESHUTDOWN;
@@ -381,7 +382,7 @@ tutti_remote_lookup(struct tutti_remote *r, const uint8_t *keys, uint32_t nr_key
 		return rc;
 	}
 	r->reads_active++;
-	rc = run_job(r, j);
+	rc = run_job(r, j, r->lookup_timeout_ns);
 	if (rc == -ETIMEDOUT) {
 		breaker_report(r, true);
 		reads_end(r);
@@ -622,7 +623,7 @@ fetch_batch(struct tutti_remote *r, const struct tutti_kv *kv, const struct fetc
 		j->got[i] = -EIO;
 	}
 	r->reads_active++;
-	rc = run_job(r, j);
+	rc = run_job(r, j, r->timeout_ns);
 	if (rc == -ETIMEDOUT) {
 		breaker_report(r, true);
 		reads_end(r);
@@ -1113,7 +1114,8 @@ check_opts(const struct tutti_remote_ops *ops, const struct tutti_remote_opts *o
 	}
 	if (o->key_bytes < 16 || o->key_bytes > TT_MAX_KEY_BYTES || !prefix_ok(o->key_prefix) ||
 	    o->nr_ranks == 0 || o->rank >= o->nr_ranks || (o->ns == NULL && o->ns_bytes > 0) ||
-	    o->timeout_ms == 0 || o->breaker_faults == 0 || o->breaker_open_ms == 0) {
+	    o->timeout_ms == 0 || o->lookup_timeout_ms == 0 || o->breaker_faults == 0 ||
+	    o->breaker_open_ms == 0) {
 		return -EINVAL;
 	}
 	return 0;
@@ -1160,6 +1162,7 @@ tutti_remote_open(const struct tutti_geometry *geo, const struct tutti_remote_op
 	r->nr_ranks = opts->nr_ranks;
 	r->tag = tt_record_tag(opts->ns, opts->ns_bytes, opts->rank, opts->nr_ranks);
 	r->timeout_ns = (uint64_t)opts->timeout_ms * 1000000ull;
+	r->lookup_timeout_ns = (uint64_t)opts->lookup_timeout_ms * 1000000ull;
 	r->publish_rate = opts->publish_rate;
 	r->breaker_faults = opts->breaker_faults;
 	r->first_open_ns = r->open_ns = (uint64_t)opts->breaker_open_ms * 1000000ull;

@@ -41,6 +41,7 @@ class Node:
                              key_prefix(ns, a.get("nr_ranks", 1)), ns=ns,
                              rank=a.get("rank", 0), nr_ranks=a.get("nr_ranks", 1),
                              timeout_ms=a.get("timeout_ms", 1000),
+                             lookup_timeout_ms=a.get("lookup_timeout_ms", 200),
                              ring_bytes=int(a.get("ring_mb", 8) * 2**20),
                              publish_bytes=int(a.get("publish_mb", 8) * 2**20),
                              publish_rate=a.get("publish_rate", 0),

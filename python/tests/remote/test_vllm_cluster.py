@@ -64,7 +64,10 @@ def test_two_engines_share_prefixes_through_the_cluster(model, tmp_path):
         def remote(node):
             return {"engine": "mooncake", "master": cluster.master,
                     "metadata": cluster.metadata, "local_hostname": Cluster.node_host(node),
-                    "timeout_ms": 500, "ring_mb": 8, "publish_mb": 8}
+                    "ring_mb": 8, "publish_mb": 8,
+                    # generous on a shared 2-core test machine: the counts below assume no
+                    # lookup or fetch gives up
+                    "timeout_ms": 2000, "lookup_timeout_ms": 1000}
 
         a = run(model, prompts, tmp_path, "a", tmp_path / "store-a", remote(0))
         assert a["tokens"] == reference["tokens"]

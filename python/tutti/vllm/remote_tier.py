@@ -29,6 +29,7 @@ class RemoteConfig:
     protocol: str = "tcp"
     device: str = ""
     timeout_ms: int = 500
+    lookup_timeout_ms: int = 50
     rpc_timeout_ms: int = 2000
     connect_timeout_ms: int = 1000
     ring_mb: int = 64
@@ -69,9 +70,10 @@ class RemoteConfig:
             raise ValueError(f"TuttiConnector: remote publish must be one of {_PUBLISH}")
         if cfg.accept not in ("cost", "always"):
             raise ValueError("TuttiConnector: remote accept must be \"cost\" or \"always\"")
-        if cfg.timeout_ms <= 0 or cfg.ring_mb <= 0 or cfg.fetch_gbps <= 0 or \
+        if cfg.timeout_ms <= 0 or cfg.lookup_timeout_ms <= 0 or cfg.ring_mb <= 0 or cfg.fetch_gbps <= 0 or \
                 cfg.prefill_tokens_per_s <= 0:
-            raise ValueError("TuttiConnector: remote timeout_ms, ring_mb, fetch_gbps and "
+            raise ValueError("TuttiConnector: remote timeout_ms, lookup_timeout_ms, ring_mb, "
+                             "fetch_gbps and "
                              "prefill_tokens_per_s must be positive")
         return cfg
 
@@ -146,6 +148,7 @@ def acquire(cfg, geo, ns, rank=0, nr_ranks=1, tp=1, pp=1):
             try:
                 remote = Remote(geo, provider, key_prefix(ns, tp, pp), ns=ns, rank=rank,
                                 nr_ranks=nr_ranks, timeout_ms=cfg.timeout_ms,
+                                lookup_timeout_ms=cfg.lookup_timeout_ms,
                                 ring_bytes=cfg.ring_mb << 20,
                                 publish_bytes=(cfg.publish_mb << 20
                                                if cfg.publish != "none" else 0),
