@@ -8,7 +8,7 @@
 
 #include "tutti/base.h"
 #include "tutti/geometry.h"
-#include "tutti/store.h"
 #include "tutti/remote.h"
+#include "tutti/store.h"
 
 #endif /* TUTTI_TUTTI_H */
