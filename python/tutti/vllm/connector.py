@@ -140,7 +140,9 @@ def _geometry_of(kv_cache_config, chunk_tokens):
     return geo, spec
 
 
-def _namespace(vllm_config, spec, geo, cfg):
+def _namespace(vllm_config, spec, geo, cfg, with_rank=True):
+    """What must not mix, as bytes. Without the rank: the namespace shared by every rank of a
+    deployment (the remote tier's, whose keys and records carry the rank themselves)."""
     mc, pc, cc = vllm_config.model_config, vllm_config.parallel_config, vllm_config.cache_config
     parts = [
         "tutti-vllm/1",
@@ -151,7 +153,7 @@ def _namespace(vllm_config, spec, geo, cfg):
         f"page={spec.page_size_bytes}",
         f"layout={getattr(cc, 'kv_cache_layout', None)}",
         f"device={vllm_config.device_config.device_type}",
-        f"tp={getattr(pc, 'rank', 0)}/{pc.tensor_parallel_size}",
+        f"tp={getattr(pc, 'rank', 0) if with_rank else '*'}/{pc.tensor_parallel_size}",
         f"pp={pc.pipeline_parallel_size}",
         f"hash={getattr(cc, 'prefix_caching_hash_algo', None)}",
         f"vllm={'.'.join(vllm.__version__.split('.')[:2])}",
@@ -344,8 +346,13 @@ class TuttiConnector(KVConnectorBase_V1):
         self._remote_local_hits = {}  # request -> local chunks, when the remote tier adds some
         if self.cfg.remote is not None:
             try:
-                self._remote_key, self.remote = remote_tier.acquire(self.cfg.remote, self.geo,
-                                                                    self.ns)
+                pc = vllm_config.parallel_config
+                self._remote_key, self.remote = remote_tier.acquire(
+                    self.cfg.remote, self.geo,
+                    _namespace(vllm_config, spec, self.geo, self.cfg, with_rank=False),
+                    rank=getattr(pc, "rank", 0),
+                    nr_ranks=pc.tensor_parallel_size * pc.pipeline_parallel_size,
+                    tp=pc.tensor_parallel_size, pp=pc.pipeline_parallel_size)
             except Exception as e:  # the cluster is a cache: serve from the local store
                 log.warning("tutti: remote tier unavailable (%s); serving from the local store "
                             "only", e)
