@@ -9,7 +9,7 @@ FUZZ := build/fuzz
 FUZZ_SECONDS ?= 20
 CMAKE_COMMON := -DTUTTI_WERROR=ON
 
-.PHONY: all deps build demo test test-release test-asan test-python fuzz style clean
+.PHONY: all deps build demo test test-release test-asan test-python fuzz style clean test-remote-asan
 
 all: build
 
@@ -55,10 +55,20 @@ test-python: build
 	bash scripts/setup-vllm-venv.sh $(VENV)
 	cd python && ../$(VENV)/bin/python -m pytest -q tests
 
+# The remote tier's cluster tests again, on the library built with AddressSanitizer and
+# UndefinedBehaviorSanitizer, preloaded into Python (with libstdc++, which Mooncake's client
+# throws through).
+test-remote-asan: test-asan
+	bash scripts/setup-vllm-venv.sh $(VENV)
+	cd python && TUTTI_LIBRARY=$(CURDIR)/$(ASAN)/libtutti.so \
+		LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so.6)" \
+		ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1 \
+		../$(VENV)/bin/python -m pytest -q tests/remote/test_cluster.py
+
 style: deps
 	bash scripts/check_style.sh
 
-test: style test-release test-asan fuzz test-python
+test: style test-release test-asan fuzz test-python test-remote-asan
 
 clean:
 	rm -rf build

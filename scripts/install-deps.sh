@@ -4,7 +4,8 @@
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
 
-packages=(cmake make gcc pkg-config liburing-dev libxxhash-dev libcmocka-dev clang clang-format)
+packages=(cmake make gcc pkg-config liburing-dev libxxhash-dev libcmocka-dev clang clang-format
+	libibverbs1) # libibverbs1: Mooncake's programs and client link it, even over TCP
 
 missing=()
 for p in "${packages[@]}"; do

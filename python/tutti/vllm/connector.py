@@ -50,6 +50,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
 )
 
 from tutti.store import KV, ChunkRequest, Geometry, Store
+from tutti.vllm import remote_tier
 
 log = logging.getLogger("tutti.vllm")
 
@@ -71,12 +72,13 @@ class TuttiConfig:
     staging_bytes: int = 0
     namespace: str = ""
     async_load: bool = False
+    remote: Any = None  # remote_tier.RemoteConfig: the cross-node tier (docs/cluster.md)
 
     @classmethod
     def from_extra(cls, extra, block_size):
         extra = dict(extra or {})
         known = {"dirs", "dir", "capacity_gb", "capacity_bytes", "chunk_tokens", "engine",
-                 "durability", "staging_mb", "namespace", "async_load"}
+                 "durability", "staging_mb", "namespace", "async_load", "remote"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"TuttiConnector: unknown kv_connector_extra_config keys {unknown}; "
@@ -103,7 +105,8 @@ class TuttiConfig:
                    durability=str(extra.get("durability", "fast")),
                    staging_bytes=int(float(extra.get("staging_mb", 0)) * 2**20),
                    namespace=str(extra.get("namespace", "")),
-                   async_load=_flag(extra.get("async_load", False), "async_load"))
+                   async_load=_flag(extra.get("async_load", False), "async_load"),
+                   remote=remote_tier.RemoteConfig.from_extra(extra.get("remote")))
 
 
 def _flag(v, name):
@@ -137,7 +140,9 @@ def _geometry_of(kv_cache_config, chunk_tokens):
     return geo, spec
 
 
-def _namespace(vllm_config, spec, geo, cfg):
+def _namespace(vllm_config, spec, geo, cfg, with_rank=True):
+    """What must not mix, as bytes. Without the rank: the namespace shared by every rank of a
+    deployment (the remote tier's, whose keys and records carry the rank themselves)."""
     mc, pc, cc = vllm_config.model_config, vllm_config.parallel_config, vllm_config.cache_config
     parts = [
         "tutti-vllm/1",
@@ -148,7 +153,7 @@ def _namespace(vllm_config, spec, geo, cfg):
         f"page={spec.page_size_bytes}",
         f"layout={getattr(cc, 'kv_cache_layout', None)}",
         f"device={vllm_config.device_config.device_type}",
-        f"tp={getattr(pc, 'rank', 0)}/{pc.tensor_parallel_size}",
+        f"tp={getattr(pc, 'rank', 0) if with_rank else '*'}/{pc.tensor_parallel_size}",
         f"pp={pc.pipeline_parallel_size}",
         f"hash={getattr(cc, 'prefix_caching_hash_algo', None)}",
         f"vllm={'.'.join(vllm.__version__.split('.')[:2])}",
@@ -206,6 +211,7 @@ class LoadSpec:
     first_chunk: int
     skip_blocks: int
     block_ids: list
+    remote_from: int = -1  # chunks from this index on come from the remote tier (-1: none)
 
 
 @dataclass
@@ -226,6 +232,13 @@ class TuttiConnectorMetadata(KVConnectorMetadata):
 
 _COUNTERS = ("lookup_tokens", "hit_tokens", "load_tokens", "load_bytes", "load_errors",
              "save_tokens", "save_bytes", "save_errors", "load_ns", "save_ns")
+# The remote tier: hits accepted and refused (cost), chunks fetched and failed, bytes and time,
+# records rejected, and what the publish thread did.
+_REMOTE_COUNTERS = ("remote_hit_tokens", "remote_rejected_tokens", "remote_load_tokens",
+                    "remote_load_bytes", "remote_load_errors", "remote_load_ns",
+                    "remote_verify_failures", "remote_timeouts", "remote_breaker_trips",
+                    "remote_publish_chunks", "remote_publish_bytes", "remote_publish_dropped")
+_COUNTERS += _REMOTE_COUNTERS
 
 
 @dataclass
@@ -260,6 +273,13 @@ class TuttiConnectorStats(KVConnectorStats):
         for op in ("load", "save"):
             ns = d[f"{op}_ns"]
             out[f"{op}_GBps"] = round(d[f"{op}_bytes"] / ns, 3) if ns else 0.0
+        if any(d.get(k, 0) for k in _REMOTE_COUNTERS):
+            for k in _REMOTE_COUNTERS:
+                if not k.endswith(("_ns", "_bytes")):
+                    out[k] = d.get(k, 0)
+            ns = d.get("remote_load_ns", 0)
+            out["remote_load_GBps"] = round(d.get("remote_load_bytes", 0) / ns, 3) if ns \
+                else 0.0
         return out
 
     def is_empty(self):
@@ -321,6 +341,21 @@ class TuttiConnector(KVConnectorBase_V1):
         self.ns = _namespace(vllm_config, spec, self.geo, self.cfg)
         self._num_blocks = kv_cache_config.num_blocks
         self._store_key, self.store = _acquire_store(self.cfg, self.geo, self.ns)
+        self._remote_key, self.remote = None, None
+        self._remote_seen = {}  # the remote handle's publish counters already reported
+        self._remote_local_hits = {}  # request -> local chunks, when the remote tier adds some
+        if self.cfg.remote is not None:
+            try:
+                pc = vllm_config.parallel_config
+                self._remote_key, self.remote = remote_tier.acquire(
+                    self.cfg.remote, self.geo,
+                    _namespace(vllm_config, spec, self.geo, self.cfg, with_rank=False),
+                    rank=getattr(pc, "rank", 0),
+                    nr_ranks=pc.tensor_parallel_size * pc.pipeline_parallel_size,
+                    tp=pc.tensor_parallel_size, pp=pc.pipeline_parallel_size)
+            except Exception as e:  # the cluster is a cache: serve from the local store
+                log.warning("tutti: remote tier unavailable (%s); serving from the local store "
+                            "only", e)
         self._stats = TuttiConnectorStats()
         # scheduler side
         self._reqs = {}
@@ -362,12 +397,23 @@ class TuttiConnector(KVConnectorBase_V1):
         # trailing full blocks as a partial chunk. A chunk stored whole may be loaded in part.
         keys = self._chunk_keys(hashes, len(hashes))
         hit, hit_blocks = self.store.lookup(keys)
+        local_hit = hit
+        if self.remote is not None and hit < len(keys) and hit_blocks < limit:
+            more = self._remote_lookup(keys, hit, hit_blocks, limit, num_computed_tokens)
+            if more:
+                hit += more
+                hit_blocks = min(hit * self.bpc, len(hashes))
+                self._remote_local_hits[request.request_id] = local_hit
+            else:
+                self._remote_local_hits.pop(request.request_id, None)
         ext = max(0, min(hit_blocks, limit) * bs - num_computed_tokens)
         # Counted when the request is admitted (this may be asked again before then).
-        partial_hit = hit == len(keys) and len(hashes) % self.bpc != 0
+        # Chunks from the remote tier are not in the local store yet: they are saved (promoted)
+        # like computed ones once loaded.
+        partial_hit = local_hit == len(keys) and len(hashes) % self.bpc != 0
         self._lookups[request.request_id] = (num_computed_tokens, keys[:hit],
                                              limit * bs - num_computed_tokens,
-                                             hit - partial_hit, partial_hit)
+                                             local_hit - partial_hit, partial_hit)
         return ext, self.cfg.async_load and ext > 0
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
@@ -384,9 +430,11 @@ class TuttiConnector(KVConnectorBase_V1):
         last = (num_computed + num_external_tokens) // bs
         nr_keys = -(-last // self.bpc)
         block_ids = list(blocks.get_block_ids()[0])
+        local_hit = self._remote_local_hits.pop(request.request_id, None)
         self._pending_loads[request.request_id] = LoadSpec(
             request.request_id, keys[:nr_keys], first // self.bpc, first % self.bpc,
-            block_ids[first:last])
+            block_ids[first:last],
+            remote_from=local_hit if local_hit is not None and local_hit < nr_keys else -1)
         state = self._reqs.get(request.request_id)
         if state is not None:
             # What was found need not be written again.
@@ -448,6 +496,7 @@ class TuttiConnector(KVConnectorBase_V1):
         self._reqs.pop(request.request_id, None)
         self._lookups.pop(request.request_id, None)
         self._pending_loads.pop(request.request_id, None)
+        self._remote_local_hits.pop(request.request_id, None)
         return False, None  # saves finish within the step that computed the blocks
 
     # -- worker side --
@@ -494,8 +543,11 @@ class TuttiConnector(KVConnectorBase_V1):
         """One request's load; returns the block ids that could not be loaded."""
         t0 = time.perf_counter_ns()
         try:
-            _, status = self.store.load(self._kv, [ChunkRequest(
-                spec.keys, spec.block_ids, spec.first_chunk, spec.skip_blocks)])
+            if spec.remote_from >= 0 and self.remote is not None:
+                status = self._load_with_remote(spec)
+            else:
+                _, status = self.store.load(self._kv, [ChunkRequest(
+                    spec.keys, spec.block_ids, spec.first_chunk, spec.skip_blocks)])
         except OSError as e:
             log.warning("tutti: load of %s failed: %s; vLLM recomputes it", spec.req_id, e)
             status = [-e.errno] * (len(spec.keys) - spec.first_chunk)
@@ -540,6 +592,9 @@ class TuttiConnector(KVConnectorBase_V1):
     def wait_for_save(self):
         meta = self._get_connector_metadata()
         for spec in meta.saves:
+            spec = self._without_failed_loads(spec)
+            if spec is None:
+                continue
             t0 = time.perf_counter_ns()
             try:
                 _, status = self.store.save(self._kv, [ChunkRequest(
@@ -557,6 +612,8 @@ class TuttiConnector(KVConnectorBase_V1):
                             * self.geo.nr_layers
                     elif rc < 0:
                         self._stats.data["save_errors"] += 1
+            if self.remote is not None and self.remote.publish_enabled:
+                self._publish(spec, status)
 
     def get_block_ids_with_load_errors(self):
         with self._done_lock:
@@ -570,6 +627,7 @@ class TuttiConnector(KVConnectorBase_V1):
         return None, (done or None)
 
     def get_kv_connector_stats(self):
+        self._remote_stats()
         with self._done_lock:
             if self._stats.is_empty():
                 return None
@@ -588,9 +646,116 @@ class TuttiConnector(KVConnectorBase_V1):
         if self._loader is not None:
             self._loader.shutdown(wait=True)  # no load may run into freed memory
             self._loader = None
+        if self._remote_key is not None:
+            remote_tier.release(self._remote_key, self.cfg.remote.flush_on_exit_ms)
+            self._remote_key, self.remote = None, None
         if self._kv is not None:
             self._kv.close()
             self._kv = None
         if self._store_key is not None:
             _release_store(self._store_key)
             self._store_key = None
+
+    # -- the remote tier (docs/cluster.md) --
+
+    def _remote_lookup(self, keys, hit, hit_blocks, limit, num_computed):
+        """Chunks after the local hit that the remote tier holds and that are worth fetching."""
+        try:
+            more = self.remote.lookup(keys, hit)
+        except OSError as e:
+            log.debug("tutti: remote lookup failed (%s); local hits only", e)
+            return 0
+        if more == 0:
+            return 0
+        tokens = (min((hit + more) * self.bpc, limit) - max(hit_blocks, num_computed
+                                                             // self.block_size)) \
+            * self.block_size
+        if tokens <= 0:
+            return 0
+        if not remote_tier.worth_fetching(self.cfg.remote, self.remote, more, tokens,
+                                          self.remote.record_bytes):
+            self._stats.data["remote_rejected_tokens"] += tokens
+            return 0
+        self._stats.data["remote_hit_tokens"] += tokens
+        return more
+
+    def _load_with_remote(self, spec):
+        """Chunks before spec.remote_from from the local store, the others from the remote
+        tier (fetched, verified, scattered); one status per chunk."""
+        split = max(spec.remote_from, spec.first_chunk)
+        nr_local = len(spec.keys[spec.first_chunk:split])
+        local_blocks = 0 if nr_local == 0 else self.bpc - spec.skip_blocks + \
+            (nr_local - 1) * self.bpc
+        status = []
+        if nr_local:
+            _, status = self.store.load(self._kv, [ChunkRequest(
+                spec.keys[:split], spec.block_ids[:local_blocks], spec.first_chunk,
+                spec.skip_blocks)])
+        t0 = time.perf_counter_ns()
+        _, remote_status = self.remote.fetch(self._kv, [ChunkRequest(
+            spec.keys, spec.block_ids[local_blocks:], split,
+            spec.skip_blocks if nr_local == 0 else 0)])
+        with self._done_lock:
+            d = self._stats.data
+            d["remote_load_ns"] += time.perf_counter_ns() - t0
+            for i, rc in enumerate(remote_status):
+                if rc == 0:
+                    blocks = len(self._chunk_blocks(spec, nr_local + i))
+                    d["remote_load_tokens"] += blocks * self.block_size
+                    d["remote_load_bytes"] += self.remote.record_bytes
+                else:
+                    d["remote_load_errors"] += 1
+        if any(rc != 0 for rc in remote_status):
+            log.info("tutti: %d of %d remote chunks of %s failed to load (%s); vLLM "
+                     "recomputes them", sum(rc != 0 for rc in remote_status),
+                     len(remote_status), spec.req_id, remote_status)
+        return list(status) + list(remote_status)
+
+    def _without_failed_loads(self, spec):
+        """The save spec cut before its first chunk holding a block whose load failed in this
+        step: such a block holds no verified KV yet (vLLM recomputes it later), and must not be
+        stored under the chunk's key."""
+        with self._done_lock:
+            bad = set(self._load_errors)
+        if not bad:
+            return spec
+        for i in range(len(spec.keys) - spec.first_chunk):
+            if bad.intersection(spec.block_ids[i * self.bpc:(i + 1) * self.bpc]):
+                if i == 0:
+                    return None
+                return SaveSpec(spec.req_id, spec.keys[:spec.first_chunk + i],
+                                spec.first_chunk, spec.block_ids[:i * self.bpc])
+        return spec
+
+    def _publish(self, spec, status):
+        """Queue the chunks of a save that are in the local store (stored or already present)
+        for the remote tier, up to the first that is not."""
+        ok = 0
+        while ok < len(status) and status[ok] >= 0:
+            ok += 1
+        if ok == 0:
+            return
+        try:
+            self.remote.publish(self._kv, [ChunkRequest(
+                spec.keys[:spec.first_chunk + ok], spec.block_ids[:ok * self.bpc],
+                spec.first_chunk)])
+        except OSError as e:
+            log.debug("tutti: publishing %s failed: %s", spec.req_id, e)
+
+    def _remote_stats(self):
+        """Fold the remote handle's counters (publish thread, verification) into the stats.
+        The worker does it: a scheduler in the same process shares the handle."""
+        if self.remote is None or self._kv is None:
+            return
+        st = self.remote.stats()
+        with self._done_lock:
+            for name, src in (("remote_publish_chunks", "publish_chunks"),
+                              ("remote_publish_bytes", "publish_bytes"),
+                              ("remote_publish_dropped", "publish_dropped"),
+                              ("remote_verify_failures", "verify_failures"),
+                              ("remote_timeouts", "timeouts"),
+                              ("remote_breaker_trips", "breaker_trips")):
+                delta = st[src] - self._remote_seen.get(src, 0)
+                if delta > 0:
+                    self._stats.data[name] += delta
+                    self._remote_seen[src] = st[src]

@@ -1,0 +1,265 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The remote tier in Python (include/tutti/remote.h): ``Remote`` over a provider object.
+
+A provider is any object with these methods, each taking Python lists and returning a list of
+per-object results (or raising, which the tier counts as a fault):
+
+* ``exists(keys)`` -> 1 (present) or 0 per key;
+* ``get_into(keys, addrs, lens)`` -> bytes read or a negative errno per key (-ENOENT: absent);
+* ``put_from(keys, addrs, lens)`` -> 0 (written or already there) or a negative errno per key;
+* ``register(addr, length)`` / ``unregister(addr, length)`` -> 0 or a negative errno.
+
+``tutti.mooncake.MooncakeProvider`` is the Mooncake Store one. The library calls the provider
+from its own threads, through ctypes callbacks (which take the GIL for the duration of a call).
+"""
+
+import ctypes
+import errno
+import hashlib
+import logging
+
+from tutti import _lib as L
+from tutti.store import _check
+
+log = logging.getLogger("tutti.remote")
+_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+
+KEY_FORMAT_VERSION = 1
+
+_p = ctypes.POINTER
+EXISTS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _p(ctypes.c_char_p), L.c_u32,
+                             _p(L.c_i32))
+GET_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _p(ctypes.c_char_p),
+                          _p(ctypes.c_void_p), _p(L.c_u64), L.c_u32, _p(L.c_i64))
+PUT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _p(ctypes.c_char_p),
+                          _p(ctypes.c_void_p), _p(L.c_u64), L.c_u32, _p(L.c_i32))
+MEM_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, L.c_u64)
+
+
+class RemoteOps(ctypes.Structure):
+    _fields_ = [("size", L.c_u32), ("exists", EXISTS_FN), ("get_into", GET_FN),
+                ("put_from", PUT_FN), ("register_mem", MEM_FN), ("unregister_mem", MEM_FN)]
+
+
+class RemoteOpts(ctypes.Structure):
+    _fields_ = [
+        ("size", L.c_u32),
+        ("key_bytes", L.c_u32),
+        ("key_prefix", ctypes.c_char_p),
+        ("rank", L.c_u32),
+        ("nr_ranks", L.c_u32),
+        ("ns", ctypes.c_void_p),
+        ("ns_bytes", L.c_u32),
+        ("timeout_ms", L.c_u32),
+        ("ring_bytes", L.c_u64),
+        ("publish_bytes", L.c_u64),
+        ("publish_rate", L.c_u64),
+        ("breaker_faults", L.c_u32),
+        ("breaker_open_ms", L.c_u32),
+        ("lookup_timeout_ms", L.c_u32),
+        ("log_fn", L.LOG_FN),
+        ("log_arg", ctypes.c_void_p),
+        ("log_level", L.c_u32),
+    ]
+
+
+STATS_FIELDS = ["lookups", "lookup_hits", "lookup_ns", "fetch_chunks", "fetch_bytes",
+                "fetch_ns", "fetch_errors", "verify_failures", "timeouts", "faults",
+                "breaker_trips", "publish_queued", "publish_chunks", "publish_bytes",
+                "publish_present", "publish_dropped", "publish_ns"]
+
+
+class RemoteStats(ctypes.Structure):
+    _fields_ = [("size", L.c_u32), ("up", L.c_u32)] + [(n, L.c_u64) for n in STATS_FIELDS]
+
+
+_declared = set()
+
+
+def _lib():
+    lib = L.lib()
+    if id(lib) in _declared:
+        return lib
+    v = ctypes.c_void_p
+    sigs = {
+        "tutti_remote_opts_init": (None, [v]),
+        "tutti_remote_open": (ctypes.c_int, [_p(L.Geometry), _p(RemoteOps), v, _p(RemoteOpts),
+                                             _p(v)]),
+        "tutti_remote_close": (None, [v]),
+        "tutti_remote_record_bytes": (L.c_u64, [v]),
+        "tutti_remote_lookup": (L.c_i64, [v, v, L.c_u32, L.c_u32]),
+        "tutti_remote_fetch": (L.c_i64, [v, v, _p(L.Request), L.c_u32, _p(L.c_i32)]),
+        "tutti_remote_publish": (L.c_i64, [v, v, _p(L.Request), L.c_u32, _p(L.c_i32)]),
+        "tutti_remote_flush": (ctypes.c_int, [v, L.c_u32]),
+        "tutti_remote_get_stats": (ctypes.c_int, [v, v]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    buf = (ctypes.c_uint8 * (4 * ctypes.sizeof(RemoteOpts)))()
+    lib.tutti_remote_opts_init(buf)
+    theirs = ctypes.cast(buf, _p(L.c_u32))[0]
+    if theirs != ctypes.sizeof(RemoteOpts):
+        raise OSError(errno.EPROTO, f"libtutti's remote options are {theirs} bytes, ours "
+                      f"{ctypes.sizeof(RemoteOpts)}: the binding does not match the library")
+    _declared.add(id(lib))
+    return lib
+
+
+def key_prefix(ns, tp_size=1, pp_size=1):
+    """``tutti/1/<ns>/<tp>.<pp>/``: <ns> is 16 hex digits of SHA-256 of the store namespace
+    (model, dtype, layout, block and chunk sizes, hash settings, user namespace), so chunks of
+    different models, layouts or parallel shapes never share a key. The rank and the chunk key
+    follow."""
+    digest = hashlib.sha256(bytes(ns)).hexdigest()[:16]
+    return f"tutti/{KEY_FORMAT_VERSION}/{digest}/{int(tp_size)}.{int(pp_size)}/"
+
+
+def _errno_of(e):
+    return -(e.errno or errno.EIO) if isinstance(e, OSError) else -errno.EIO
+
+
+class Remote:
+    """An open remote tier (``tutti_remote_open``) over ``provider``."""
+
+    def __init__(self, geometry, provider, prefix, ns=b"", rank=0, nr_ranks=1, key_bytes=32,
+                 timeout_ms=1000, ring_bytes=64 << 20, publish_bytes=64 << 20, publish_rate=0,
+                 breaker_faults=3, breaker_open_ms=1000, lookup_timeout_ms=50):
+        lib = _lib()
+        self.geometry = geometry
+        self.key_bytes = key_bytes
+        self.provider = provider
+        self._ops = RemoteOps(ctypes.sizeof(RemoteOps), EXISTS_FN(self._exists),
+                              GET_FN(self._get_into), PUT_FN(self._put_from),
+                              MEM_FN(self._register), MEM_FN(self._unregister))
+        o = RemoteOpts()
+        lib.tutti_remote_opts_init(ctypes.byref(o))
+        self._prefix = prefix.encode()
+        self._ns = ctypes.create_string_buffer(bytes(ns), max(1, len(ns)))
+        o.key_bytes = key_bytes
+        o.key_prefix = self._prefix
+        o.rank = rank
+        o.nr_ranks = nr_ranks
+        o.ns = ctypes.addressof(self._ns)
+        o.ns_bytes = len(ns)
+        o.timeout_ms = int(timeout_ms)
+        o.lookup_timeout_ms = int(lookup_timeout_ms)
+        o.ring_bytes = int(ring_bytes)
+        o.publish_bytes = int(publish_bytes)
+        o.publish_rate = int(publish_rate)
+        o.breaker_faults = int(breaker_faults)
+        o.breaker_open_ms = int(breaker_open_ms)
+        self._log_fn = L.LOG_FN(lambda _arg, level, msg: log.log(_LEVELS.get(level, 10),
+                                                                 msg.decode(errors="replace")))
+        o.log_fn = self._log_fn
+        o.log_level = 1
+        self._h = ctypes.c_void_p()
+        _check(lib.tutti_remote_open(ctypes.byref(geometry.c()), ctypes.byref(self._ops), None,
+                                     ctypes.byref(o), ctypes.byref(self._h)),
+               "tutti_remote_open")
+        self.record_bytes = int(lib.tutti_remote_record_bytes(self._h))
+        self.publish_enabled = publish_bytes > 0
+
+    # -- provider callbacks (library threads; never raise into C) --
+
+    def _exists(self, _ctx, keys, n, present):
+        try:
+            res = self.provider.exists([keys[i].decode() for i in range(n)])
+            for i in range(n):
+                present[i] = 1 if res[i] == 1 else 0
+            return 0
+        except Exception as e:  # a fault of the tier, counted by the breaker
+            log.debug("remote exists failed: %s", e)
+            return _errno_of(e)
+
+    def _get_into(self, _ctx, keys, bufs, lens, n, got):
+        try:
+            res = self.provider.get_into([keys[i].decode() for i in range(n)],
+                                         [bufs[i] for i in range(n)],
+                                         [lens[i] for i in range(n)])
+            for i in range(n):
+                got[i] = int(res[i])
+            return 0
+        except Exception as e:
+            log.debug("remote get failed: %s", e)
+            return _errno_of(e)
+
+    def _put_from(self, _ctx, keys, bufs, lens, n, out):
+        try:
+            res = self.provider.put_from([keys[i].decode() for i in range(n)],
+                                         [bufs[i] for i in range(n)],
+                                         [lens[i] for i in range(n)])
+            for i in range(n):
+                out[i] = int(res[i])
+            return 0
+        except Exception as e:
+            log.debug("remote put failed: %s", e)
+            return _errno_of(e)
+
+    def _register(self, _ctx, addr, length):
+        try:
+            return int(self.provider.register(addr, length))
+        except Exception as e:
+            log.warning("remote tier: registering %d bytes failed: %s", length, e)
+            return _errno_of(e)
+
+    def _unregister(self, _ctx, addr, length):
+        try:
+            return int(self.provider.unregister(addr, length))
+        except Exception as e:
+            log.warning("remote tier: unregistering failed: %s", e)
+            return _errno_of(e)
+
+    # -- the API --
+
+    def close(self):
+        if getattr(self, "_h", None):
+            _lib().tutti_remote_close(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def lookup(self, keys, first=0):
+        """Chunks of the chain ``keys`` from ``first`` on that the pool holds for every rank."""
+        buf = ctypes.create_string_buffer(b"".join(keys), max(1, len(keys) * self.key_bytes))
+        return int(_check(_lib().tutti_remote_lookup(self._h, buf, len(keys), first),
+                          "tutti_remote_lookup"))
+
+    def _call(self, fn, kv, reqs, what):
+        creqs = (L.Request * len(reqs))(*[r.c(self.key_bytes) for r in reqs])
+        total = sum(len(r.keys) - r.first_chunk for r in reqs)
+        status = (L.c_i32 * max(1, total))()
+        n = _check(fn(self._h, kv._h, creqs, len(reqs), status), what)
+        return int(n), list(status)[:total]
+
+    def fetch(self, kv, reqs):
+        """Fetch, verify, scatter; (chunks loaded, per-chunk status: 0 or -errno)."""
+        return self._call(_lib().tutti_remote_fetch, kv, reqs, "tutti_remote_fetch")
+
+    def publish(self, kv, reqs):
+        """Queue for publishing; (chunks queued, per-chunk status: 0 queued, 1 known, -errno)."""
+        return self._call(_lib().tutti_remote_publish, kv, reqs, "tutti_remote_publish")
+
+    def flush(self, timeout_ms=10000):
+        """Wait for the publish queue to drain; False when it did not within the timeout."""
+        rc = _lib().tutti_remote_flush(self._h, int(timeout_ms))
+        if rc == -errno.ETIMEDOUT:
+            return False
+        _check(rc, "tutti_remote_flush")
+        return True
+
+    def stats(self):
+        s = RemoteStats()
+        s.size = ctypes.sizeof(RemoteStats)
+        _check(_lib().tutti_remote_get_stats(self._h, ctypes.byref(s)), "tutti_remote_get_stats")
+        out = {n: int(getattr(s, n)) for n in STATS_FIELDS}
+        out["up"] = int(s.up)
+        return out
