@@ -178,12 +178,7 @@ tutti_pipeline_destroy(struct tutti_pipeline *p)
 		struct tt_staged *s = p->staged_head;
 
 		p->staged_head = s->next;
-		tt_free(s->keys);
-		tt_free(s->ids);
-		tt_free(s->src_ids);
-		tt_free(s->slots);
-		tt_free(s->chunk_blocks);
-		tt_free(s);
+		tt_pipe_free_staged(s);
 	}
 	for (uint32_t i = 0; i < TT_PIPE_KEEP; i++) {
 		struct tt_pipe_step *s = &p->steps[i];
@@ -340,8 +335,8 @@ copy_loads(struct tutti_pipeline *p, struct tt_pipe_step *s, const struct tutti_
 	return 0;
 }
 
-static void
-free_staged(struct tt_staged *s)
+void
+tt_pipe_free_staged(struct tt_staged *s)
 {
 	if (s != NULL) {
 		tt_free(s->keys);
@@ -381,7 +376,7 @@ stage_request(struct tutti_pipeline *p, struct tt_pipe_step *step, const struct 
 	s->chunk_blocks = tt_malloc(n * sizeof(uint32_t));
 	if (s->keys == NULL || s->ids == NULL || s->src_ids == NULL || s->slots == NULL ||
 	    s->chunk_blocks == NULL) {
-		free_staged(s);
+		tt_pipe_free_staged(s);
 		return -ENOMEM;
 	}
 	memcpy(s->keys, r->keys, (uint64_t)(r->first_chunk + n) * kb);
@@ -513,7 +508,7 @@ tutti_pipeline_begin_step(struct tutti_pipeline *p, const struct tutti_step *ste
 			} else {
 				p->staged_head = NULL;
 			}
-			free_staged(it);
+			tt_pipe_free_staged(it);
 		}
 		release_step(s);
 		s->id = 0;

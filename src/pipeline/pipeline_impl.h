@@ -137,6 +137,9 @@ struct tutti_pipeline {
 	uint64_t trace_next; /* events recorded so far */
 };
 
+/* pipeline.c: release a staged request (not its staging slots). NULL is allowed. */
+void tt_pipe_free_staged(struct tt_staged *s);
+
 /* worker.c */
 void *tt_pipe_worker(void *arg);
 /* The read-ahead window for a step computing \p tokens and reading \p layer_bytes per layer.

@@ -143,12 +143,7 @@ retire_staged(struct tutti_pipeline *p, struct tt_staged *s)
 	for (uint32_t i = 0; i < s->nr_chunks; i++) {
 		p->free_slots[p->nr_free++] = s->slots[i];
 	}
-	tt_free(s->keys);
-	tt_free(s->ids);
-	tt_free(s->src_ids);
-	tt_free(s->slots);
-	tt_free(s->chunk_blocks);
-	tt_free(s);
+	tt_pipe_free_staged(s);
 }
 
 /* The moves of layer \p layer for every staged chunk of step \p step; returns how many. */
