@@ -309,6 +309,18 @@ unknown_durability(struct fixture *f, struct tutti_store_opts *o)
 }
 
 static void
+gpu_io_workers_zero(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->gpu_io_workers = 0;
+}
+
+static void
+gpu_io_workers_65(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->gpu_io_workers = 65;
+}
+
+static void
 unknown_flag(struct fixture *f, struct tutti_store_opts *o)
 {
 	o->flags |= 0x80u;
@@ -347,6 +359,8 @@ test_open_invalid_options_are_einval_and_create_nothing(void **state)
 	    {"unknown engine", unknown_engine, true},
 	    {"ns_bytes without ns", ns_bytes_without_ns, true},
 	    {"unknown durability", unknown_durability, true},
+	    {"gpu_io_workers 0", gpu_io_workers_zero, true},
+	    {"gpu_io_workers 65", gpu_io_workers_65, true},
 	    {"unknown flag", unknown_flag, true},
 	    {"invalid geometry", invalid_geometry, true},
 	};
