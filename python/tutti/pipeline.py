@@ -4,9 +4,10 @@ every step and layer. ``stream`` is a raw CUDA stream handle (``torch.cuda.Strea
 in GPU mode; nothing here imports torch."""
 
 import ctypes
+import errno
 
 from tutti import _lib as L
-from tutti.store import _check
+from tutti.store import _check, _Handle
 
 
 class Profile:
@@ -41,9 +42,11 @@ class Profile:
         return cls(nr_layers, c.read_bytes_per_s, c.write_bytes_per_s, list(arr))
 
 
-class Pipeline:
+class Pipeline(_Handle):
     """``tutti_pipeline`` over a store and a registered KV. Calls are not thread-safe against
     each other (one engine thread drives it), as in C."""
+
+    _release = "tutti_pipeline_destroy"
 
     def __init__(self, store, kv, readahead_layers=0, save_staging_bytes=None, profile=None,
                  trace_events=None, write_batch_chunks=0, wait_timeout_ms=None):
@@ -66,20 +69,6 @@ class Pipeline:
                "tutti_pipeline_create")
         self._keep = []
         self._nr_loads = {}
-
-    def close(self):
-        if getattr(self, "_h", None):
-            L.lib().tutti_pipeline_destroy(self._h)
-            self._h = ctypes.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
 
     def begin_step(self, loads=(), saves=(), compute_tokens=0, stream=None):
         """Declare a step (``ChunkRequest`` lists) and start its reads; returns the step id."""
@@ -111,7 +100,7 @@ class Pipeline:
         status = (L.c_i32 * max(1, n))()
         stall = (L.c_u64 * self.store.geometry.nr_layers)()
         rc = L.lib().tutti_pipeline_step_result(self._h, step, ctypes.byref(res), status, stall)
-        if rc == -11:  # EAGAIN
+        if rc == -errno.EAGAIN:
             return None
         _check(rc, "tutti_pipeline_step_result")
         out = {name: int(getattr(res, name)) for name in L.STEP_RESULT_FIELDS}

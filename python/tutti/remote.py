@@ -19,7 +19,7 @@ import hashlib
 import logging
 
 from tutti import _lib as L
-from tutti.store import _check
+from tutti.store import _check, _Handle
 
 log = logging.getLogger("tutti.remote")
 _LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
@@ -120,8 +120,10 @@ def _errno_of(e):
     return -(e.errno or errno.EIO) if isinstance(e, OSError) else -errno.EIO
 
 
-class Remote:
+class Remote(_Handle):
     """An open remote tier (``tutti_remote_open``) over ``provider``."""
+
+    _release = "tutti_remote_close"
 
     def __init__(self, geometry, provider, prefix, ns=b"", rank=0, nr_ranks=1, key_bytes=32,
                  timeout_ms=1000, ring_bytes=64 << 20, publish_bytes=64 << 20, publish_rate=0,
@@ -212,20 +214,6 @@ class Remote:
             return _errno_of(e)
 
     # -- the API --
-
-    def close(self):
-        if getattr(self, "_h", None):
-            _lib().tutti_remote_close(self._h)
-            self._h = ctypes.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
 
     def lookup(self, keys, first=0):
         """Chunks of the chain ``keys`` from ``first`` on that the pool holds for every rank."""

@@ -57,10 +57,33 @@ class Geometry:
         return int(L.lib().tutti_geometry_slot_bytes(ctypes.byref(self.c())))
 
 
-class KV:
+class _Handle:
+    """A library handle in ``self._h``, released by the C function named ``_release`` on
+    ``close()``, at the end of a ``with`` block, or when the object is collected."""
+
+    _release = None
+
+    def close(self):
+        if getattr(self, "_h", None):
+            getattr(L.lib(), self._release)(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+class KV(_Handle):
     """Registered paged KV memory: ``segments[l * segs_per_layer + s] = (base, stride, bytes)``.
 
     The memory must outlive this object; it is only read and written during load and save."""
+
+    _release = "tutti_kv_destroy"
 
     def __init__(self, geometry, segments, segs_per_layer, nr_blocks, mem="host"):
         n = len(segments)
@@ -73,14 +96,6 @@ class KV:
             "tutti_kv_create",
         )
         self.nr_blocks = nr_blocks
-
-    def close(self):
-        if self._h:
-            L.lib().tutti_kv_destroy(self._h)
-            self._h = ctypes.c_void_p()
-
-    def __del__(self):
-        self.close()
 
 
 @dataclass
@@ -105,8 +120,10 @@ class ChunkRequest:
                          self.first_chunk, self.skip_blocks, len(self.block_ids), 0, ids)
 
 
-class Store:
+class Store(_Handle):
     """An open store (``tutti_store_open``). Thread-safe, as the C handle is."""
+
+    _release = "tutti_store_close"
 
     def __init__(self, dirs, geometry, capacity_bytes, ns=b"", engine="uring", durability="fast",
                  create=True, key_bytes=32, staging_bytes=0, queue_depth=0, repair=False,
@@ -145,20 +162,6 @@ class Store:
         self._h = ctypes.c_void_p()
         _check(lib.tutti_store_open(ctypes.byref(geometry.c()), ctypes.byref(o),
                                     ctypes.byref(self._h)), "tutti_store_open")
-
-    def close(self):
-        if getattr(self, "_h", None):
-            L.lib().tutti_store_close(self._h)
-            self._h = ctypes.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
 
     def lookup(self, keys):
         """(leading chunks stored, paged blocks they hold) for the key chain ``keys``."""

@@ -112,7 +112,8 @@ alloc_staging(struct tutti_pipeline *p)
 	}
 	segs = tt_calloc(p->nr_layers, sizeof(*segs));
 	p->free_slots = tt_calloc(nr_slots, sizeof(*p->free_slots));
-	if (segs == NULL || p->free_slots == NULL) {
+	p->moves = tt_calloc(nr_slots, sizeof(*p->moves));
+	if (segs == NULL || p->free_slots == NULL || p->moves == NULL) {
 		tt_free(segs);
 		return -ENOMEM;
 	}
@@ -161,6 +162,38 @@ load_profile(struct tutti_pipeline *p)
 	return 0;
 }
 
+static void
+release_step(struct tt_pipe_step *s)
+{
+	tt_free(s->loads);
+	tt_free(s->load_keys);
+	tt_free(s->load_ids);
+	tt_free(s->status);
+	tt_free(s->layer_status);
+	s->loads = NULL;
+	s->load_keys = NULL;
+	s->load_ids = NULL;
+	s->status = NULL;
+	s->layer_status = NULL;
+}
+
+void
+tt_pipe_retire_staged(struct tutti_pipeline *p, struct tt_staged *s)
+{
+	if (s == NULL) {
+		return;
+	}
+	for (uint32_t i = 0; i < s->nr_chunks; i++) {
+		p->free_slots[p->nr_free++] = s->slots[i];
+	}
+	tt_free(s->keys);
+	tt_free(s->ids);
+	tt_free(s->src_ids);
+	tt_free(s->slots);
+	tt_free(s->chunk_blocks);
+	tt_free(s);
+}
+
 void
 tutti_pipeline_destroy(struct tutti_pipeline *p)
 {
@@ -178,17 +211,11 @@ tutti_pipeline_destroy(struct tutti_pipeline *p)
 		struct tt_staged *s = p->staged_head;
 
 		p->staged_head = s->next;
-		tt_pipe_free_staged(s);
+		tt_pipe_retire_staged(p, s);
 	}
 	for (uint32_t i = 0; i < TT_PIPE_KEEP; i++) {
-		struct tt_pipe_step *s = &p->steps[i];
-
-		tt_free(s->loads);
-		tt_free(s->load_keys);
-		tt_free(s->load_ids);
-		tt_free(s->status);
-		tt_free(s->layer_status);
-		tt_free(s->layer_stall);
+		release_step(&p->steps[i]);
+		tt_free(p->steps[i].layer_stall);
 	}
 	tutti_kv_destroy(p->staging_kv);
 	if (p->gpu) {
@@ -200,6 +227,7 @@ tutti_pipeline_destroy(struct tutti_pipeline *p)
 		tt_free(p->sig_mem);
 	}
 	tt_free(p->free_slots);
+	tt_free(p->moves);
 	tt_free(p->layer_ns_per_token);
 	tt_free(p->trace);
 	pthread_cond_destroy(&p->done);
@@ -286,21 +314,6 @@ tutti_pipeline_create(struct tutti_store *st, const struct tutti_kv *kv,
 
 /* ---- steps ---- */
 
-static void
-release_step(struct tt_pipe_step *s)
-{
-	tt_free(s->loads);
-	tt_free(s->load_keys);
-	tt_free(s->load_ids);
-	tt_free(s->status);
-	tt_free(s->layer_status);
-	s->loads = NULL;
-	s->load_keys = NULL;
-	s->load_ids = NULL;
-	s->status = NULL;
-	s->layer_status = NULL;
-}
-
 /* Copy the caller's load requests (keys and block ids) into the step. */
 static int
 copy_loads(struct tutti_pipeline *p, struct tt_pipe_step *s, const struct tutti_request *reqs,
@@ -335,19 +348,6 @@ copy_loads(struct tutti_pipeline *p, struct tt_pipe_step *s, const struct tutti_
 	return 0;
 }
 
-void
-tt_pipe_free_staged(struct tt_staged *s)
-{
-	if (s != NULL) {
-		tt_free(s->keys);
-		tt_free(s->ids);
-		tt_free(s->src_ids);
-		tt_free(s->slots);
-		tt_free(s->chunk_blocks);
-		tt_free(s);
-	}
-}
-
 /* Give the chunks of one save request staging slots, in order, while slots remain; the rest
  * (and every chunk after the first that did not fit) is skipped. Caller holds the lock. */
 static int
@@ -376,7 +376,7 @@ stage_request(struct tutti_pipeline *p, struct tt_pipe_step *step, const struct 
 	s->chunk_blocks = tt_malloc(n * sizeof(uint32_t));
 	if (s->keys == NULL || s->ids == NULL || s->src_ids == NULL || s->slots == NULL ||
 	    s->chunk_blocks == NULL) {
-		tt_pipe_free_staged(s);
+		tt_pipe_retire_staged(p, s);
 		return -ENOMEM;
 	}
 	memcpy(s->keys, r->keys, (uint64_t)(r->first_chunk + n) * kb);
@@ -448,6 +448,7 @@ int64_t
 tutti_pipeline_begin_step(struct tutti_pipeline *p, const struct tutti_step *step)
 {
 	struct tt_chunk_op *chunks = NULL;
+	struct tt_staged *tail;
 	struct tt_pipe_step *s;
 	uint64_t layer_bytes;
 	uint32_t outstanding = 0, nr_chunks = 0;
@@ -487,28 +488,25 @@ tutti_pipeline_begin_step(struct tutti_pipeline *p, const struct tutti_step *ste
 	rc = copy_loads(p, s, step->loads, step->nr_loads);
 	s->nr_saves_staged = s->nr_saves_skipped = 0;
 	s->id = p->next_id;
+	tail = p->staged_tail;
 	if (rc == 0) {
 		rc = stage_saves(p, s, step->saves, step->nr_saves);
 	}
 	if (rc < 0) {
-		/* Return the slots of what was staged for this step. */
-		while (p->staged_tail != NULL && p->staged_tail->step == s->id) {
-			struct tt_staged *prev = NULL, *it = p->staged_head;
+		/* Give back what was staged for this step: everything after the old tail. */
+		struct tt_staged *it = tail != NULL ? tail->next : p->staged_head;
 
-			while (it != p->staged_tail) {
-				prev = it;
-				it = it->next;
-			}
-			for (uint32_t i = 0; i < it->nr_chunks; i++) {
-				p->free_slots[p->nr_free++] = it->slots[i];
-			}
-			p->staged_tail = prev;
-			if (prev != NULL) {
-				prev->next = NULL;
-			} else {
-				p->staged_head = NULL;
-			}
-			tt_pipe_free_staged(it);
+		if (tail != NULL) {
+			tail->next = NULL;
+		} else {
+			p->staged_head = NULL;
+		}
+		p->staged_tail = tail;
+		while (it != NULL) {
+			struct tt_staged *next = it->next;
+
+			tt_pipe_retire_staged(p, it);
+			it = next;
 		}
 		release_step(s);
 		s->id = 0;
@@ -564,21 +562,14 @@ tutti_pipeline_wait_layer(struct tutti_pipeline *p, uint32_t layer)
 	} else {
 		uint64_t t0 = tt_now_ns(),
 		         deadline = t0 + (uint64_t)p->opts.wait_timeout_ms * 1000000;
-		struct timespec ts;
 
 		pthread_mutex_lock(&p->lock);
 		while ((int32_t)(tt_ld_acquire(&p->loaded[layer]) - s->seq) < 0) {
 			if (tt_now_ns() >= deadline) {
-				s->wait_times[2 * layer + 1] |= 1ull << 63;
+				s->wait_times[2 * layer + 1] |= TT_PIPE_WAIT_TIMED_OUT;
 				break;
 			}
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&p->done, &p->lock, &ts);
+			tt_pipe_cond_wait_ns(&p->done, &p->lock, 1000000);
 		}
 		s->wait_times[2 * layer] = t0;
 		s->wait_times[2 * layer + 1] |= tt_now_ns();

@@ -19,6 +19,8 @@
 
 #define TT_PIPE_KEEP 8        /* step records kept (results readable) */
 #define TT_PIPE_OUTSTANDING 4 /* steps begun and not yet final */
+/* Bit 63 of a wait's end time: the wait gave up (wait_timeout_ms) rather than saw the layer. */
+#define TT_PIPE_WAIT_TIMED_OUT (1ull << 63)
 
 /* One save request's chunks that got staging. */
 struct tt_staged {
@@ -123,6 +125,7 @@ struct tutti_pipeline {
 	uint32_t *free_slots;
 	uint32_t nr_free;
 	struct tt_staged *staged_head, *staged_tail; /* FIFO, oldest first */
+	struct tt_move *moves;                       /* nr_slots: the worker's copy list */
 	struct tt_gpu *gpu_ctx;                      /* GPU mode: copies into staging */
 
 	/* The scheduler's model: refined online. */
@@ -137,14 +140,17 @@ struct tutti_pipeline {
 	uint64_t trace_next; /* events recorded so far */
 };
 
-/* pipeline.c: release a staged request (not its staging slots). NULL is allowed. */
-void tt_pipe_free_staged(struct tt_staged *s);
+/* pipeline.c: give a staged request's staging slots back and free it. NULL is allowed. Caller
+ * holds the lock. */
+void tt_pipe_retire_staged(struct tutti_pipeline *p, struct tt_staged *s);
 
 /* worker.c */
 void *tt_pipe_worker(void *arg);
 /* The read-ahead window for a step computing \p tokens and reading \p layer_bytes per layer.
  * Caller holds the lock. */
 uint32_t tt_pipe_readahead(const struct tutti_pipeline *p, uint32_t tokens, uint64_t layer_bytes);
+/* Wait on \p cond for at most \p ns nanoseconds. */
+void tt_pipe_cond_wait_ns(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t ns);
 /* Record a timeline event; caller holds the lock. */
 void tt_pipe_trace(struct tutti_pipeline *p, uint32_t track, const char *name, int64_t step,
                    uint32_t layer, uint64_t t0, uint64_t t1);

@@ -22,7 +22,6 @@
 #define POLL_NS 50000ull
 #define EMA_NEW 0.25             /* weight of a new measurement in the online profile */
 #define WRITE_BATCH_NS 4000000.0 /* a write batch holds up a new step's reads at most this long */
-#define WAIT_END_TIMEOUT (1ull << 63)
 
 static inline uint64_t
 ld_time(const uint64_t *p)
@@ -137,15 +136,6 @@ read_layer(struct tutti_pipeline *p, struct tt_pipe_step *s)
 
 /* ---- 2. copies into save staging ---- */
 
-static void
-retire_staged(struct tutti_pipeline *p, struct tt_staged *s)
-{
-	for (uint32_t i = 0; i < s->nr_chunks; i++) {
-		p->free_slots[p->nr_free++] = s->slots[i];
-	}
-	tt_pipe_free_staged(s);
-}
-
 /* The moves of layer \p layer for every staged chunk of step \p step; returns how many. */
 static uint32_t
 staged_moves(struct tutti_pipeline *p, int64_t step, uint32_t layer, struct tt_move *moves,
@@ -178,22 +168,21 @@ static void
 copy_layer(struct tutti_pipeline *p, struct tt_pipe_step *s)
 {
 	uint32_t l = s->gathered, n;
-	struct tt_move *moves = tt_calloc(p->nr_slots, sizeof(*moves));
 	uint64_t t0, t1;
-	int rc = -ENOMEM;
+	int rc;
 
-	n = moves != NULL ? staged_moves(p, s->id, l, moves, p->nr_slots) : 0;
+	/* p->moves is the worker's own: it stays valid without the lock. */
+	n = staged_moves(p, s->id, l, p->moves, p->nr_slots);
 	pthread_mutex_unlock(&p->lock);
 	t0 = tt_now_ns();
-	if (moves != NULL && p->gpu) {
-		rc = tt_gpu_gather(p->gpu_ctx, p->kv, l, moves, n);
+	if (p->gpu) {
+		rc = tt_gpu_gather(p->gpu_ctx, p->kv, l, p->moves, n);
 		rc = rc == 0 ? tt_gpu_sync(p->gpu_ctx) : rc;
-	} else if (moves != NULL) {
-		rc = tt_mover_cpu.gather(NULL, p->kv, l, moves, n);
+	} else {
+		rc = tt_mover_cpu.gather(NULL, p->kv, l, p->moves, n);
 	}
 	t1 = tt_now_ns();
 	pthread_mutex_lock(&p->lock);
-	tt_free(moves);
 	tt_pipe_trace(p, TT_TRACK_COPIES, "copy to staging", s->id, l, t0, t1);
 	for (struct tt_staged *it = p->staged_head; it != NULL; it = it->next) {
 		if (it->step == s->id) {
@@ -313,7 +302,7 @@ next_writable(struct tutti_pipeline *p)
 		if (p->staged_head == NULL) {
 			p->staged_tail = NULL;
 		}
-		retire_staged(p, s);
+		tt_pipe_retire_staged(p, s);
 		pthread_cond_broadcast(&p->done);
 	}
 	return NULL;
@@ -358,9 +347,9 @@ finalise(struct tutti_pipeline *p, struct tt_pipe_step *s)
 	for (uint32_t l = 0; l < p->nr_layers && s->nr_chunks > 0; l++) {
 		uint64_t a = s->wait_times[2 * l], b = s->wait_times[2 * l + 1];
 
-		if (b & WAIT_END_TIMEOUT) {
+		if (b & TT_PIPE_WAIT_TIMED_OUT) {
 			r->timed_out++;
-			b &= ~WAIT_END_TIMEOUT;
+			b &= ~TT_PIPE_WAIT_TIMED_OUT;
 		}
 		s->layer_stall[l] = b > a ? b - a : 0;
 		stall += s->layer_stall[l];
@@ -435,18 +424,19 @@ gpu_waits_pending(const struct tutti_pipeline *p)
 
 /* ---- the loop ---- */
 
-static void
-sleep_poll(struct tutti_pipeline *p)
+void
+tt_pipe_cond_wait_ns(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t ns)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += (long)POLL_NS;
+	clock_gettime(CLOCK_REALTIME, &ts); /* the condition variables' default clock */
+	ts.tv_sec += (time_t)(ns / 1000000000);
+	ts.tv_nsec += (long)(ns % 1000000000);
 	if (ts.tv_nsec >= 1000000000) {
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000;
 	}
-	pthread_cond_timedwait(&p->wake, &p->lock, &ts);
+	pthread_cond_timedwait(cond, lock, &ts);
 }
 
 void *
@@ -493,7 +483,7 @@ tt_pipe_worker(void *arg)
 			break; /* copies that will never be signalled */
 		}
 		if (poll) {
-			sleep_poll(p);
+			tt_pipe_cond_wait_ns(&p->wake, &p->lock, POLL_NS);
 		} else {
 			pthread_cond_wait(&p->wake, &p->lock);
 		}

@@ -219,6 +219,26 @@ test_pipeline_prefix_loads_bit_exact_layer_by_layer(void **state)
 	assert_int_equal(f->rec.nr_err, 0);
 }
 
+/* The layers read once reads have had time to reach \p want: waits up to 10 s for \p want,
+ * then as long again as that took (at least 50 ms) to let reads that should not happen show. */
+static uint64_t
+layers_read_settled(struct tutti_pipeline *p, uint64_t want)
+{
+	struct tutti_pipeline_stats stats = {.size = sizeof(stats)};
+	uint32_t waited_ms = 0;
+
+	for (; waited_ms < 10000; waited_ms++) {
+		assert_int_equal(tutti_pipeline_get_stats(p, &stats), 0);
+		if (stats.layers_loaded >= want) {
+			break;
+		}
+		usleep(1000);
+	}
+	usleep(1000 * (waited_ms > 50 ? waited_ms : 50));
+	assert_int_equal(tutti_pipeline_get_stats(p, &stats), 0);
+	return stats.layers_loaded;
+}
+
 static void
 test_pipeline_readahead_window_holds_reads_until_compute_reaches_them(void **state)
 {
@@ -234,16 +254,13 @@ test_pipeline_readahead_window_holds_reads_until_compute_reaches_them(void **sta
 	t_random_distinct(&f->r, dst_ids, 4 * BPC, NR_BLOCKS);
 	r = request(keys, 4, dst_ids, 4 * BPC);
 	assert_true(tutti_pipeline_begin_step(p, &step) > 0);
-	usleep(100000); /* time enough to read every layer if nothing held it back */
+	assert_int_equal(layers_read_settled(p, 2), 2);
 	assert_int_equal(tutti_pipeline_get_stats(p, &stats), 0);
-	assert_int_equal(stats.layers_loaded, 2);
 	assert_int_equal(stats.readahead, 2);
 	/* Compute reaches layer 0 and 1: two more layers may be read. */
 	assert_int_equal(tutti_pipeline_wait_layer(p, 0), 0);
 	assert_int_equal(tutti_pipeline_wait_layer(p, 1), 0);
-	usleep(100000);
-	assert_int_equal(tutti_pipeline_get_stats(p, &stats), 0);
-	assert_int_equal(stats.layers_loaded, 4);
+	assert_int_equal(layers_read_settled(p, 4), 4);
 	for (uint32_t l = 2; l < LAYERS; l++) {
 		assert_int_equal(tutti_pipeline_wait_layer(p, l), 0);
 	}
