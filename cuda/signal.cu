@@ -111,6 +111,30 @@ tt_gpu_stream_signal(int device, void *stream, uint32_t *word, uint32_t value, u
 }
 
 extern "C" int
+tt_gpu_ctx_signal(struct tt_gpu *g, uint32_t *word, uint32_t value, uint64_t *time)
+{
+	if (g == NULL) {
+		return -EINVAL;
+	}
+	return tt_gpu_stream_signal(g->device, g->stream, word, value, time);
+}
+
+extern "C" int
+tt_gpu_idle(struct tt_gpu *g)
+{
+	cudaError_t err;
+
+	if (g == NULL) {
+		return -EINVAL;
+	}
+	err = cudaStreamQuery(g->stream);
+	if (err == cudaErrorNotReady) {
+		return 0;
+	}
+	return err == cudaSuccess ? 1 : check(g, err, "cudaStreamQuery");
+}
+
+extern "C" int
 tt_gpu_timer_offset(int device, int64_t *offset_ns)
 {
 	uint32_t *word = NULL;

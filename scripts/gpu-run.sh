@@ -5,7 +5,8 @@
 # (liburing, libxxhash, cmocka) may be supplied as Debian packages in .debs/: they are unpacked
 # into a private prefix.
 #
-# Usage: scripts/gpu-run.sh [STEP...]   steps: test (ctest + compute-sanitizer), mover (the
+# Usage: scripts/gpu-run.sh [STEP...]   steps: test (ctest + compute-sanitizer), gpu-test (the
+# GPU and pipeline tests only, test_gpu_pipeline under memcheck), mover (the
 # CUDA kernels' bandwidth), store-emulated (tutti-gpu-store-bench on a /dev/shm file, labelled
 # emulated), store-disk (the same on the disk holding the working tree), layerwise
 # (bench/layerwise_ttft.py with LAYERWISE_ARGS); default: test mover.
@@ -47,12 +48,22 @@ test)
 	grep -E "tests passed|Failed|Skipped|\*\*\*" "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
 
 	log "GPU tests under compute-sanitizer memcheck"
-	for t in test_gpu_mover test_gpu_uring; do
+	for t in test_gpu_mover test_gpu_uring test_gpu_pipeline; do
 		timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 build/gpu/tests/gpu/$t \
 			> "$OUT/memcheck-$t.log" 2>&1
 		log "memcheck $t exit $?"
 		tail -3 "$OUT/memcheck-$t.log" | tee -a "$OUT/summary.txt"
 	done
+	;;
+gpu-test)
+	# The GPU tests and the pipeline's CPU twin only (a quicker "test").
+	(cd build/gpu && ctest --output-on-failure -R "gpu|pipeline") > "$OUT/ctest-gpu.log" 2>&1
+	log "ctest (GPU and pipeline tests) exit $?"
+	grep -E "tests passed|Failed|Skipped|\*\*\*" "$OUT/ctest-gpu.log" | tee -a "$OUT/summary.txt"
+	timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 build/gpu/tests/gpu/test_gpu_pipeline \
+		> "$OUT/memcheck-test_gpu_pipeline.log" 2>&1
+	log "memcheck test_gpu_pipeline exit $?"
+	tail -3 "$OUT/memcheck-test_gpu_pipeline.log" | tee -a "$OUT/summary.txt"
 	;;
 mover)
 	log "GPU mover bandwidth"

@@ -165,7 +165,7 @@ struct tutti_pipeline_stats {
 	uint64_t stall_max_ns;     /**< the largest stall of one step */
 	uint64_t request_loads;    /**< load requests over all steps */
 	uint64_t request_stall_ns; /**< sum over load requests of their step's stall */
-	uint64_t layers_loaded;    /**< layer reads issued (one engine call each) */
+	uint64_t layers_loaded;    /**< layer reads issued (a store call, or a GPU launch, each) */
 	uint64_t load_chunks, load_errors, load_bytes;
 	uint64_t saves_staged;        /**< chunks copied into save staging */
 	uint64_t saves_skipped;       /**< chunks not stored: staging full */

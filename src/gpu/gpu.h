@@ -140,6 +140,12 @@ int tt_gpu_stream_wait(int device, void *stream, const uint32_t *word, uint32_t 
 /* Store \p value at \p word (release) once everything before it on \p stream is done; \p time,
  * if not NULL, receives the GPU time it ran. Returns 0, -EINVAL, -ENODEV or -EIO. */
 int tt_gpu_stream_signal(int device, void *stream, uint32_t *word, uint32_t value, uint64_t *time);
+/* The same signal on the context's own stream (the one its loads run on): \p word receives
+ * \p value once everything launched on the context before it is done. */
+int tt_gpu_ctx_signal(struct tt_gpu *g, uint32_t *word, uint32_t value, uint64_t *time);
+/* Whether everything launched on the context's stream is done, without waiting: 1 (done),
+ * 0 (not yet), or -EINVAL / -EIO. */
+int tt_gpu_idle(struct tt_gpu *g);
 /* A non-blocking stream of \p device (for tests and benchmarks that play a compute stream),
  * its synchronisation and release. Return 0 or a negative errno. */
 int tt_gpu_stream_create(int device, void **out);

@@ -169,6 +169,18 @@ tt_gpu_stream_signal(int device, void *stream, uint32_t *word, uint32_t value, u
 }
 
 int
+tt_gpu_ctx_signal(struct tt_gpu *g, uint32_t *word, uint32_t value, uint64_t *time)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_idle(struct tt_gpu *g)
+{
+	return -EOPNOTSUPP;
+}
+
+int
 tt_gpu_timer_offset(int device, int64_t *offset_ns)
 {
 	return -EOPNOTSUPP;

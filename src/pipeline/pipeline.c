@@ -44,7 +44,7 @@ static int
 alloc_signals(struct tutti_pipeline *p)
 {
 	uint64_t words = tt_round_up(2ull * p->nr_layers * sizeof(uint32_t), 64);
-	uint64_t per_step = 3ull * p->nr_layers * sizeof(uint64_t);
+	uint64_t per_step = TT_PIPE_STEP_TIMES * p->nr_layers * sizeof(uint64_t);
 	int rc = 0;
 
 	p->sig_bytes = words + TT_PIPE_KEEP * per_step;
@@ -68,6 +68,8 @@ alloc_signals(struct tutti_pipeline *p)
 
 		p->steps[i].wait_times = t;
 		p->steps[i].save_times = t + 2ull * p->nr_layers;
+		p->steps[i].load_times = t + 3ull * p->nr_layers;
+		p->steps[i].issue_times = t + 4ull * p->nr_layers;
 		p->steps[i].layer_stall = tt_calloc(p->nr_layers, sizeof(uint64_t));
 		if (p->steps[i].layer_stall == NULL) {
 			return -ENOMEM;
@@ -169,12 +171,10 @@ release_step(struct tt_pipe_step *s)
 	tt_free(s->load_keys);
 	tt_free(s->load_ids);
 	tt_free(s->status);
-	tt_free(s->layer_status);
 	s->loads = NULL;
 	s->load_keys = NULL;
 	s->load_ids = NULL;
 	s->status = NULL;
-	s->layer_status = NULL;
 }
 
 void
@@ -226,6 +226,7 @@ tutti_pipeline_destroy(struct tutti_pipeline *p)
 		tt_aligned_free(p->staging);
 		tt_free(p->sig_mem);
 	}
+	tt_list_mem_free(&p->op_lists);
 	tt_free(p->free_slots);
 	tt_free(p->moves);
 	tt_free(p->layer_ns_per_token);
@@ -329,9 +330,7 @@ copy_loads(struct tutti_pipeline *p, struct tt_pipe_step *s, const struct tutti_
 	s->load_keys = tt_malloc(keys * kb + 1);
 	s->load_ids = tt_malloc(ids * sizeof(uint32_t) + 1);
 	s->status = tt_calloc(s->nr_chunks + 1, sizeof(int32_t));
-	s->layer_status = tt_calloc(s->nr_chunks + 1, sizeof(int32_t));
-	if (s->loads == NULL || s->load_keys == NULL || s->load_ids == NULL || s->status == NULL ||
-	    s->layer_status == NULL) {
+	if (s->loads == NULL || s->load_keys == NULL || s->load_ids == NULL || s->status == NULL) {
 		return -ENOMEM;
 	}
 	keys = ids = 0;
@@ -482,7 +481,7 @@ tutti_pipeline_begin_step(struct tutti_pipeline *p, const struct tutti_step *ste
 		return -EBUSY;
 	}
 	release_step(s);
-	memset(s->wait_times, 0, 3ull * p->nr_layers * sizeof(uint64_t));
+	memset(s->wait_times, 0, TT_PIPE_STEP_TIMES * p->nr_layers * sizeof(uint64_t));
 	memset(s->layer_stall, 0, p->nr_layers * sizeof(uint64_t));
 	s->nr_chunks = nr_chunks;
 	rc = copy_loads(p, s, step->loads, step->nr_loads);
@@ -530,6 +529,7 @@ tutti_pipeline_begin_step(struct tutti_pipeline *p, const struct tutti_step *ste
 	p->readahead = p->opts.readahead_layers > 0
 	                   ? p->opts.readahead_layers
 	                   : tt_pipe_readahead(p, s->compute_tokens, layer_bytes);
+	s->readahead = p->readahead; /* a step keeps its own window while it loads */
 	s->result.readahead = p->readahead;
 	p->stats.readahead = p->readahead;
 	p->stats.saves_skipped += s->nr_saves_skipped;

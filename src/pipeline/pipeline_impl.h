@@ -19,6 +19,8 @@
 
 #define TT_PIPE_KEEP 8        /* step records kept (results readable) */
 #define TT_PIPE_OUTSTANDING 4 /* steps begun and not yet final */
+/* Per-step times per layer: 2 of the wait, 1 of save_layer's signal, 1 of the load, 1 issue. */
+#define TT_PIPE_STEP_TIMES 5ull
 /* Bit 63 of a wait's end time: the wait gave up (wait_timeout_ms) rather than saw the layer. */
 #define TT_PIPE_WAIT_TIMED_OUT (1ull << 63)
 
@@ -48,10 +50,13 @@ struct tt_pipe_step {
 	uint32_t nr_loads;
 	uint8_t *load_keys;
 	uint32_t *load_ids;
-	uint32_t nr_chunks;    /* chunks of the loads */
-	int32_t *status;       /* nr_chunks: final statuses */
-	int32_t *layer_status; /* nr_chunks: one layer's, scratch of the worker */
-	uint32_t next_load;    /* worker: next layer to read */
+	uint32_t nr_chunks;   /* chunks of the loads */
+	int32_t *status;      /* nr_chunks: final statuses */
+	uint32_t next_load;   /* worker: next layer to issue */
+	uint32_t readahead;   /* layers issued ahead of compute */
+	struct tt_load_op op; /* worker: the step's load, open from layer 0 until harvested */
+	bool op_open;
+	bool op_gpu_clock; /* load_times are GPU times (the op's layers ran on the GPU) */
 	uint32_t timed_out;
 	uint64_t t_begin, t_loaded;
 	uint64_t load_bytes;
@@ -59,9 +64,11 @@ struct tt_pipe_step {
 	uint32_t waited; /* layers waited for */
 	uint32_t saved;  /* layers whose new KV was signalled */
 	bool ended;
-	uint64_t *wait_times; /* 2 per layer (GPU: mapped, %globaltimer; CPU: host clock) */
-	uint64_t *save_times; /* 1 per layer: when save_layer's signal ran */
-	uint64_t t_wait_call; /* CPU mode: when the previous wait returned */
+	uint64_t *wait_times;  /* 2 per layer (GPU: mapped, %globaltimer; CPU: host clock) */
+	uint64_t *save_times;  /* 1 per layer: when save_layer's signal ran */
+	uint64_t *load_times;  /* 1 per layer: when the layer was in the KV (see op_gpu_clock) */
+	uint64_t *issue_times; /* 1 per layer: when the worker issued it (host clock) */
+	uint64_t t_wait_call;  /* CPU mode: when the previous wait returned */
 	/* saves */
 	uint32_t nr_saves_staged, nr_saves_skipped;
 	uint32_t gathered; /* worker: layers of this step's saves copied into staging */
@@ -74,7 +81,7 @@ struct tt_trace_event {
 	const char *name;
 	int64_t step;
 	uint64_t t0, t1; /* host CLOCK_MONOTONIC ns */
-	uint32_t layer;
+	uint32_t layer;  /* writes: the number of chunks */
 	uint32_t track;
 };
 
@@ -127,6 +134,7 @@ struct tutti_pipeline {
 	struct tt_staged *staged_head, *staged_tail; /* FIFO, oldest first */
 	struct tt_move *moves;                       /* nr_slots: the worker's copy list */
 	struct tt_gpu *gpu_ctx;                      /* GPU mode: copies into staging */
+	struct tt_list_mem op_lists; /* the worker's load ops' object lists (one op at a time) */
 
 	/* The scheduler's model: refined online. */
 	double read_bps, write_bps;

@@ -69,12 +69,15 @@ tutti_pipeline_write_trace(struct tutti_pipeline *p, const char *path)
 	for (uint64_t i = first; i < p->trace_next; i++) {
 		const struct tt_trace_event *e = &p->trace[i % p->opts.trace_events];
 
+		/* A write batch spans every layer of its chunks: its number is a chunk count. */
+		bool chunks = e->track == TT_TRACK_WRITES;
+
 		fprintf(f,
-		        "{\"ph\":\"X\",\"pid\":1,\"tid\":%u,\"name\":\"%s L%u\",\"ts\":%.3f,"
-		        "\"dur\":%.3f,\"args\":{\"step\":%" PRId64 ",\"layer\":%u}}%s\n",
-		        e->track, e->name, e->layer, (double)(e->t0 - base) / 1e3,
-		        (double)(e->t1 - e->t0) / 1e3, e->step, e->layer,
-		        i + 1 < p->trace_next ? "," : "");
+		        "{\"ph\":\"X\",\"pid\":1,\"tid\":%u,\"name\":\"%s %s%u\",\"ts\":%.3f,"
+		        "\"dur\":%.3f,\"args\":{\"step\":%" PRId64 ",\"%s\":%u}}%s\n",
+		        e->track, e->name, chunks ? "x" : "L", e->layer,
+		        (double)(e->t0 - base) / 1e3, (double)(e->t1 - e->t0) / 1e3, e->step,
+		        chunks ? "chunks" : "layer", e->layer, i + 1 < p->trace_next ? "," : "");
 	}
 	fprintf(f, "]}\n");
 	pthread_mutex_unlock(&p->lock);

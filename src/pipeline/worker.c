@@ -86,7 +86,7 @@ oldest(struct tutti_pipeline *p,
 static bool
 has_loads_left(const struct tutti_pipeline *p, const struct tt_pipe_step *s)
 {
-	return !s->final && s->next_load < p->nr_layers;
+	return !s->final && (s->next_load < p->nr_layers || s->op_open);
 }
 
 static bool
@@ -96,42 +96,83 @@ has_copies_left(const struct tutti_pipeline *p, const struct tt_pipe_step *s)
 	return s->nr_saves_staged > 0 && s->gathered < p->nr_layers;
 }
 
-/* ---- 1. reads ---- */
+/* ---- 1. reads ----
+ * A step's load is one store load op: layer l is issued when compute is within the window of
+ * it. With GPU KV on engine gpu-uring an issued layer is a kernel launched on the store's
+ * stream followed by a signal kernel that publishes loaded[l], so the layers run back to back
+ * on the GPU and this thread never waits for one; otherwise the layer runs in the call and
+ * loaded[l] is published from here. The statuses are harvested once every layer is done. */
+
+/* Every layer of \p s released without a load (the op could not open). */
+static void
+release_all(struct tutti_pipeline *p, struct tt_pipe_step *s, int rc)
+{
+	for (uint32_t i = 0; i < s->nr_chunks; i++) {
+		s->status[i] = rc;
+	}
+	for (uint32_t l = s->next_load; l < p->nr_layers; l++) {
+		tt_st_release(&p->loaded[l], s->seq);
+	}
+	s->next_load = p->nr_layers;
+	s->t_loaded = tt_now_ns();
+}
 
 static void
-read_layer(struct tutti_pipeline *p, struct tt_pipe_step *s)
+issue_layer(struct tutti_pipeline *p, struct tt_pipe_step *s)
 {
 	uint32_t l = s->next_load;
-	uint64_t t0, t1, bytes = 0;
-	int64_t rc;
+	int rc = 0;
+
+	/* s->op and the layer's times are the worker's own: valid without the lock. */
+	pthread_mutex_unlock(&p->lock);
+	s->issue_times[l] = tt_now_ns();
+	if (l == 0) {
+		rc = tt_load_op_open(&s->op, p->st, p->kv, s->loads, s->nr_loads, &p->op_lists);
+	}
+	if (rc == 0) {
+		tt_load_op_layer(&s->op, &p->loaded[l], s->seq, &s->load_times[l]);
+	}
+	pthread_mutex_lock(&p->lock);
+	if (rc < 0) {
+		tt_log_err(&p->log, "pipeline: step %lld: load failed (%s)", (long long)s->id,
+		           tutti_strerror(rc));
+		release_all(p, s, rc); /* the result says to recompute every chunk */
+	} else {
+		s->op_open = true;
+		s->op_gpu_clock = s->op.gpu != NULL;
+		s->next_load++;
+		p->stats.layers_loaded++;
+	}
+	pthread_cond_broadcast(&p->done);
+}
+
+/* Every layer of \p s issued and done: fold the statuses, time the reads, close the op. */
+static void
+harvest_loads(struct tutti_pipeline *p, struct tt_pipe_step *s)
+{
+	int64_t off = s->op_gpu_clock ? p->timer_offset : 0, loaded;
+	uint64_t busy = 0, prev = 0, bytes;
 
 	pthread_mutex_unlock(&p->lock);
-	t0 = tt_now_ns();
-	rc = tutti_store_load(p->st, p->kv, s->loads, s->nr_loads, l, l + 1, s->layer_status);
-	t1 = tt_now_ns();
+	loaded = tt_load_op_close(&s->op, s->status);
 	pthread_mutex_lock(&p->lock);
+	s->op_open = false;
+	bytes = loaded > 0 ? (uint64_t)loaded * p->nr_layers * p->st->geo.object_bytes : 0;
+	/* Layer l read from when it was issued or layer l - 1 was done, whichever is later. */
+	for (uint32_t l = 0; l < p->nr_layers; l++) {
+		uint64_t t0 = TT_MAX(s->issue_times[l] + off, prev), t1 = s->load_times[l];
 
-	for (uint32_t i = 0; i < s->nr_chunks; i++) {
-		int32_t st = rc < 0 ? (int32_t)rc : s->layer_status[i];
-
-		if (s->status[i] == 0 && st != 0) {
-			s->status[i] = st;
+		if (t1 > t0) {
+			busy += t1 - t0;
+			tt_pipe_trace(p, TT_TRACK_READS, "read", s->id, l, t0 - off, t1 - off);
 		}
-		bytes += st == 0 ? p->st->geo.object_bytes : 0;
+		prev = TT_MAX(prev, t1);
 	}
-	s->load_bytes += bytes;
-	p->stats.layers_loaded++;
-	if (bytes > 0 && t1 > t0) {
-		p->read_bps = ema(p->read_bps, (double)bytes * 1e9 / (double)(t1 - t0));
+	s->load_bytes = bytes;
+	s->t_loaded = prev > (uint64_t)off ? prev - off : tt_now_ns();
+	if (bytes > 0 && busy > 0) {
+		p->read_bps = ema(p->read_bps, (double)bytes * 1e9 / (double)busy);
 	}
-	tt_pipe_trace(p, TT_TRACK_READS, "read", s->id, l, t0, t1);
-	s->next_load++;
-	if (s->next_load == p->nr_layers) {
-		s->t_loaded = t1;
-	}
-	/* Failed chunks are released too: the result says to recompute them. */
-	tt_st_release(&p->loaded[l], s->seq);
-	pthread_cond_broadcast(&p->done);
 }
 
 /* ---- 2. copies into save staging ---- */
@@ -282,7 +323,7 @@ write_batch(struct tutti_pipeline *p, struct tt_staged *s)
 	if (bytes > 0 && t1 > t0) {
 		p->write_bps = ema(p->write_bps, (double)bytes * 1e9 / (double)(t1 - t0));
 	}
-	tt_pipe_trace(p, TT_TRACK_WRITES, "write", s->step, n, t0, t1);
+	tt_pipe_trace(p, TT_TRACK_WRITES, "write", s->step, n /* chunks */, t0, t1);
 	s->written += n;
 }
 
@@ -395,7 +436,7 @@ finalise_ready(struct tutti_pipeline *p)
 	for (uint32_t i = 0; i < TT_PIPE_KEEP; i++) {
 		struct tt_pipe_step *s = &p->steps[i];
 
-		if (s->id == 0 || s->final || !s->ended || s->next_load < p->nr_layers) {
+		if (s->id == 0 || s->final || !s->ended || has_loads_left(p, s)) {
 			continue;
 		}
 		if (waits_passed(p, s)) {
@@ -452,12 +493,19 @@ tt_pipe_worker(void *arg)
 		     busy = false;
 		struct tt_staged *ws;
 
-		if (ls != NULL) {
-			if (p->stopping || ls->next_load < compute_progress(p, ls) + p->readahead) {
-				read_layer(p, ls);
+		if (ls != NULL && ls->next_load < p->nr_layers) {
+			if (p->stopping ||
+			    ls->next_load < compute_progress(p, ls) + ls->readahead) {
+				issue_layer(p, ls);
 				continue;
 			}
 			poll = true; /* the window moves when a wait passes on the GPU */
+		} else if (ls != NULL) {
+			if (tt_load_op_done(&ls->op) != 0) { /* done, or failed: close says which */
+				harvest_loads(p, ls);
+				continue;
+			}
+			poll = true; /* the layer kernels run on */
 		}
 		if (cs != NULL) {
 			uint32_t saved = __atomic_load_n(&cs->saved, __ATOMIC_ACQUIRE);

@@ -62,7 +62,7 @@ tutti_store_fsck(struct tutti_store *st, uint32_t flags, struct tutti_fsck_repor
 		rc = -ENOMEM;
 	}
 
-	pthread_mutex_lock(&st->io_lock);
+	tt_io_lock(st);
 	if (rc == 0) {
 		rc = tt_transfer_run(&t);
 	}

@@ -191,7 +191,7 @@ gds_run(struct tt_transfer *t, struct tt_gpu *g)
 	uint32_t total, nr_waves, B = st->gds_batch_nr;
 	int rc;
 
-	rc = tt_obj_lists_make(t, &lists);
+	rc = tt_obj_lists_make(t, &st->lists, &lists);
 	if (rc < 0 || lists.n == 0) {
 		return rc;
 	}

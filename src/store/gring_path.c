@@ -121,6 +121,74 @@ build_program(struct gring_job *j)
 	return n;
 }
 
+/* Launch layer \p l (an index into the lists) of \p t's object lists on \p g's stream. */
+static int
+gpu_layer(struct tt_transfer *t, struct tt_gpu *g, const struct tt_obj_lists *lists, uint32_t l,
+          uint64_t *trace)
+{
+	struct tutti_store *st = t->st;
+	struct tt_gring_view view;
+	struct tt_gring_job job = {
+	    .kv = t->kv,
+	    .layer = t->layer_begin + l,
+	    .objs = lists->objs + (size_t)l * lists->n,
+	    .nr = lists->n,
+	    .ids = lists->ids,
+	    .nr_ids = lists->nr_ids,
+	    .bounce = st->staging,
+	    .slots = st->gring_slots,
+	    .slot_bytes = st->geo.object_bytes,
+	    .write = t->kind == TT_TRANSFER_SAVE,
+	    .workers = st->gpu_io_workers,
+	    .timeout_ms = GRING_TIMEOUT_MS,
+	    .failed = &lists->failed[l],
+	    .trace = trace,
+	};
+
+	tt_gring_view(st->gring, &view);
+	tt_gring_kick(st->gring); /* at most one wake-up per layer launch */
+	return tt_gpu_gring_layer(g, &view, &job);
+}
+
+/* Wait for the first \p launched layers of the lists and fold their results into the chunks. */
+static int
+gpu_finish(struct tt_transfer *t, struct tt_gpu *g, const struct tt_obj_lists *lists,
+           uint32_t launched)
+{
+	struct tutti_store *st = t->st;
+	uint64_t ns;
+	uint32_t blocks;
+	int rc;
+
+	rc = tt_gpu_sync(g);
+	st->gpu_inflight = false;
+	if (rc == 0) {
+		rc = tt_gpu_gring_elapsed(g, &ns, &blocks);
+	}
+	if (rc == 0) {
+		pthread_mutex_lock(&st->lock);
+		st->stats.gpu_io_kernel_ns += ns;
+		st->stats.gpu_io_block_ns += ns * blocks;
+		pthread_mutex_unlock(&st->lock);
+	}
+	for (uint32_t l = 0; rc == 0 && l < launched; l++) {
+		if (lists->failed[l]) {
+			tt_log_err(&st->log, "gpu-uring: layer %u made no progress for %u ms",
+			           t->layer_begin + l, GRING_TIMEOUT_MS);
+			st->gring_broken = true;
+			rc = -ETIMEDOUT;
+		}
+	}
+	if (rc == 0) {
+		struct tt_obj_lists done = *lists;
+
+		done.nr_layers = launched;
+		tt_obj_lists_results(t, &done, "gpu-uring");
+	}
+	st->gring_ios += (uint64_t)lists->n * launched;
+	return rc;
+}
+
 /*
  * GPU KV: one driver kernel per layer, every I/O of it submitted and reaped by the GPU. The host
  * builds each layer's object list, wakes the SQ thread once per launch, launches, and waits once
@@ -131,61 +199,34 @@ gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
 {
 	struct tutti_store *st = t->st;
 	struct tt_obj_lists lists;
-	struct tt_gring_view view;
 	uint64_t *trace = NULL;
-	uint32_t L, n;
+	uint32_t L, launched = 0;
 	int rc;
 
-	rc = tt_obj_lists_make(t, &lists);
+	rc = tt_obj_lists_make(t, &st->lists, &lists);
 	if (rc < 0 || lists.n == 0) {
 		return rc;
 	}
 	L = lists.nr_layers;
-	n = lists.n;
 	rc = tt_gring_map_for_gpu(st->gring);
 	if (rc < 0) {
 		return rc;
 	}
-	tt_gring_view(st->gring, &view);
 	/* At debug level, each layer kernel stamps its milestones (logged after the call). */
 	if (st->log.level >= TUTTI_LOG_DEBUG &&
 	    tt_gpu_host_alloc((size_t)L * TT_GRING_TRACE_POINTS * sizeof(*trace), (void **)&trace) <
 	        0) {
 		trace = NULL;
 	}
-	for (uint32_t l = 0; rc == 0 && l < L; l++) {
-		struct tt_gring_job job = {
-		    .kv = t->kv,
-		    .layer = t->layer_begin + l,
-		    .objs = lists.objs + (size_t)l * n,
-		    .nr = n,
-		    .ids = lists.ids,
-		    .nr_ids = lists.nr_ids,
-		    .bounce = st->staging,
-		    .slots = st->gring_slots,
-		    .slot_bytes = st->geo.object_bytes,
-		    .write = t->kind == TT_TRANSFER_SAVE,
-		    .workers = st->gpu_io_workers,
-		    .timeout_ms = GRING_TIMEOUT_MS,
-		    .failed = &lists.failed[l],
-		    .trace = trace != NULL ? trace + (size_t)l * TT_GRING_TRACE_POINTS : NULL,
-		};
-
-		tt_gring_kick(st->gring); /* at most one wake-up per layer launch */
-		rc = tt_gpu_gring_layer(g, &view, &job);
+	for (; rc == 0 && launched < L; launched++) {
+		rc = gpu_layer(t, g, &lists, launched,
+		               trace != NULL ? trace + (size_t)launched * TT_GRING_TRACE_POINTS
+		                             : NULL);
 	}
 	if (rc == 0) {
-		rc = tt_gpu_sync(g);
-	}
-	if (rc == 0) {
-		uint64_t ns;
-		uint32_t blocks;
-
-		rc = tt_gpu_gring_elapsed(g, &ns, &blocks);
-		pthread_mutex_lock(&st->lock);
-		st->stats.gpu_io_kernel_ns += ns;
-		st->stats.gpu_io_block_ns += ns * blocks;
-		pthread_mutex_unlock(&st->lock);
+		rc = gpu_finish(t, g, &lists, launched);
+	} else {
+		tt_gpu_sync(g); /* what was launched must stop using the lists before they go */
 	}
 	for (uint32_t l = 0; rc == 0 && trace != NULL && l < L; l++) {
 		const uint64_t *tr = trace + (size_t)l * TT_GRING_TRACE_POINTS;
@@ -194,27 +235,76 @@ gpu_transfer(struct tt_transfer *t, struct tt_gpu *g)
 		    &st->log,
 		    "gpu-uring %s layer %u, %u objects: start %+.3f ms; from start: first "
 		    "submit %.3f, first completion %.3f, last completion %.3f, done %.3f ms",
-		    t->kind == TT_TRANSFER_LOAD ? "load" : "save", t->layer_begin + l, n,
+		    t->kind == TT_TRANSFER_LOAD ? "load" : "save", t->layer_begin + l, lists.n,
 		    (double)(tr[0] - trace[0]) / 1e6, (double)(tr[1] - tr[0]) / 1e6,
 		    (double)(tr[2] - tr[0]) / 1e6, (double)(tr[3] - tr[0]) / 1e6,
 		    (double)(tr[4] - tr[0]) / 1e6);
 	}
-	for (uint32_t l = 0; rc == 0 && l < L; l++) {
-		if (lists.failed[l]) {
-			tt_log_err(&st->log, "gpu-uring: layer %u made no progress for %u ms",
-			           t->layer_begin + l, GRING_TIMEOUT_MS);
-			st->gring_broken = true;
-			rc = -ETIMEDOUT;
-		}
-	}
-	if (rc == 0) {
-		tt_obj_lists_results(t, &lists, "gpu-uring");
-	}
-	st->gring_ios += (uint64_t)n * L;
 	if (trace != NULL) {
 		tt_gpu_host_free(trace);
 	}
 	return rc;
+}
+
+/* A load op runs async when its layers can be launched as GPU kernels. */
+int
+tt_gring_op_open(struct tt_load_op *op, struct tt_list_mem *mem)
+{
+	struct tt_transfer *t = &op->t;
+	struct tutti_store *st = t->st;
+	int rc;
+
+	if (st->gring == NULL || st->gring_broken || t->kv == NULL ||
+	    t->kv->mem != TUTTI_MEM_CUDA || st->geo.layer_block_bytes <= 240) {
+		return 0;
+	}
+	rc = tt_transfer_mover(t);
+	if (rc < 0 || t->mover != &tt_mover_cuda) {
+		return rc;
+	}
+	for (uint32_t i = 0; i < t->nr_chunks; i++) {
+		t->chunks[i].direct = false;
+	}
+	rc = tt_obj_lists_make(t, mem, &op->lists);
+	if (rc == 0) {
+		rc = tt_gring_map_for_gpu(st->gring);
+	}
+	if (rc == 0) {
+		op->gpu = t->mover_ctx;
+	}
+	return rc;
+}
+
+int
+tt_gring_op_layer(struct tt_load_op *op, uint32_t *word, uint32_t value, uint64_t *done_ns)
+{
+	struct tutti_store *st = op->t.st;
+	int rc = 0;
+
+	if (st->gring_broken) {
+		return -EIO;
+	}
+	if (op->lists.n > 0) {
+		rc = gpu_layer(&op->t, op->gpu, &op->lists, op->next - 1, NULL);
+		st->gpu_inflight = true;
+	}
+	/* After the layer kernel on the same stream: the KV it scattered is visible once the
+	 * word is. */
+	return rc == 0 ? tt_gpu_ctx_signal(op->gpu, word, value, done_ns) : rc;
+}
+
+int
+tt_gring_op_finish(struct tt_load_op *op)
+{
+	if (op->rc != 0 || op->lists.n == 0) {
+		/* Nothing to fold (every chunk already failed, or none was read): wait for what
+		 * was launched, which still uses the lists and the staging. */
+		int rc = tt_gpu_sync(op->gpu);
+
+		op->t.st->gpu_inflight = false;
+		return rc;
+	}
+	return gpu_finish(&op->t, op->gpu, &op->lists, op->next);
 }
 
 int

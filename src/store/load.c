@@ -4,6 +4,7 @@
  * lock, then drop what proved damaged and unpin.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "store/store_impl.h"
 
@@ -66,45 +67,47 @@ erase_corrupt(struct tutti_store *st, struct tt_transfer *t)
 	return nr;
 }
 
-int64_t
-tutti_store_load(struct tutti_store *st, const struct tutti_kv *kv,
-                 const struct tutti_request *reqs, uint32_t nr_reqs, uint32_t layer_begin,
-                 uint32_t layer_end, int32_t *status)
+/* The part of a load before any I/O: check, plan, find and pin every chunk. */
+static int
+load_begin(struct tt_transfer *t, struct tutti_store *st, const struct tutti_kv *kv,
+           const struct tutti_request *reqs, uint32_t nr_reqs, uint32_t layer_begin,
+           uint32_t layer_end)
 {
-	struct tt_transfer t = {.st = st, .kv = kv, .kind = TT_TRANSFER_LOAD};
-	uint64_t t0 = tt_now_ns(), loaded = 0, errors = 0, corrupt = 0;
 	int rc;
 
+	*t = (struct tt_transfer){.st = st, .kv = kv, .kind = TT_TRANSFER_LOAD};
 	if (st == NULL || layer_begin >= layer_end || layer_end > st->geo.g.nr_layers) {
 		return -EINVAL;
 	}
-	rc = tt_plan_chunks(st, kv, reqs, nr_reqs, true, &t.chunks, &t.nr_chunks);
+	rc = tt_plan_chunks(st, kv, reqs, nr_reqs, true, &t->chunks, &t->nr_chunks);
 	if (rc < 0) {
 		return rc;
 	}
-	t.layer_begin = layer_begin;
-	t.layer_end = layer_end;
-	t.direct_layers = tt_direct_layers(st, kv);
+	t->layer_begin = layer_begin;
+	t->layer_end = layer_end;
+	t->direct_layers = tt_direct_layers(st, kv);
 
 	pthread_mutex_lock(&st->lock);
-	plan_load(st, &t);
+	plan_load(st, t);
 	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
 
-	pthread_mutex_lock(&st->io_lock);
-	if (st->gring != NULL) {
-		tt_gring_transfer(&t);
-	} else if (st->cufile != NULL) {
-		tt_gds_transfer(&t);
-	} else {
-		tt_transfer_run(&t);
-	}
-	erase_corrupt(st, &t);
+/* The rest, with the I/O done (caller holds io_lock, released here): erase damaged chunks,
+ * unpin, count, report. */
+static int64_t
+load_end(struct tt_transfer *t, uint64_t t0, int32_t *status)
+{
+	struct tutti_store *st = t->st;
+	uint64_t loaded = 0, errors = 0, corrupt = 0;
+
+	erase_corrupt(st, t);
 	tt_store_note_io(st);
 	pthread_mutex_unlock(&st->io_lock);
 
 	pthread_mutex_lock(&st->lock);
-	for (uint32_t i = 0; i < t.nr_chunks; i++) {
-		struct tt_chunk_op *c = &t.chunks[i];
+	for (uint32_t i = 0; i < t->nr_chunks; i++) {
+		struct tt_chunk_op *c = &t->chunks[i];
 
 		if (c->corrupt) {
 			tt_drop_chunk(st,
@@ -117,19 +120,144 @@ tutti_store_load(struct tutti_store *st, const struct tutti_kv *kv,
 			errors++;
 		}
 	}
-	tt_unpin_all(st, t.chunks, t.nr_chunks);
+	tt_unpin_all(st, t->chunks, t->nr_chunks);
 	st->stats.load_chunks += loaded;
 	st->stats.load_errors += errors;
 	st->stats.load_corrupt += corrupt;
-	st->stats.load_bytes += loaded * (layer_end - layer_begin) * st->geo.object_bytes;
+	st->stats.load_bytes += loaded * (t->layer_end - t->layer_begin) * st->geo.object_bytes;
 	st->stats.load_ns += tt_now_ns() - t0;
 	pthread_mutex_unlock(&st->lock);
 
 	if (status != NULL) {
-		for (uint32_t i = 0; i < t.nr_chunks; i++) {
-			status[i] = t.chunks[i].status;
+		for (uint32_t i = 0; i < t->nr_chunks; i++) {
+			status[i] = t->chunks[i].status;
 		}
 	}
-	tt_free(t.chunks);
+	tt_free(t->chunks);
+	t->chunks = NULL;
 	return (int64_t)loaded;
+}
+
+/* Move layers [t->layer_begin, t->layer_end) on the store's path. Under io_lock. */
+static void
+load_run(struct tt_transfer *t)
+{
+	struct tutti_store *st = t->st;
+
+	if (st->gring != NULL) {
+		tt_gring_transfer(t);
+	} else if (st->cufile != NULL) {
+		tt_gds_transfer(t);
+	} else {
+		tt_transfer_run(t);
+	}
+}
+
+int64_t
+tutti_store_load(struct tutti_store *st, const struct tutti_kv *kv,
+                 const struct tutti_request *reqs, uint32_t nr_reqs, uint32_t layer_begin,
+                 uint32_t layer_end, int32_t *status)
+{
+	struct tt_transfer t;
+	uint64_t t0 = tt_now_ns();
+	int rc;
+
+	rc = load_begin(&t, st, kv, reqs, nr_reqs, layer_begin, layer_end);
+	if (rc < 0) {
+		return rc;
+	}
+	tt_io_lock(st);
+	load_run(&t);
+	return load_end(&t, t0, status);
+}
+
+/* ---- layer by layer ---- */
+
+int
+tt_load_op_open(struct tt_load_op *op, struct tutti_store *st, const struct tutti_kv *kv,
+                const struct tutti_request *reqs, uint32_t nr_reqs, struct tt_list_mem *mem)
+{
+	int rc;
+
+	memset(op, 0, sizeof(*op));
+	op->t0 = tt_now_ns();
+	if (st == NULL) {
+		return -EINVAL;
+	}
+	rc = load_begin(&op->t, st, kv, reqs, nr_reqs, 0, st->geo.g.nr_layers);
+	if (rc < 0) {
+		return rc;
+	}
+	tt_io_lock(st);
+	rc = tt_gring_op_open(op, mem);
+	pthread_mutex_unlock(&st->io_lock);
+	if (rc < 0) {
+		op->rc = rc;
+		for (uint32_t i = 0; i < op->t.nr_chunks; i++) {
+			tt_fail_chunk(&op->t.chunks[i], rc);
+		}
+	}
+	return 0;
+}
+
+int
+tt_load_op_layer(struct tt_load_op *op, uint32_t *word, uint32_t value, uint64_t *done_ns)
+{
+	struct tutti_store *st = op->t.st;
+	uint32_t l = op->next;
+	int rc = op->rc;
+
+	if (l >= st->geo.g.nr_layers) {
+		return -EINVAL;
+	}
+	op->next++;
+	if (op->gpu != NULL && rc == 0) {
+		pthread_mutex_lock(&st->io_lock); /* not tt_io_lock: the op's own kernels run on */
+		rc = tt_gring_op_layer(op, word, value, done_ns);
+		pthread_mutex_unlock(&st->io_lock);
+		if (rc == 0) {
+			return 0;
+		}
+		op->rc = rc;
+		for (uint32_t i = 0; i < op->t.nr_chunks; i++) {
+			tt_fail_chunk(&op->t.chunks[i], rc);
+		}
+	} else if (rc == 0) {
+		op->t.layer_begin = l;
+		op->t.layer_end = l + 1;
+		tt_io_lock(st);
+		load_run(&op->t);
+		pthread_mutex_unlock(&st->io_lock);
+	}
+	/* Done (or failed) in the call: publish from here. */
+	*done_ns = tt_now_ns();
+	tt_st_release(word, value);
+	return rc;
+}
+
+int
+tt_load_op_done(struct tt_load_op *op)
+{
+	return op->gpu != NULL ? tt_gpu_idle(op->gpu) : 1;
+}
+
+int64_t
+tt_load_op_close(struct tt_load_op *op, int32_t *status)
+{
+	struct tutti_store *st = op->t.st;
+
+	if (st == NULL) {
+		return -EINVAL;
+	}
+	tt_io_lock(st);
+	if (op->gpu != NULL) {
+		int rc = tt_gring_op_finish(op);
+
+		for (uint32_t i = 0; rc < 0 && i < op->t.nr_chunks; i++) {
+			tt_fail_chunk(&op->t.chunks[i], rc);
+		}
+	}
+	op->t.layer_begin = 0;
+	op->t.layer_end = op->next;
+	return load_end(&op->t, op->t0, status);
 }

@@ -10,36 +10,42 @@
 
 #include "store/store_impl.h"
 
-/* The store's pinned list memory, at least \p bytes. Under io_lock. */
-static int
-host_lists(struct tutti_store *st, size_t bytes, void **out)
+int
+tt_list_mem_get(struct tt_list_mem *m, size_t bytes, void **out)
 {
-	if (st->gring_host_bytes < bytes) {
-		size_t want = TT_MAX(bytes, 2 * st->gring_host_bytes);
+	if (m->bytes < bytes) {
+		size_t want = TT_MAX(bytes, 2 * m->bytes);
 		int rc;
 
-		/* Freeing pinned memory synchronises the device, which a compute stream waiting on
-		 * the pipeline for this load would deadlock: retire the old lists until close. */
-		if (st->gring_host != NULL &&
-		    st->nr_gring_host_old < TT_ARRAY_SIZE(st->gring_host_old)) {
-			st->gring_host_old[st->nr_gring_host_old++] = st->gring_host;
-		} else if (st->gring_host != NULL) {
-			tt_gpu_host_free(st->gring_host);
+		if (m->cur != NULL && m->nr_old < TT_ARRAY_SIZE(m->old)) {
+			m->old[m->nr_old++] = m->cur;
+		} else if (m->cur != NULL) {
+			tt_gpu_host_free(m->cur); /* 16 doublings: not in practice */
 		}
-		st->gring_host = NULL;
-		st->gring_host_bytes = 0;
-		rc = tt_gpu_host_alloc(want, &st->gring_host);
+		m->cur = NULL;
+		m->bytes = 0;
+		rc = tt_gpu_host_alloc(want, &m->cur);
 		if (rc < 0) {
 			return rc;
 		}
-		st->gring_host_bytes = want;
+		m->bytes = want;
 	}
-	*out = st->gring_host;
+	*out = m->cur;
 	return 0;
 }
 
+void
+tt_list_mem_free(struct tt_list_mem *m)
+{
+	tt_gpu_host_free(m->cur);
+	for (uint32_t i = 0; i < m->nr_old; i++) {
+		tt_gpu_host_free(m->old[i]);
+	}
+	memset(m, 0, sizeof(*m));
+}
+
 int
-tt_obj_lists_make(struct tt_transfer *t, struct tt_obj_lists *out)
+tt_obj_lists_make(struct tt_transfer *t, struct tt_list_mem *mem, struct tt_obj_lists *out)
 {
 	struct tutti_store *st = t->st;
 	uint32_t L = t->layer_end - t->layer_begin, n = 0, nr_ids = 0;
@@ -55,8 +61,8 @@ tt_obj_lists_make(struct tt_transfer *t, struct tt_obj_lists *out)
 	if (n == 0) {
 		return 0;
 	}
-	rc = host_lists(
-	    st, (size_t)n * L * sizeof(*objs) + (size_t)nr_ids * sizeof(*ids) + L * sizeof(int),
+	rc = tt_list_mem_get(
+	    mem, (size_t)n * L * sizeof(*objs) + (size_t)nr_ids * sizeof(*ids) + L * sizeof(int),
 	    (void **)&objs);
 	if (rc < 0) {
 		return rc;

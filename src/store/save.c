@@ -338,7 +338,7 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 	plan_save(st, &t, parent_pins, &ks);
 	pthread_mutex_unlock(&st->lock);
 
-	pthread_mutex_lock(&st->io_lock);
+	tt_io_lock(st);
 	if (st->gring != NULL) {
 		tt_gring_transfer(&t);
 	} else if (st->cufile != NULL) {
@@ -371,7 +371,7 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 	}
 	if (nr_erase > 0) {
 		/* The slots are still ours: nobody can reuse them under the erase. */
-		pthread_mutex_lock(&st->io_lock);
+		tt_io_lock(st);
 		tt_erase_headers(st, parent_pins, nr_erase);
 		pthread_mutex_unlock(&st->io_lock);
 		pthread_mutex_lock(&st->lock);

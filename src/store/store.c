@@ -490,13 +490,13 @@ tutti_store_close(struct tutti_store *st)
 	}
 	/* The rings go first: they wait for the kernel to finish with the staging memory; then
 	 * the GPU, which may still read it. */
+	if (st->gpu_inflight) {
+		tt_gpu_sync(st->gpu); /* a load op's kernels (an op left open is a caller's bug) */
+	}
 	tt_gring_destroy(st->gring);
 	tt_engine_destroy(st->engine);
 	close_gds(st);
-	tt_gpu_host_free(st->gring_host);
-	for (uint32_t i = 0; i < st->nr_gring_host_old; i++) {
-		tt_gpu_host_free(st->gring_host_old[i]);
-	}
+	tt_list_mem_free(&st->lists);
 	tt_gpu_close(st->gpu);
 	if (st->staging_mapped) {
 		tt_gpu_host_unregister(st->staging);
@@ -579,6 +579,21 @@ tutti_store_geometry(struct tutti_store *st, struct tutti_geometry *out)
 
 /* Launch descriptors of one GPU context: a launch moving more blocks is split. */
 #define TT_GPU_MAX_BLOCKS (1u << 18)
+
+void
+tt_io_lock(struct tutti_store *st)
+{
+	pthread_mutex_lock(&st->io_lock);
+	if (st->gpu_inflight) {
+		int rc = tt_gpu_sync(st->gpu);
+
+		if (rc < 0) {
+			tt_log_err(&st->log, "waiting for a load's layer kernels: %s",
+			           tutti_strerror(rc));
+		}
+		st->gpu_inflight = false;
+	}
+}
 
 int
 tt_store_gpu(struct tutti_store *st, int device, struct tt_gpu **out)

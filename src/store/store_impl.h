@@ -18,6 +18,26 @@
 #include "mover/mover.h"
 #include "pool/pool.h"
 
+/* objs.c: pinned, mapped host memory for object lists, grown on demand; pinned so that launches
+ * and result copies stay asynchronous. Freeing pinned memory synchronises the device, which a
+ * compute stream waiting on the pipeline for a load would deadlock: outgrown buffers are kept
+ * until tt_list_mem_free. One owner at a time (the store under io_lock, or a load op). */
+struct tt_list_mem {
+	void *cur;
+	size_t bytes;
+	void *old[16];
+	uint32_t nr_old;
+};
+/* objs.c: the per-layer object lists of the GPU object paths (gpu-uring, gds). Layer l's
+ * objects are objs[l * n, (l + 1) * n), one per chunk still in play, in chunk order; ids holds
+ * every such chunk's moved block ids; failed has one int per layer. All of it lives in \p mem
+ * (reused by the next call that uses the same memory). */
+struct tt_obj_lists {
+	struct tt_gring_obj *objs;
+	uint32_t *ids;
+	int *failed;
+	uint32_t n, nr_ids, nr_layers;
+};
 struct tutti_store {
 	struct tt_log log;
 	uint32_t flags;          /* TUTTI_OPEN_* */
@@ -64,12 +84,11 @@ struct tutti_store {
 	uint32_t gring_slots;
 	bool gring_broken;
 	uint64_t gring_ios; /* I/Os driven through the ring; under io_lock */
-	/* Pinned host memory for the layer kernels' object lists and results (grown on demand,
-	 * under io_lock): pinned so that launches and result copies stay asynchronous. */
-	void *gring_host;
-	size_t gring_host_bytes;
-	void *gring_host_old[16]; /* outgrown lists, freed at close */
-	uint32_t nr_gring_host_old;
+	/* The layer kernels' object lists and results (under io_lock). */
+	struct tt_list_mem lists;
+	/* Layer kernels of a tt_load_op may still be running on the GPU context's stream, using
+	 * the staging's bounce slots: tt_io_lock waits for them. Under io_lock. */
+	bool gpu_inflight;
 	/* Engine gds: libcufile, one cuFile handle per data file, a batch handle per staging half
 	 * (NULL without the batch API), and the device staging of 2 x gds_batch_nr object slots
 	 * (made on first use). Under io_lock. */
@@ -151,21 +170,55 @@ int tt_unit_scatter(const struct tt_transfer *t, const struct tt_unit *u, uint8_
 /* gring_path.c: the same transfer through the GPU-drivable ring (engine gpu-uring). */
 int tt_gring_transfer(struct tt_transfer *t);
 
+/*
+ * load.c: a load issued one layer at a time, for the layerwise pipeline. Open finds and pins
+ * every chunk; each tt_load_op_layer moves the next layer; close drops damaged chunks, unpins
+ * and reports per-chunk statuses (a chunk that failed in any layer failed). Other calls on the
+ * store may run between these calls.
+ *
+ * With GPU KV on engine gpu-uring, a layer is launched, not waited for: its kernel runs on the
+ * store's GPU stream followed by a one-thread signal kernel, so consecutive layers run back to
+ * back and the ring never drains between them. Otherwise each layer runs to completion in the
+ * call. Either way \p word receives \p value (a release store) once the layer is in the KV (or
+ * has failed), and *done_ns when that happened (async: the GPU's %globaltimer; otherwise
+ * CLOCK_MONOTONIC).
+ */
+struct tt_load_op {
+	struct tt_transfer t;
+	struct tt_gpu *gpu; /* async: the store's GPU context; NULL: layers run in the call */
+	struct tt_obj_lists lists; /* async: every layer's objects, in the opener's list memory */
+	uint32_t next;             /* the next layer to issue */
+	uint64_t t0;
+	int rc; /* the first failure of the op as a whole (every chunk then fails) */
+};
+/* \p mem (the caller's, for the async case) must stay untouched until close. Returns 0 or
+ * -EINVAL / -ENOMEM (nothing to close then). */
+int tt_load_op_open(struct tt_load_op *op, struct tutti_store *st, const struct tutti_kv *kv,
+                    const struct tutti_request *reqs, uint32_t nr_reqs, struct tt_list_mem *mem);
+/* Issue layer op->next (every layer is issued, in order). Returns 0 or the op's failure. */
+int tt_load_op_layer(struct tt_load_op *op, uint32_t *word, uint32_t value, uint64_t *done_ns);
+/* 1 once every issued layer is done, 0 while not, or a negative errno. Never blocks. */
+int tt_load_op_done(struct tt_load_op *op);
+/* Wait for the issued layers, fold their results, unpin; status[i] per chunk. Returns the
+ * chunks loaded. */
+int64_t tt_load_op_close(struct tt_load_op *op, int32_t *status);
+/* gring_path.c: the async part of a load op. open: 1 when \p op runs async (lists made, ring
+ * mapped), 0 when it cannot (layers then run in the call), or a failure. layer: launch one
+ * layer and its signal. finish: wait for the issued layers and fold their results. All under
+ * io_lock. */
+int tt_gring_op_open(struct tt_load_op *op, struct tt_list_mem *mem);
+int tt_gring_op_layer(struct tt_load_op *op, uint32_t *word, uint32_t value, uint64_t *done_ns);
+int tt_gring_op_finish(struct tt_load_op *op);
+
 /* gds_path.c: the same transfer through cuFile (engine gds). */
 int tt_gds_transfer(struct tt_transfer *t);
 
-/* objs.c: the per-layer object lists of the GPU object paths (gpu-uring, gds). Layer l's
- * objects are objs[l * n, (l + 1) * n), one per chunk still in play, in chunk order; ids holds
- * every such chunk's moved block ids; failed has one int per layer. All of it lives in the
- * store's pinned, mapped list memory (reused by the next call). */
-struct tt_obj_lists {
-	struct tt_gring_obj *objs;
-	uint32_t *ids;
-	int *failed;
-	uint32_t n, nr_ids, nr_layers;
-};
+/* At least \p bytes of \p m, contents undefined. Returns 0 or -ENOMEM / -ENODEV. */
+int tt_list_mem_get(struct tt_list_mem *m, size_t bytes, void **out);
+void tt_list_mem_free(struct tt_list_mem *m);
+
 /* Build the lists of \p t; n is 0 when no chunk is in play. Returns 0 or -ENOMEM. */
-int tt_obj_lists_make(struct tt_transfer *t, struct tt_obj_lists *out);
+int tt_obj_lists_make(struct tt_transfer *t, struct tt_list_mem *mem, struct tt_obj_lists *out);
 /* Fold the objects' statuses (and, for saves, checksums) into the chunks; \p path names the
  * engine in log lines. */
 void tt_obj_lists_results(struct tt_transfer *t, const struct tt_obj_lists *lists,
@@ -183,6 +236,10 @@ void tt_erase_headers(struct tutti_store *st, const uint32_t *slots, uint32_t nr
 /* Remove a damaged chunk from the index, freeing its slot now or at its last unpin. Caller holds
  * the store lock. */
 void tt_drop_chunk(struct tutti_store *st, uint32_t slot);
+
+/* store.c: take io_lock, first waiting for any layer kernels a load op left running on the
+ * GPU stream (they finish on their own: they wait on nothing but their I/O). */
+void tt_io_lock(struct tutti_store *st);
 
 /* store.c: the GPU context for KV on \p device (opened on first use). Caller holds io_lock. */
 int tt_store_gpu(struct tutti_store *st, int device, struct tt_gpu **out);

@@ -3,8 +3,9 @@
  * Description: the layerwise pipeline in GPU mode (KV in GPU memory, engine gpu-uring): a
  * prefix loaded behind one-thread wait kernels on a compute stream is bit-exact, the waits and
  * their stall are recorded on the GPU, new KV copied into save staging by the gather kernel is
- * written in slack and reads back bit-exact, and a step with loads on the legacy default stream
- * is refused. Exits 77 without a GPU or a usable ring.
+ * written in slack and reads back bit-exact, a step with loads on the legacy default stream
+ * is refused, and the store serves other calls between a step's launched layers. Exits 77 without a
+ * GPU or a usable ring.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -218,11 +219,77 @@ test_gpu_pipeline_loads_behind_wait_kernels_and_saves_in_slack(void **state)
 	world_close(&w);
 }
 
+/* A step's load is an op whose layer kernels are launched one by one and left running on the
+ * store's stream: a chunk missing from the store fails alone, and the store's own calls from
+ * another caller run between the launches (waiting for the launched kernels, not for compute). */
+static void
+test_gpu_pipeline_store_calls_run_between_launched_layers(void **state)
+{
+	struct world w;
+	struct tutti_request saved, load, other;
+	struct tutti_pipeline_opts o;
+	struct tutti_pipeline *p;
+	struct tutti_step step = {.size = sizeof(step)};
+	struct tutti_step_result res;
+	struct tutti_pipeline_stats stats = {.size = sizeof(stats)};
+	int32_t status[CHUNKS];
+	int64_t id;
+
+	(void)state;
+	world_open(&w);
+	saved = request(&w, CHUNKS - 1, 0, w.src_ids); /* the last chunk is never stored */
+	assert_int_equal(tutti_store_save(w.st, w.dsrc.kv, &saved, 1, NULL), CHUNKS - 1);
+	tutti_pipeline_opts_init(&o);
+	o.readahead_layers = 1; /* layers wait for compute: the op stays open across the waits */
+	assert_int_equal(tutti_pipeline_create(w.st, w.ddst.kv, &o, &p), 0);
+	load = request(&w, CHUNKS, 0, w.dst_ids);
+	step.nr_loads = 1;
+	step.loads = &load;
+	step.compute_tokens = 64;
+	step.stream = w.stream;
+	id = tutti_pipeline_begin_step(p, &step);
+	assert_true(id > 0);
+	assert_int_equal(tutti_pipeline_wait_layer(p, 0), 0);
+	assert_int_equal(tt_gpu_stream_sync(w.stream), 0); /* layer 0 is in; layer 1 may be next */
+
+	/* Another load through the same store while the op is open: the prefix again, into
+	 * blocks the step does not use. */
+	other = request(&w, CHUNKS - 1, 0, w.src_ids);
+	assert_int_equal(tutti_store_load(w.st, w.ddst.kv, &other, 1, 0, w.geo.nr_layers, NULL),
+	                 CHUNKS - 1);
+	for (uint32_t l = 1; l < w.geo.nr_layers; l++) {
+		assert_int_equal(tutti_pipeline_wait_layer(p, l), 0);
+	}
+	assert_int_equal(tutti_pipeline_end_step(p), 0);
+	assert_int_equal(tt_gpu_stream_sync(w.stream), 0);
+	final_result(p, id, &res, status, NULL);
+	assert_int_equal(res.load_chunks, CHUNKS - 1);
+	assert_int_equal(res.load_errors, 1);
+	assert_int_equal(res.timed_out, 0);
+	for (uint32_t i = 0; i + 1 < CHUNKS; i++) {
+		assert_int_equal(status[i], 0);
+	}
+	assert_int_equal(status[CHUNKS - 1], -ENOENT);
+	assert_int_equal(tutti_pipeline_get_stats(p, &stats), 0);
+	assert_int_equal(stats.layers_loaded, w.geo.nr_layers);
+	assert_true(stats.read_bytes_per_s > 0);
+	assert_int_equal(d_kv_download(&w.ddst), 0);
+	for (uint32_t b = 0; b < (CHUNKS - 1) * w.bpc; b++) {
+		for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
+			assert_true(t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
+			assert_true(t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.src_ids[b], l));
+		}
+	}
+	tutti_pipeline_destroy(p);
+	world_close(&w);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_gpu_pipeline_loads_behind_wait_kernels_and_saves_in_slack),
+	    cmocka_unit_test(test_gpu_pipeline_store_calls_run_between_launched_layers),
 	};
 
 	if (tt_gpu_device_count() <= 0 || !t_tmpdir_supports_odirect() || t_uring_probe() != 0) {
