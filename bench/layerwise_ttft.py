@@ -279,7 +279,8 @@ def find_build_file(name):
 
 class TuttiTier:
     def __init__(self, directory, shape, prefix_tokens, cache, engine="gpu-uring",
-                 save_staging=0, profile=None, wait_timeout_ms=30000):
+                 save_staging=0, profile=None, wait_timeout_ms=30000, gpu_io_workers=0,
+                 readahead=0):
         self.geo = geometry(shape)
         self.dir = Path(directory)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -287,10 +288,11 @@ class TuttiTier:
         chunks = prefix_tokens // CHUNK
         self.store = Store([self.dir], self.geo,
                            capacity_bytes=(chunks + 64) * self.geo.slot_bytes, engine=engine,
-                           staging_bytes=64 << 20)
+                           staging_bytes=64 << 20, gpu_io_workers=gpu_io_workers)
         self.kv = cache.kv(self.geo)
         self.keys = chain_keys(chunks)
-        self.pipe = Pipeline(self.store, self.kv, save_staging_bytes=save_staging,
+        self.pipe = Pipeline(self.store, self.kv, readahead_layers=readahead,
+                             save_staging_bytes=save_staging,
                              profile=profile, wait_timeout_ms=wait_timeout_ms)
 
     def fill(self, cache, blocks):
@@ -414,7 +416,7 @@ def run_bubble(args, model, cache, prefix, tiers, rows):
         blocks = p_tokens // BLOCK
         for method in [m for m in args.methods if m.startswith("tutti-")]:
             tier = tiers[method]
-            stalls, times = [], []
+            stalls, times, layers = [], [], []
             for _ in range(args.repeats):
                 cache_wipe(cache, blocks)
                 sid = [None]
@@ -428,6 +430,7 @@ def run_bubble(args, model, cache, prefix, tiers, rows):
                 times.append(ttft(go))
                 r = tier.result(sid[0])
                 stalls.append(r["stall_ns"] / 1e6)
+                layers.append([round(x / 1e6, 3) for x in r["layer_stall_ns"]])
                 prefix.check(cache, blocks)
             cache_wipe(cache, blocks)
             prefix.place(cache, blocks)
@@ -437,6 +440,8 @@ def run_bubble(args, model, cache, prefix, tiers, rows):
                        prompt=total, prefix=p_tokens, hit_rate=p_tokens / total,
                        stall_ms=statistics.median(stalls), ttft_s=statistics.median(times),
                        compute_s=compute, runs=args.repeats,
+                       layer_stall_ms=layers[stalls.index(statistics.median_low(stalls))],
+                       readahead=r["readahead"],
                        prefix_gb=blocks * cache.block_bytes * 2 * cache.shape.layers / 1e9)
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -527,6 +532,10 @@ def main():
     ap.add_argument("--shm-dir", default="/dev/shm/tutti-layerwise")
     ap.add_argument("--tag", default="")
     ap.add_argument("--wait-timeout-ms", type=int, default=30000)
+    ap.add_argument("--gpu-io-workers", type=int, default=0,
+                    help="CUDA blocks of a gpu-uring layer kernel (0: the store's default)")
+    ap.add_argument("--readahead", type=int, default=0,
+                    help="layers read ahead of compute (0: the pipeline's own window)")
     ap.add_argument("--compute-stream", choices=["default", "side"], default="side",
                     help="run the model on the default stream or on a stream of its own")
     ap.add_argument("--watchdog", type=float, default=0,
@@ -573,7 +582,9 @@ def main():
             storage = m.rsplit("-", 1)[-1]
             if m.startswith("tutti-"):
                 tiers[m] = TuttiTier(Path(dirs[storage]) / "tutti", shape, max_prefix, cache,
-                                     wait_timeout_ms=args.wait_timeout_ms)
+                                     wait_timeout_ms=args.wait_timeout_ms,
+                                     gpu_io_workers=args.gpu_io_workers,
+                                     readahead=args.readahead)
                 tiers[m].fill(cache, prefix.max_blocks)
             elif m.startswith("baseline-"):
                 Path(dirs[storage]).mkdir(parents=True, exist_ok=True)

@@ -199,8 +199,17 @@ tt_gpu_open(const struct tt_gpu_conf *conf, struct tt_gpu **out)
 		           "cudaDeviceGetAttribute");
 	}
 	if (rc == 0) {
-		rc = check(g, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking),
-		           "cudaStreamCreate");
+		int least = 0, greatest = 0;
+
+		rc = check(g, cudaDeviceGetStreamPriorityRange(&least, &greatest),
+		           "cudaDeviceGetStreamPriorityRange");
+		if (rc == 0) {
+			rc = check(
+			    g,
+			    cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking,
+			                                 conf->high_priority ? greatest : least),
+			    "cudaStreamCreate");
+		}
 	}
 	for (int i = 0; rc == 0 && i < 3; i++) {
 		rc = check(g,

@@ -31,7 +31,7 @@ tutti_store_opts_init(struct tutti_store_opts *opts)
 	}
 	memset(opts, 0, sizeof(*opts));
 	opts->size = sizeof(*opts);
-	opts->gpu_io_workers = 16;
+	opts->gpu_io_workers = 32;
 	opts->engine = TUTTI_ENGINE_URING;
 	opts->key_bytes = DEFAULT_KEY_BYTES;
 	opts->staging_bytes = DEFAULT_STAGING_BYTES;
@@ -599,7 +599,11 @@ int
 tt_store_gpu(struct tutti_store *st, int device, struct tt_gpu **out)
 {
 	struct tt_gpu_conf conf = {
-	    .device = device, .max_blocks = TT_GPU_MAX_BLOCKS, .log = &st->log};
+	    .device = device,
+	    .max_blocks = TT_GPU_MAX_BLOCKS,
+	    .log = &st->log,
+	    .high_priority = true, /* loads gate time to first token */
+	};
 	int rc;
 
 	if (st->gpu != NULL) {
