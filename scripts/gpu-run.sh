@@ -7,9 +7,11 @@
 #
 # Usage: scripts/gpu-run.sh [STEP...]   steps: test (ctest + compute-sanitizer), mover (the
 # CUDA kernels' bandwidth), store-emulated (tutti-gpu-store-bench on a /dev/shm file, labelled
-# emulated), store-disk (the same on the disk holding the working tree), layerwise
-# (bench/layerwise_ttft.py with LAYERWISE_ARGS); default: test mover.
-# BENCH_ARGS adds arguments to tutti-gpu-store-bench.
+# emulated), store-disk (the same on the disk holding the working tree), stripe
+# (tutti-stripe-bench: retrieve over 1, 2 and 4 directories against raw reads of the same files,
+# emulated and disk), layerwise (bench/layerwise_ttft.py with LAYERWISE_ARGS); default: test mover.
+# BENCH_ARGS adds arguments to tutti-gpu-store-bench; STRIPE_ARGS to tutti-stripe-bench
+# (STRIPE_ENGINES, STRIPE_SHM_TOKENS and STRIPE_DISK_TOKENS change its defaults).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -71,6 +73,32 @@ store-emulated | store-disk)
 	log "store bench exit ${PIPESTATUS[0]}"
 	tail -5 "$OUT/$step.err" >> "$OUT/summary.txt"
 	rm -rf "$dir"
+	;;
+stripe)
+	# Retrieve bandwidth over 1, 2 and 4 directories (one data file each) against raw O_DIRECT
+	# reads of the same files in parallel (tutti-stripe-bench), on /dev/shm (emulated) and on
+	# the disk holding the working tree. Sizes keep the step near 2-3 minutes on an H200
+	# machine: a 128K-token Llama-3-8B request (17 GB) per load on tmpfs, 32K (4.3 GB) on the
+	# disk, whose reads run at about 1.5 GB/s.
+	for where in emulated disk; do
+		if [ $where = emulated ]; then
+			base=/dev/shm/tutti-stripe tokens=${STRIPE_SHM_TOKENS:-131072}
+		else
+			base=$PWD/build/tutti-stripe tokens=${STRIPE_DISK_TOKENS:-32768}
+		fi
+		mkdir -p "$base"
+		df -h "$base" >> "$OUT/summary.txt"
+		log "stripe ($where) in $base: $tokens tokens, engines ${STRIPE_ENGINES:-gpu-uring,gds} ${STRIPE_ARGS:-}"
+		# shellcheck disable=SC2086
+		timeout "${BENCH_TIMEOUT:-300}" build/gpu/tutti-stripe-bench --dir "$base" --dirs 1,2,4 \
+			--kv gpu --engines "${STRIPE_ENGINES:-gpu-uring,gds}" --tokens "$tokens" \
+			--repeats 3 --json "$OUT/stripe.jsonl" --csv "$OUT/stripe.csv" \
+			--summary "$OUT/summary.txt" ${STRIPE_ARGS:-} > "$OUT/stripe-$where.txt" \
+			2> "$OUT/stripe-$where.err"
+		log "stripe ($where) exit $?"
+		tail -3 "$OUT/stripe-$where.err" >> "$OUT/summary.txt"
+		rm -rf "$base"
+	done
 	;;
 layerwise)
 	# The layerwise pipeline on a Llama-3-8B-shaped model (bench/layerwise_ttft.py); the disk
