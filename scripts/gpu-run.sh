@@ -9,7 +9,8 @@
 # CUDA kernels' bandwidth), store-emulated (tutti-gpu-store-bench on a /dev/shm file, labelled
 # emulated), store-disk (the same on the disk holding the working tree), stripe
 # (tutti-stripe-bench: retrieve over 1, 2 and 4 directories against raw reads of the same files,
-# emulated and disk), layerwise (bench/layerwise_ttft.py with LAYERWISE_ARGS); default: test mover.
+# emulated and disk), tp (bench/tp_ttft.py with TP_ARGS: TTFT at TP=2 on two GPUs), layerwise
+# (bench/layerwise_ttft.py with LAYERWISE_ARGS); default: test mover.
 # BENCH_ARGS adds arguments to tutti-gpu-store-bench; STRIPE_ARGS to tutti-stripe-bench
 # (STRIPE_ENGINES, STRIPE_SHM_TOKENS and STRIPE_DISK_TOKENS change its defaults).
 set -uo pipefail
@@ -99,6 +100,25 @@ stripe)
 		tail -3 "$OUT/stripe-$where.err" >> "$OUT/summary.txt"
 		rm -rf "$base"
 	done
+	;;
+tp)
+	# TTFT at TP=2 (bench/tp_ttft.py, GLM-4-9B-shaped, one process per GPU, NCCL): needs two
+	# GPUs (nvidia-h200-x2). Each rank's stores go to /dev/shm (emulated) and to the disk
+	# holding the working tree; lengths whose stores do not fit the free space are skipped,
+	# and the summary says so.
+	log "tp: ${TP_ARGS:-defaults}"
+	rm -rf build/tp-disk /dev/shm/tutti-tp
+	# shellcheck disable=SC2086
+	timeout --kill-after=30 "${BENCH_TIMEOUT:-900}" python3 bench/tp_ttft.py --out "$OUT" \
+		--shm-dir /dev/shm/tutti-tp --disk-dir "$PWD/build/tp-disk" ${TP_ARGS:-} > "$OUT/tp.log" 2>&1
+	log "tp exit $?"
+	# The bench's summary, or, when it wrote none, the end of its log.
+	if [ -s "$OUT/tp-ttft-summary.txt" ]; then
+		cat "$OUT/tp-ttft-summary.txt" >> "$OUT/summary.txt"
+	else
+		tail -20 "$OUT/tp.log" >> "$OUT/summary.txt"
+	fi
+	rm -rf build/tp-disk /dev/shm/tutti-tp
 	;;
 layerwise)
 	# The layerwise pipeline on a Llama-3-8B-shaped model (bench/layerwise_ttft.py); the disk
