@@ -11,9 +11,9 @@
  * request of --tokens tokens, then each --engines engine loads it --repeats times into a
  * shuffled, poisoned block table, each load paired with one raw round beside it (before it in
  * even rounds, after it in odd ones): the same bytes of the N data files, one io_uring with I/Os
- * to every file in flight, at the best block size and depth of a sweep made once per N. The last load is checked
- * bit for bit against the source. Engines after the first reopen the filled store (recovery)
- * instead of writing it again.
+ * to every file in flight, at the best block size and depth of a sweep made once per N. The last
+ * load is checked bit for bit against the source. Engines after the first reopen the filled store
+ * (recovery) instead of writing it again.
  *
  * KV is in GPU memory (--kv gpu, the default; vLLM's per-layer paged layout, K and V of a block
  * together) or in host memory (--kv host: runs without a GPU; engine gpu-uring then uses its
@@ -175,8 +175,8 @@ make_kv(const struct bench *b, uint8_t *arena)
 		segs[l] = (struct tutti_segment){(uint64_t)(uintptr_t)block_at(b, arena, l, 0),
 		                                 b->lbb, b->lbb};
 	}
-	ok(tutti_kv_create(&b->geo, segs, 1, b->n,
-	                   b->c.gpu_kv ? TUTTI_MEM_CUDA : TUTTI_MEM_HOST, &kv),
+	ok(tutti_kv_create(&b->geo, segs, 1, b->n, b->c.gpu_kv ? TUTTI_MEM_CUDA : TUTTI_MEM_HOST,
+	                   &kv),
 	   "tutti_kv_create");
 	free(segs);
 	return kv;
@@ -479,9 +479,9 @@ static void
 summarize(struct bench *b, uint32_t nr, const struct result *res, const double *speedup)
 {
 	char line[1024];
-	int len = snprintf(line, sizeof(line), "stripe %s %s KV, %llu tokens, %u dir%s:",
-	                   storage(b), b->c.gpu_kv ? "GPU" : "host",
-	                   (unsigned long long)b->c.tokens, nr, nr == 1 ? "" : "s");
+	int len = snprintf(
+	    line, sizeof(line), "stripe %s %s KV, %llu tokens, %u dir%s:", storage(b),
+	    b->c.gpu_kv ? "GPU" : "host", (unsigned long long)b->c.tokens, nr, nr == 1 ? "" : "s");
 
 	for (uint32_t e = 0; e < b->c.nr_engines && len > 0 && (size_t)len < sizeof(line); e++) {
 		const struct result *r = &res[e];
@@ -560,7 +560,8 @@ parse_list(const char *s, struct conf *c, bool engines)
 			uint64_t v = number(t);
 
 			if (v == 0 || v > TT_POOL_MAX_DIRS || c->nr_ns == MAX_NS) {
-				fprintf(stderr, "tutti-stripe-bench: bad directory count '%s'\n", t);
+				fprintf(stderr, "tutti-stripe-bench: bad directory count '%s'\n",
+				        t);
 				usage();
 			}
 			c->ns[c->nr_ns++] = (uint32_t)v;
@@ -681,8 +682,9 @@ setup(struct bench *b)
 		int rc = tt_gpu_set_device(0);
 
 		if (rc < 0) {
-			fprintf(stderr, "tutti-stripe-bench: no usable GPU (%s); --kv host runs "
-			                "without one\n",
+			fprintf(stderr,
+			        "tutti-stripe-bench: no usable GPU (%s); --kv host runs "
+			        "without one\n",
 			        strerror(-rc));
 			exit(1);
 		}
