@@ -78,9 +78,10 @@ store-emulated | store-disk)
 stripe)
 	# Retrieve bandwidth over 1, 2 and 4 directories (one data file each) against raw O_DIRECT
 	# reads of the same files in parallel (tutti-stripe-bench), on /dev/shm (emulated) and on
-	# the disk holding the working tree. Sizes keep the step near 2-3 minutes on an H200
-	# machine: a 128K-token Llama-3-8B request (17 GB) per load on tmpfs, 32K (4.3 GB) on the
-	# disk, whose reads run at about 1.5 GB/s.
+	# the disk holding the working tree. Sizes are chosen for about 2-3 minutes on an H200
+	# machine (estimated from the store-emulated and store-disk figures): a 128K-token
+	# Llama-3-8B request (17 GB) per load on tmpfs, 32K (4.3 GB) on the disk, whose reads run
+	# at about 1.5 GB/s.
 	for where in emulated disk; do
 		if [ $where = emulated ]; then
 			base=/dev/shm/tutti-stripe tokens=${STRIPE_SHM_TOKENS:-131072}
