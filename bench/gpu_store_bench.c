@@ -43,12 +43,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "kvbench.h"
 #include "tutti/tutti.h"
 
@@ -118,25 +118,6 @@ cuda_ok(cudaError_t e, const char *what)
 		fprintf(stderr, "tutti-gpu-store-bench: %s: %s\n", what, cudaGetErrorString(e));
 		exit(1);
 	}
-}
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static double
-process_cpu_s(void)
-{
-	struct rusage ru;
-
-	getrusage(RUSAGE_SELF, &ru);
-	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
 /* CPU time of io_uring's kernel threads of this process (the SQ thread, io-wq workers), per
@@ -212,48 +193,6 @@ io_threads_delta(const struct io_threads *start, const struct io_threads *end)
 	return s;
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double
-median(const double *v, uint32_t n)
-{
-	double s[MAX_REPEATS];
-
-	memcpy(s, v, n * sizeof(*s));
-	qsort(s, n, sizeof(*s), cmp_double);
-	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
-static uint64_t
-splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static void
-shuffle(uint32_t *ids, uint32_t n, uint64_t seed)
-{
-	for (uint32_t i = 0; i < n; i++) {
-		ids[i] = i;
-	}
-	for (uint32_t i = n - 1; i > 0; i--) {
-		uint32_t j = (uint32_t)(splitmix(&seed) % (i + 1)), t = ids[i];
-
-		ids[i] = ids[j];
-		ids[j] = t;
-	}
-}
-
 /* ---- one context ---- */
 
 struct ctx {
@@ -300,7 +239,7 @@ make_keys(struct ctx *x, uint32_t round)
 		uint64_t s = x->b->nonce ^ ((uint64_t)round << 40) ^ (x->tokens << 8) ^ k;
 
 		for (uint32_t w = 0; w < KEY_BYTES / 8; w++) {
-			uint64_t v = splitmix(&s);
+			uint64_t v = bu_splitmix(&s);
 
 			memcpy(x->keys + (uint64_t)k * KEY_BYTES + w * 8, &v, 8);
 		}
@@ -585,20 +524,20 @@ meter_start(struct round_meter *m, struct tutti_store *st)
 		tutti_store_get_stats(st, &m->s0);
 	}
 	io_threads_snap(&m->io0);
-	m->cpu0 = process_cpu_s();
-	m->t0 = now_ns();
+	m->cpu0 = bu_process_cpu_s();
+	m->t0 = bu_now_ns();
 }
 
 static void
 meter_stop(const struct round_meter *m, struct ctx *x, struct tutti_store *st, struct phase *ph,
            uint32_t r)
 {
-	uint64_t ns = now_ns() - m->t0;
+	uint64_t ns = bu_now_ns() - m->t0;
 	double gb = (double)x->bytes / 1e9;
 	struct tutti_stats s1 = {.size = sizeof(s1)};
 	struct io_threads io1;
 
-	ph->cpu_s[r] = (process_cpu_s() - m->cpu0) / gb;
+	ph->cpu_s[r] = (bu_process_cpu_s() - m->cpu0) / gb;
 	io_threads_snap(&io1);
 	ph->io_thread_s[r] = io_threads_delta(&m->io0, &io1) / gb;
 	ph->gbps[r] = (double)x->bytes / (double)ns;
@@ -682,8 +621,8 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 {
 	struct bench *b = x->b;
 	uint32_t R = b->c.repeats;
-	double gbps = median(ph->gbps, R), raw = median(ph->raw_gbps, R);
-	double cpu = median(ph->cpu_s, R), iot = median(ph->io_thread_s, R);
+	double gbps = bu_median(ph->gbps, R), raw = bu_median(ph->raw_gbps, R);
+	double cpu = bu_median(ph->cpu_s, R), iot = bu_median(ph->io_thread_s, R);
 	double sm_share =
 	    ph->wall_s > 0 && b->sms > 0 ? (double)ph->block_ns / 1e9 / ph->wall_s / b->sms : 0;
 
@@ -731,8 +670,8 @@ run_context(struct bench *b, uint64_t tokens)
 	if (x.src_ids == NULL || x.dst_ids == NULL || x.keys == NULL) {
 		die("malloc", -ENOMEM);
 	}
-	shuffle(x.src_ids, x.n, b->nonce + tokens);
-	shuffle(x.dst_ids, x.n, b->nonce + tokens + 1);
+	bu_shuffle(x.src_ids, x.n, b->nonce + tokens);
+	bu_shuffle(x.dst_ids, x.n, b->nonce + tokens + 1);
 	x.src_kv = make_kv(b, b->src, x.n);
 	x.dst_kv = make_kv(b, b->dst, x.n);
 	for (uint32_t l = 0; l < b->L; l++) {
@@ -957,11 +896,7 @@ main(int argc, char **argv)
 		b.raw_mem_bytes = 256ull << 20;
 		cuda_ok(cudaHostAlloc((void **)&b.raw_mem, b.raw_mem_bytes, cudaHostAllocDefault),
 		        "cudaHostAlloc");
-		for (uint64_t i = 0; i < pattern_bytes / 8; i++) {
-			uint64_t v = splitmix(&seed);
-
-			memcpy(b.pattern + i * 8, &v, 8);
-		}
+		bu_fill_random(b.pattern, pattern_bytes / 8 * 8, seed);
 		memset(b.raw_mem, 0x5a, b.raw_mem_bytes);
 		/* The baseline's file, also the raw I/O's: one request's layer blocks. */
 		b.raw_file_bytes = arena;

@@ -94,18 +94,23 @@ class PagedCache:
         for t in self.layers:
             segs.append((t[0].data_ptr(), self.block_bytes, self.block_bytes))
             segs.append((t[1].data_ptr(), self.block_bytes, self.block_bytes))
-        return KV(geo, segs, 2, self.nr_blocks, mem="cuda")
+        return KV(geo, segs, 2, self.nr_blocks, mem="cuda" if self.layers[0].is_cuda else "host")
 
     def tokens(self, layer, plane, n):
         return self.layers[layer][plane].view(-1, self.shape.kv_heads, self.shape.head_dim)[:n]
 
 
 class Model:
+    """``shape`` may be one rank's shard under tensor parallelism (its heads, KV heads and MLP
+    width); ``reduce`` then sums a layer's partial outputs over the ranks (after the attention's
+    output projection and after the MLP), as bench/tp_ttft.py sets it."""
+
     def __init__(self, shape, seed=0):
         g = torch.Generator(device=DEV)
         g.manual_seed(seed)
         s = shape
         self.shape = s
+        self.reduce = None
 
         def w(*dims):
             return (torch.randn(*dims, generator=g, device=DEV, dtype=torch.float32) * 0.02).to(DT)
@@ -143,10 +148,13 @@ class Model:
             o = F.scaled_dot_product_attention(qq, kk.unsqueeze(0), vv.unsqueeze(0),
                                                attn_mask=causal_lower_right(n, total))
         o = o.squeeze(0).transpose(0, 1).reshape(n, s.heads * s.head_dim)
-        h = h + o @ p["wo"]
+        h = h + self.reduced(o @ p["wo"])
         gu = F.rms_norm(h, (s.hidden,)) @ p["wgu"]
         gate, up = gu[:, : s.inter], gu[:, s.inter:]
-        return h + (F.silu(gate) * up) @ p["wd"]
+        return h + self.reduced((F.silu(gate) * up) @ p["wd"])
+
+    def reduced(self, x):
+        return x if self.reduce is None else self.reduce(x)
 
     def prefill(self, cache, start, total, before_attention=None, after_kv=None):
         """Compute the suffix; before_attention(l) makes layer l's prefix KV available,

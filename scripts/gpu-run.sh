@@ -8,9 +8,12 @@
 # Usage: scripts/gpu-run.sh [STEP...]   steps: test (ctest + compute-sanitizer), gpu-test (the
 # GPU and pipeline tests only, test_gpu_pipeline under memcheck), mover (the
 # CUDA kernels' bandwidth), store-emulated (tutti-gpu-store-bench on a /dev/shm file, labelled
-# emulated), store-disk (the same on the disk holding the working tree), layerwise
+# emulated), store-disk (the same on the disk holding the working tree), stripe
+# (tutti-stripe-bench: retrieve over 1, 2 and 4 directories against raw reads of the same files,
+# emulated and disk), tp (bench/tp_ttft.py with TP_ARGS: TTFT at TP=2 on two GPUs), layerwise
 # (bench/layerwise_ttft.py with LAYERWISE_ARGS); default: test mover.
-# BENCH_ARGS adds arguments to tutti-gpu-store-bench.
+# BENCH_ARGS adds arguments to tutti-gpu-store-bench; STRIPE_ARGS to tutti-stripe-bench
+# (STRIPE_ENGINES, STRIPE_SHM_TOKENS and STRIPE_DISK_TOKENS change its defaults).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -82,6 +85,52 @@ store-emulated | store-disk)
 	log "store bench exit ${PIPESTATUS[0]}"
 	tail -5 "$OUT/$step.err" >> "$OUT/summary.txt"
 	rm -rf "$dir"
+	;;
+stripe)
+	# Retrieve bandwidth over 1, 2 and 4 directories (one data file each) against raw O_DIRECT
+	# reads of the same files in parallel (tutti-stripe-bench), on /dev/shm (emulated) and on
+	# the disk holding the working tree. Sizes are chosen for about 2-3 minutes on an H200
+	# machine (estimated from the store-emulated and store-disk figures): a 128K-token
+	# Llama-3-8B request (17 GB) per load on tmpfs, 32K (4.3 GB) on the disk, whose reads run
+	# at about 1.5 GB/s.
+	for where in emulated disk; do
+		if [ $where = emulated ]; then
+			base=/dev/shm/tutti-stripe tokens=${STRIPE_SHM_TOKENS:-131072}
+		else
+			base=$PWD/build/tutti-stripe tokens=${STRIPE_DISK_TOKENS:-32768}
+		fi
+		mkdir -p "$base"
+		df -h "$base" >> "$OUT/summary.txt"
+		log "stripe ($where) in $base: $tokens tokens, engines ${STRIPE_ENGINES:-gpu-uring,gds} ${STRIPE_ARGS:-}"
+		# shellcheck disable=SC2086
+		timeout "${BENCH_TIMEOUT:-300}" build/gpu/tutti-stripe-bench --dir "$base" --dirs 1,2,4 \
+			--kv gpu --engines "${STRIPE_ENGINES:-gpu-uring,gds}" --tokens "$tokens" \
+			--repeats 3 --json "$OUT/stripe.jsonl" --csv "$OUT/stripe.csv" \
+			--summary "$OUT/summary.txt" ${STRIPE_ARGS:-} > "$OUT/stripe-$where.txt" \
+			2> "$OUT/stripe-$where.err"
+		log "stripe ($where) exit $?"
+		tail -3 "$OUT/stripe-$where.err" >> "$OUT/summary.txt"
+		rm -rf "$base"
+	done
+	;;
+tp)
+	# TTFT at TP=2 (bench/tp_ttft.py, GLM-4-9B-shaped, one process per GPU, NCCL): needs two
+	# GPUs (nvidia-h200-x2). Each rank's stores go to /dev/shm (emulated) and to the disk
+	# holding the working tree; lengths whose stores do not fit the free space are skipped,
+	# and the summary says so.
+	log "tp: ${TP_ARGS:-defaults}"
+	rm -rf build/tp-disk /dev/shm/tutti-tp
+	# shellcheck disable=SC2086
+	timeout --kill-after=30 "${BENCH_TIMEOUT:-900}" python3 bench/tp_ttft.py --out "$OUT" \
+		--shm-dir /dev/shm/tutti-tp --disk-dir "$PWD/build/tp-disk" ${TP_ARGS:-} > "$OUT/tp.log" 2>&1
+	log "tp exit $?"
+	# The bench's summary, or, when it wrote none, the end of its log.
+	if [ -s "$OUT/tp-ttft-summary.txt" ]; then
+		cat "$OUT/tp-ttft-summary.txt" >> "$OUT/summary.txt"
+	else
+		tail -20 "$OUT/tp.log" >> "$OUT/summary.txt"
+	fi
+	rm -rf build/tp-disk /dev/shm/tutti-tp
 	;;
 layerwise)
 	# The layerwise pipeline on a Llama-3-8B-shaped model (bench/layerwise_ttft.py); the disk

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Small helpers shared by the GPU store benchmarks (tutti-gpu-store-bench,
+ * tutti-stripe-bench): clocks, medians, a seeded generator and shuffled block tables, so
+ * that both draw their data and block tables the same way.
+ */
+#ifndef TUTTI_BENCH_BENCHUTIL_H
+#define TUTTI_BENCH_BENCHUTIL_H
+
+#include <stdint.h>
+
+/* Most values bu_median() takes. */
+#define BU_MAX_VALUES 64
+
+uint64_t bu_now_ns(void);
+/* User + system seconds of the whole process (every thread, io_uring's kernel threads too). */
+double bu_process_cpu_s(void);
+/* Median of \p n (1..BU_MAX_VALUES) values; \p v is left as it was. */
+double bu_median(const double *v, uint32_t n);
+/* SplitMix64: the next value of the sequence whose state is \p x. */
+uint64_t bu_splitmix(uint64_t *x);
+/* ids = a permutation of 0..n-1 drawn from \p seed (Fisher-Yates). */
+void bu_shuffle(uint32_t *ids, uint32_t n, uint64_t seed);
+/* Fill \p bytes (a multiple of 8) at \p p from the generator state \p seed. */
+void bu_fill_random(uint8_t *p, uint64_t bytes, uint64_t seed);
+
+#endif /* TUTTI_BENCH_BENCHUTIL_H */
