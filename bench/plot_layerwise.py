@@ -67,13 +67,16 @@ def main():
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for storage, label in (("emulated-nvme", "emulated fast NVMe"), ("disk", "real disk")):
-        pts = sorted((r["hit_rate"], r["stall_ms"]) for r in rows
-                     if r["experiment"] == "bubble" and r["storage"] == storage)
+        mine = [r for r in rows if r["experiment"] == "bubble" and r["storage"] == storage]
+        pts = sorted((r["hit_rate"], r["stall_ms"]) for r in mine)
+        runs = sorted({r.get("runs", 1) for r in mine})
         if pts:
-            ax.plot([100 * h for h, _ in pts], [s for _, s in pts], "o-", label=label)
+            ax.plot([100 * h for h, _ in pts], [s for _, s in pts], "o-",
+                    label=f"{label} (median of {'/'.join(map(str, runs))} runs)")
     ax.axhline(10, color="tab:red", linestyle=":", label="10 ms")
     ax.axvline(93.75, color="grey", linestyle=":")
     ax.set_yscale("symlog", linthresh=1)
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("cache hit rate of a 32K-token prompt (%)")
     ax.set_ylabel("stall before compute, per request (ms, GPU-measured)")
     ax.set_title("Bubble against hit rate, Tutti gpu-uring, H200", fontsize=9)
