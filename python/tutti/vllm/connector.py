@@ -28,6 +28,8 @@ How it maps vLLM onto the store (docs/vllm.md has the reference):
   to their request. A chunk that cannot be loaded
   (evicted, damaged, I/O error) is reported through ``get_block_ids_with_load_errors``: with
   ``kv_load_failure_policy="recompute"`` vLLM recomputes it, and no error reaches the user.
+* Tensor parallelism (``tutti/vllm/ranks.py``): every worker opens the store of its rank; the
+  scheduler opens none and counts a chunk as a hit only when every rank reported holding it.
 """
 
 import hashlib
