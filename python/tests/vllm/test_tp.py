@@ -283,7 +283,7 @@ def test_the_reporter_sends_evictions_after_a_relisting(tmp_path):
     page = geo.layer_block_bytes
     mem = [np.zeros((16, page), dtype=np.uint8) for _ in range(2)]
     kv = KV(geo, [(m.ctypes.data, page, page) for m in mem], 1, 16)
-    rep = ranks.StoreReporter(0, st, relist_s=0)
+    rep = ranks.StoreReporter(0, st, relist_s=0, relist_share=float("inf"))
     view = ranks.RankView(1)
     view.apply({0: rep.report()})  # the (empty) listing
     assert view.ready()

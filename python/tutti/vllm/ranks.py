@@ -155,12 +155,16 @@ class StoreReporter:
     """A worker's side: what its store gained and lost since its last report.
 
     Saves and failed loads are noted as they happen. Evictions are not seen one by one: when
-    the store's eviction counter moves, the store is listed again (at most every
-    ``relist_s`` seconds) and compared with what the scheduler was told; until then the
-    scheduler may believe an evicted chunk is there, which costs one failed load."""
+    the store's eviction counter moves, the store is listed again and compared with what the
+    scheduler was told; until then the scheduler may believe an evicted chunk is there, which
+    costs one failed load. Listings run at most every ``relist_s`` seconds, and no more often
+    than keeps their time under ``relist_share`` of the worker's time (a large store takes
+    a while to list, and the worker lists it between two steps)."""
 
-    def __init__(self, rank, store, relist_s=1.0):
-        self.rank, self.store, self.relist_s = rank, store, relist_s
+    def __init__(self, rank, store, relist_s=1.0, relist_share=0.02):
+        self.rank, self.store = rank, store
+        self.relist_s, self.relist_share = relist_s, relist_share
+        self.relist_cost = 0.0  # seconds the last listing took
         self.seq = 0
         self.mirror = {}  # what the scheduler was told this store holds
         self.added, self.removed = {}, set()
@@ -197,9 +201,10 @@ class StoreReporter:
         with self.lock:
             evictions = self.store.stats()["evictions"]
             now = time.monotonic()
-            if self.full or (evictions != self.evictions
-                             and now - self.last_relist >= self.relist_s):
+            wait = max(self.relist_s, self.relist_cost / self.relist_share)
+            if self.full or (evictions != self.evictions and now - self.last_relist >= wait):
                 listing = self.store.keys()
+                self.relist_cost = time.monotonic() - now
                 if self.full:
                     rep = RankReport(self.seq, True, dict(listing))
                 else:
