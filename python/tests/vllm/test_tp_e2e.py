@@ -3,7 +3,8 @@
 worker processes each holding one of the tiny model's two KV heads, each with a store of its
 own ("dirs": ["store-{rank}"]).
 
-A stores the prompts' prefixes on both ranks; B loads them from both. Then rank 1's store is
+A stores the prompts' prefixes on both ranks; B loads them from both, synchronously and then
+asynchronously. Then rank 1's store is
 deleted: rank 0 still holds every chunk, but a chunk held by one rank only is a miss, so D
 loads nothing, fails nothing and stores the chunks again on rank 1. Then every chunk of rank 1
 is damaged on disk: C's loads fail on rank 1 only, vLLM recomputes those blocks on both ranks.
@@ -39,7 +40,7 @@ pytestmark = pytest.mark.skipif(len(cpus()) < TP, reason=f"tensor parallelism ov
                                 "CPU workers needs one CPU each")
 
 
-def run(model, prompts, tmp, name, store=None):
+def run(model, prompts, tmp, name, store=None, mode="sync"):
     """One vLLM process with TP workers; returns its JSON result."""
     p_path, o_path = tmp / f"{name}-prompts.json", tmp / f"{name}-out.json"
     p_path.write_text(json.dumps(prompts))
@@ -51,7 +52,7 @@ def run(model, prompts, tmp, name, store=None):
                VLLM_CPU_OMP_THREADS_BIND=bind)
     args = [sys.executable, str(SERVE), "--tp", str(TP), str(model), str(p_path), str(o_path)]
     if store is not None:
-        args += [str(store)]
+        args += [str(store), mode]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     (tmp / f"{name}.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stderr[-4000:]}"
@@ -85,6 +86,11 @@ def test_tp2_loads_from_every_rank_and_a_chunk_one_rank_lacks_is_never_used(mode
     assert b["metrics"]["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens, b["metrics"]
     assert b["metrics"]["vllm:tutti_load_errors"] == 0
     assert b["tokens"] == reference["tokens"]
+    # Asynchronous loads: a request waits until both ranks report its load done.
+    b2 = run(model, second, tmp_path, "b-async", store, mode="async")
+    assert b2["metrics"]["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens, b2["metrics"]
+    assert b2["metrics"]["vllm:tutti_load_errors"] == 0
+    assert b2["tokens"] == reference["tokens"]
 
     # Rank 1 loses its store: what rank 0 alone holds is not a hit.
     shutil.rmtree(rank1)
