@@ -115,7 +115,7 @@ class Rig:
             self.kv.append(layers)
         self.aggregator = KVOutputAggregator(expected_finished_count=2)
 
-    def worker_step(self, meta):
+    def worker_step(self, meta, req_ids):
         outputs = []
         for w in self.workers:
             w.bind_connector_metadata(meta)
@@ -124,17 +124,22 @@ class Rig:
             out = KVConnectorOutput(invalid_block_ids=w.get_block_ids_with_load_errors(),
                                     kv_connector_worker_meta=w.build_connector_worker_meta())
             w.clear_connector_metadata()
-            outputs.append(ModelRunnerOutput(req_ids=[], req_id_to_index={},
-                                             sampled_token_ids=[], logprobs=None,
-                                             prompt_logprobs_dict={}, pooler_output=None,
-                                             kv_connector_output=out))
+            # Every scheduled request samples token 7 (the scheduler decides what counts).
+            outputs.append(ModelRunnerOutput(
+                req_ids=list(req_ids), req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                sampled_token_ids=[[7] for _ in req_ids], logprobs=None,
+                prompt_logprobs_dict={}, pooler_output=None, kv_connector_output=out))
         return self.aggregator.aggregate(outputs)
 
     def step(self):
+        """One engine step: schedule, the workers' connector calls, the aggregated output
+        back to the scheduler (which hands the connector its part)."""
         out = self.sched.schedule()
-        agg = self.worker_step(out.kv_connector_metadata)
-        self.sched.connector.update_connector_output(agg.kv_connector_output)
-        return out, agg
+        req_ids = list(out.num_scheduled_tokens)
+        agg = self.worker_step(out.kv_connector_metadata, req_ids)
+        kv_out = agg.kv_connector_output
+        self.sched.update_from_output(out, agg)
+        return out, kv_out
 
     def close(self):
         for w in self.workers:
@@ -208,7 +213,7 @@ def test_aggregated_reports_reach_the_scheduler_and_a_hit_needs_every_rank(model
     # No listing yet: the request waits rather than miss what the stores hold.
     out, agg = rig.step()
     assert req.request_id not in out.num_scheduled_tokens
-    meta = agg.kv_connector_output.kv_connector_worker_meta
+    meta = agg.kv_connector_worker_meta
     assert isinstance(meta, ranks.TuttiWorkerMetadata)
     assert sorted(meta.reports) == [0, 1] and all(r.full for r in meta.reports.values())
     assert len(meta.reports[0].added) == 4 and len(meta.reports[1].added) == 2
@@ -224,7 +229,7 @@ def test_aggregated_reports_reach_the_scheduler_and_a_hit_needs_every_rank(model
             t = rig.kv[rank][layer]
             assert torch.equal(t[ids[:4]], t[SRC:SRC + 4])
     # What the step saved (chunks 2, 3 and the tail) is reported by both ranks as a delta.
-    reports = agg.kv_connector_output.kv_connector_worker_meta.reports
+    reports = agg.kv_connector_worker_meta.reports
     assert all(not r.full and len(r.added) >= 2 for r in reports.values())
     assert reports[0].seq == reports[1].seq == 1
     req2 = request(tokens)
@@ -262,17 +267,25 @@ def test_a_load_failing_on_one_rank_fails_its_blocks_for_all_and_becomes_a_miss(
     ids = out.scheduled_new_reqs[0].block_ids[0]
     # Rank 0 loaded everything, rank 1 failed: the aggregated output fails the blocks of
     # rank 1's damaged chunks for the request as a whole (vLLM recomputes them on every rank).
-    bad = agg.kv_connector_output.invalid_block_ids
+    bad = agg.invalid_block_ids
     assert bad and bad <= set(ids[:6])
+    assert req.num_computed_tokens < 6 * BS  # vLLM recomputes from the first bad block
     # Rank 1 reported the damaged chunks gone (the store removed them): the next lookup misses
     # them although rank 0 still holds them.
-    gone = agg.kv_connector_output.kv_connector_worker_meta.reports[1].removed
+    gone = agg.kv_connector_worker_meta.reports[1].removed
     assert gone
     hit, _ = rig.sched.connector._view.lookup(
         [chunk_key(req.block_hashes[b]) for b in (1, 3, 5)], 2)
     assert hit < 3
-    assert rig.workers[0].store.lookup(
-        [chunk_key(req.block_hashes[b]) for b in (1, 3, 5)])[0] == 3
+    keys = [chunk_key(req.block_hashes[b]) for b in (1, 3, 5)]
+    assert rig.workers[0].store.lookup(keys)[0] == 3
+    # The recomputed chunks are stored again from the first bad one: rank 1 has them again.
+    out, agg = rig.step()
+    (save,) = [sv for sv in out.kv_connector_metadata.saves if sv.req_id == req.request_id]
+    first_bad = min(ids.index(b) for b in bad) // 2
+    assert save.first_chunk == first_bad and save.keys[:3] == keys
+    assert rig.workers[1].store.lookup(keys)[0] == 3
+    assert rig.sched.connector._view.lookup(keys, 2)[0] == 3
     rig.close()
 
 

@@ -7,7 +7,8 @@ A stores the prompts' prefixes on both ranks; B loads them from both, synchronou
 asynchronously. Then rank 1's store is
 deleted: rank 0 still holds every chunk, but a chunk held by one rank only is a miss, so D
 loads nothing, fails nothing and stores the chunks again on rank 1. Then every chunk of rank 1
-is damaged on disk: C's loads fail on rank 1 only, vLLM recomputes those blocks on both ranks.
+is damaged on disk: C's loads fail on rank 1 only, vLLM recomputes those blocks on both ranks,
+and rank 1 stores them again, so E loads everything from both.
 Every run answers exactly as a run without the connector.
 """
 
@@ -112,3 +113,9 @@ def test_tp2_loads_from_every_rank_and_a_chunk_one_rank_lacks_is_never_used(mode
     assert c["metrics"]["vllm:tutti_load_errors"] > 0
     assert c["tokens"] == reference["tokens"]
     assert "checksum mismatch" in (tmp_path / "c.log").read_text()
+
+    # C stored the recomputed chunks on rank 1 again: E loads everything from both ranks.
+    e = run(model, second, tmp_path, "e", store)
+    assert e["metrics"]["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens, e["metrics"]
+    assert e["metrics"]["vllm:tutti_load_errors"] == 0
+    assert e["tokens"] == reference["tokens"]

@@ -320,6 +320,7 @@ class _ReqState:
     block_ids: list = field(default_factory=list)
     saved_chunks: int = 0  # leading full chunks known to be stored
     tail_done: bool = False  # the prompt's partial chunk stored (or loaded)
+    loaded: Any = None  # (index of the first block loaded, their block ids) of the last load
 
 
 class TuttiConnector(KVConnectorBase_V1):
@@ -469,6 +470,23 @@ class TuttiConnector(KVConnectorBase_V1):
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
         if self._view is not None and isinstance(meta, ranks.TuttiWorkerMetadata):
             self._view.apply(meta.reports)
+        if connector_output.invalid_block_ids:
+            self._after_failed_loads(connector_output.invalid_block_ids)
+
+    def _after_failed_loads(self, bad):
+        """vLLM recomputes a request from its first block that failed to load (on any rank):
+        store its chunks again from there. A rank that lacks a chunk stores it; one that has it
+        answers "already stored". A block of a request's last load that is reported failed is
+        that request's: a block being loaded into belongs to the request loading it alone."""
+        for state in self._reqs.values():
+            if state.loaded is None:
+                continue
+            first, ids = state.loaded
+            failed = [i for i, b in enumerate(ids) if b in bad]
+            if failed:
+                state.saved_chunks = min(state.saved_chunks, (first + failed[0]) // self.bpc)
+                state.tail_done = False
+                state.loaded = None
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         found = self._lookups.pop(request.request_id, None)
@@ -494,6 +512,7 @@ class TuttiConnector(KVConnectorBase_V1):
             # What was found need not be written again.
             state.saved_chunks = max(state.saved_chunks, full_hit)
             state.tail_done = state.tail_done or partial_hit
+            state.loaded = (first, block_ids[first:last])
 
     def _saves_of(self, state, req_id, done_tokens):
         """The chunks of a request that are complete once ``done_tokens`` are computed."""
@@ -540,6 +559,7 @@ class TuttiConnector(KVConnectorBase_V1):
             new_ids = cached.new_block_ids[i]
             if req_id in cached.resumed_req_ids:
                 state.block_ids = list(new_ids[0]) if new_ids else []
+                state.loaded = None  # its blocks were freed, and may be another's now
             elif new_ids:
                 state.block_ids.extend(new_ids[0])
             save = self._saves_of(state, req_id,

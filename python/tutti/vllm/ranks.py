@@ -21,7 +21,8 @@ save since, removed as damaged) fails to load on that rank, which reports its bl
 workers (``invalid_block_ids |= kv_output.invalid_block_ids``), and the scheduler
 (``Scheduler._handle_invalid_blocks`` in vllm/v1/core/sched/scheduler.py) then recomputes those
 blocks for the request on every rank, since the forward pass runs on all ranks together. The
-failing rank also reports the chunk as gone, so the next lookup misses it.
+failing rank also reports the chunk as gone, so the next lookup misses it, and the scheduler
+has the recomputed chunks stored again (``TuttiConnector._after_failed_loads``).
 """
 
 import os
