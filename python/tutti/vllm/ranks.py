@@ -8,7 +8,10 @@ share, so the scheduler counts a chunk as a hit only if all N stores hold it.
 
 The scheduler learns what each store holds through vLLM's worker-to-scheduler channel
 (``build_connector_worker_meta`` -> ``KVConnectorOutput.kv_connector_worker_meta`` ->
-``update_connector_output``). In vLLM 0.32 ``KVOutputAggregator.aggregate``
+``update_connector_output``). In vLLM 0.32 the multiprocess executor collects the output of
+every worker for ``execute_model`` and ``sample_tokens`` when a connector is configured
+(``MultiprocExecutor.collective_rpc`` in vllm/v1/executor/multiproc_executor.py), and
+``KVOutputAggregator.aggregate``
 (vllm/distributed/kv_transfer/kv_connector/utils.py) folds the metadata of every worker of a
 step into one object with ``KVConnectorWorkerMetadata.aggregate``, so a ``TuttiWorkerMetadata``
 carries one report per rank, keyed by rank. Each report is a delta against the rank's previous
