@@ -240,6 +240,27 @@ def test_aggregated_reports_reach_the_scheduler_and_a_hit_needs_every_rank(model
     rig.close()
 
 
+def test_a_rank_that_never_lists_its_store_delays_requests_only_so_long(model_dir, tmp_path):
+    rig = Rig(model_dir, extra(tmp_path))
+    tokens = prompt(300, seed=5)
+    for w in rig.workers:
+        populate(w, request(tokens), 2)
+    rig.sched.connector.VIEW_WAIT_S = 0.0  # give up waiting at once
+    req = request(tokens)
+    rig.sched.add_request(req)
+    out, _ = rig.step()
+    # Scheduled before any listing arrived: a miss, not a wait.
+    assert out.scheduled_new_reqs[0].num_computed_tokens == 0
+    assert out.kv_connector_metadata.loads == []
+    # The listings and saves of that step count for the requests after it.
+    req2 = request(tokens)
+    rig.sched.add_request(req2)
+    out, _ = rig.step()
+    new = [r for r in out.scheduled_new_reqs if r.req_id == req2.request_id][0]
+    assert new.num_computed_tokens == 9 * BS
+    rig.close()
+
+
 def test_a_load_failing_on_one_rank_fails_its_blocks_for_all_and_becomes_a_miss(model_dir,
                                                                                 tmp_path):
     rig = Rig(model_dir, extra(tmp_path))
