@@ -239,6 +239,21 @@ TUTTI_API int64_t tutti_store_save(struct tutti_store *st, const struct tutti_kv
                                    const struct tutti_request *reqs, uint32_t nr_reqs,
                                    int32_t *status);
 
+/**
+ * List the stored chunks, a batch at a time: for a process that must know what a store holds
+ * without asking it key by key (a scheduler matching prompts against several stores).
+ *
+ * \param cursor     in: 0 to start, or the value a previous call left; out: where the next call
+ *                   continues. The listing is complete when a call returns 0.
+ * \param keys       room for \p max keys of key_bytes bytes each.
+ * \param nr_blocks  NULL, or room for \p max entries receiving the paged blocks of each chunk.
+ * \return the number of chunks written (0..max), or -EINVAL.
+ * Does not count as a use for eviction. Chunks stored or removed while a listing is under way
+ * may or may not appear; every other chunk appears exactly once.
+ */
+TUTTI_API int64_t tutti_store_list(struct tutti_store *st, uint64_t *cursor, uint8_t *keys,
+                                   uint32_t *nr_blocks, uint32_t max);
+
 struct tutti_stats {
 	uint32_t size; /**< = sizeof(struct tutti_stats), set by the caller */
 	uint32_t nr_dirs;

@@ -58,6 +58,18 @@ def test_save_then_load_moves_every_block_bit_for_bit(store):
     assert st["save_chunks"] == 4 and st["load_chunks"] == 7 and st["used_slots"] == 4
 
 
+def test_keys_lists_every_stored_chunk_with_its_blocks_across_batches(store):
+    assert store.keys() == {}
+    _, kv = host_kv(GEO, NR_BLOCKS, 1)
+    a, b = keys(3), keys(2, salt=b"b")
+    store.save(kv, [ChunkRequest(a, list(range(5)))])  # the last chunk holds one block
+    store.save(kv, [ChunkRequest(b, list(range(4)))])
+    want = {a[0]: 2, a[1]: 2, a[2]: 1, b[0]: 2, b[1]: 2}
+    assert store.keys() == want
+    assert store.keys(batch=2) == want
+    assert store.keys(batch=1) == want
+
+
 def test_missing_chunks_are_per_chunk_errors_not_exceptions(store):
     _, kv = host_kv(GEO, NR_BLOCKS, 1)
     n, status = store.load(kv, [ChunkRequest(keys(2), [0, 1, 2, 3])])

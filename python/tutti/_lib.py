@@ -221,6 +221,8 @@ def _declare(lib):
         ),
         "tutti_kv_destroy": (None, [ctypes.c_void_p]),
         "tutti_store_lookup": (c_i64, [ctypes.c_void_p, ctypes.c_void_p, c_u32, p(c_u64)]),
+        "tutti_store_list": (c_i64, [ctypes.c_void_p, p(c_u64), ctypes.c_void_p, p(c_u32),
+                                     c_u32]),
         "tutti_store_load": (
             c_i64,
             [ctypes.c_void_p, ctypes.c_void_p, p(Request), c_u32, c_u32, c_u32, p(c_i32)],

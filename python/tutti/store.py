@@ -171,6 +171,21 @@ class Store(_Handle):
                    "tutti_store_lookup")
         return int(n), int(blocks.value)
 
+    def keys(self, batch=4096):
+        """Every stored chunk: {key: paged blocks it holds} (``tutti_store_list``)."""
+        out = {}
+        cursor = L.c_u64(0)
+        keys = ctypes.create_string_buffer(batch * self.key_bytes)
+        blocks = (L.c_u32 * batch)()
+        while True:
+            n = _check(L.lib().tutti_store_list(self._h, ctypes.byref(cursor), keys, blocks,
+                                                batch), "tutti_store_list")
+            if n == 0:
+                return out
+            raw = keys.raw
+            for i in range(n):
+                out[raw[i * self.key_bytes:(i + 1) * self.key_bytes]] = int(blocks[i])
+
     def _chunks(self, reqs):
         total = 0
         for r in reqs:

@@ -554,6 +554,36 @@ tutti_store_lookup(struct tutti_store *st, const uint8_t *keys, uint32_t nr_keys
 	return hit;
 }
 
+int64_t
+tutti_store_list(struct tutti_store *st, uint64_t *cursor, uint8_t *keys, uint32_t *nr_blocks,
+                 uint32_t max)
+{
+	uint32_t nr_slots, n = 0;
+	uint64_t slot;
+
+	if (st == NULL || cursor == NULL || (keys == NULL && max > 0)) {
+		return -EINVAL;
+	}
+	nr_slots = tt_pool_nr_slots(st->pool);
+	pthread_mutex_lock(&st->lock);
+	/* The cursor is a slot number: slots only come and go, they never move. */
+	for (slot = *cursor; slot < nr_slots && n < max; slot++) {
+		const uint8_t *key = tt_index_key(st->idx, (uint32_t)slot);
+
+		if (key == NULL) {
+			continue;
+		}
+		memcpy(keys + (uint64_t)n * st->key_bytes, key, st->key_bytes);
+		if (nr_blocks != NULL) {
+			nr_blocks[n] = tt_index_nr_blocks(st->idx, (uint32_t)slot);
+		}
+		n++;
+	}
+	pthread_mutex_unlock(&st->lock);
+	*cursor = slot;
+	return n;
+}
+
 int
 tutti_store_get_stats(struct tutti_store *st, struct tutti_stats *out)
 {

@@ -2,9 +2,9 @@
 /*
  * Description: the store through the public API, for both engines: save from host paged KV with
  * random content and block tables, longest-prefix lookup, bit-exact loads into other layouts and
- * shuffled tables (staged and direct paths), layer ranges, skip_blocks, partial last chunks,
- * per-chunk status codes, eviction under capacity pressure that keeps chains reachable,
- * statistics, small pipelines, two stores in one process and concurrent callers.
+ * shuffled tables (staged and direct paths), listing the stored chunks, layer ranges, skip_blocks,
+ * partial last chunks, per-chunk status codes, eviction under capacity pressure that keeps chains
+ * reachable, statistics, small pipelines, two stores in one process and concurrent callers.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -381,6 +381,83 @@ test_store_lookup_returns_longest_stored_prefix(void **state)
 	assert_int_equal(blocks, 0);
 	t_kv_free(src);
 	free(keys);
+}
+
+/* Index of \p key among the \p n keys of \p keys, or -1. */
+static int
+key_index(const uint8_t *keys, uint32_t n, const uint8_t *key)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		if (memcmp(keys + (size_t)i * KB, key, KB) == 0) {
+			return (int)i;
+		}
+	}
+	return -1;
+}
+
+static void
+test_store_list_returns_every_chunk_once_with_its_blocks(void **state)
+{
+	struct fixture *f = *state;
+	struct tutti_store *st = open_store(f, &f->geo, "list", 1, 8, NULL);
+	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, true);
+	uint8_t *a = new_keys(f, 3), *b = new_keys(f, 2), *c = new_keys(f, 4);
+	uint8_t want[5 * KB], got[8 * KB];
+	uint32_t ids[4 * BPC], blocks[8], seen[5] = {0};
+	uint64_t cursor = 0;
+	int64_t n;
+	uint32_t total = 0;
+
+	assert_int_equal(tutti_store_list(st, &cursor, got, blocks, 8), 0); /* empty */
+	t_random_distinct(&f->r, ids, 4 * BPC, NR_BLOCKS);
+	assert_int_equal(save1(st, src, a, 3, 0, ids, 2 * BPC + 1, NULL), 3); /* partial tail */
+	assert_int_equal(save1(st, src, b, 2, 0, ids, 2 * BPC, NULL), 2);
+	memcpy(want, a, 3 * KB);
+	memcpy(want + 3 * KB, b, 2 * KB);
+	/* Batches of two: the cursor carries on where the last one stopped. */
+	cursor = 0;
+	while ((n = tutti_store_list(st, &cursor, got, blocks, 2)) > 0) {
+		assert_true(n <= 2);
+		for (int64_t i = 0; i < n; i++) {
+			int k = key_index(want, 5, got + i * KB);
+
+			assert_true(k >= 0);
+			seen[k]++;
+			assert_int_equal(blocks[i], k == 2 ? 1 : BPC);
+			total++;
+		}
+	}
+	assert_int_equal(n, 0);
+	assert_int_equal(total, 5);
+	for (uint32_t k = 0; k < 5; k++) {
+		assert_int_equal(seen[k], 1);
+	}
+	/* Without block counts; a listing is not a use: B stays the least recently used. */
+	cursor = 0;
+	assert_int_equal(tutti_store_list(st, &cursor, got, NULL, 8), 5);
+	assert_int_equal(tutti_store_lookup(st, a, 3, NULL), 3);
+	/* C needs four slots, three are free: B's tail is evicted and leaves the listing. */
+	assert_int_equal(save1(st, src, c, 4, 0, ids, 4 * BPC, NULL), 4);
+	cursor = 0;
+	n = tutti_store_list(st, &cursor, got, blocks, 8);
+	assert_int_equal(n, 8);
+	assert_int_equal(key_index(got, 8, b + KB), -1);
+	assert_true(key_index(got, 8, b) >= 0);
+	for (uint32_t k = 0; k < 4; k++) {
+		assert_true(key_index(got, 8, c + k * KB) >= 0);
+	}
+	assert_int_equal(tutti_store_list(st, &cursor, got, blocks, 8), 0);
+	/* Bad arguments. */
+	assert_int_equal(tutti_store_list(NULL, &cursor, got, blocks, 8), -EINVAL);
+	assert_int_equal(tutti_store_list(st, NULL, got, blocks, 8), -EINVAL);
+	assert_int_equal(tutti_store_list(st, &cursor, NULL, blocks, 8), -EINVAL);
+	cursor = 0;
+	assert_int_equal(tutti_store_list(st, &cursor, NULL, NULL, 0), 0);
+	t_kv_free(src);
+	free(a);
+	free(b);
+	free(c);
+	tutti_store_close(st);
 }
 
 /* ---- partial loads ---- */
@@ -1162,6 +1239,7 @@ main(void)
 	    T(test_store_direct_and_staged_paths_agree_on_disk),
 	    T(test_store_llama_sized_objects_round_trip),
 	    T(test_store_lookup_returns_longest_stored_prefix),
+	    T(test_store_list_returns_every_chunk_once_with_its_blocks),
 	    T(test_store_layer_range_loads_only_those_layers),
 	    T(test_store_skip_blocks_loads_from_inside_a_chunk),
 	    T(test_store_partial_last_chunk_round_trips_and_ends_the_chain),

@@ -2,15 +2,17 @@
 """One vLLM process of the end-to-end tests: serve token-id prompts greedily, with or without
 TuttiConnector, and write the generated tokens and the connector's metrics as JSON.
 
-Usage: serve_prompts.py MODEL PROMPTS.json OUT.json [STORE_DIR [async|sync [REMOTE.json]]]
-(REMOTE.json: the connector's "remote" configuration, docs/cluster.md)
+Usage: serve_prompts.py [--tp N] MODEL PROMPTS.json OUT.json
+                        [STORE_DIR [async|sync [REMOTE.json]]]
+(REMOTE.json: the connector's "remote" configuration, docs/cluster.md; --tp N: tensor
+parallelism over N worker processes, STORE_DIR then naming each rank's directory with {rank})
 """
 
 import json
 import sys
 
 
-def main(model, prompts_path, out_path, store=None, mode="sync", remote=None):
+def main(model, prompts_path, out_path, store=None, mode="sync", remote=None, tp=1):
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
 
@@ -28,7 +30,8 @@ def main(model, prompts_path, out_path, store=None, mode="sync", remote=None):
             kv.kv_connector_extra_config["remote"] = json.load(open(remote))
     llm = LLM(model=model, skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
               max_model_len=1024, max_num_seqs=8, block_size=32, seed=0,
-              enable_prefix_caching=False, disable_log_stats=False, kv_transfer_config=kv)
+              enable_prefix_caching=False, disable_log_stats=False, kv_transfer_config=kv,
+              tensor_parallel_size=tp)
     prompts = json.load(open(prompts_path))
     params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, detokenize=False)
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
@@ -41,4 +44,8 @@ def main(model, prompts_path, out_path, store=None, mode="sync", remote=None):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    argv = sys.argv[1:]
+    tp = 1
+    if argv[:1] == ["--tp"]:
+        tp, argv = int(argv[1]), argv[2:]
+    main(*argv, tp=tp)

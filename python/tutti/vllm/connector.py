@@ -28,6 +28,8 @@ How it maps vLLM onto the store (docs/vllm.md has the reference):
   to their request. A chunk that cannot be loaded
   (evicted, damaged, I/O error) is reported through ``get_block_ids_with_load_errors``: with
   ``kv_load_failure_policy="recompute"`` vLLM recomputes it, and no error reaches the user.
+* Tensor parallelism (``tutti/vllm/ranks.py``): every worker opens the store of its rank; the
+  scheduler opens none and counts a chunk as a hit only when every rank reported holding it.
 """
 
 import hashlib
@@ -50,7 +52,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
 )
 
 from tutti.store import KV, ChunkRequest, Geometry, Store
-from tutti.vllm import remote_tier
+from tutti.vllm import ranks, remote_tier
 
 log = logging.getLogger("tutti.vllm")
 
@@ -100,7 +102,8 @@ class TuttiConfig:
         if chunk <= 0 or chunk % block_size:
             raise ValueError(f"TuttiConnector: chunk_tokens {chunk} must be a positive multiple "
                              f"of vLLM's block size {block_size}")
-        return cls(dirs=[str(d) for d in dirs], capacity_bytes=capacity, chunk_tokens=chunk,
+        dirs = [[str(x) for x in d] if isinstance(d, (list, tuple)) else str(d) for d in dirs]
+        return cls(dirs=dirs, capacity_bytes=capacity, chunk_tokens=chunk,
                    engine=str(extra.get("engine", "uring")),
                    durability=str(extra.get("durability", "fast")),
                    staging_bytes=int(float(extra.get("staging_mb", 0)) * 2**20),
@@ -171,16 +174,16 @@ _stores_lock = threading.Lock()
 _stores = {}
 
 
-def _acquire_store(cfg, geo, ns):
-    key = (tuple(cfg.dirs), geo, ns, cfg.engine, cfg.durability)
+def _acquire_store(cfg, dirs, geo, ns):
+    key = (tuple(dirs), geo, ns, cfg.engine, cfg.durability)
     with _stores_lock:
         entry = _stores.get(key)
         if entry is None:
-            store = Store(cfg.dirs, geo, capacity_bytes=cfg.capacity_bytes, ns=ns,
+            store = Store(dirs, geo, capacity_bytes=cfg.capacity_bytes, ns=ns,
                           engine=cfg.engine, durability=cfg.durability, key_bytes=KEY_BYTES,
                           staging_bytes=cfg.staging_bytes)
             entry = _stores[key] = [store, 0]
-            log.info("tutti: store %s opened (%s)", cfg.dirs, ns.decode())
+            log.info("tutti: store %s opened (%s)", dirs, ns.decode())
         entry[1] += 1
         return key, entry[0]
 
@@ -226,6 +229,7 @@ class SaveSpec:
 class TuttiConnectorMetadata(KVConnectorMetadata):
     loads: list = field(default_factory=list)
     saves: list = field(default_factory=list)
+    resync: set = field(default_factory=set)  # ranks asked to list their whole store
 
 
 # ---- statistics ----
@@ -316,6 +320,7 @@ class _ReqState:
     block_ids: list = field(default_factory=list)
     saved_chunks: int = 0  # leading full chunks known to be stored
     tail_done: bool = False  # the prompt's partial chunk stored (or loaded)
+    loaded: Any = None  # (index of the first block loaded, their block ids) of the last load
 
 
 class TuttiConnector(KVConnectorBase_V1):
@@ -330,17 +335,39 @@ class TuttiConnector(KVConnectorBase_V1):
         if kv_cache_config is None:
             raise ValueError("TuttiConnector needs the KV-cache config (vLLM >= 0.11)")
         pc = vllm_config.parallel_config
-        if pc.tensor_parallel_size * pc.pipeline_parallel_size != 1:
-            raise ValueError("TuttiConnector does not support tensor or pipeline parallelism "
-                             "yet (tensor_parallel_size and pipeline_parallel_size must be 1)")
+        if pc.pipeline_parallel_size != 1:
+            raise ValueError("TuttiConnector does not support pipeline parallelism "
+                             f"(pipeline_parallel_size={pc.pipeline_parallel_size}); use "
+                             "tensor_parallel_size for several devices")
         self.block_size = vllm_config.cache_config.block_size
         self.cfg = TuttiConfig.from_extra(
             self._kv_transfer_config.kv_connector_extra_config, self.block_size)
+        # Tensor parallelism (tutti/vllm/ranks.py): each worker process opens the store of its
+        # rank; the scheduler, in a process of its own, opens none and learns what every rank
+        # holds from the workers' reports.
+        self.tp = pc.tensor_parallel_size
+        self.rank = getattr(pc, "rank", 0) % self.tp
+        ranks.check_disjoint(self.cfg.dirs, self.tp)
+        if self.tp > 1 and self.cfg.remote is not None:
+            raise ValueError("TuttiConnector: the remote tier (\"remote\") does not support "
+                             "tensor parallelism yet")
         self.bpc = self.cfg.chunk_tokens // self.block_size
         self.geo, spec = _geometry_of(kv_cache_config, self.cfg.chunk_tokens)
         self.ns = _namespace(vllm_config, spec, self.geo, self.cfg)
         self._num_blocks = kv_cache_config.num_blocks
-        self._store_key, self.store = _acquire_store(self.cfg, self.geo, self.ns)
+        self._view = self._reporter = None
+        self._store_key, self.store = None, None
+        if self.tp > 1 and role == KVConnectorRole.SCHEDULER:
+            self._view = ranks.RankView(self.tp)
+            self._view_since = None  # when the scheduler first waited for the listings
+        else:
+            self._store_key, self.store = _acquire_store(
+                self.cfg, ranks.rank_dirs(self.cfg.dirs, self.rank), self.geo, self.ns)
+            if self.tp > 1:
+                self._reporter = ranks.StoreReporter(self.rank, self.store)
+        # With several ranks, rank 0 alone counts tokens (each rank moves its share of the
+        # same tokens); bytes, times and errors are counted by every rank.
+        self._count_tokens = self.rank == 0
         self._remote_key, self.remote = None, None
         self._remote_seen = {}  # the remote handle's publish counters already reported
         self._remote_local_hits = {}  # request -> local chunks, when the remote tier adds some
@@ -396,7 +423,12 @@ class TuttiConnector(KVConnectorBase_V1):
         # The keys the chunks of these blocks were saved under: every full chunk, then the
         # trailing full blocks as a partial chunk. A chunk stored whole may be loaded in part.
         keys = self._chunk_keys(hashes, len(hashes))
-        hit, hit_blocks = self.store.lookup(keys)
+        if self._view is not None:
+            if not self._view_ready():
+                return None, False  # asked again next step
+            hit, hit_blocks = self._view.lookup(keys, self.bpc)
+        else:
+            hit, hit_blocks = self.store.lookup(keys)
         local_hit = hit
         if self.remote is not None and hit < len(keys) and hit_blocks < limit:
             more = self._remote_lookup(keys, hit, hit_blocks, limit, num_computed_tokens)
@@ -415,6 +447,46 @@ class TuttiConnector(KVConnectorBase_V1):
                                              limit * bs - num_computed_tokens,
                                              local_hit - partial_hit, partial_hit)
         return ext, self.cfg.async_load and ext > 0
+
+    # How long the scheduler holds requests back at start-up waiting for every rank's listing;
+    # past it, it schedules them with what it has (a rank not heard from holds nothing).
+    VIEW_WAIT_S = 60.0
+
+    def _view_ready(self):
+        if self._view.ready():
+            return True
+        now = time.monotonic()
+        if self._view_since is None:
+            self._view_since = now
+        if now - self._view_since < self.VIEW_WAIT_S:
+            return False
+        log.warning("tutti: no store listing from ranks %s after %.0f s; scheduling without "
+                    "their chunks", [r for r, ok in enumerate(self._view.listed) if not ok],
+                    self.VIEW_WAIT_S)
+        self._view.listed = [True] * self.tp
+        return True
+
+    def update_connector_output(self, connector_output):
+        meta = getattr(connector_output, "kv_connector_worker_meta", None)
+        if self._view is not None and isinstance(meta, ranks.TuttiWorkerMetadata):
+            self._view.apply(meta.reports)
+        if connector_output.invalid_block_ids:
+            self._after_failed_loads(connector_output.invalid_block_ids)
+
+    def _after_failed_loads(self, bad):
+        """vLLM recomputes a request from its first block that failed to load (on any rank):
+        store its chunks again from there. A rank that lacks a chunk stores it; one that has it
+        answers "already stored". A block of a request's last load that is reported failed is
+        that request's: a block being loaded into belongs to the request loading it alone."""
+        for state in self._reqs.values():
+            if state.loaded is None:
+                continue
+            first, ids = state.loaded
+            failed = [i for i, b in enumerate(ids) if b in bad]
+            if failed:
+                state.saved_chunks = min(state.saved_chunks, (first + failed[0]) // self.bpc)
+                state.tail_done = False
+                state.loaded = None
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         found = self._lookups.pop(request.request_id, None)
@@ -440,6 +512,7 @@ class TuttiConnector(KVConnectorBase_V1):
             # What was found need not be written again.
             state.saved_chunks = max(state.saved_chunks, full_hit)
             state.tail_done = state.tail_done or partial_hit
+            state.loaded = (first, block_ids[first:last])
 
     def _saves_of(self, state, req_id, done_tokens):
         """The chunks of a request that are complete once ``done_tokens`` are computed."""
@@ -467,6 +540,8 @@ class TuttiConnector(KVConnectorBase_V1):
         # now, asynchronous ones to requests that wait for them (WAITING_FOR_REMOTE_KVS).
         meta.loads = list(self._pending_loads.values())
         self._pending_loads.clear()
+        if self._view is not None:
+            meta.resync = self._view.take_resync()
         for new in scheduler_output.scheduled_new_reqs:
             state = self._reqs.get(new.req_id)
             if state is None:
@@ -484,6 +559,7 @@ class TuttiConnector(KVConnectorBase_V1):
             new_ids = cached.new_block_ids[i]
             if req_id in cached.resumed_req_ids:
                 state.block_ids = list(new_ids[0]) if new_ids else []
+                state.loaded = None  # its blocks were freed, and may be another's now
             elif new_ids:
                 state.block_ids.extend(new_ids[0])
             save = self._saves_of(state, req_id,
@@ -560,9 +636,14 @@ class TuttiConnector(KVConnectorBase_V1):
                     failed.update(blocks)
                     self._stats.data["load_errors"] += 1
                 else:
-                    self._stats.data["load_tokens"] += len(blocks) * self.block_size
+                    if self._count_tokens:
+                        self._stats.data["load_tokens"] += len(blocks) * self.block_size
                     self._stats.data["load_bytes"] += len(blocks) * self.geo.layer_block_bytes \
                         * self.geo.nr_layers
+        if self._reporter is not None:
+            for i, rc in enumerate(status):
+                if rc != 0:
+                    self._reporter.failed(spec.keys[spec.first_chunk + i])
         return failed
 
     def _load_async(self, spec):
@@ -573,6 +654,8 @@ class TuttiConnector(KVConnectorBase_V1):
 
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._get_connector_metadata()
+        if self._reporter is not None and self.rank in meta.resync:
+            self._reporter.request_full()
         for spec in meta.loads:
             if self.cfg.async_load:
                 if self._loader is None:
@@ -606,14 +689,25 @@ class TuttiConnector(KVConnectorBase_V1):
                 self._stats.data["save_ns"] += time.perf_counter_ns() - t0
                 for i, rc in enumerate(status):
                     nb = min(self.bpc, len(spec.block_ids) - i * self.bpc)
+                    if rc >= 0 and self._reporter is not None:
+                        self._reporter.saved(spec.keys[spec.first_chunk + i], nb)
                     if rc == 0:
-                        self._stats.data["save_tokens"] += nb * self.block_size
+                        if self._count_tokens:
+                            self._stats.data["save_tokens"] += nb * self.block_size
                         self._stats.data["save_bytes"] += nb * self.geo.layer_block_bytes \
                             * self.geo.nr_layers
                     elif rc < 0:
                         self._stats.data["save_errors"] += 1
             if self.remote is not None and self.remote.publish_enabled:
                 self._publish(spec, status)
+
+    def build_connector_worker_meta(self):
+        if self._reporter is None:
+            return None
+        rep = self._reporter.report()
+        if rep is None:
+            return None
+        return ranks.TuttiWorkerMetadata({self.rank: rep})
 
     def get_block_ids_with_load_errors(self):
         with self._done_lock:
