@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "benchutil.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -78,4 +80,19 @@ bu_fill_random(uint8_t *p, uint64_t bytes, uint64_t seed)
 
 		memcpy(p + i * 8, &v, 8);
 	}
+}
+
+uint64_t
+bu_number(const char *prog, const char *s)
+{
+	char *end = NULL;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s || *end != 0 || s[0] == '-') {
+		fprintf(stderr, "%s: '%s' is not a number\n", prog, s);
+		exit(2);
+	}
+	return v;
 }

@@ -736,16 +736,7 @@ usage(void)
 static uint64_t
 number(const char *s)
 {
-	char *end = NULL;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0 || end == s || *end != 0) {
-		fprintf(stderr, "tutti-gpu-store-bench: '%s' is not a number\n", s);
-		usage();
-	}
-	return v;
+	return bu_number("tutti-gpu-store-bench", s);
 }
 
 static void

@@ -521,16 +521,7 @@ usage(void)
 static uint64_t
 number(const char *s)
 {
-	char *end = NULL;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0 || end == s || *end != 0) {
-		fprintf(stderr, "tutti-stripe-bench: '%s' is not a number\n", s);
-		usage();
-	}
-	return v;
+	return bu_number("tutti-stripe-bench", s);
 }
 
 /* A comma-separated list of directory counts (ns) or engine names. */
