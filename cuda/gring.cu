@@ -49,7 +49,11 @@ struct tt_gring_dev {
 	unsigned long long *freed; /* per slot: epoch << 32 | (i + 1) once I/O i left its slot */
 	uint32_t nr_slots_cap;
 	unsigned long long epoch;
-	int *failed; /* set on a timeout */
+	/* failed[0]: set on a timeout (per launch); failed[1]: the trace's workers-left counter;
+	 * failed[2]: sticky, set once any launch timed out and never cleared: I/O of that launch
+	 * may still be in flight into the bounce slots, so later launches (queued behind it on the
+	 * stream) must not touch the ring. */
+	int *failed;
 };
 
 struct seg_param {
@@ -364,14 +368,28 @@ __launch_bounds__(THREADS)
     gring_kernel(job_param p, struct tt_gring_obj *objs, const uint32_t *ids, uint8_t *scratch,
                  unsigned long long *ready, unsigned long long *freed, int *failed)
 {
+	int *broken = failed + 2;
+
+	if (*(volatile int *)broken) {
+		if (blockIdx.x == 0 && threadIdx.x == 0) {
+			atomicExch(failed, 1); /* reported as this layer's timeout too */
+		}
+		return;
+	}
 	if (blockIdx.x == 0) {
 		if (threadIdx.x == 0) {
 			controller(p, objs, ready, freed, failed);
+			if (*(volatile int *)failed) {
+				atomicExch(broken, 1);
+			}
 		}
 		return;
 	}
 	worker(p, objs, ids, scratch + (uint64_t)(blockIdx.x - 1) * p.slot_bytes, ready, freed,
 	       failed, blockIdx.x - 1, gridDim.x - 1);
+	if (threadIdx.x == 0 && *(volatile int *)failed) {
+		atomicExch(broken, 1);
+	}
 	if (p.trace != NULL && threadIdx.x == 0 && atomicSub(p.workers_left, 1) == 1) {
 		p.trace[4] = now_ns();
 	}
@@ -467,8 +485,12 @@ prepare_dev(struct tt_gpu *g, const struct tt_gring_job *job, uint32_t workers)
 			return -ENOMEM;
 		}
 		g->gring = d;
-		/* failed, then the workers-left counter of the trace */
-		rc = check(g, cudaMalloc(&d->failed, 2 * sizeof(int)), "cudaMalloc");
+		/* failed, the workers-left counter of the trace, the sticky broken word */
+		rc = check(g, cudaMalloc(&d->failed, 3 * sizeof(int)), "cudaMalloc");
+		if (rc == 0) {
+			rc = check(g, cudaMemsetAsync(d->failed, 0, 3 * sizeof(int), g->stream),
+			           "cudaMemset");
+		}
 		if (rc == 0) {
 			rc = check(g, cudaEventCreate(&d->span_begin), "cudaEventCreate");
 		}

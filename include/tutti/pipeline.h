@@ -7,15 +7,17 @@
  * prefix) and the chunks to save (KV this step computes). Then, layer by layer, the engine calls
  * tutti_pipeline_wait_layer() before the layer's attention and tutti_pipeline_save_layer() after
  * it, and tutti_pipeline_end_step() at the end. None of these blocks the host thread when the KV
- * is in GPU memory: the compute stream waits on a device-side signal that the pipeline's own
- * thread sets once the layer's objects have landed (a one-thread kernel polls it). With KV in host
+ * is in GPU memory: the compute stream waits on a device-side signal raised once the layer's
+ * objects have landed (a one-thread kernel polls it; on engine gpu-uring a one-thread kernel
+ * behind the layer's I/O kernel raises it, elsewhere the pipeline's own thread). With KV in host
  * memory (CPU mode, the same scheduler with the CPU mover and engines) wait_layer blocks the
  * caller.
  *
  * The pipeline's thread runs the scheduler:
  *  - reads first: layer l of the step's loads is read when compute has reached layer
  *    l - readahead (the read-ahead window, from the profile: enough layers of compute to cover
- *    one layer's I/O, plus a margin), in layer order, one engine call per layer;
+ *    one layer's I/O, plus a margin), in layer order; on engine gpu-uring with GPU KV each layer
+ *    is an I/O kernel launched behind the previous one, with no host round trip between them;
  *  - new KV is copied, layer by layer once the compute signals it, into bounded save staging;
  *    when the staging is full the chunk is not stored (counted), compute never waits for it;
  *  - staged chunks are written in slack: only while no step has reads outstanding (so into the
@@ -52,7 +54,8 @@ struct tutti_pipeline_opts {
 	uint32_t write_batch_chunks; /**< chunks per write in slack; 0: about one layer's read
 	                                  time at the calibrated bandwidths (at least 1) */
 	uint32_t wait_timeout_ms;    /**< a layer not loaded after this long is released to compute
-	                                  as failed (its chunks are load errors); default 30000 */
+	                                  as failed (every chunk of the step is then a load
+	                                  error, -ETIMEDOUT); default 30000 */
 	uint32_t reserved;
 };
 

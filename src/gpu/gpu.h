@@ -27,8 +27,9 @@ struct tt_gpu_conf {
 	uint32_t max_blocks; /* paged blocks one launch may move; larger calls are split */
 	const struct tt_log *log;
 	/* Launch on a stream of the device's greatest priority: the block scheduler then gives
-	 * this context's kernels SMs before those of normal streams (a serving engine's compute)
-	 * as blocks retire, so loads keep pace while compute fills the GPU. */
+	 * this context's kernels (all of them: a store's loads and saves alike) SMs before those of
+	 * normal streams (a serving engine's compute) as blocks retire, so loads keep pace while
+	 * compute fills the GPU. */
 	bool high_priority;
 };
 

@@ -155,6 +155,12 @@ harvest_loads(struct tutti_pipeline *p, struct tt_pipe_step *s)
 
 	pthread_mutex_unlock(&p->lock);
 	loaded = tt_load_op_close(&s->op, s->status);
+	/* Every layer's signal has run, unless the GPU failed: then publish them from here, so
+	 * that no compute stream waits for its timeout. No newer step has loaded anything yet
+	 * (steps load oldest first), so this never moves a word back. */
+	for (uint32_t l = 0; l < p->nr_layers; l++) {
+		tt_st_release(&p->loaded[l], s->seq);
+	}
 	pthread_mutex_lock(&p->lock);
 	s->op_open = false;
 	bytes = loaded > 0 ? (uint64_t)loaded * p->nr_layers * p->st->geo.object_bytes : 0;
@@ -162,14 +168,17 @@ harvest_loads(struct tutti_pipeline *p, struct tt_pipe_step *s)
 	for (uint32_t l = 0; l < p->nr_layers; l++) {
 		uint64_t t0 = TT_MAX(s->issue_times[l] + off, prev), t1 = s->load_times[l];
 
-		if (t1 > t0) {
+		if (t1 != 0 && t1 > t0) { /* 0: a layer that failed before it ran */
 			busy += t1 - t0;
 			tt_pipe_trace(p, TT_TRACK_READS, "read", s->id, l, t0 - off, t1 - off);
 		}
 		prev = TT_MAX(prev, t1);
 	}
 	s->load_bytes = bytes;
-	s->t_loaded = prev > (uint64_t)off ? prev - off : tt_now_ns();
+	/* GPU times without a known offset to the host clock cannot place the end: take now. */
+	s->t_loaded = prev > (uint64_t)off && (!s->op_gpu_clock || p->timer_offset != 0)
+	                  ? prev - off
+	                  : tt_now_ns();
 	if (bytes > 0 && busy > 0) {
 		p->read_bps = ema(p->read_bps, (double)bytes * 1e9 / (double)busy);
 	}
@@ -376,6 +385,16 @@ finalise(struct tutti_pipeline *p, struct tt_pipe_step *s)
 
 	r->size = sizeof(*r);
 	r->nr_loads = s->nr_chunks;
+	/* Compute went past a layer that had not landed: every chunk it read may hold stale KV,
+	 * whatever the load reported later. */
+	for (uint32_t l = 0; l < p->nr_layers && s->nr_chunks > 0; l++) {
+		if (s->wait_times[2 * l + 1] & TT_PIPE_WAIT_TIMED_OUT) {
+			for (uint32_t i = 0; i < s->nr_chunks; i++) {
+				s->status[i] = s->status[i] != 0 ? s->status[i] : -ETIMEDOUT;
+			}
+			break;
+		}
+	}
 	for (uint32_t i = 0; i < s->nr_chunks; i++) {
 		if (s->status[i] == 0) {
 			r->load_chunks++;

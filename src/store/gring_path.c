@@ -150,26 +150,37 @@ gpu_layer(struct tt_transfer *t, struct tt_gpu *g, const struct tt_obj_lists *li
 	return tt_gpu_gring_layer(g, &view, &job);
 }
 
+/* Add the GPU time of the layer kernels since the last fold to the stats (waits for the last). */
+static int
+fold_elapsed(struct tutti_store *st, struct tt_gpu *g)
+{
+	uint64_t ns;
+	uint32_t blocks;
+	int rc = tt_gpu_gring_elapsed(g, &ns, &blocks);
+
+	if (rc == 0) {
+		pthread_mutex_lock(&st->lock);
+		st->stats.gpu_io_kernel_ns += ns;
+		st->stats.gpu_io_block_ns += ns * blocks;
+		pthread_mutex_unlock(&st->lock);
+	}
+	return rc;
+}
+
 /* Wait for the first \p launched layers of the lists and fold their results into the chunks. */
 static int
 gpu_finish(struct tt_transfer *t, struct tt_gpu *g, const struct tt_obj_lists *lists,
            uint32_t launched)
 {
 	struct tutti_store *st = t->st;
-	uint64_t ns;
-	uint32_t blocks;
 	int rc;
 
 	rc = tt_gpu_sync(g);
 	st->gpu_inflight = false;
+	st->op_failed = NULL;
+	st->op_launched = 0;
 	if (rc == 0) {
-		rc = tt_gpu_gring_elapsed(g, &ns, &blocks);
-	}
-	if (rc == 0) {
-		pthread_mutex_lock(&st->lock);
-		st->stats.gpu_io_kernel_ns += ns;
-		st->stats.gpu_io_block_ns += ns * blocks;
-		pthread_mutex_unlock(&st->lock);
+		rc = fold_elapsed(st, g);
 	}
 	for (uint32_t l = 0; rc == 0 && l < launched; l++) {
 		if (lists->failed[l]) {
@@ -281,12 +292,29 @@ tt_gring_op_layer(struct tt_load_op *op, uint32_t *word, uint32_t value, uint64_
 	struct tutti_store *st = op->t.st;
 	int rc = 0;
 
+	/* A launched layer that timed out (its result copied back already) breaks the ring:
+	 * launch nothing more on it. The kernels queued behind it see the device's own sticky
+	 * word and exit at once. */
+	for (uint32_t l = 0; l + 1 < op->next && !st->gring_broken; l++) {
+		if (op->lists.failed[l]) {
+			tt_log_err(&st->log, "gpu-uring: load layer %u made no progress for %u ms",
+			           l, GRING_TIMEOUT_MS);
+			st->gring_broken = true;
+		}
+	}
 	if (st->gring_broken) {
 		return -EIO;
 	}
 	if (op->lists.n > 0) {
+		/* The stream went idle (compute held the window back): close the timed span, so
+		 * that the kernel time in the stats leaves the idle gap out. */
+		if (st->gpu_inflight && tt_gpu_idle(op->gpu) == 1) {
+			fold_elapsed(st, op->gpu);
+		}
 		rc = gpu_layer(&op->t, op->gpu, &op->lists, op->next - 1, NULL);
 		st->gpu_inflight = true;
+		st->op_failed = op->lists.failed;
+		st->op_launched = op->next;
 	}
 	/* After the layer kernel on the same stream: the KV it scattered is visible once the
 	 * word is. */
@@ -302,6 +330,8 @@ tt_gring_op_finish(struct tt_load_op *op)
 		int rc = tt_gpu_sync(op->gpu);
 
 		op->t.st->gpu_inflight = false;
+		op->t.st->op_failed = NULL;
+		op->t.st->op_launched = 0;
 		return rc;
 	}
 	return gpu_finish(&op->t, op->gpu, &op->lists, op->next);

@@ -96,7 +96,7 @@ load_begin(struct tt_transfer *t, struct tutti_store *st, const struct tutti_kv 
 /* The rest, with the I/O done (caller holds io_lock, released here): erase damaged chunks,
  * unpin, count, report. */
 static int64_t
-load_end(struct tt_transfer *t, uint64_t t0, int32_t *status)
+load_end(struct tt_transfer *t, uint64_t busy_ns, int32_t *status)
 {
 	struct tutti_store *st = t->st;
 	uint64_t loaded = 0, errors = 0, corrupt = 0;
@@ -125,7 +125,7 @@ load_end(struct tt_transfer *t, uint64_t t0, int32_t *status)
 	st->stats.load_errors += errors;
 	st->stats.load_corrupt += corrupt;
 	st->stats.load_bytes += loaded * (t->layer_end - t->layer_begin) * st->geo.object_bytes;
-	st->stats.load_ns += tt_now_ns() - t0;
+	st->stats.load_ns += busy_ns;
 	pthread_mutex_unlock(&st->lock);
 
 	if (status != NULL) {
@@ -168,7 +168,7 @@ tutti_store_load(struct tutti_store *st, const struct tutti_kv *kv,
 	}
 	tt_io_lock(st);
 	load_run(&t);
-	return load_end(&t, t0, status);
+	return load_end(&t, tt_now_ns() - t0, status);
 }
 
 /* ---- layer by layer ---- */
@@ -179,8 +179,9 @@ tt_load_op_open(struct tt_load_op *op, struct tutti_store *st, const struct tutt
 {
 	int rc;
 
+	uint64_t t0 = tt_now_ns();
+
 	memset(op, 0, sizeof(*op));
-	op->t0 = tt_now_ns();
 	if (st == NULL) {
 		return -EINVAL;
 	}
@@ -197,6 +198,7 @@ tt_load_op_open(struct tt_load_op *op, struct tutti_store *st, const struct tutt
 			tt_fail_chunk(&op->t.chunks[i], rc);
 		}
 	}
+	op->busy_ns = tt_now_ns() - t0;
 	return 0;
 }
 
@@ -204,6 +206,7 @@ int
 tt_load_op_layer(struct tt_load_op *op, uint32_t *word, uint32_t value, uint64_t *done_ns)
 {
 	struct tutti_store *st = op->t.st;
+	uint64_t t0 = tt_now_ns();
 	uint32_t l = op->next;
 	int rc = op->rc;
 
@@ -215,7 +218,10 @@ tt_load_op_layer(struct tt_load_op *op, uint32_t *word, uint32_t value, uint64_t
 		pthread_mutex_lock(&st->io_lock); /* not tt_io_lock: the op's own kernels run on */
 		rc = tt_gring_op_layer(op, word, value, done_ns);
 		pthread_mutex_unlock(&st->io_lock);
+		op->busy_ns += tt_now_ns() - t0;
 		if (rc == 0) {
+			op->last_word = word;
+			op->last_value = value;
 			return 0;
 		}
 		op->rc = rc;
@@ -229,8 +235,10 @@ tt_load_op_layer(struct tt_load_op *op, uint32_t *word, uint32_t value, uint64_t
 		load_run(&op->t);
 		pthread_mutex_unlock(&st->io_lock);
 	}
-	/* Done (or failed) in the call: publish from here. */
-	*done_ns = tt_now_ns();
+	/* Done (or failed) in the call: publish from here. An async op's times are the GPU's:
+	 * a layer that failed on the host has none. */
+	*done_ns = op->gpu != NULL ? 0 : tt_now_ns();
+	op->busy_ns += op->gpu != NULL ? 0 : tt_now_ns() - t0;
 	tt_st_release(word, value);
 	return rc;
 }
@@ -238,13 +246,24 @@ tt_load_op_layer(struct tt_load_op *op, uint32_t *word, uint32_t value, uint64_t
 int
 tt_load_op_done(struct tt_load_op *op)
 {
-	return op->gpu != NULL ? tt_gpu_idle(op->gpu) : 1;
+	if (op->gpu == NULL) {
+		return 1;
+	}
+	/* The newest layer's signal runs after every result copy of the op: it alone says the op
+	 * is done, whatever else the shared stream carries. A stream that went idle without it
+	 * (a CUDA error) is done too: close reports the failure. */
+	if (op->last_word != NULL &&
+	    (int32_t)(tt_ld_acquire(op->last_word) - op->last_value) >= 0) {
+		return 1;
+	}
+	return tt_gpu_idle(op->gpu);
 }
 
 int64_t
 tt_load_op_close(struct tt_load_op *op, int32_t *status)
 {
 	struct tutti_store *st = op->t.st;
+	uint64_t t0 = tt_now_ns();
 
 	if (st == NULL) {
 		return -EINVAL;
@@ -259,5 +278,5 @@ tt_load_op_close(struct tt_load_op *op, int32_t *status)
 	}
 	op->t.layer_begin = 0;
 	op->t.layer_end = op->next;
-	return load_end(&op->t, op->t0, status);
+	return load_end(&op->t, op->busy_ns + (tt_now_ns() - t0), status);
 }

@@ -622,6 +622,14 @@ tt_io_lock(struct tutti_store *st)
 			           tutti_strerror(rc));
 		}
 		st->gpu_inflight = false;
+		for (uint32_t l = 0; st->op_failed != NULL && l < st->op_launched; l++) {
+			if (st->op_failed[l] && !st->gring_broken) {
+				tt_log_err(&st->log,
+				           "gpu-uring: a load's layer made no progress: the "
+				           "ring is given up on");
+				st->gring_broken = true;
+			}
+		}
 	}
 }
 

@@ -87,8 +87,12 @@ struct tutti_store {
 	/* The layer kernels' object lists and results (under io_lock). */
 	struct tt_list_mem lists;
 	/* Layer kernels of a tt_load_op may still be running on the GPU context's stream, using
-	 * the staging's bounce slots: tt_io_lock waits for them. Under io_lock. */
+	 * the staging's bounce slots: tt_io_lock waits for them, then reads their per-layer
+	 * timeout words (op_failed[0..op_launched)) so that a ring with I/O still in flight is
+	 * marked broken before anyone else drives it. Under io_lock. */
 	bool gpu_inflight;
+	const int *op_failed;
+	uint32_t op_launched;
 	/* Engine gds: libcufile, one cuFile handle per data file, a batch handle per staging half
 	 * (NULL without the batch API), and the device staging of 2 x gds_batch_nr object slots
 	 * (made on first use). Under io_lock. */
@@ -178,17 +182,20 @@ int tt_gring_transfer(struct tt_transfer *t);
  *
  * With GPU KV on engine gpu-uring, a layer is launched, not waited for: its kernel runs on the
  * store's GPU stream followed by a one-thread signal kernel, so consecutive layers run back to
- * back and the ring never drains between them. Otherwise each layer runs to completion in the
+ * back with no host round trip between them (each kernel still reaps its own I/O before the
+ * next one starts submitting). Otherwise each layer runs to completion in the
  * call. Either way \p word receives \p value (a release store) once the layer is in the KV (or
- * has failed), and *done_ns when that happened (async: the GPU's %globaltimer; otherwise
- * CLOCK_MONOTONIC).
+ * has failed), and *done_ns when that happened (async: the GPU's %globaltimer, or 0 for a layer
+ * that failed in the call; otherwise CLOCK_MONOTONIC).
  */
 struct tt_load_op {
 	struct tt_transfer t;
 	struct tt_gpu *gpu; /* async: the store's GPU context; NULL: layers run in the call */
 	struct tt_obj_lists lists; /* async: every layer's objects, in the opener's list memory */
 	uint32_t next;             /* the next layer to issue */
-	uint64_t t0;
+	uint64_t busy_ns;          /* time spent in the op's calls (the store's load_ns) */
+	const uint32_t *last_word; /* async: the newest layer's signal word and value */
+	uint32_t last_value;
 	int rc; /* the first failure of the op as a whole (every chunk then fails) */
 };
 /* \p mem (the caller's, for the async case) must stay untouched until close. Returns 0 or

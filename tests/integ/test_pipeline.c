@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "t_disk.h"
 #include "t_kv.h"
 #include "t_util.h"
 #include "tutti/tutti.h"
@@ -592,6 +593,89 @@ test_pipeline_refuses_bad_calls(void **state)
 	tutti_pipeline_destroy(NULL);
 }
 
+/*
+ * A step's load is one op across all its layers: a chunk damaged on disk (layer 2 of the third
+ * of five) fails alone with -EBADMSG, is dropped from the store when the op closes, and its
+ * neighbours land bit for bit; saves and loads from the caller's thread run between the op's
+ * layers; and a pipeline destroyed in the middle of a step still closes the op (the store
+ * counts its loads, nothing stays pinned).
+ */
+static void
+test_pipeline_damaged_chunk_fails_alone_and_store_calls_interleave(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t src_ids[5 * BPC], dst_ids[5 * BPC], more_ids[2 * BPC];
+	uint8_t *keys = saved_chain(f, 5, src_ids), *more;
+	char *dir = t_path_join(f->tmp, "store"), *data = t_data_path(dir);
+	struct tutti_pipeline *p = pipeline(f, 1, 0, NULL);
+	struct tutti_request r, again;
+	struct tutti_step step = {.size = sizeof(step), .nr_loads = 1, .loads = &r};
+	struct tutti_step_result res;
+	struct tutti_stats st = {.size = sizeof(st)};
+	int32_t status[5];
+	uint32_t slot = t_key_slot(data, &f->geo, keys + 2 * KB, KB);
+
+	assert_int_equal(t_disk_flip_bit(data, t_object_off(&f->geo, slot, 2) + 17, 3), 0);
+	t_random_distinct(&f->r, dst_ids, 5 * BPC, NR_BLOCKS);
+	r = request(keys, 5, dst_ids, 5 * BPC);
+	assert_true(tutti_pipeline_begin_step(p, &step) > 0);
+	assert_int_equal(tutti_pipeline_wait_layer(p, 0), 0);
+	/* Between layers: a new chain saved, the undamaged head of the prefix loaded elsewhere. */
+	more = saved_chain(f, 2, more_ids);
+	again = request(keys, 2, more_ids, 2 * BPC);
+	assert_int_equal(tutti_store_load(f->st, f->dst->kv, &again, 1, 0, LAYERS, NULL), 2);
+	for (uint32_t l = 1; l < LAYERS; l++) {
+		assert_int_equal(tutti_pipeline_wait_layer(p, l), 0);
+	}
+	assert_int_equal(tutti_pipeline_end_step(p), 0);
+	res.size = sizeof(res);
+	for (int i = 0; tutti_pipeline_step_result(p, 1, &res, status, NULL) == -EAGAIN; i++) {
+		assert_true(i < 5000);
+		usleep(1000);
+	}
+	assert_int_equal(res.load_chunks, 4);
+	assert_int_equal(res.load_errors, 1);
+	for (uint32_t i = 0; i < 5; i++) {
+		assert_int_equal(status[i], i == 2 ? -EBADMSG : 0);
+	}
+	for (uint32_t c = 0; c < 5; c++) {
+		for (uint32_t b = c * BPC; c != 2 && b < (c + 1) * BPC; b++) {
+			for (uint32_t l = 0; l < LAYERS; l++) {
+				assert_true(
+				    t_kv_block_equal(f->src, src_ids[b], f->dst, dst_ids[b], l));
+			}
+		}
+	}
+	for (uint32_t b = 0; b < 2 * BPC; b++) {
+		for (uint32_t l = 0; l < LAYERS; l++) {
+			assert_true(t_kv_block_equal(f->src, src_ids[b], f->dst, more_ids[b], l));
+		}
+	}
+	assert_int_equal(tutti_store_get_stats(f->st, &st), 0);
+	assert_int_equal(st.load_corrupt, 1);
+	assert_int_equal(tutti_store_lookup(f->st, keys, 5, NULL), 2); /* stops at the damage */
+
+	/* Destroyed mid-step: the op opened for this step is closed all the same. */
+	r = request(keys, 2, dst_ids, 2 * BPC);
+	assert_true(tutti_pipeline_begin_step(p, &step) > 0);
+	assert_int_equal(tutti_pipeline_wait_layer(p, 0), 0);
+	tutti_pipeline_destroy(p);
+	assert_int_equal(tutti_store_get_stats(f->st, &st), 0);
+	assert_int_equal(st.load_chunks, 4 + 2 + 2);
+	{
+		int32_t present[2];
+
+		assert_int_equal(tutti_store_save(f->st, f->src->kv, &again, 1, present), 0);
+		assert_int_equal(present[0], 1);
+		assert_int_equal(present[1], 1);
+	}
+	free(keys);
+	free(more);
+	free(data);
+	free(dir);
+	assert_true(f->rec.nr_err >= 1); /* the damaged chunk was logged */
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -603,6 +687,7 @@ main(void)
 	    T(test_pipeline_saves_are_written_in_slack_and_read_back),
 	    T(test_pipeline_full_staging_skips_chunks_without_blocking),
 	    T(test_pipeline_missing_chunks_are_per_chunk_load_errors),
+	    T(test_pipeline_damaged_chunk_fails_alone_and_store_calls_interleave),
 	    T(test_pipeline_profile_round_trips_and_sets_the_window),
 	    T(test_pipeline_writes_a_chrome_trace),
 	    T(test_pipeline_refuses_bad_calls),
