@@ -114,6 +114,11 @@ block_copy16(uint8_t *dst, const uint8_t *src, uint64_t bytes)
 	}
 }
 
+/* Loads across PCIe each thread keeps in flight: a load from host memory takes a microsecond
+ * or more, so one at a time leaves a block latency-bound (about 256 x 16 B per round trip), and
+ * slower still when a prefill shares the SM. */
+#define HOST_LOADS_IN_FLIGHT 8
+
 /* The same from a bounce slot: cache-volatile loads (ld.global.cv), because the slot was
  * rewritten by DMA since this SM may last have cached it. */
 __device__ static void
@@ -123,8 +128,25 @@ block_copy_from_host(uint8_t *dst, const uint8_t *src, uint64_t bytes)
 	const int4 *s = reinterpret_cast<const int4 *>(src);
 	uint64_t n = bytes / 16;
 
-	for (uint64_t i = threadIdx.x; i < n; i += THREADS) {
-		d[i] = __ldcv(&s[i]);
+	for (uint64_t i = threadIdx.x; i < n; i += (uint64_t)THREADS * HOST_LOADS_IN_FLIGHT) {
+		int4 v[HOST_LOADS_IN_FLIGHT];
+
+#pragma unroll
+		for (unsigned k = 0; k < HOST_LOADS_IN_FLIGHT; k++) {
+			uint64_t j = i + (uint64_t)k * THREADS;
+
+			if (j < n) {
+				v[k] = __ldcv(&s[j]);
+			}
+		}
+#pragma unroll
+		for (unsigned k = 0; k < HOST_LOADS_IN_FLIGHT; k++) {
+			uint64_t j = i + (uint64_t)k * THREADS;
+
+			if (j < n) {
+				d[j] = v[k];
+			}
+		}
 	}
 	for (uint64_t i = n * 16 + threadIdx.x; i < bytes; i += THREADS) {
 		dst[i] = __ldcv(&src[i]);
