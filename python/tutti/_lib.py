@@ -183,6 +183,56 @@ ENGINES = {"uring": 0, "posix": 1, "gpu-uring": 2, "gds": 3}
 DURABILITY = {"fast": 0, "durable": 1}
 
 
+# ---- the remote tier (include/tutti/remote.h) ----
+
+_p = ctypes.POINTER
+EXISTS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _p(ctypes.c_char_p), c_u32,
+                             _p(c_i32))
+GET_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _p(ctypes.c_char_p),
+                          _p(ctypes.c_void_p), _p(c_u64), c_u32, _p(c_i64))
+PUT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _p(ctypes.c_char_p),
+                          _p(ctypes.c_void_p), _p(c_u64), c_u32, _p(c_i32))
+MEM_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, c_u64)
+
+
+class RemoteOps(ctypes.Structure):
+    _fields_ = [("size", c_u32), ("exists", EXISTS_FN), ("get_into", GET_FN),
+                ("put_from", PUT_FN), ("register_mem", MEM_FN), ("unregister_mem", MEM_FN)]
+
+
+class RemoteOpts(ctypes.Structure):
+    _fields_ = [
+        ("size", c_u32),
+        ("key_bytes", c_u32),
+        ("key_prefix", ctypes.c_char_p),
+        ("rank", c_u32),
+        ("nr_ranks", c_u32),
+        ("ns", ctypes.c_void_p),
+        ("ns_bytes", c_u32),
+        ("timeout_ms", c_u32),
+        ("ring_bytes", c_u64),
+        ("publish_bytes", c_u64),
+        ("publish_rate", c_u64),
+        ("breaker_faults", c_u32),
+        ("breaker_open_ms", c_u32),
+        ("lookup_timeout_ms", c_u32),
+        ("log_fn", LOG_FN),
+        ("log_arg", ctypes.c_void_p),
+        ("log_level", c_u32),
+    ]
+
+
+REMOTE_STATS_FIELDS = ["lookups", "lookup_hits", "lookup_ns", "fetch_chunks", "fetch_bytes",
+                       "fetch_ns", "fetch_errors", "verify_failures", "timeouts", "faults",
+                       "breaker_trips", "publish_queued", "publish_chunks", "publish_bytes",
+                       "publish_present", "publish_dropped", "publish_ns"]
+
+
+class RemoteStats(ctypes.Structure):
+    _fields_ = [("size", c_u32), ("up", c_u32)] + [(n, c_u64) for n in REMOTE_STATS_FIELDS]
+
+
+
 def _candidates():
     """Where libtutti may be: $TUTTI_LIBRARY, next to this package, the repository's build."""
     env = os.environ.get("TUTTI_LIBRARY")
@@ -248,6 +298,18 @@ def _declare(lib):
         "tutti_pipeline_get_profile": (ctypes.c_int, [ctypes.c_void_p, p(Profile)]),
         "tutti_profile_read": (ctypes.c_int, [ctypes.c_char_p, p(Profile)]),
         "tutti_profile_write": (ctypes.c_int, [ctypes.c_char_p, p(Profile)]),
+        "tutti_remote_opts_init": (None, [ctypes.c_void_p]),
+        "tutti_remote_open": (ctypes.c_int, [p(Geometry), p(RemoteOps), ctypes.c_void_p,
+                                             p(RemoteOpts), p(ctypes.c_void_p)]),
+        "tutti_remote_close": (None, [ctypes.c_void_p]),
+        "tutti_remote_record_bytes": (c_u64, [ctypes.c_void_p]),
+        "tutti_remote_lookup": (c_i64, [ctypes.c_void_p, ctypes.c_void_p, c_u32, c_u32]),
+        "tutti_remote_fetch": (c_i64, [ctypes.c_void_p, ctypes.c_void_p, p(Request), c_u32,
+                                       p(c_i32)]),
+        "tutti_remote_publish": (c_i64, [ctypes.c_void_p, ctypes.c_void_p, p(Request), c_u32,
+                                         p(c_i32)]),
+        "tutti_remote_flush": (ctypes.c_int, [ctypes.c_void_p, c_u32]),
+        "tutti_remote_get_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -271,6 +333,12 @@ def check_abi(lib):
     lib.tutti_geometry_init(ctypes.byref(geo))
     if geo.size != ctypes.sizeof(Geometry):
         raise OSError(errno.EPROTO, "libtutti's geometry does not match the binding")
+    buf = (ctypes.c_uint8 * (4 * ctypes.sizeof(RemoteOpts)))()
+    lib.tutti_remote_opts_init(buf)
+    theirs = ctypes.cast(buf, ctypes.POINTER(c_u32))[0]
+    if theirs != ctypes.sizeof(RemoteOpts):
+        raise OSError(errno.EPROTO, f"libtutti's remote options are {theirs} bytes, ours "
+                      f"{ctypes.sizeof(RemoteOpts)}: the binding does not match the library")
 
 
 _lib = None

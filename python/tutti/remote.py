@@ -26,85 +26,15 @@ _LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEB
 
 KEY_FORMAT_VERSION = 1
 
-_p = ctypes.POINTER
-EXISTS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _p(ctypes.c_char_p), L.c_u32,
-                             _p(L.c_i32))
-GET_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _p(ctypes.c_char_p),
-                          _p(ctypes.c_void_p), _p(L.c_u64), L.c_u32, _p(L.c_i64))
-PUT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _p(ctypes.c_char_p),
-                          _p(ctypes.c_void_p), _p(L.c_u64), L.c_u32, _p(L.c_i32))
-MEM_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, L.c_u64)
-
-
-class RemoteOps(ctypes.Structure):
-    _fields_ = [("size", L.c_u32), ("exists", EXISTS_FN), ("get_into", GET_FN),
-                ("put_from", PUT_FN), ("register_mem", MEM_FN), ("unregister_mem", MEM_FN)]
-
-
-class RemoteOpts(ctypes.Structure):
-    _fields_ = [
-        ("size", L.c_u32),
-        ("key_bytes", L.c_u32),
-        ("key_prefix", ctypes.c_char_p),
-        ("rank", L.c_u32),
-        ("nr_ranks", L.c_u32),
-        ("ns", ctypes.c_void_p),
-        ("ns_bytes", L.c_u32),
-        ("timeout_ms", L.c_u32),
-        ("ring_bytes", L.c_u64),
-        ("publish_bytes", L.c_u64),
-        ("publish_rate", L.c_u64),
-        ("breaker_faults", L.c_u32),
-        ("breaker_open_ms", L.c_u32),
-        ("lookup_timeout_ms", L.c_u32),
-        ("log_fn", L.LOG_FN),
-        ("log_arg", ctypes.c_void_p),
-        ("log_level", L.c_u32),
-    ]
-
-
-STATS_FIELDS = ["lookups", "lookup_hits", "lookup_ns", "fetch_chunks", "fetch_bytes",
-                "fetch_ns", "fetch_errors", "verify_failures", "timeouts", "faults",
-                "breaker_trips", "publish_queued", "publish_chunks", "publish_bytes",
-                "publish_present", "publish_dropped", "publish_ns"]
-
-
-class RemoteStats(ctypes.Structure):
-    _fields_ = [("size", L.c_u32), ("up", L.c_u32)] + [(n, L.c_u64) for n in STATS_FIELDS]
-
-
-_declared = set()
+# The C side of the remote tier (callback types, options, stats) is declared with the rest of
+# the library in tutti._lib.
+EXISTS_FN, GET_FN, PUT_FN, MEM_FN = L.EXISTS_FN, L.GET_FN, L.PUT_FN, L.MEM_FN
+RemoteOps, RemoteOpts, RemoteStats = L.RemoteOps, L.RemoteOpts, L.RemoteStats
+STATS_FIELDS = L.REMOTE_STATS_FIELDS
 
 
 def _lib():
-    lib = L.lib()
-    if id(lib) in _declared:
-        return lib
-    v = ctypes.c_void_p
-    sigs = {
-        "tutti_remote_opts_init": (None, [v]),
-        "tutti_remote_open": (ctypes.c_int, [_p(L.Geometry), _p(RemoteOps), v, _p(RemoteOpts),
-                                             _p(v)]),
-        "tutti_remote_close": (None, [v]),
-        "tutti_remote_record_bytes": (L.c_u64, [v]),
-        "tutti_remote_lookup": (L.c_i64, [v, v, L.c_u32, L.c_u32]),
-        "tutti_remote_fetch": (L.c_i64, [v, v, _p(L.Request), L.c_u32, _p(L.c_i32)]),
-        "tutti_remote_publish": (L.c_i64, [v, v, _p(L.Request), L.c_u32, _p(L.c_i32)]),
-        "tutti_remote_flush": (ctypes.c_int, [v, L.c_u32]),
-        "tutti_remote_get_stats": (ctypes.c_int, [v, v]),
-    }
-    for name, (res, args) in sigs.items():
-        fn = getattr(lib, name)
-        fn.restype = res
-        fn.argtypes = args
-    buf = (ctypes.c_uint8 * (4 * ctypes.sizeof(RemoteOpts)))()
-    lib.tutti_remote_opts_init(buf)
-    theirs = ctypes.cast(buf, _p(L.c_u32))[0]
-    if theirs != ctypes.sizeof(RemoteOpts):
-        raise OSError(errno.EPROTO, f"libtutti's remote options are {theirs} bytes, ours "
-                      f"{ctypes.sizeof(RemoteOpts)}: the binding does not match the library")
-    _declared.add(id(lib))
-    return lib
+    return L.lib()
 
 
 def key_prefix(ns, tp_size=1, pp_size=1):
