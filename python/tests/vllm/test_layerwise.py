@@ -229,7 +229,9 @@ def test_a_restarted_engine_loads_the_prefix_layer_by_layer(model4, tmp_path):
     assert m["vllm:tutti_pipeline_layers_loaded"] == steps * LAYERS_E2E
     assert m["vllm:tutti_pipeline_waits"] == steps * LAYERS_E2E
     assert m["vllm:tutti_pipeline_waits_unhooked"] == 0
-    assert "layerwise loads over 4 layers" in (tmp_path / "b.log").read_text()
+    # vLLM registered the KV in the order of its KV-cache config (the connector warns
+    # otherwise), so the hooks came in that order too.
+    assert "in another order" not in (tmp_path / "b.log").read_text()
 
     # A damaged store: every chunk fails its checksum in some layer, vLLM recomputes, and the
     # answers are the same.

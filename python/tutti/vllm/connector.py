@@ -869,9 +869,11 @@ class TuttiConnector(KVConnectorBase_V1):
         if piped:
             stream = None
             if self._kv_mem == "cuda":
-                import torch
+                # The forward's stream: vLLM runs it on a stream of its own per process (not
+                # the legacy default stream, which the pipeline refuses).
+                from vllm.utils.torch_utils import current_stream
 
-                stream = torch.cuda.current_stream().cuda_stream
+                stream = current_stream().cuda_stream
             try:
                 sid = self._pipe.begin_step(
                     loads=[ChunkRequest(s.keys, s.block_ids, s.first_chunk, s.skip_blocks)
