@@ -5,6 +5,7 @@ that cannot be loaded; then end to end with real vLLM (its CPU build): a restart
 loads the stored prefix layer by layer, every layer through vLLM's own hook and in order, and
 answers as a run without the connector does, also from a damaged store."""
 
+import errno
 import sys
 from pathlib import Path
 
@@ -185,6 +186,39 @@ def test_a_chunk_that_cannot_be_loaded_reports_its_blocks(worker):
     assert errors == set() and st["load_tokens"] == 3 * BS
     for layer in range(3):
         assert loaded(worker, layer, [20, 21, 22], [SRC + 1, SRC + 2, SRC + 3])
+
+
+def test_a_refused_step_loads_before_the_forward_and_a_failed_wait_fails_the_step(
+        worker, monkeypatch):
+    keys = store_chunks(worker, 2)
+    src = list(range(SRC, SRC + 4))
+
+    def refuse(**kw):
+        raise OSError(errno.EBUSY, "busy")
+
+    # The pipeline refuses the step: the loads complete in start_load_kv instead.
+    with monkeypatch.context() as m:
+        m.setattr(worker._pipe, "begin_step", refuse)
+        errors, st = step(worker, [LoadSpec("r0", keys, 0, 0, [0, 1, 2, 3])], [])
+    assert errors == set() and st["load_tokens"] == 4 * BS
+    assert st.get("pipeline_steps", 0) == 0
+    for layer in range(3):
+        assert loaded(worker, layer, [0, 1, 2, 3], src)
+
+    # A wait that fails: the step's chunks are reported failed (vLLM recomputes them), and
+    # later steps load before the forward.
+    def fail(layer):
+        raise OSError(errno.EIO, "wait failed")
+
+    with monkeypatch.context() as m:
+        m.setattr(worker._pipe, "wait_layer", fail)
+        errors, st = step(worker, [LoadSpec("r1", keys, 0, 0, [4, 5, 6, 7])], LAYERS)
+    assert errors == {4, 5, 6, 7} and st["load_errors"] == 2
+    errors, st = step(worker, [LoadSpec("r2", keys, 0, 0, [8, 9, 10, 11])], LAYERS)
+    assert errors == set() and st["load_tokens"] == 4 * BS
+    assert st.get("pipeline_steps", 0) == 0
+    for layer in range(3):
+        assert loaded(worker, layer, [8, 9, 10, 11], src)
 
 
 # ---- end to end ----

@@ -755,7 +755,7 @@ class TuttiConnector(KVConnectorBase_V1):
             return
         layer = self._layer_index.get(layer_name)
         if layer is None:
-            return  # not a layer with KV of its own here (one sharing another's KV)
+            return  # not a layer whose KV was registered (nothing of it is loaded)
         self._wait_through(layer, hooked=True)
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
@@ -864,8 +864,10 @@ class TuttiConnector(KVConnectorBase_V1):
 
     def _start_layerwise(self, meta):
         self._finish_layerwise()  # a step left open by a forward that never ended
-        piped = [s for s in meta.loads if not (s.remote_from >= 0 and self.remote is not None)]
-        others = [s for s in meta.loads if s not in piped]
+        piped, others = [], []
+        for spec in meta.loads:
+            remote = spec.remote_from >= 0 and self.remote is not None
+            (others if remote else piped).append(spec)
         if piped:
             stream = None
             if self._kv_mem == "cuda":
@@ -926,8 +928,9 @@ class TuttiConnector(KVConnectorBase_V1):
                 self._pipe.end_step()
                 res = self._step_result(st.sid)
             except OSError as e:
-                log.warning("tutti: layerwise step %d failed (%s); its chunks are recomputed",
-                            st.sid, e)
+                log.error("tutti: layerwise step %d failed (%s); its chunks are recomputed, "
+                          "and later loads complete before the forward pass", st.sid, e)
+                self._pipe_failed = True
         status = res["status"] if res is not None else None
         ns = res["load_ns"] if res is not None else time.perf_counter_ns() - st.t0
         at = 0
