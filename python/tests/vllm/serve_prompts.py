@@ -35,7 +35,11 @@ def main(model, prompts_path, out_path, store=None, mode="sync", remote=None, tp
               tensor_parallel_size=tp)
     prompts = json.load(open(prompts_path))
     params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, detokenize=False)
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
+    if mode == "layerwise":
+        # One prompt at a time, so that several steps load (each through the pipeline).
+        outs = [o for p in prompts for o in llm.generate([{"prompt_token_ids": p}], params)]
+    else:
+        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
     metrics = {}
     for m in llm.get_metrics():
         if m.name.startswith("vllm:tutti") or m.name in ("vllm:prompt_tokens",):
