@@ -3,7 +3,7 @@
 TuttiConnector, and write the generated tokens and the connector's metrics as JSON.
 
 Usage: serve_prompts.py [--tp N] MODEL PROMPTS.json OUT.json
-                        [STORE_DIR [async|sync [REMOTE.json]]]
+                        [STORE_DIR [async|sync|layerwise [REMOTE.json]]]
 (REMOTE.json: the connector's "remote" configuration, docs/cluster.md; --tp N: tensor
 parallelism over N worker processes, STORE_DIR then naming each rank's directory with {rank})
 """
@@ -24,7 +24,8 @@ def main(model, prompts_path, out_path, store=None, mode="sync", remote=None, tp
             kv_role="kv_both",
             kv_load_failure_policy="recompute",
             kv_connector_extra_config={"dirs": [store], "capacity_gb": 0.25,
-                                       "chunk_tokens": 64, "async_load": mode == "async"},
+                                       "chunk_tokens": 64, "async_load": mode == "async",
+                                       "layerwise": mode == "layerwise"},
         )
         if remote:
             kv.kv_connector_extra_config["remote"] = json.load(open(remote))
@@ -34,7 +35,11 @@ def main(model, prompts_path, out_path, store=None, mode="sync", remote=None, tp
               tensor_parallel_size=tp)
     prompts = json.load(open(prompts_path))
     params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, detokenize=False)
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
+    if mode == "layerwise":
+        # One prompt at a time, so that several steps load (each through the pipeline).
+        outs = [o for p in prompts for o in llm.generate([{"prompt_token_ids": p}], params)]
+    else:
+        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
     metrics = {}
     for m in llm.get_metrics():
         if m.name.startswith("vllm:tutti") or m.name in ("vllm:prompt_tokens",):

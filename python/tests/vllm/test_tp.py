@@ -310,6 +310,28 @@ def test_a_load_failing_on_one_rank_fails_its_blocks_for_all_and_becomes_a_miss(
     rig.close()
 
 
+def test_layerwise_loads_run_per_rank(model_dir, tmp_path):
+    """Each rank's worker runs a pipeline of its own over its store and its share of the KV
+    (here without per-layer hooks: the step's end waits for every layer)."""
+    rig = Rig(model_dir, extra(tmp_path, layerwise=True))
+    tokens = prompt(300, seed=5)
+    for w in rig.workers:
+        populate(w, request(tokens), 3)
+    rig.step()  # the listings
+    req = request(tokens)
+    rig.sched.add_request(req)
+    out, kv_out = rig.step()
+    assert out.scheduled_new_reqs[0].num_computed_tokens == 6 * BS
+    ids = out.scheduled_new_reqs[0].block_ids[0][:6]
+    assert not kv_out.invalid_block_ids
+    for w, layers in zip(rig.workers, rig.kv):
+        for t in layers.values():
+            assert torch.equal(t[ids], t[SRC:SRC + 6])  # each rank's own content
+        st = w._pipe.stats()
+        assert st["steps"] == 1 and st["layers_loaded"] == 2 and st["load_errors"] == 0
+    rig.close()
+
+
 def test_the_reporter_sends_evictions_after_a_relisting(tmp_path):
     geo = Geometry(nr_layers=2, nr_kv_heads=1, head_dim=32, elem_bytes=4, block_tokens=32,
                    chunk_tokens=64)

@@ -4,7 +4,7 @@ worker processes each holding one of the tiny model's two KV heads, each with a 
 own ("dirs": ["store-{rank}"]).
 
 A stores the prompts' prefixes on both ranks; B loads them from both, synchronously and then
-asynchronously. Then rank 1's store is
+asynchronously, then layer by layer. Then rank 1's store is
 deleted: rank 0 still holds every chunk, but a chunk held by one rank only is a miss, so D
 loads nothing, fails nothing and stores the chunks again on rank 1. Then every chunk of rank 1
 is damaged on disk: C's loads fail on rank 1 only, vLLM recomputes those blocks on both ranks,
@@ -92,6 +92,16 @@ def test_tp2_loads_from_every_rank_and_a_chunk_one_rank_lacks_is_never_used(mode
     assert b2["metrics"]["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens, b2["metrics"]
     assert b2["metrics"]["vllm:tutti_load_errors"] == 0
     assert b2["tokens"] == reference["tokens"]
+    # Layerwise loads: each rank's worker loads through a pipeline of its own, every layer
+    # waited for at vLLM's hook for it (the counters are summed over the ranks).
+    b3 = run(model, second, tmp_path, "b-layerwise", store, mode="layerwise")
+    m = b3["metrics"]
+    assert m["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens, m
+    assert m["vllm:tutti_load_errors"] == 0
+    assert m["vllm:tutti_pipeline_steps"] >= TP
+    assert m["vllm:tutti_pipeline_waits"] == m["vllm:tutti_pipeline_layers_loaded"] > 0
+    assert m["vllm:tutti_pipeline_waits_unhooked"] == 0
+    assert b3["tokens"] == reference["tokens"]
 
     # Rank 1 loses its store: what rank 0 alone holds is not a hit.
     shutil.rmtree(rank1)

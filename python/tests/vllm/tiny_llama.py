@@ -4,7 +4,7 @@
 import sys
 
 
-def make(path, seed=0):
+def make(path, seed=0, layers=2):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -12,7 +12,7 @@ def make(path, seed=0):
     cfg = LlamaConfig(
         hidden_size=128,
         intermediate_size=256,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         vocab_size=512,

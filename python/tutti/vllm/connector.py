@@ -23,7 +23,10 @@ How it maps vLLM onto the store (docs/vllm.md has the reference):
   sends the worker this step's loads and the chunks that became complete.
 * Worker side: loads run in ``start_load_kv`` before the forward (all layers, every chunk
   checked against its checksum), or, with ``async_load``, on a loader thread while the request
-  waits and other requests compute (reported done through ``get_finished``); saves run in
+  waits and other requests compute (reported done through ``get_finished``), or, with
+  ``layerwise``, layer by layer behind the forward through the library's pipeline
+  (``start_load_kv`` begins a pipeline step, vLLM's ``wait_for_layer_load`` waits for one
+  layer, ``wait_for_save`` ends the step); saves run in
   ``wait_for_save``, after the step's forward wrote the KV and while the blocks still belong
   to their request. A chunk that cannot be loaded
   (evicted, damaged, I/O error) is reported through ``get_block_ids_with_load_errors``: with
@@ -32,6 +35,7 @@ How it maps vLLM onto the store (docs/vllm.md has the reference):
   scheduler opens none and counts a chunk as a hit only when every rank reported holding it.
 """
 
+import errno
 import hashlib
 import logging
 import threading
@@ -51,6 +55,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     KVConnectorStats,
 )
 
+from tutti.pipeline import Pipeline
 from tutti.store import KV, ChunkRequest, Geometry, Store
 from tutti.vllm import ranks, remote_tier
 
@@ -74,13 +79,15 @@ class TuttiConfig:
     staging_bytes: int = 0
     namespace: str = ""
     async_load: bool = False
+    layerwise: bool = False
     remote: Any = None  # remote_tier.RemoteConfig: the cross-node tier (docs/cluster.md)
 
     @classmethod
     def from_extra(cls, extra, block_size):
         extra = dict(extra or {})
         known = {"dirs", "dir", "capacity_gb", "capacity_bytes", "chunk_tokens", "engine",
-                 "durability", "staging_mb", "namespace", "async_load", "remote"}
+                 "durability", "staging_mb", "namespace", "async_load", "layerwise",
+                 "remote"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"TuttiConnector: unknown kv_connector_extra_config keys {unknown}; "
@@ -103,12 +110,20 @@ class TuttiConfig:
             raise ValueError(f"TuttiConnector: chunk_tokens {chunk} must be a positive multiple "
                              f"of vLLM's block size {block_size}")
         dirs = [[str(x) for x in d] if isinstance(d, (list, tuple)) else str(d) for d in dirs]
+        async_load = _flag(extra.get("async_load", False), "async_load")
+        layerwise = _flag(extra.get("layerwise", False), "layerwise")
+        if async_load and layerwise:
+            # An asynchronous load completes while the request waits, outside any forward
+            # pass: there is no layer of compute for it to hide behind.
+            raise ValueError("TuttiConnector: async_load and layerwise exclude each other: "
+                             "async_load loads while the request waits, before its forward "
+                             "pass; layerwise loads during the forward pass. Set one of them")
         return cls(dirs=dirs, capacity_bytes=capacity, chunk_tokens=chunk,
                    engine=str(extra.get("engine", "uring")),
                    durability=str(extra.get("durability", "fast")),
                    staging_bytes=int(float(extra.get("staging_mb", 0)) * 2**20),
                    namespace=str(extra.get("namespace", "")),
-                   async_load=_flag(extra.get("async_load", False), "async_load"),
+                   async_load=async_load, layerwise=layerwise,
                    remote=remote_tier.RemoteConfig.from_extra(extra.get("remote")))
 
 
@@ -230,6 +245,7 @@ class TuttiConnectorMetadata(KVConnectorMetadata):
     loads: list = field(default_factory=list)
     saves: list = field(default_factory=list)
     resync: set = field(default_factory=set)  # ranks asked to list their whole store
+    compute_tokens: int = 0  # tokens the step computes (the layerwise pipeline plans with it)
 
 
 # ---- statistics ----
@@ -243,6 +259,13 @@ _REMOTE_COUNTERS = ("remote_hit_tokens", "remote_rejected_tokens", "remote_load_
                     "remote_verify_failures", "remote_timeouts", "remote_breaker_trips",
                     "remote_publish_chunks", "remote_publish_bytes", "remote_publish_dropped")
 _COUNTERS += _REMOTE_COUNTERS
+# The layerwise pipeline (``layerwise``): steps that loaded through it, layer reads it issued,
+# compute time spent waiting for a layer, layers waited for at vLLM's hook for that very layer,
+# and layers waited for earlier or later than their hook (vLLM skipped the hook or called the
+# layers out of order: still correct, less overlap).
+_PIPELINE_COUNTERS = ("pipeline_steps", "pipeline_layers_loaded", "pipeline_stall_ns",
+                      "pipeline_waits", "pipeline_waits_unhooked")
+_COUNTERS += _PIPELINE_COUNTERS
 
 
 @dataclass
@@ -277,6 +300,11 @@ class TuttiConnectorStats(KVConnectorStats):
         for op in ("load", "save"):
             ns = d[f"{op}_ns"]
             out[f"{op}_GBps"] = round(d[f"{op}_bytes"] / ns, 3) if ns else 0.0
+        if any(d.get(k, 0) for k in _PIPELINE_COUNTERS):
+            for k in _PIPELINE_COUNTERS:
+                if not k.endswith("_ns"):
+                    out[k] = d.get(k, 0)
+            out["pipeline_stall_ms"] = round(d.get("pipeline_stall_ns", 0) / 1e6, 3)
         if any(d.get(k, 0) for k in _REMOTE_COUNTERS):
             for k in _REMOTE_COUNTERS:
                 if not k.endswith(("_ns", "_bytes")):
@@ -314,6 +342,15 @@ class TuttiPromMetrics(KVConnectorPromMetrics):
 
 
 @dataclass
+class _LayerwiseStep:
+    sid: int  # the pipeline's step id
+    specs: list  # its loads, in the order of the chunk statuses
+    t0: int
+    next_layer: int = 0  # the first layer not waited for yet
+    broken: bool = False  # a wait failed: the step's chunks count as failed
+
+
+@dataclass
 class _ReqState:
     request: Any
     prompt_blocks: int  # full blocks of the prompt
@@ -329,6 +366,15 @@ class TuttiConnector(KVConnectorBase_V1):
     @property
     def requires_kv_delivery(self):
         return False  # a cache: a dropped save is a future miss, never a correctness issue
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config):
+        # Layerwise loads wait in vLLM's per-layer hooks, which a replayed full CUDA graph
+        # skips: the forward would read layers not loaded yet.
+        try:
+            return _flag((extra_config or {}).get("layerwise", False), "layerwise")
+        except ValueError:
+            return False  # refused with a clear message when the connector starts
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
@@ -396,6 +442,16 @@ class TuttiConnector(KVConnectorBase_V1):
         self._loader = None
         self._done_lock = threading.Lock()
         self._loads_done = set()
+        # layerwise loads: the pipeline over this worker's store and KV, the position of each
+        # layer name in the KV's layer order, and the step in flight between start_load_kv
+        # and wait_for_save
+        self._config_layers = list(kv_cache_config.kv_cache_groups[0].layer_names)
+        self._pipe = None
+        self._layer_index = {}
+        self._kv_mem = "host"
+        self._step = None
+        self._pipe_failed = False  # a wait failed: the pipeline is not used again
+        self._pipe_seen = {}  # the pipeline's counters already reported
 
     # -- keys --
 
@@ -540,6 +596,7 @@ class TuttiConnector(KVConnectorBase_V1):
         # now, asynchronous ones to requests that wait for them (WAITING_FOR_REMOTE_KVS).
         meta.loads = list(self._pending_loads.values())
         self._pending_loads.clear()
+        meta.compute_tokens = int(getattr(scheduler_output, "total_num_scheduled_tokens", 0))
         if self._view is not None:
             meta.resync = self._view.take_resync()
         for new in scheduler_output.scheduled_new_reqs:
@@ -605,9 +662,27 @@ class TuttiConnector(KVConnectorBase_V1):
             mem = "cuda" if t.is_cuda else "host"
             segs.extend(layer)
         self._kv = KV(self.geo, segs, per_layer, self._num_blocks, mem=mem)
+        self._kv_mem = mem
+        # The store's layer l is the l-th tensor registered here; the pipeline's layers are
+        # the store's.
+        self._layer_index = {name: i for i, name in enumerate(kv_caches)}
         log.info("tutti: registered %d layers, %d blocks of %d bytes (%s, %d segment%s/layer)",
                  self.geo.nr_layers, self._num_blocks, page, mem, per_layer,
                  "s" if per_layer > 1 else "")
+        if self.cfg.layerwise:
+            self._start_pipeline(list(kv_caches))
+
+    def _start_pipeline(self, names):
+        if names != self._config_layers:
+            # Correct either way (a layer waited for early or late is still loaded before it
+            # is read), but loads then overlap less with compute.
+            log.warning("tutti: vLLM registered the KV of layers %s in another order than its "
+                        "KV-cache config lists them (%s); layerwise loads follow the "
+                        "registration order", names, self._config_layers)
+        # No save staging (saves stay in wait_for_save, see there) and no timeline: the
+        # pipeline only loads.
+        self._pipe = Pipeline(self.store, self._kv, save_staging_bytes=0, trace_events=0)
+        log.info("tutti: layerwise loads over %d layers (%s KV)", len(names), self._kv_mem)
 
     def _chunk_blocks(self, spec, index):
         """Block ids of chunk ``spec.first_chunk + index`` within the spec's block list."""
@@ -627,9 +702,14 @@ class TuttiConnector(KVConnectorBase_V1):
         except OSError as e:
             log.warning("tutti: load of %s failed: %s; vLLM recomputes it", spec.req_id, e)
             status = [-e.errno] * (len(spec.keys) - spec.first_chunk)
+        return self._account_load(spec, status, time.perf_counter_ns() - t0)
+
+    def _account_load(self, spec, status, ns):
+        """Count one request's load (``status``: one entry per chunk, 0 or -errno); returns
+        the block ids that could not be loaded."""
         failed = set()
         with self._done_lock:
-            self._stats.data["load_ns"] += time.perf_counter_ns() - t0
+            self._stats.data["load_ns"] += ns
             for i, rc in enumerate(status):
                 blocks = self._chunk_blocks(spec, i)
                 if rc != 0:
@@ -656,6 +736,9 @@ class TuttiConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         if self._reporter is not None and self.rank in meta.resync:
             self._reporter.request_full()
+        if self._pipe is not None and not self._pipe_failed:
+            self._start_layerwise(meta)
+            return
         for spec in meta.loads:
             if self.cfg.async_load:
                 if self._loader is None:
@@ -667,12 +750,20 @@ class TuttiConnector(KVConnectorBase_V1):
                     self._load_errors.update(failed)
 
     def wait_for_layer_load(self, layer_name):
-        return  # loads complete in start_load_kv
+        # Without layerwise, loads complete in start_load_kv.
+        if self._step is None:
+            return
+        layer = self._layer_index.get(layer_name)
+        if layer is None:
+            return  # not a layer whose KV was registered (nothing of it is loaded)
+        self._wait_through(layer, hooked=True)
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
         return  # whole chunks are saved in wait_for_save, once every layer is written
 
     def wait_for_save(self):
+        # The forward pass is over: every layer of the step's loads has been read by now.
+        self._finish_layerwise()
         meta = self._get_connector_metadata()
         for spec in meta.saves:
             spec = self._without_failed_loads(spec)
@@ -710,6 +801,9 @@ class TuttiConnector(KVConnectorBase_V1):
         return ranks.TuttiWorkerMetadata({self.rank: rep})
 
     def get_block_ids_with_load_errors(self):
+        # vLLM calls this before wait_for_save when it defers that call past a draft model's
+        # forward (speculative decoding): a step's failed chunks are still reported with it.
+        self._finish_layerwise()
         with self._done_lock:
             errors, self._load_errors = self._load_errors, set()
         return errors
@@ -722,6 +816,7 @@ class TuttiConnector(KVConnectorBase_V1):
 
     def get_kv_connector_stats(self):
         self._remote_stats()
+        self._pipeline_stats()
         with self._done_lock:
             if self._stats.is_empty():
                 return None
@@ -740,6 +835,10 @@ class TuttiConnector(KVConnectorBase_V1):
         if self._loader is not None:
             self._loader.shutdown(wait=True)  # no load may run into freed memory
             self._loader = None
+        if self._pipe is not None:
+            self._finish_layerwise()
+            self._pipe.close()  # before the KV and the store it uses
+            self._pipe = None
         if self._remote_key is not None:
             remote_tier.release(self._remote_key, self.cfg.remote.flush_on_exit_ms)
             self._remote_key, self.remote = None, None
@@ -749,6 +848,127 @@ class TuttiConnector(KVConnectorBase_V1):
         if self._store_key is not None:
             _release_store(self._store_key)
             self._store_key = None
+
+    # -- layerwise loads (``layerwise``) --
+    #
+    # A step's loads are one pipeline step: start_load_kv begins it (the pipeline's thread
+    # starts reading, layer by layer), vLLM's attention hook calls wait_for_layer_load before
+    # each layer's attention, and wait_for_save ends it and collects the per-chunk statuses.
+    # The pipeline needs every layer waited for, in order: a hook for layer l waits for every
+    # layer up to l not waited for yet (so a skipped or early hook costs overlap, never
+    # correctness), and the end of the step waits for the layers no hook asked for.
+    # Requests with chunks from the remote tier load before the forward, as without
+    # layerwise. Saves keep the wait_for_save path: it reports per chunk what was stored,
+    # which the tensor-parallel reporter and the metrics need, and a chunk is complete only
+    # once every layer is written.
+
+    def _start_layerwise(self, meta):
+        self._finish_layerwise()  # a step left open by a forward that never ended
+        piped, others = [], []
+        for spec in meta.loads:
+            remote = spec.remote_from >= 0 and self.remote is not None
+            (others if remote else piped).append(spec)
+        if piped:
+            stream = None
+            if self._kv_mem == "cuda":
+                # The forward's stream: vLLM runs it on a stream of its own per process (not
+                # the legacy default stream, which the pipeline refuses).
+                from vllm.utils.torch_utils import current_stream
+
+                stream = current_stream().cuda_stream
+            try:
+                sid = self._pipe.begin_step(
+                    loads=[ChunkRequest(s.keys, s.block_ids, s.first_chunk, s.skip_blocks)
+                           for s in piped],
+                    compute_tokens=meta.compute_tokens, stream=stream)
+                self._step = _LayerwiseStep(sid, piped, time.perf_counter_ns())
+            except OSError as e:
+                log.warning("tutti: layerwise step refused (%s); loading before the forward "
+                            "pass", e)
+                others = meta.loads
+        for spec in others:
+            failed = self._load(spec)
+            with self._done_lock:
+                self._load_errors.update(failed)
+
+    def _wait_through(self, layer, hooked=False):
+        """Wait for the step's layers up to ``layer``, in order."""
+        st = self._step
+        if layer < st.next_layer:
+            return  # waited for already (an earlier hook, or a repeated one)
+        with self._done_lock:
+            self._stats.data["pipeline_waits"] += 1 if hooked else 0
+            self._stats.data["pipeline_waits_unhooked"] += layer - st.next_layer + \
+                (0 if hooked else 1)
+        while st.next_layer <= layer:
+            if not st.broken:
+                try:
+                    self._pipe.wait_layer(st.next_layer)
+                except OSError as e:
+                    # The pipeline cannot take this step's later layers any more (it takes
+                    # them in order only), nor another step: load before the forward from
+                    # now on.
+                    log.error("tutti: layerwise wait for layer %d failed (%s); the step's "
+                              "chunks are recomputed, and later loads complete before the "
+                              "forward pass", st.next_layer, e)
+                    st.broken = True
+                    self._pipe_failed = True
+            st.next_layer += 1
+
+    def _finish_layerwise(self):
+        """End the step in flight, if any, and account its loads."""
+        st = self._step
+        if st is None:
+            return
+        self._wait_through(self.geo.nr_layers - 1)
+        self._step = None
+        res = None
+        if not st.broken:
+            try:
+                self._pipe.end_step()
+                res = self._step_result(st.sid)
+            except OSError as e:
+                log.error("tutti: layerwise step %d failed (%s); its chunks are recomputed, "
+                          "and later loads complete before the forward pass", st.sid, e)
+                self._pipe_failed = True
+        status = res["status"] if res is not None else None
+        ns = res["load_ns"] if res is not None else time.perf_counter_ns() - st.t0
+        at = 0
+        for spec in st.specs:
+            n = len(spec.keys) - spec.first_chunk
+            failed = self._account_load(
+                spec, status[at:at + n] if status is not None else [-errno.EIO] * n,
+                ns if at == 0 else 0)
+            at += n
+            with self._done_lock:
+                self._load_errors.update(failed)
+
+    def _step_result(self, sid):
+        """The step's result once the pipeline finalised it (right after the last layer in
+        CPU mode; in GPU mode once the stream passed the last wait)."""
+        deadline = time.monotonic() + 120
+        delay = 20e-6
+        while True:
+            res = self._pipe.result(sid)
+            if res is not None:
+                return res
+            if time.monotonic() > deadline:
+                raise OSError(errno.ETIMEDOUT, f"step {sid} not final after 120 s")
+            time.sleep(delay)
+            delay = min(delay * 2, 1e-3)
+
+    def _pipeline_stats(self):
+        if self._pipe is None:
+            return
+        st = self._pipe.stats()
+        with self._done_lock:
+            for name, src in (("pipeline_steps", "steps"),
+                              ("pipeline_layers_loaded", "layers_loaded"),
+                              ("pipeline_stall_ns", "stall_ns")):
+                delta = st[src] - self._pipe_seen.get(src, 0)
+                if delta > 0:
+                    self._stats.data[name] += delta
+                    self._pipe_seen[src] = st[src]
 
     # -- the remote tier (docs/cluster.md) --
 
