@@ -23,27 +23,21 @@ SERVE = HERE / "serve_prompts.py"
 pytest.importorskip("vllm")
 
 
-def run(model, prompts, tmp, name, store=None, mode="sync"):
-    """One vLLM process; returns its JSON result."""
+def run(model_dir, prompts, tmp, name, store=None, mode="sync", tp=1, env=None):
+    """One vLLM process (with ``tp`` workers; ``env`` added to its environment); returns its
+    JSON result."""
     p_path, o_path = tmp / f"{name}-prompts.json", tmp / f"{name}-out.json"
     p_path.write_text(json.dumps(prompts))
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONHASHSEED="0",
-               VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
-    args = [sys.executable, str(SERVE), str(model), str(p_path), str(o_path)]
+               VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1", **(env or {}))
+    args = [sys.executable, str(SERVE)] + (["--tp", str(tp)] if tp > 1 else [])
+    args += [str(model_dir), str(p_path), str(o_path)]
     if store is not None:
         args += [str(store), mode]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     (tmp / f"{name}.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stderr[-4000:]}"
     return json.loads(o_path.read_text())
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    sys.path.insert(0, str(HERE))
-    import tiny_llama
-
-    return tiny_llama.make(tmp_path_factory.mktemp("model") / "tiny-llama")
 
 
 @pytest.fixture(scope="module")
@@ -70,18 +64,18 @@ def damage_every_slot(store_dir, slot_bytes):
             off += slot_bytes
 
 
-def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model, prompts,
+def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model_dir, prompts,
                                                                          tmp_path):
     first, second = prompts
     store = tmp_path / "store"
-    reference = run(model, second, tmp_path, "reference")
+    reference = run(model_dir, second, tmp_path, "reference")
 
-    a = run(model, first, tmp_path, "a", store)
+    a = run(model_dir, first, tmp_path, "a", store)
     assert a["tokens"] == reference["tokens"][: len(first)]
     assert a["metrics"]["vllm:tutti_save_tokens"] > 0
     assert a["metrics"]["vllm:tutti_load_tokens"] == 0  # an empty store
 
-    b = run(model, second, tmp_path, "b", store)
+    b = run(model_dir, second, tmp_path, "b", store)
     prompt_tokens = sum(len(p) for p in second)
     loaded = b["metrics"]["vllm:tutti_load_tokens"]
     assert loaded >= 0.9 * prompt_tokens, (loaded, prompt_tokens)
@@ -89,7 +83,7 @@ def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model, p
     assert b["tokens"] == reference["tokens"]
 
     # The same with asynchronous loads: requests wait while a loader thread reads their KV.
-    b2 = run(model, second, tmp_path, "b-async", store, mode="async")
+    b2 = run(model_dir, second, tmp_path, "b-async", store, mode="async")
     assert b2["metrics"]["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens
     assert b2["metrics"]["vllm:tutti_load_errors"] == 0
     assert b2["tokens"] == reference["tokens"]
@@ -100,7 +94,7 @@ def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model, p
     geo = Geometry(nr_layers=2, nr_kv_heads=2, head_dim=32, elem_bytes=4, block_tokens=32,
                    chunk_tokens=64)
     damage_every_slot(store, geo.slot_bytes)
-    c = run(model, second, tmp_path, "c", store)
+    c = run(model_dir, second, tmp_path, "c", store)
     assert c["metrics"]["vllm:tutti_load_errors"] > 0
     assert c["metrics"]["vllm:tutti_load_tokens"] == 0
     assert c["tokens"] == reference["tokens"]

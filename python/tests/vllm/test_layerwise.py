@@ -50,13 +50,6 @@ LAYERS = [f"model.layers.{i}.self_attn.attn" for i in range(3)]
 SRC = 40  # stored chunks are saved from blocks SRC, SRC + 1, ...
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    import tiny_llama
-
-    return tiny_llama.make(tmp_path_factory.mktemp("model") / "tiny-llama")
-
-
 def extra(tmp_path, **kw):
     return dict({"dirs": [str(tmp_path / "s")], "capacity_gb": 0.05, "chunk_tokens": CHUNK,
                  "layerwise": True}, **kw)

@@ -4,8 +4,6 @@ finds in the store, what the scheduler then computes, and the metadata the worke
 
 import errno
 import itertools
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,19 +33,10 @@ from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 from tutti.store import KV, ChunkRequest  # noqa: E402
 from tutti.vllm.connector import TuttiConnectorMetadata, chunk_key  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
 BS = 32  # tokens per block
 CHUNK = 64  # tokens per chunk: 2 blocks
 NUM_BLOCKS = 256
 _ids = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    sys.path.insert(0, str(HERE))
-    import tiny_llama
-
-    return tiny_llama.make(tmp_path_factory.mktemp("model") / "tiny-llama")
 
 
 def make_scheduler(model_dir, store_dir, extra=None):

@@ -7,8 +7,6 @@ fails the blocks for the request as a whole."""
 
 import itertools
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,19 +42,10 @@ from tutti.store import KV, ChunkRequest, Geometry, Store  # noqa: E402
 from tutti.vllm import ranks  # noqa: E402
 from tutti.vllm.connector import TuttiConnector, chunk_key  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
 BS = 32
 CHUNK = 64  # 2 blocks
 NUM_BLOCKS = 128
 _ids = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    sys.path.insert(0, str(HERE))
-    import tiny_llama
-
-    return tiny_llama.make(tmp_path_factory.mktemp("model") / "tiny-llama")
 
 
 def vllm_config(model_dir, extra, tp=2, pp=1, rank=0):

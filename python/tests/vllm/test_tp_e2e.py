@@ -12,23 +12,21 @@ and rank 1 stores them again, so E loads everything from both.
 Every run answers exactly as a run without the connector.
 """
 
-import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
-SERVE = HERE / "serve_prompts.py"
 
 pytest.importorskip("vllm")
 sys.path.insert(0, str(HERE))
 
 from test_e2e import damage_every_slot  # noqa: E402
+from test_e2e import run as e2e_run  # noqa: E402
 
 TP = 2
 
@@ -41,33 +39,16 @@ pytestmark = pytest.mark.skipif(len(cpus()) < TP, reason=f"tensor parallelism ov
                                 "CPU workers needs one CPU each")
 
 
-def run(model, prompts, tmp, name, store=None, mode="sync"):
+def run(model_dir, prompts, tmp, name, store=None, mode="sync"):
     """One vLLM process with TP workers; returns its JSON result."""
-    p_path, o_path = tmp / f"{name}-prompts.json", tmp / f"{name}-out.json"
-    p_path.write_text(json.dumps(prompts))
     # vLLM's CPU workers bind their threads to NUMA nodes, one node each; on a machine with one
     # node they must be given CPUs by hand: one each.
     bind = "|".join(str(c) for c in cpus()[:TP])
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONHASHSEED="0",
-               VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1",
-               VLLM_CPU_OMP_THREADS_BIND=bind)
-    args = [sys.executable, str(SERVE), "--tp", str(TP), str(model), str(p_path), str(o_path)]
-    if store is not None:
-        args += [str(store), mode]
-    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
-    (tmp / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, f"{name} failed:\n{proc.stderr[-4000:]}"
-    return json.loads(o_path.read_text())
+    return e2e_run(model_dir, prompts, tmp, name, store, mode, tp=TP,
+                   env={"VLLM_CPU_OMP_THREADS_BIND": bind})
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    import tiny_llama
-
-    return tiny_llama.make(tmp_path_factory.mktemp("model") / "tiny-llama")
-
-
-def test_tp2_loads_from_every_rank_and_a_chunk_one_rank_lacks_is_never_used(model, tmp_path):
+def test_tp2_loads_from_every_rank_and_a_chunk_one_rank_lacks_is_never_used(model_dir, tmp_path):
     r = random.Random(11)
     shared = [r.randrange(1, 500) for _ in range(400)]
     first = [shared + [r.randrange(1, 500) for _ in range(r.randrange(40, 90))]
@@ -76,25 +57,25 @@ def test_tp2_loads_from_every_rank_and_a_chunk_one_rank_lacks_is_never_used(mode
     prompt_tokens = sum(len(p) for p in second)
     store = tmp_path / "store-{rank}"
     rank0, rank1 = tmp_path / "store-0", tmp_path / "store-1"
-    reference = run(model, second, tmp_path, "reference")
+    reference = run(model_dir, second, tmp_path, "reference")
 
-    a = run(model, first, tmp_path, "a", store)
+    a = run(model_dir, first, tmp_path, "a", store)
     assert a["tokens"] == reference["tokens"][: len(first)]
     assert a["metrics"]["vllm:tutti_save_tokens"] > 0
     assert (rank0 / "tutti.data").exists() and (rank1 / "tutti.data").exists()
 
-    b = run(model, second, tmp_path, "b", store)
+    b = run(model_dir, second, tmp_path, "b", store)
     assert b["metrics"]["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens, b["metrics"]
     assert b["metrics"]["vllm:tutti_load_errors"] == 0
     assert b["tokens"] == reference["tokens"]
     # Asynchronous loads: a request waits until both ranks report its load done.
-    b2 = run(model, second, tmp_path, "b-async", store, mode="async")
+    b2 = run(model_dir, second, tmp_path, "b-async", store, mode="async")
     assert b2["metrics"]["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens, b2["metrics"]
     assert b2["metrics"]["vllm:tutti_load_errors"] == 0
     assert b2["tokens"] == reference["tokens"]
     # Layerwise loads: each rank's worker loads through a pipeline of its own, every layer
     # waited for at vLLM's hook for it (the counters are summed over the ranks).
-    b3 = run(model, second, tmp_path, "b-layerwise", store, mode="layerwise")
+    b3 = run(model_dir, second, tmp_path, "b-layerwise", store, mode="layerwise")
     m = b3["metrics"]
     assert m["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens, m
     assert m["vllm:tutti_load_errors"] == 0
@@ -105,7 +86,7 @@ def test_tp2_loads_from_every_rank_and_a_chunk_one_rank_lacks_is_never_used(mode
 
     # Rank 1 loses its store: what rank 0 alone holds is not a hit.
     shutil.rmtree(rank1)
-    d = run(model, second, tmp_path, "d", store)
+    d = run(model_dir, second, tmp_path, "d", store)
     assert d["metrics"]["vllm:tutti_load_tokens"] == 0, d["metrics"]
     assert d["metrics"]["vllm:tutti_load_errors"] == 0
     assert d["metrics"]["vllm:tutti_hit_tokens"] == 0
@@ -118,14 +99,14 @@ def test_tp2_loads_from_every_rank_and_a_chunk_one_rank_lacks_is_never_used(mode
     geo = Geometry(nr_layers=2, nr_kv_heads=1, head_dim=32, elem_bytes=4, block_tokens=32,
                    chunk_tokens=64)  # one rank's share: one KV head of two
     damage_every_slot(rank1, geo.slot_bytes)
-    c = run(model, second, tmp_path, "c", store)
+    c = run(model_dir, second, tmp_path, "c", store)
     assert c["metrics"]["vllm:tutti_hit_tokens"] > 0
     assert c["metrics"]["vllm:tutti_load_errors"] > 0
     assert c["tokens"] == reference["tokens"]
     assert "checksum mismatch" in (tmp_path / "c.log").read_text()
 
     # C stored the recomputed chunks on rank 1 again: E loads everything from both ranks.
-    e = run(model, second, tmp_path, "e", store)
+    e = run(model_dir, second, tmp_path, "e", store)
     assert e["metrics"]["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens, e["metrics"]
     assert e["metrics"]["vllm:tutti_load_errors"] == 0
     assert e["tokens"] == reference["tokens"]
