@@ -321,6 +321,19 @@ class TuttiTier:
                                    compute_tokens=compute_tokens, stream=stream)
         return sid
 
+    def prefill(self, model, cache, blocks, p_tokens, total):
+        """One prompt of ``total`` tokens whose first ``p_tokens`` (``blocks``) load through
+        the pipeline behind the prefill of the rest: its TTFT and the step's result."""
+        sid = [None]
+
+        def go():
+            sid[0] = self.step(blocks, total - p_tokens)
+            out = model.prefill(cache, p_tokens, total, before_attention=self.pipe.wait_layer)
+            self.pipe.end_step()
+            return out
+        t = ttft(go)
+        return t, self.result(sid[0])
+
     def result(self, sid):
         for _ in range(200000):
             r = self.pipe.result(sid)
@@ -367,16 +380,7 @@ def run_ttft(args, model, cache, prefix, tiers, loaders, rows):
                     bl.finish()
                 else:  # tutti-<storage>
                     tier = tiers[method]
-                    sid = [None]
-
-                    def go():
-                        sid[0] = tier.step(blocks, total - p_tokens)
-                        out = model.prefill(cache, p_tokens, total,
-                                            before_attention=tier.pipe.wait_layer)
-                        tier.pipe.end_step()
-                        return out
-                    t = ttft(go)
-                    r = tier.result(sid[0])
+                    t, r = tier.prefill(model, cache, blocks, p_tokens, total)
                     if r["load_errors"]:
                         raise AssertionError(f"{method}: {r['load_errors']} load errors")
                     extra = dict(stall_ms=r["stall_ns"] / 1e6, load_ms=r["load_ns"] / 1e6,
@@ -427,16 +431,8 @@ def run_bubble(args, model, cache, prefix, tiers, rows):
             stalls, times, layers = [], [], []
             for _ in range(args.repeats):
                 cache_wipe(cache, blocks)
-                sid = [None]
-
-                def go():
-                    sid[0] = tier.step(blocks, total - p_tokens)
-                    out = model.prefill(cache, p_tokens, total,
-                                        before_attention=tier.pipe.wait_layer)
-                    tier.pipe.end_step()
-                    return out
-                times.append(ttft(go))
-                r = tier.result(sid[0])
+                t, r = tier.prefill(model, cache, blocks, p_tokens, total)
+                times.append(t)
                 stalls.append(r["stall_ns"] / 1e6)
                 layers.append([round(x / 1e6, 3) for x in r["layer_stall_ns"]])
                 prefix.check(cache, blocks)

@@ -5,6 +5,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <liburing.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +15,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmocka.h>
+
 #include "t_util.h"
 #include "tutti/base.h"
+#include "tutti/store.h"
 
 /* ---- temporary directories ---- */
 
@@ -251,4 +257,42 @@ t_log_contains(const struct t_log *log, const char *needle)
 		}
 	}
 	return false;
+}
+
+/* ---- a test program per engine ---- */
+
+int
+t_run_per_engine(const char *suite, const struct CMUnitTest *tests, size_t nr, bool gpu_twin,
+                 int *engine)
+{
+	static const struct {
+		int engine;
+		const char *name;
+		bool uring, twin;
+	} runs[] = {
+	    {TUTTI_ENGINE_URING, "uring", true, false},
+	    /* The GPU-drivable ring driven by its host twin: the GPU engine's protocol in CI. */
+	    {TUTTI_ENGINE_GPU_URING, "gpu-uring", true, true},
+	    {TUTTI_ENGINE_POSIX, "posix", false, false},
+	};
+	int rc, failed = 0;
+
+	if (!t_tmpdir_supports_odirect()) {
+		return T_EXIT_SKIP;
+	}
+	rc = t_uring_probe();
+	if (rc != 0 && rc != -ENOSYS && rc != -EPERM) {
+		return 1; /* io_uring is there but broken */
+	}
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		char name[128];
+
+		if ((runs[i].uring && rc != 0) || (runs[i].twin && !gpu_twin)) {
+			continue;
+		}
+		snprintf(name, sizeof(name), "%s/%s", suite, runs[i].name);
+		*engine = runs[i].engine;
+		failed += _cmocka_run_group_tests(name, tests, nr, NULL, NULL);
+	}
+	return failed;
 }

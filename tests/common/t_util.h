@@ -31,6 +31,16 @@ int t_tmpdir_supports_odirect(void);
 /* 0 when io_uring works, or the negative errno of io_uring_queue_init. */
 int t_uring_probe(void);
 
+/*
+ * A test program's main: run \p tests (cmocka, \p nr of them) once per engine this machine has,
+ * *\p engine naming the one in use: uring and, with \p gpu_twin, gpu-uring driven by its host
+ * twin (when io_uring works), then posix; suites are named "\p suite/<engine>". Returns the
+ * number of failures, 1 when io_uring is there but broken, or T_EXIT_SKIP without O_DIRECT.
+ */
+struct CMUnitTest;
+int t_run_per_engine(const char *suite, const struct CMUnitTest *tests, size_t nr, bool gpu_twin,
+                     int *engine);
+
 /* ---- random data (xorshift64*, reproducible from a seed) ---- */
 
 struct t_rng {

@@ -1428,20 +1428,7 @@ main(void)
 	    T(test_durable_created_directory_and_file_are_private),
 	    T(test_durable_symbolic_link_as_data_file_is_eloop_and_writes_nothing),
 	};
-	int rc, failed = 0;
 
-	if (!t_tmpdir_supports_odirect()) {
-		return T_EXIT_SKIP;
-	}
-	print_message("seed %llu (set T_SEED to change it)\n", (unsigned long long)t_seed(83));
-	rc = t_uring_probe();
-	if (rc == 0) {
-		g_engine = TUTTI_ENGINE_URING;
-		failed += cmocka_run_group_tests_name("durable/uring", tests, NULL, NULL);
-	} else if (rc != -ENOSYS && rc != -EPERM) {
-		return 1; /* io_uring is there but broken */
-	}
-	g_engine = TUTTI_ENGINE_POSIX;
-	failed += cmocka_run_group_tests_name("durable/posix", tests, NULL, NULL);
-	return failed;
+	return t_run_per_engine("durable", tests, sizeof(tests) / sizeof(tests[0]), false,
+	                        &g_engine);
 }

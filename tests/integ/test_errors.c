@@ -794,19 +794,7 @@ main(void)
 	    T(test_log_level_filters_what_log_fn_receives),
 	    T(test_library_never_prints),
 	};
-	int rc, failed = 0;
 
-	if (!t_tmpdir_supports_odirect()) {
-		return T_EXIT_SKIP;
-	}
-	rc = t_uring_probe();
-	if (rc == 0) {
-		g_engine = TUTTI_ENGINE_URING;
-		failed += cmocka_run_group_tests_name("errors/uring", tests, NULL, NULL);
-	} else if (rc != -ENOSYS && rc != -EPERM) {
-		return 1;
-	}
-	g_engine = TUTTI_ENGINE_POSIX;
-	failed += cmocka_run_group_tests_name("errors/posix", tests, NULL, NULL);
-	return failed;
+	return t_run_per_engine("errors", tests, sizeof(tests) / sizeof(tests[0]), false,
+	                        &g_engine);
 }

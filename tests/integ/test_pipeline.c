@@ -692,21 +692,7 @@ main(void)
 	    T(test_pipeline_writes_a_chrome_trace),
 	    T(test_pipeline_refuses_bad_calls),
 	};
-	int rc, failed = 0;
 
-	if (!t_tmpdir_supports_odirect()) {
-		return T_EXIT_SKIP;
-	}
-	rc = t_uring_probe();
-	if (rc == 0) {
-		g_engine = TUTTI_ENGINE_URING;
-		failed += cmocka_run_group_tests_name("pipeline/uring", tests, NULL, NULL);
-		g_engine = TUTTI_ENGINE_GPU_URING; /* its host twin */
-		failed += cmocka_run_group_tests_name("pipeline/gpu-uring", tests, NULL, NULL);
-	} else if (rc != -ENOSYS && rc != -EPERM) {
-		return 1;
-	}
-	g_engine = TUTTI_ENGINE_POSIX;
-	failed += cmocka_run_group_tests_name("pipeline/posix", tests, NULL, NULL);
-	return failed == 0 ? 0 : 1;
+	return t_run_per_engine("pipeline", tests, sizeof(tests) / sizeof(tests[0]), true,
+	                        &g_engine);
 }

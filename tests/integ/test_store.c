@@ -1257,23 +1257,6 @@ main(void)
 	    T(test_store_reopens_and_works_after_close),
 	    T(test_store_concurrent_callers_on_one_handle),
 	};
-	int rc, failed = 0;
 
-	if (!t_tmpdir_supports_odirect()) {
-		return T_EXIT_SKIP;
-	}
-	rc = t_uring_probe();
-	if (rc == 0) {
-		g_engine = TUTTI_ENGINE_URING;
-		failed += cmocka_run_group_tests_name("store/uring", tests, NULL, NULL);
-		/* The GPU-drivable ring, driven by its host twin: the GPU engine's protocol in CI.
-		 */
-		g_engine = TUTTI_ENGINE_GPU_URING;
-		failed += cmocka_run_group_tests_name("store/gpu-uring", tests, NULL, NULL);
-	} else if (rc != -ENOSYS && rc != -EPERM) {
-		return 1; /* io_uring is there but broken */
-	}
-	g_engine = TUTTI_ENGINE_POSIX;
-	failed += cmocka_run_group_tests_name("store/posix", tests, NULL, NULL);
-	return failed;
+	return t_run_per_engine("store", tests, sizeof(tests) / sizeof(tests[0]), true, &g_engine);
 }
