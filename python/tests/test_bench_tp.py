@@ -20,18 +20,20 @@ def test_tp_ttft_cpu_smoke(tmp_path):
     out = tmp_path / "out"
     subprocess.run([sys.executable, str(BENCH), "--device", "cpu", "--model", "tiny",
                     "--lengths", "512,1024", "--suffix", "32", "--engines", "uring,gpu-uring",
+                    "--repeats", "2",
                     "--shm-dir", str(tmp_path / "fast"), "--disk-dir", str(tmp_path / "disk"),
                     "--out", str(out)], check=True, timeout=600)
     rows = [json.loads(line) for line in (out / "tp-ttft.jsonl").read_text().splitlines()]
     runs = [r for r in rows if "load_s" in r]
-    # 2 storages x 2 engines x 2 lengths x 2 ranks
-    assert len(runs) == 16
+    # 2 storages x 2 engines x 2 lengths x 2 ranks x 2 repeats
+    assert len(runs) == 32
     assert all(r["bit_exact"] and r["load_errors"] == 0 for r in runs)
     assert {r["rank"] for r in runs} == {0, 1}
     assert all(r["load_bytes"] > 0 and r["store_staging_bytes"] > 0 for r in runs)
     # The ranks hold different shards: their prefix KV hashes differ.
-    by_rank = {r["rank"]: r["kv_hash"] for r in runs if r["prefix"] == 1024}
+    by_rank = {r["rank"]: r["kv_hash"] for r in runs if r["prefix"] == 1024 and r["repeat"] == 0}
     assert by_rank[0] != by_rank[1]
     summary = (out / "tp-ttft-summary.txt").read_text()
-    assert summary.count("bit-exact on every rank") == 8, summary
+    assert summary.count("bit-exact on every rank and run") == 8, summary
+    assert summary.count("median of 2 runs") == 8, summary
     assert not any(p.name.startswith("rank") for p in tmp_path.rglob("*")), "stores left behind"
