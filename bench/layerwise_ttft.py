@@ -452,18 +452,28 @@ def run_bubble(args, model, cache, prefix, tiers, rows):
 
 
 def raw_read_gbps(path, nbytes, block=4 << 20, threads=16):
-    """O_DIRECT read bandwidth of an existing file with 16 threads of 4 MiB reads (the
-    physical limit the loads are held to)."""
+    """O_DIRECT read bandwidth of the first nbytes of an existing file, or of several files
+    read at once (path and nbytes lists, the 4 MiB reads dealt round-robin over the files),
+    with 16 threads of 4 MiB reads (the physical limit the loads are held to)."""
     import mmap
     from concurrent.futures import ThreadPoolExecutor
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    units = nbytes // block
+    paths = path if isinstance(path, (list, tuple)) else [path]
+    sizes = nbytes if isinstance(nbytes, (list, tuple)) else [nbytes]
+    # Files smaller than a block are read in blocks of their size (4 KiB multiples, O_DIRECT).
+    block = min([block] + [n // 4096 * 4096 for n in sizes])
+    if block <= 0:
+        raise ValueError(f"raw_read_gbps: {sizes} bytes are less than one 4 KiB read")
+    fds = [os.open(p, os.O_RDONLY | os.O_DIRECT) for p in paths]
+    # Unit u is block u // len(fds) of file u % len(fds), so that every file is read at once.
+    units = [(fds[u % len(fds)], (u // len(fds)) * block)
+             for u in range(max(sizes) // block * len(fds))
+             if (u // len(fds) + 1) * block <= sizes[u % len(fds)]]
 
     def reader(k):
         buf = mmap.mmap(-1, block)
         done = 0
-        for u in range(k, units, threads):
-            done += os.preadv(fd, [buf], u * block)
+        for fd, off in units[k::threads]:
+            done += os.preadv(fd, [buf], off)
         return done
 
     t0 = time.perf_counter()
@@ -471,7 +481,8 @@ def raw_read_gbps(path, nbytes, block=4 << 20, threads=16):
         with ThreadPoolExecutor(threads) as ex:
             done = sum(ex.map(reader, range(threads)))
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
     return done / (time.perf_counter() - t0) / 1e9
 
 

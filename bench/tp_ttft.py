@@ -36,6 +36,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -199,7 +200,7 @@ class Rank:
         return self.rows[-1]
 
     def open(self, dirs, chunks, engine):
-        """This rank's store with \p engine, or None when any rank cannot open one (recorded):
+        """This rank's store with engine, or None when any rank cannot open one (recorded):
         the ranks go on together or not at all, as their collectives require."""
         err, rs = None, None
         try:
@@ -229,6 +230,21 @@ class Rank:
             raise OSError(5, f"rank {self.rank}: filled {n} of {chunks} chunks")
         self.row(storage=storage, engine=engine, fill=True, tokens=chunks * lw.CHUNK, fill_s=dt,
                  fill_gbps=rs.store.stats()["save_bytes"] / dt / 1e9)
+
+    def raw(self, storage, dirs, n_tok):
+        """The bound the loads are held to: O_DIRECT reads of the bytes the longest prefix's load
+        reads, from this rank's own data files, every rank at once (the ranks share the
+        machine's storage as their loads do); --repeats rounds."""
+        per_file = n_tok // lw.CHUNK // len(dirs) * self.geo.slot_bytes
+        files = [str(d / "tutti.data") for d in dirs]
+        for rep in range(self.args.repeats):
+            dist.barrier()
+            try:
+                gbps, err = lw.raw_read_gbps(files, [per_file] * len(files)), None
+            except OSError as e:
+                gbps, err = None, str(e)
+            self.row(storage=storage, engine="raw-read", prefix=n_tok, repeat=rep,
+                     raw_bytes=per_file * len(files), raw_gbps=gbps, error=err)
 
     def measure(self, rs, storage, engine, n_tok, ref):
         args, blocks = self.args, n_tok // lw.BLOCK
@@ -287,6 +303,8 @@ class Rank:
             for n_tok in fit:
                 self.measure(rs, storage, engine, n_tok, ref)
             rs.close()
+        if filled:
+            self.raw(storage, dirs, max(fit))
         shutil.rmtree(home, ignore_errors=True)
         dist.barrier()
         if self.rank == 0:
@@ -335,6 +353,28 @@ def write_results(args, rows):
         if r.get("skipped") and r["rank"] == 0:
             what = f"{r['prefix']} tokens" if "prefix" in r else r["engine"]
             lines.append(f"tp{args.tp} {r['storage']}: {what} skipped: {r['reason']}")
+    # Raw reads: per storage, each rank's median round; the bound of a run on that storage is
+    # max(compute alone, its slowest rank's bytes / that rank's raw bandwidth).
+    raw, compute = {}, {}
+    for r in rows:
+        if r.get("engine") == "raw-read":
+            raw.setdefault(r["storage"], {}).setdefault(r["rank"], []).append(r)
+        elif r.get("engine") == "compute":
+            compute[r["prefix"]] = max(compute.get(r["prefix"], 0), r["ttft_s"])
+    raw_gbps = {}
+    for storage, ranks in raw.items():
+        failed = [r for rs in ranks.values() for r in rs if r["raw_gbps"] is None]
+        if failed:
+            lines.append(f"tp{args.tp} {storage}: raw O_DIRECT reads failed: {failed[0]['error']}")
+            continue
+        raw_gbps[storage] = {k: statistics.median(r["raw_gbps"] for r in rs)
+                             for k, rs in sorted(ranks.items())}
+        any_rank = next(iter(ranks.values()))
+        lines.append(f"tp{args.tp} {storage}: raw O_DIRECT read per rank, every rank at once "
+                     f"({any_rank[0]['raw_bytes'] / 1e9:.2f} GB from its "
+                     f"{args.dirs_per_rank} data files, 16 threads x 4 MiB, median of "
+                     f"{len(any_rank)}): " + " ".join(f"{g:.2f}" for g in
+                                                     raw_gbps[storage].values()) + " GB/s")
     runs = {}
     for r in rows:
         if "ttft_s" in r:
@@ -358,6 +398,11 @@ def write_results(args, rows):
                      ", staging per rank (pipeline + store) " +
                      " ".join(f"{size(r['pipeline_staging_bytes'])} + "
                               f"{size(r['store_staging_bytes'])}" for r in rs))
+            if storage in raw_gbps and prefix in compute:
+                io = max(r["load_bytes"] / 1e9 / raw_gbps[storage][r["rank"]] for r in rs)
+                bound = max(compute[prefix], io)
+                line += (f", bound max(compute {compute[prefix]:.3f}, reads at raw {io:.3f}) s,"
+                         f" TTFT x bound {ttft / bound:.2f}")
             every = [r for x in order for r in x]
             line += (", bit-exact on every rank and run" if all(r["bit_exact"] for r in every)
                      else ", MISMATCH: " + " ".join(f"rank {r['rank']} run {r.get('repeat', 0)}"

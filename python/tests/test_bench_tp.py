@@ -36,4 +36,9 @@ def test_tp_ttft_cpu_smoke(tmp_path):
     summary = (out / "tp-ttft-summary.txt").read_text()
     assert summary.count("bit-exact on every rank and run") == 8, summary
     assert summary.count("median of 2 runs") == 8, summary
+    # Raw reads of each rank's own files, both ranks at once, give every run its bound.
+    raws = [r for r in rows if r.get("engine") == "raw-read"]
+    assert len(raws) == 2 * 2 * 2 and all(r["raw_gbps"] > 0 for r in raws), raws
+    assert summary.count("raw O_DIRECT read per rank") == 2, summary
+    assert summary.count("TTFT x bound") == 8, summary
     assert not any(p.name.startswith("rank") for p in tmp_path.rglob("*")), "stores left behind"
