@@ -95,9 +95,11 @@ struct tutti_store_opts {
 	uint32_t durability;    /**< enum tutti_durability; default TUTTI_DURABILITY_FAST */
 	/** Engine gpu-uring with GPU KV: worker CUDA blocks of each layer's I/O kernel (one more
 	 *  block drives the ring), which bounds the SMs the I/O holds while compute runs beside
-	 *  it; 1..64, default 32 (on an H200 with a prefill beside it, 16 workers left a 32K
-	 *  prompt at 93.75% hit stalled 28 ms, 32 workers 8 ms: bench/results/README.md). The
-	 *  kernels run on a stream of the greatest priority. */
+	 *  it; 1..64, default 32. More workers read faster only while the storage and host memory
+	 *  keep up, and every worker slows the compute beside it: on an H200 prefilling a 32K
+	 *  prompt at 93.75% hit, 64 workers cut the stall from 10.5 to 4.0 ms but the TTFT rose
+	 *  from 228.5 to 235.0 ms (bench/results/README.md). The kernels run on a stream of the
+	 *  greatest priority. */
 	uint32_t gpu_io_workers;
 };
 
