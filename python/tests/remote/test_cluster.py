@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The remote tier against a real Mooncake Store cluster on loopback (cluster.py)."""
 
+import errno
 import re
 import time
 
@@ -180,11 +181,14 @@ def test_publishing_is_paced_and_its_queue_bounded(nodes):
     out = fast.call("save_publish", seed=21, chunks=16)
     assert out["publish_seconds"] < 8 * record / rate  # uncapped: much faster
 
-    # a queue of 3 records, drained at 0.2 MB/s: queueing never fails or waits; the oldest
-    # queued records are dropped
+    # a queue of 3 records, drained at 0.2 MB/s: publishing never waits. A record is queued (0),
+    # the oldest queued one dropped to make room, or, while the publisher has every slot in a put
+    # (it takes all that are queued at once), not queued (-ENOBUFS, as tutti/remote.h says);
+    # either way it is counted. The first three always find a free slot.
     tight = nodes(2, publish_rate=200_000, publish_mb=0.4)
     out = tight.call("save_publish", seed=22, chunks=12, flush_ms=20000, timeout=60)
-    assert out["published"] == [0] * 12 and out["flushed"]
+    assert out["published"][:3] == [0] * 3 and out["flushed"]
+    assert all(x in (0, -errno.ENOBUFS) for x in out["published"]), out["published"]
     st = tight.call("stats")["remote"]
     assert st["publish_dropped"] > 0
     assert st["publish_chunks"] + st["publish_dropped"] == 12
