@@ -14,20 +14,7 @@ import pytest
 pytest.importorskip("vllm")
 
 import torch  # noqa: E402
-from vllm.config import (  # noqa: E402
-    CacheConfig,
-    DeviceConfig,
-    KVTransferConfig,
-    ModelConfig,
-    SchedulerConfig,
-    VllmConfig,
-)
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
-from vllm.v1.kv_cache_interface import (  # noqa: E402
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-)
 
 from tutti.store import ChunkRequest, Geometry  # noqa: E402
 from tutti.vllm.connector import (  # noqa: E402
@@ -42,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from test_e2e import damage_every_slot, run  # noqa: E402
+from vllm_configs import kv_cache_config, tutti_vllm_config  # noqa: E402
 
 BS = 32
 CHUNK = 64  # 2 blocks
@@ -57,23 +45,8 @@ def extra(tmp_path, **kw):
 
 @pytest.fixture
 def worker(model_dir, tmp_path):
-    cfg = VllmConfig(
-        model_config=ModelConfig(model=str(model_dir), dtype="float32", seed=0,
-                                 skip_tokenizer_init=True),
-        scheduler_config=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=4096,
-                                         max_model_len=1024, is_encoder_decoder=False),
-        cache_config=CacheConfig(block_size=BS, enable_prefix_caching=False),
-        kv_transfer_config=KVTransferConfig(
-            kv_connector="TuttiConnector", kv_connector_module_path="tutti.vllm.connector",
-            kv_role="kv_both", kv_load_failure_policy="recompute",
-            kv_connector_extra_config=extra(tmp_path)),
-        device_config=DeviceConfig("cpu"),
-    )
-    cfg.cache_config.num_gpu_blocks = NUM_BLOCKS
-    kcc = KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[],
-                        kv_cache_groups=[KVCacheGroupSpec(LAYERS, FullAttentionSpec(
-                            block_size=BS, num_kv_heads=1, head_size=32,
-                            dtype=torch.float32))])
+    cfg = tutti_vllm_config(model_dir, extra(tmp_path), BS, NUM_BLOCKS)
+    kcc = kv_cache_config(LAYERS, BS, NUM_BLOCKS, kv_heads=1)
     w = TuttiConnector(cfg, KVConnectorRole.WORKER, kcc)
     gen = torch.Generator().manual_seed(3)
     w.test_kv = {name: torch.randn(NUM_BLOCKS, 2, BS, 1, 32, generator=gen) for name in LAYERS}

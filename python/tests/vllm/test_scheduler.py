@@ -12,26 +12,14 @@ pytest.importorskip("vllm")
 
 import torch  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
-from vllm.config import (  # noqa: E402
-    CacheConfig,
-    DeviceConfig,
-    KVTransferConfig,
-    ModelConfig,
-    SchedulerConfig,
-    VllmConfig,
-)
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.kv_cache_interface import (  # noqa: E402
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-)
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 from tutti.store import KV, ChunkRequest  # noqa: E402
 from tutti.vllm.connector import TuttiConnectorMetadata, chunk_key  # noqa: E402
+from vllm_configs import kv_cache_config, tutti_vllm_config  # noqa: E402
 
 BS = 32  # tokens per block
 CHUNK = 64  # tokens per chunk: 2 blocks
@@ -41,26 +29,11 @@ _ids = itertools.count()
 
 def make_scheduler(model_dir, store_dir, extra=None):
     init_none_hash(sha256)
-    model = ModelConfig(model=str(model_dir), dtype="float32", seed=0,
-                        skip_tokenizer_init=True)
-    vllm_config = VllmConfig(
-        model_config=model,
-        scheduler_config=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=4096,
-                                         max_model_len=1024, is_encoder_decoder=False),
-        cache_config=CacheConfig(block_size=BS, enable_prefix_caching=False),
-        kv_transfer_config=KVTransferConfig(
-            kv_connector="TuttiConnector", kv_connector_module_path="tutti.vllm.connector",
-            kv_role="kv_both", kv_load_failure_policy="recompute",
-            kv_connector_extra_config=extra or {"dirs": [str(store_dir)], "capacity_gb": 0.05,
-                                                "chunk_tokens": CHUNK}),
-        device_config=DeviceConfig("cpu"),
-    )
-    kv_cache_config = KVCacheConfig(
-        num_blocks=NUM_BLOCKS, kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["l0", "l1"], FullAttentionSpec(
-            block_size=BS, num_kv_heads=2, head_size=32, dtype=torch.float32))])
-    vllm_config.cache_config.num_gpu_blocks = NUM_BLOCKS
-    return Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+    vllm_config = tutti_vllm_config(
+        model_dir, extra or {"dirs": [str(store_dir)], "capacity_gb": 0.05, "chunk_tokens": CHUNK},
+        BS, NUM_BLOCKS)
+    return Scheduler(vllm_config=vllm_config,
+                     kv_cache_config=kv_cache_config(["l0", "l1"], BS, NUM_BLOCKS, kv_heads=2),
                      structured_output_manager=StructuredOutputManager(vllm_config),
                      block_size=BS, log_stats=True)
 

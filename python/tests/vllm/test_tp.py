@@ -15,25 +15,11 @@ pytest.importorskip("vllm")
 
 import torch  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
-from vllm.config import (  # noqa: E402
-    CacheConfig,
-    DeviceConfig,
-    KVTransferConfig,
-    ModelConfig,
-    ParallelConfig,
-    SchedulerConfig,
-    VllmConfig,
-)
 from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.kv_cache_interface import (  # noqa: E402
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-)
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
@@ -41,6 +27,8 @@ from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 from tutti.store import KV, ChunkRequest, Geometry, Store  # noqa: E402
 from tutti.vllm import ranks  # noqa: E402
 from tutti.vllm.connector import TuttiConnector, chunk_key  # noqa: E402
+from vllm_configs import kv_cache_config as group_config  # noqa: E402
+from vllm_configs import tutti_vllm_config  # noqa: E402
 
 BS = 32
 CHUNK = 64  # 2 blocks
@@ -50,31 +38,12 @@ _ids = itertools.count()
 
 def vllm_config(model_dir, extra, tp=2, pp=1, rank=0):
     init_none_hash(sha256)
-    cfg = VllmConfig(
-        model_config=ModelConfig(model=str(model_dir), dtype="float32", seed=0,
-                                 skip_tokenizer_init=True),
-        scheduler_config=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=4096,
-                                         max_model_len=1024, is_encoder_decoder=False),
-        cache_config=CacheConfig(block_size=BS, enable_prefix_caching=False),
-        parallel_config=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp,
-                                       distributed_executor_backend="mp"),
-        kv_transfer_config=KVTransferConfig(
-            kv_connector="TuttiConnector", kv_connector_module_path="tutti.vllm.connector",
-            kv_role="kv_both", kv_load_failure_policy="recompute",
-            kv_connector_extra_config=extra),
-        device_config=DeviceConfig("cpu"),
-    )
-    cfg.parallel_config.rank = rank
-    cfg.cache_config.num_gpu_blocks = NUM_BLOCKS
-    return cfg
+    return tutti_vllm_config(model_dir, extra, BS, NUM_BLOCKS, tp=tp, pp=pp, rank=rank)
 
 
 def kv_cache_config():
     # One rank's share: one of the model's two KV heads.
-    return KVCacheConfig(
-        num_blocks=NUM_BLOCKS, kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["l0", "l1"], FullAttentionSpec(
-            block_size=BS, num_kv_heads=1, head_size=32, dtype=torch.float32))])
+    return group_config(["l0", "l1"], BS, NUM_BLOCKS, kv_heads=1)
 
 
 def extra(tmp_path, **kw):

@@ -1,0 +1,48 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The vLLM configuration the connector's tests without an engine share: a VllmConfig of vLLM's
+CPU build over the tiny model with Tutti as its KV connector, and a KV cache of one
+full-attention group."""
+
+import torch
+from vllm.config import (
+    CacheConfig,
+    DeviceConfig,
+    KVTransferConfig,
+    ModelConfig,
+    ParallelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+
+
+def tutti_vllm_config(model_dir, extra, block_size, num_blocks, tp=1, pp=1, rank=0):
+    """``extra`` is the connector's kv_connector_extra_config; tp, pp and rank as vLLM's
+    ParallelConfig has them (the multiprocess executor when there is more than one rank)."""
+    parallel = (ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                               distributed_executor_backend="mp")
+                if tp * pp > 1 else ParallelConfig())
+    cfg = VllmConfig(
+        model_config=ModelConfig(model=str(model_dir), dtype="float32", seed=0,
+                                 skip_tokenizer_init=True),
+        scheduler_config=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=4096,
+                                         max_model_len=1024, is_encoder_decoder=False),
+        cache_config=CacheConfig(block_size=block_size, enable_prefix_caching=False),
+        parallel_config=parallel,
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="TuttiConnector", kv_connector_module_path="tutti.vllm.connector",
+            kv_role="kv_both", kv_load_failure_policy="recompute",
+            kv_connector_extra_config=extra),
+        device_config=DeviceConfig("cpu"),
+    )
+    cfg.parallel_config.rank = rank
+    cfg.cache_config.num_gpu_blocks = num_blocks
+    return cfg
+
+
+def kv_cache_config(layers, block_size, num_blocks, kv_heads, head_size=32):
+    return KVCacheConfig(
+        num_blocks=num_blocks, kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(list(layers), FullAttentionSpec(
+            block_size=block_size, num_kv_heads=kv_heads, head_size=head_size,
+            dtype=torch.float32))])
