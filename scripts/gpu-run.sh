@@ -15,7 +15,7 @@
 # BENCH_ARGS adds arguments to tutti-gpu-store-bench; STRIPE_ARGS to tutti-stripe-bench
 # (STRIPE_ENGINES, STRIPE_SHM_TOKENS and STRIPE_DISK_TOKENS change its defaults).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
@@ -142,6 +142,11 @@ layerwise)
 		--disk-dir "$PWD/build/layerwise-disk" ${LAYERWISE_ARGS:-} > "$OUT/layerwise.log" 2>&1
 	log "layerwise exit $?"
 	tail -60 "$OUT/layerwise.log" >> "$OUT/summary.txt"
+	# Per step of each pipeline trace: reads (span, busy), stall, compute.
+	for trace in "$OUT"/trace-*.json; do
+		[ -e "$trace" ] || continue
+		python3 bench/trace_summary.py "$trace" > "${trace%.json}-steps.txt" 2>&1
+	done
 	rm -rf build/layerwise-disk /dev/shm/tutti-layerwise
 	;;
 *)
