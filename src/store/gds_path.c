@@ -279,13 +279,7 @@ tt_gds_transfer(struct tt_transfer *t)
 	struct tutti_store *st = t->st;
 	int rc;
 
-	if (st->gds_broken) {
-		for (uint32_t i = 0; i < t->nr_chunks; i++) {
-			tt_fail_chunk(&t->chunks[i], -EIO);
-		}
-		return -EIO;
-	}
-	rc = tt_transfer_mover(t);
+	rc = tt_transfer_prepare(t, st->gds_broken);
 	if (rc < 0) {
 		return rc;
 	}
@@ -296,8 +290,8 @@ tt_gds_transfer(struct tt_transfer *t)
 		t->chunks[i].direct = false;
 	}
 	rc = gds_run(t, t->mover_ctx);
-	for (uint32_t i = 0; rc < 0 && i < t->nr_chunks; i++) {
-		tt_fail_chunk(&t->chunks[i], rc);
+	if (rc < 0) {
+		tt_transfer_fail_all(t, rc);
 	}
 	return rc;
 }

@@ -346,13 +346,7 @@ tt_gring_transfer(struct tt_transfer *t)
 	struct tt_gring_program p;
 	int rc;
 
-	if (st->gring_broken) {
-		for (uint32_t i = 0; i < t->nr_chunks; i++) {
-			tt_fail_chunk(&t->chunks[i], -EIO);
-		}
-		return -EIO;
-	}
-	rc = tt_transfer_mover(t);
+	rc = tt_transfer_prepare(t, st->gring_broken);
 	if (rc < 0) {
 		return rc;
 	}
@@ -362,8 +356,8 @@ tt_gring_transfer(struct tt_transfer *t)
 	}
 	if (t->mover == &tt_mover_cuda && t->st->geo.layer_block_bytes > 240) {
 		rc = gpu_transfer(t, t->mover_ctx);
-		for (uint32_t i = 0; rc < 0 && i < t->nr_chunks; i++) {
-			tt_fail_chunk(&t->chunks[i], rc);
+		if (rc < 0) {
+			tt_transfer_fail_all(t, rc);
 		}
 		return rc;
 	}
@@ -388,8 +382,8 @@ tt_gring_transfer(struct tt_transfer *t)
 	if (rc == -ETIMEDOUT) {
 		st->gring_broken = true; /* I/O may still be in flight into the bounce slots */
 	}
-	for (uint32_t i = 0; rc < 0 && i < t->nr_chunks; i++) {
-		tt_fail_chunk(&t->chunks[i], rc);
+	if (rc < 0) {
+		tt_transfer_fail_all(t, rc);
 	}
 out:
 	tt_free(j.ios);

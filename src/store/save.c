@@ -228,9 +228,7 @@ write_commit_records(struct tutti_store *st, struct tt_transfer *t)
 	}
 	if (rc < 0) {
 		tt_log_err(&st->log, "committing saved chunks failed: %s", tutti_strerror(rc));
-		for (uint32_t i = 0; i < t->nr_chunks; i++) {
-			tt_fail_chunk(&t->chunks[i], rc);
-		}
+		tt_transfer_fail_all(t, rc);
 	}
 out:
 	tt_aligned_free(bufs);

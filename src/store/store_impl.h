@@ -165,6 +165,11 @@ uint32_t tt_direct_layers(const struct tutti_store *st, const struct tutti_kv *k
 int tt_transfer_run(struct tt_transfer *t);
 /* Choose the mover by where the KV lives (opening the GPU context on first use). */
 int tt_transfer_mover(struct tt_transfer *t);
+/* Every chunk of \p t fails with \p rc (a negative errno). */
+void tt_transfer_fail_all(struct tt_transfer *t, int rc);
+/* The start of every engine's transfer: every chunk fails with -EIO when the engine broke down
+ * (\p engine_broken), else tt_transfer_mover(). */
+int tt_transfer_prepare(struct tt_transfer *t, bool engine_broken);
 /* One unit's CPU-side steps (shared by the pipeline and the gpu-uring path): fill a staging
  * buffer and note checksums (save); check a read against the slot's checksums; copy it into
  * the KV (load). */

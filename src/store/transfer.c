@@ -505,11 +505,14 @@ complete_unit(struct tt_transfer *t, const struct tt_io_done *d)
 	}
 }
 
-/*
- * Move every unit of every chunk whose status is 0. A chunk whose I/O or checksum fails gets
- * the error as its status and no further units. Returns 0, or a negative errno when the engine
- * broke down (then every unfinished chunk has failed and the engine is unusable).
- */
+void
+tt_transfer_fail_all(struct tt_transfer *t, int rc)
+{
+	for (uint32_t i = 0; i < t->nr_chunks; i++) {
+		tt_fail_chunk(&t->chunks[i], rc);
+	}
+}
+
 int
 tt_transfer_mover(struct tt_transfer *t)
 {
@@ -522,9 +525,7 @@ tt_transfer_mover(struct tt_transfer *t)
 		int rc = tt_store_gpu(st, t->kv->device, &g);
 
 		if (rc < 0) {
-			for (uint32_t i = 0; i < t->nr_chunks; i++) {
-				tt_fail_chunk(&t->chunks[i], rc);
-			}
+			tt_transfer_fail_all(t, rc);
 			return rc;
 		}
 		t->mover = &tt_mover_cuda;
@@ -534,19 +535,28 @@ tt_transfer_mover(struct tt_transfer *t)
 }
 
 int
+tt_transfer_prepare(struct tt_transfer *t, bool engine_broken)
+{
+	if (engine_broken) {
+		tt_transfer_fail_all(t, -EIO);
+		return -EIO;
+	}
+	return tt_transfer_mover(t);
+}
+
+/*
+ * Move every unit of every chunk whose status is 0. A chunk whose I/O or checksum fails gets
+ * the error as its status and no further units. Returns 0, or a negative errno when the engine
+ * broke down (then every unfinished chunk has failed and the engine is unusable).
+ */
+int
 tt_transfer_run(struct tt_transfer *t)
 {
 	struct tutti_store *st = t->st;
 	struct slots fs;
 	int rc;
 
-	if (st->engine_broken) {
-		for (uint32_t i = 0; i < t->nr_chunks; i++) {
-			tt_fail_chunk(&t->chunks[i], -EIO);
-		}
-		return -EIO;
-	}
-	rc = tt_transfer_mover(t);
+	rc = tt_transfer_prepare(t, st->engine_broken);
 	if (rc < 0) {
 		return rc;
 	}
@@ -577,9 +587,7 @@ tt_transfer_run(struct tt_transfer *t)
 			st->engine_broken = true;
 			tt_log_err(&st->log, "I/O engine failed: %s; the store refuses further I/O",
 			           tutti_strerror(got));
-			for (uint32_t i = 0; i < t->nr_chunks; i++) {
-				tt_fail_chunk(&t->chunks[i], got);
-			}
+			tt_transfer_fail_all(t, got);
 			return got;
 		}
 		for (int i = 0; i < got; i++) {
