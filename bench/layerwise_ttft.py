@@ -464,10 +464,9 @@ def raw_read_gbps(path, nbytes, block=4 << 20, threads=16):
     if block <= 0:
         raise ValueError(f"raw_read_gbps: {sizes} bytes are less than one 4 KiB read")
     fds = [os.open(p, os.O_RDONLY | os.O_DIRECT) for p in paths]
-    # Unit u is block u // len(fds) of file u % len(fds), so that every file is read at once.
-    units = [(fds[u % len(fds)], (u // len(fds)) * block)
-             for u in range(max(sizes) // block * len(fds))
-             if (u // len(fds) + 1) * block <= sizes[u % len(fds)]]
+    # Block b of every file before block b + 1 of any, so that the files are read at once.
+    units = [(fd, b * block) for b in range(max(sizes) // block)
+             for fd, size in zip(fds, sizes) if (b + 1) * block <= size]
 
     def reader(k):
         buf = mmap.mmap(-1, block)

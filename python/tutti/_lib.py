@@ -232,7 +232,6 @@ class RemoteStats(ctypes.Structure):
     _fields_ = [("size", c_u32), ("up", c_u32)] + [(n, c_u64) for n in REMOTE_STATS_FIELDS]
 
 
-
 def _candidates():
     """Where libtutti may be: $TUTTI_LIBRARY, next to this package, the repository's build."""
     env = os.environ.get("TUTTI_LIBRARY")

@@ -167,6 +167,18 @@ fold_elapsed(struct tutti_store *st, struct tt_gpu *g)
 	return rc;
 }
 
+/* Wait for every layer kernel launched on \p g: none is in flight after this. */
+static int
+sync_launched(struct tutti_store *st, struct tt_gpu *g)
+{
+	int rc = tt_gpu_sync(g);
+
+	st->gpu_inflight = false;
+	st->op_failed = NULL;
+	st->op_launched = 0;
+	return rc;
+}
+
 /* Wait for the first \p launched layers of the lists and fold their results into the chunks. */
 static int
 gpu_finish(struct tt_transfer *t, struct tt_gpu *g, const struct tt_obj_lists *lists,
@@ -175,10 +187,7 @@ gpu_finish(struct tt_transfer *t, struct tt_gpu *g, const struct tt_obj_lists *l
 	struct tutti_store *st = t->st;
 	int rc;
 
-	rc = tt_gpu_sync(g);
-	st->gpu_inflight = false;
-	st->op_failed = NULL;
-	st->op_launched = 0;
+	rc = sync_launched(st, g);
 	if (rc == 0) {
 		rc = fold_elapsed(st, g);
 	}
@@ -327,12 +336,7 @@ tt_gring_op_finish(struct tt_load_op *op)
 	if (op->rc != 0 || op->lists.n == 0) {
 		/* Nothing to fold (every chunk already failed, or none was read): wait for what
 		 * was launched, which still uses the lists and the staging. */
-		int rc = tt_gpu_sync(op->gpu);
-
-		op->t.st->gpu_inflight = false;
-		op->t.st->op_failed = NULL;
-		op->t.st->op_launched = 0;
-		return rc;
+		return sync_launched(op->t.st, op->gpu);
 	}
 	return gpu_finish(&op->t, op->gpu, &op->lists, op->next);
 }

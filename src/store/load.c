@@ -138,21 +138,6 @@ load_end(struct tt_transfer *t, uint64_t busy_ns, int32_t *status)
 	return (int64_t)loaded;
 }
 
-/* Move layers [t->layer_begin, t->layer_end) on the store's path. Under io_lock. */
-static void
-load_run(struct tt_transfer *t)
-{
-	struct tutti_store *st = t->st;
-
-	if (st->gring != NULL) {
-		tt_gring_transfer(t);
-	} else if (st->cufile != NULL) {
-		tt_gds_transfer(t);
-	} else {
-		tt_transfer_run(t);
-	}
-}
-
 int64_t
 tutti_store_load(struct tutti_store *st, const struct tutti_kv *kv,
                  const struct tutti_request *reqs, uint32_t nr_reqs, uint32_t layer_begin,
@@ -167,7 +152,7 @@ tutti_store_load(struct tutti_store *st, const struct tutti_kv *kv,
 		return rc;
 	}
 	tt_io_lock(st);
-	load_run(&t);
+	tt_transfer_on_engine(&t);
 	return load_end(&t, tt_now_ns() - t0, status);
 }
 
@@ -177,9 +162,8 @@ int
 tt_load_op_open(struct tt_load_op *op, struct tutti_store *st, const struct tutti_kv *kv,
                 const struct tutti_request *reqs, uint32_t nr_reqs, struct tt_list_mem *mem)
 {
-	int rc;
-
 	uint64_t t0 = tt_now_ns();
+	int rc;
 
 	memset(op, 0, sizeof(*op));
 	if (st == NULL) {
@@ -194,9 +178,7 @@ tt_load_op_open(struct tt_load_op *op, struct tutti_store *st, const struct tutt
 	pthread_mutex_unlock(&st->io_lock);
 	if (rc < 0) {
 		op->rc = rc;
-		for (uint32_t i = 0; i < op->t.nr_chunks; i++) {
-			tt_fail_chunk(&op->t.chunks[i], rc);
-		}
+		tt_transfer_fail_all(&op->t, rc);
 	}
 	op->busy_ns = tt_now_ns() - t0;
 	return 0;
@@ -225,20 +207,21 @@ tt_load_op_layer(struct tt_load_op *op, uint32_t *word, uint32_t value, uint64_t
 			return 0;
 		}
 		op->rc = rc;
-		for (uint32_t i = 0; i < op->t.nr_chunks; i++) {
-			tt_fail_chunk(&op->t.chunks[i], rc);
-		}
+		tt_transfer_fail_all(&op->t, rc);
 	} else if (rc == 0) {
 		op->t.layer_begin = l;
 		op->t.layer_end = l + 1;
 		tt_io_lock(st);
-		load_run(&op->t);
+		tt_transfer_on_engine(&op->t);
 		pthread_mutex_unlock(&st->io_lock);
 	}
 	/* Done (or failed) in the call: publish from here. An async op's times are the GPU's:
-	 * a layer that failed on the host has none. */
-	*done_ns = op->gpu != NULL ? 0 : tt_now_ns();
-	op->busy_ns += op->gpu != NULL ? 0 : tt_now_ns() - t0;
+	 * a layer that failed on the host has none (its call time is counted above). */
+	*done_ns = 0;
+	if (op->gpu == NULL) {
+		*done_ns = tt_now_ns();
+		op->busy_ns += *done_ns - t0;
+	}
 	tt_st_release(word, value);
 	return rc;
 }
@@ -272,8 +255,8 @@ tt_load_op_close(struct tt_load_op *op, int32_t *status)
 	if (op->gpu != NULL) {
 		int rc = tt_gring_op_finish(op);
 
-		for (uint32_t i = 0; rc < 0 && i < op->t.nr_chunks; i++) {
-			tt_fail_chunk(&op->t.chunks[i], rc);
+		if (rc < 0) {
+			tt_transfer_fail_all(&op->t, rc);
 		}
 	}
 	op->t.layer_begin = 0;

@@ -337,13 +337,7 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 	pthread_mutex_unlock(&st->lock);
 
 	tt_io_lock(st);
-	if (st->gring != NULL) {
-		tt_gring_transfer(&t);
-	} else if (st->cufile != NULL) {
-		tt_gds_transfer(&t);
-	} else {
-		tt_transfer_run(&t);
-	}
+	tt_transfer_on_engine(&t);
 	flushes = write_commit_records(st, &t);
 	tt_store_note_io(st);
 	pthread_mutex_unlock(&st->io_lock);

@@ -167,6 +167,9 @@ int tt_transfer_run(struct tt_transfer *t);
 int tt_transfer_mover(struct tt_transfer *t);
 /* Every chunk of \p t fails with \p rc (a negative errno). */
 void tt_transfer_fail_all(struct tt_transfer *t, int rc);
+/* Move \p t through the store's engine: gpu-uring, gds, or the I/O engine's transfer_run.
+ * Chunk statuses say what failed. Under io_lock. */
+void tt_transfer_on_engine(struct tt_transfer *t);
 /* The start of every engine's transfer: every chunk fails with -EIO when the engine broke down
  * (\p engine_broken), else tt_transfer_mover(). */
 int tt_transfer_prepare(struct tt_transfer *t, bool engine_broken);

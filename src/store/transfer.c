@@ -534,6 +534,20 @@ tt_transfer_mover(struct tt_transfer *t)
 	return 0;
 }
 
+void
+tt_transfer_on_engine(struct tt_transfer *t)
+{
+	struct tutti_store *st = t->st;
+
+	if (st->gring != NULL) {
+		tt_gring_transfer(t);
+	} else if (st->cufile != NULL) {
+		tt_gds_transfer(t);
+	} else {
+		tt_transfer_run(t);
+	}
+}
+
 int
 tt_transfer_prepare(struct tt_transfer *t, bool engine_broken)
 {

@@ -10,7 +10,6 @@ import pytest
 
 pytest.importorskip("vllm")
 
-import torch  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
