@@ -11,7 +11,8 @@
 # emulated), store-disk (the same on the disk holding the working tree), stripe
 # (tutti-stripe-bench: retrieve over 1, 2 and 4 directories against raw reads of the same files,
 # emulated and disk), tp (bench/tp_ttft.py with TP_ARGS: TTFT at TP=2 on two GPUs), layerwise
-# (bench/layerwise_ttft.py with LAYERWISE_ARGS); default: test mover.
+# (bench/layerwise_ttft.py with LAYERWISE_ARGS), footprint (bench/io_footprint.py with
+# FOOTPRINT_ARGS); default: test mover.
 # BENCH_ARGS adds arguments to tutti-gpu-store-bench; STRIPE_ARGS to tutti-stripe-bench
 # (STRIPE_ENGINES, STRIPE_SHM_TOKENS and STRIPE_DISK_TOKENS change its defaults).
 set -uo pipefail
@@ -131,6 +132,17 @@ tp)
 		tail -20 "$OUT/tp.log" >> "$OUT/summary.txt"
 	fi
 	rm -rf build/tp-disk /dev/shm/tutti-tp
+	;;
+footprint)
+	# What resident I/O blocks cost the prefill beside them, the rate at which blocks read host
+	# memory, and how the emulated storage's reads share host memory with the GPU's
+	# (bench/io_footprint.py with FOOTPRINT_ARGS).
+	log "footprint: ${FOOTPRINT_ARGS:-defaults}"
+	# shellcheck disable=SC2086
+	timeout "${BENCH_TIMEOUT:-600}" python3 bench/io_footprint.py --out "$OUT" ${FOOTPRINT_ARGS:-} \
+		> "$OUT/footprint.log" 2>&1
+	log "footprint exit $?"
+	tail -40 "$OUT/footprint.log" >> "$OUT/summary.txt"
 	;;
 layerwise)
 	# The layerwise pipeline on a Llama-3-8B-shaped model (bench/layerwise_ttft.py); the disk

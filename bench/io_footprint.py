@@ -1,0 +1,290 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the GPU's I/O blocks cost the prefill beside them, and what they can move.
+
+The gpu-uring engine's layer kernels keep their blocks resident on the GPU while the prefill runs
+(a controller block and one block per I/O worker). This bench separates the three costs that the
+layerwise bubble bench (bench/layerwise_ttft.py) sees together, on the same prefill (its
+Llama-3-8B-shaped model, a 32K-token prompt of which 30K are cached):
+
+  hold     the prefill's time while B resident blocks of T threads wait, as the I/O workers wait
+           for their reads: the cost of occupying SMs alone (no memory traffic)
+  pull     the rate at which B blocks of T threads read pinned host memory across PCIe (the
+           workers' copy out of their bounce slots: 16-byte cache-volatile loads, 8 in flight
+           per thread), alone and beside the prefill, with the prefill's time beside it
+  host     the O_DIRECT read rate of a tmpfs file (the emulated storage's physical limit, as the
+           bubble bench measures it) alone and while the GPU reads host memory at full rate: how
+           much the storage and the GPU's reads share the host's memory
+
+Needs a GPU, PyTorch and CuPy (kernels compiled at run time by NVRTC); builds nothing.
+Usage: python3 bench/io_footprint.py --out DIR [--shm-file /dev/shm/f] [--repeats 5]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import cupy
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from layerwise_ttft import CHUNK, LLAMA3_8B, BLOCK, Model, PagedCache, raw_read_gbps  # noqa: E402
+
+KERNELS = r"""
+__device__ static inline unsigned long long now_ns(void)
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+/* Resident until *release (or the deadline): thread 0 polls as an I/O worker polls its ready
+ * flag. The other threads keep 64 registers live across the wait, as a worker's do. */
+extern "C" __global__ void hold(const volatile int *release, unsigned long long limit_ns,
+                                unsigned *sink)
+{
+	unsigned r[64];
+	unsigned s = 0;
+
+#pragma unroll
+	for (int k = 0; k < 64; k++) {
+		r[k] = blockIdx.x * (k + 1) + threadIdx.x * (k + 3);
+	}
+	if (threadIdx.x == 0) {
+		unsigned long long deadline = now_ns() + limit_ns;
+
+		while (!*release && now_ns() < deadline) {
+			__nanosleep(256);
+		}
+	}
+	__syncthreads();
+#pragma unroll
+	for (int k = 0; k < 64; k++) {
+		s ^= r[k] * r[(k + 1) & 63];
+	}
+	if (s == 0x9e3779b9u) {
+		sink[0] = s;
+	}
+}
+
+/* Block b copies 1 MiB objects b, b + B, ... of src (pinned host memory) to dst (device), as a
+ * load worker copies its bounce slot out: ld.global.cv of 16 bytes, 8 in flight per thread. */
+extern "C" __global__ void pull(const int4 *src, int4 *dst, unsigned long long objs,
+                                unsigned long long obj16, int rounds)
+{
+	for (int r = 0; r < rounds; r++) {
+		for (unsigned long long o = blockIdx.x; o < objs; o += gridDim.x) {
+			const int4 *s = src + o * obj16;
+			int4 *d = dst + o * obj16;
+
+			for (unsigned long long i = threadIdx.x; i < obj16; i += blockDim.x * 8ull) {
+				int4 v[8];
+#pragma unroll
+				for (int k = 0; k < 8; k++) {
+					unsigned long long j = i + (unsigned long long)k * blockDim.x;
+					if (j < obj16) {
+						v[k] = __ldcv(&s[j]);
+					}
+				}
+#pragma unroll
+				for (int k = 0; k < 8; k++) {
+					unsigned long long j = i + (unsigned long long)k * blockDim.x;
+					if (j < obj16) {
+						d[j] = v[k];
+					}
+				}
+			}
+		}
+	}
+}
+"""
+
+OBJ = 1 << 20
+
+
+def prefill_once(model, cache, start, total):
+    """GPU time of one suffix prefill (CUDA events on the current stream), in seconds."""
+    b, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    b.record()
+    model.prefill(cache, start, total)
+    e.record()
+    e.synchronize()
+    return b.elapsed_time(e) / 1e3
+
+
+class Kernels:
+    def __init__(self):
+        mod = cupy.RawModule(code=KERNELS, options=("--std=c++17",))
+        self.hold = mod.get_function("hold")
+        self.pull = mod.get_function("pull")
+        self.release = cupy.zeros(1, dtype=cupy.int32)
+        self.sink = cupy.zeros(1, dtype=cupy.uint32)
+
+    def hold_start(self, stream, blocks, threads, seconds=30.0):
+        self.release.fill(0)
+        torch.cuda.synchronize()
+        with cupy.cuda.ExternalStream(stream.cuda_stream):
+            self.hold((blocks,), (threads,),
+                      (self.release, cupy.uint64(int(seconds * 1e9)), self.sink))
+
+    def hold_end(self, stream):
+        self.release.fill(1)  # on the null stream, which does not wait for the hold kernel
+        stream.synchronize()
+
+    def pull_launch(self, stream, src, dst, blocks, threads, rounds=1):
+        objs = src.numel() // OBJ
+        with cupy.cuda.ExternalStream(stream.cuda_stream):
+            self.pull((blocks,), (threads,),
+                      (cupy.uint64(src.data_ptr()), cupy.uint64(dst.data_ptr()),
+                       cupy.uint64(objs), cupy.uint64(OBJ // 16), cupy.int32(rounds)))
+
+
+def run_hold(args, k, model, cache, start, total, rows):
+    side = torch.cuda.Stream()
+    alone = statistics.median(prefill_once(model, cache, start, total) for _ in range(args.repeats))
+    rows.append(dict(experiment="hold", blocks=0, threads=0, prefill_s=alone))
+    print(json.dumps(rows[-1]), flush=True)
+    for blocks, threads in args.hold_configs:
+        times = []
+        for _ in range(args.repeats):
+            k.hold_start(side, blocks, threads)
+            time.sleep(0.002)  # every block resident before the prefill starts
+            times.append(prefill_once(model, cache, start, total))
+            k.hold_end(side)
+        t = statistics.median(times)
+        rows.append(dict(experiment="hold", blocks=blocks, threads=threads, prefill_s=t,
+                         slowdown=t / alone, regs=k.hold.num_regs))
+        print(json.dumps(rows[-1]), flush=True)
+
+
+def run_pull(args, k, model, cache, start, total, rows):
+    src = torch.empty(args.pull_mib << 20, dtype=torch.uint8, pin_memory=True)
+    src.random_(0, 255)
+    dst = torch.empty_like(src, device="cuda")
+    side = torch.cuda.Stream()
+    alone_prefill = statistics.median(
+        prefill_once(model, cache, start, total) for _ in range(args.repeats))
+    for blocks, threads in args.pull_configs:
+        for beside in (False, True):
+            rates, prefills = [], []
+            for _ in range(args.repeats):
+                torch.cuda.synchronize()
+                b, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                b.record(side)
+                k.pull_launch(side, src, dst, blocks, threads)
+                e.record(side)
+                if beside:
+                    prefills.append(prefill_once(model, cache, start, total))
+                e.synchronize()
+                rates.append(src.numel() / (b.elapsed_time(e) / 1e3) / 1e9)
+            if not torch.equal(dst[: 1 << 20].cpu(), src[: 1 << 20]):
+                raise AssertionError("pull kernel copied wrong bytes")
+            row = dict(experiment="pull", blocks=blocks, threads=threads, beside_prefill=beside,
+                       pull_gbps=statistics.median(rates))
+            if beside:
+                row.update(prefill_s=statistics.median(prefills),
+                           slowdown=statistics.median(prefills) / alone_prefill)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
+
+def run_host(args, k, rows):
+    path = Path(args.shm_file)
+    nbytes = args.host_mib << 20
+    with open(path, "wb") as f:
+        chunk = os.urandom(64 << 20)
+        for _ in range(nbytes // len(chunk)):
+            f.write(chunk)
+    src = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True)
+    dst = torch.empty_like(src, device="cuda")
+    side = torch.cuda.Stream()
+    try:
+        for threads in args.host_threads:
+            for with_gpu in (False, True):
+                rates, gpu_rates = [], []
+                for _ in range(args.repeats):
+                    stop = threading.Event()
+                    moved = [0, 0.0]
+
+                    def gpu_reader():
+                        t0 = time.perf_counter()
+                        while not stop.is_set():
+                            k.pull_launch(side, src, dst, 64, 256)
+                            side.synchronize()
+                            moved[0] += src.numel()
+                        moved[1] = time.perf_counter() - t0
+                    th = threading.Thread(target=gpu_reader) if with_gpu else None
+                    if th:
+                        th.start()
+                        time.sleep(0.1)
+                    rates.append(raw_read_gbps(str(path), nbytes, threads=threads))
+                    if th:
+                        stop.set()
+                        th.join()
+                        gpu_rates.append(moved[0] / moved[1] / 1e9)
+                row = dict(experiment="host", storage="emulated-nvme", read_threads=threads,
+                           gpu_reading_host=with_gpu, raw_gbps=statistics.median(rates),
+                           raw_gbps_all=[round(r, 2) for r in rates])
+                if with_gpu:
+                    row["gpu_pull_gbps"] = statistics.median(gpu_rates)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def pairs(text):
+    return [tuple(int(x) for x in p.split("x")) for p in text.split(",")]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--experiments", default="hold,pull,host")
+    ap.add_argument("--hold-configs", type=pairs,
+                    default=pairs("1x256,9x256,17x256,33x256,65x256,9x1024,12x768,17x512"))
+    ap.add_argument("--pull-configs", type=pairs,
+                    default=pairs("8x256,16x256,32x256,64x256,4x768,8x768,11x768,16x768,"
+                                  "8x1024,16x1024"))
+    ap.add_argument("--pull-mib", type=int, default=4096)
+    ap.add_argument("--shm-file", default="/dev/shm/tutti-io-footprint")
+    ap.add_argument("--host-mib", type=int, default=4096)
+    ap.add_argument("--host-threads", type=lambda s: [int(x) for x in s.split(",")],
+                    default=[16, 8])
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    total, start = 32768, 30720
+    shape = LLAMA3_8B
+    model = Model(shape)
+    cache = PagedCache(shape, total // BLOCK)
+    assert start % CHUNK == 0
+    k = Kernels()
+    rows = [dict(experiment="machine", gpu=torch.cuda.get_device_name(),
+                 sms=torch.cuda.get_device_properties(0).multi_processor_count,
+                 cpus=os.cpu_count())]
+    print(json.dumps(rows[-1]), flush=True)
+    for _ in range(3):
+        prefill_once(model, cache, start, total)  # warm up
+    todo = args.experiments.split(",")
+    try:
+        if "hold" in todo:
+            run_hold(args, k, model, cache, start, total, rows)
+        if "pull" in todo:
+            run_pull(args, k, model, cache, start, total, rows)
+        if "host" in todo:
+            run_host(args, k, rows)
+    finally:
+        with open(out / "io-footprint.jsonl", "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()
