@@ -247,10 +247,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--experiments", default="hold,pull,host")
     ap.add_argument("--hold-configs", type=pairs,
-                    default=pairs("1x256,9x256,17x256,33x256,65x256,9x1024,12x768,17x512"))
+                    default=pairs("1x256,2x256,3x256,4x256,6x256,9x256,12x768,33x256,65x256"))
     ap.add_argument("--pull-configs", type=pairs,
-                    default=pairs("8x256,16x256,32x256,64x256,4x768,8x768,11x768,16x768,"
-                                  "8x1024,16x1024"))
+                    default=pairs("1x256,1x768,2x768,3x768,4x768,8x256,32x256,11x768"))
     ap.add_argument("--pull-mib", type=int, default=4096)
     ap.add_argument("--shm-file", default="/dev/shm/tutti-io-footprint")
     ap.add_argument("--host-mib", type=int, default=4096)

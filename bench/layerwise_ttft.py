@@ -288,7 +288,7 @@ def find_build_file(name):
 class TuttiTier:
     def __init__(self, directory, shape, prefix_tokens, cache, engine="gpu-uring",
                  save_staging=0, profile=None, wait_timeout_ms=30000, gpu_io_workers=0,
-                 readahead=0):
+                 gpu_io_sms=None, readahead=0):
         self.geo = geometry(shape)
         self.dir = Path(directory)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -296,7 +296,8 @@ class TuttiTier:
         chunks = prefix_tokens // CHUNK
         self.store = Store([self.dir], self.geo,
                            capacity_bytes=(chunks + 64) * self.geo.slot_bytes, engine=engine,
-                           staging_bytes=64 << 20, gpu_io_workers=gpu_io_workers)
+                           staging_bytes=64 << 20, gpu_io_workers=gpu_io_workers,
+                           gpu_io_sms=gpu_io_sms)
         self.kv = cache.kv(self.geo)
         self.keys = chain_keys(chunks)
         self.pipe = Pipeline(self.store, self.kv, readahead_layers=readahead,
@@ -446,6 +447,7 @@ def run_bubble(args, model, cache, prefix, tiers, rows):
                        compute_s=compute, runs=args.repeats,
                        layer_stall_ms=layers[stalls.index(statistics.median_low(stalls))],
                        readahead=r["readahead"],
+                       gpu_io_workers=args.gpu_io_workers, gpu_io_sms=args.gpu_io_sms,
                        prefix_gb=blocks * cache.block_bytes * 2 * cache.shape.layers / 1e9)
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -547,7 +549,9 @@ def main():
     ap.add_argument("--tag", default="")
     ap.add_argument("--wait-timeout-ms", type=int, default=30000)
     ap.add_argument("--gpu-io-workers", type=int, default=0,
-                    help="CUDA blocks of a gpu-uring layer kernel (0: the store's default)")
+                    help="workers of a gpu-uring layer kernel (0: the store's default)")
+    ap.add_argument("--gpu-io-sms", type=int, default=None,
+                    help="SMs the workers are packed into (default: the store's)")
     ap.add_argument("--readahead", type=int, default=0,
                     help="layers read ahead of compute (0: the pipeline's own window)")
     ap.add_argument("--compute-stream", choices=["default", "side"], default="side",
@@ -598,6 +602,7 @@ def main():
                 tiers[m] = TuttiTier(Path(dirs[storage]) / "tutti", shape, max_prefix, cache,
                                      wait_timeout_ms=args.wait_timeout_ms,
                                      gpu_io_workers=args.gpu_io_workers,
+                                     gpu_io_sms=args.gpu_io_sms,
                                      readahead=args.readahead)
                 tiers[m].fill(cache, prefix.max_blocks)
             elif m.startswith("baseline-"):

@@ -4,11 +4,14 @@
  * layer into a real io_uring itself, reaps the completions, and moves each object between its
  * bounce slot and the paged KV, checking (load) or computing (save) its checksum on the GPU.
  *
- * Kernel layout. CUDA block 0 is the controller: its thread 0 writes SQEs and publishes the SQ
+ * Kernel layout. The kernel runs in groups of 256 threads, packed several to a block (up to 3)
+ * so that the I/O holds few SMs while a prefill runs beside it: every block an I/O kernel keeps
+ * resident is an SM the prefill's GEMMs cannot use. Group 0 is the controller: its thread 0
+ * writes SQEs and publishes the SQ
  * tail once per batch (system-scope release), polls the CQ tail (system-scope acquire) with
  * back-off, and hands each completed I/O to a worker through a device-memory flag (release at
  * GPU scope; the worker's acquire makes the DMA'd bounce bytes visible through the chain).
- * Blocks 1..W are workers: worker w handles I/Os w-1, w-1+W, ... in order. A load worker copies
+ * Groups 1..W are workers: worker w handles I/Os w-1, w-1+W, ... in order. A load worker copies
  * the object from its bounce slot (mapped host memory, read across PCIe in 16-byte vectors) into
  * its own device scratch, frees the slot at once (so the next read can start), checks the
  * checksum there and scatters into the paged blocks. A save worker gathers the blocks into its
@@ -17,7 +20,8 @@
  * holds. Every wait has a deadline (%globaltimer): a stalled ring fails the layer with
  * -ETIMEDOUT instead of hanging the GPU.
  *
- * All blocks must be resident at once (W + 1 blocks of 256 threads, W small next to the SM count).
+ * All blocks must be resident at once (at most W + 1 blocks, W small next to the SM count). A
+ * group synchronises on a named barrier of its own, never the whole block's.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -31,7 +35,17 @@ extern "C" {
 #include "gring/proto.h"
 }
 
-#define THREADS 256
+/* Threads of one worker (and of the controller's group). */
+#define GROUP 256
+/* Groups a block holds at most: 768 threads, which keeps the kernel at 80 registers a thread
+ * without more spills (4 groups, 1024 threads, would cap it at 64). */
+#define MAX_GROUPS 3
+
+/* What one group keeps in shared memory. */
+struct group_shared {
+	xxh_shared xxh;
+	int ok; /* wait_flag's verdict for the group */
+};
 
 struct tt_gring_dev {
 	struct tt_gring_obj *objs; /* device copy of a layer's objects */
@@ -69,6 +83,7 @@ struct job_param {
 	uint64_t slot_bytes;
 	uint32_t slots;
 	uint32_t nr;
+	uint32_t workers;
 	uint32_t write;
 	uint64_t epoch;
 	uint64_t timeout_ns;
@@ -102,38 +117,38 @@ st_release_gpu(unsigned long long *p, unsigned long long v)
 	asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-/* Copy \p bytes (a multiple of 16, 16-byte aligned ends) with every thread of the block. */
+/* Copy \p bytes (a multiple of 16, 16-byte aligned ends) with every thread of team \p t. */
 __device__ static void
-block_copy16(uint8_t *dst, const uint8_t *src, uint64_t bytes)
+team_copy16(const team &t, uint8_t *dst, const uint8_t *src, uint64_t bytes)
 {
 	int4 *d = reinterpret_cast<int4 *>(dst);
 	const int4 *s = reinterpret_cast<const int4 *>(src);
 
-	for (uint64_t i = threadIdx.x; i < bytes / 16; i += THREADS) {
+	for (uint64_t i = t.lane; i < bytes / 16; i += t.size) {
 		d[i] = s[i];
 	}
 }
 
 /* Loads across PCIe each thread keeps in flight: a load from host memory takes a microsecond
- * or more, so one at a time leaves a block latency-bound (about 256 x 16 B per round trip), and
+ * or more, so one at a time leaves a group latency-bound (about 256 x 16 B per round trip), and
  * slower still when a prefill shares the SM. */
 #define HOST_LOADS_IN_FLIGHT 8
 
 /* The same from a bounce slot: cache-volatile loads (ld.global.cv), because the slot was
  * rewritten by DMA since this SM may last have cached it. */
 __device__ static void
-block_copy_from_host(uint8_t *dst, const uint8_t *src, uint64_t bytes)
+team_copy_from_host(const team &t, uint8_t *dst, const uint8_t *src, uint64_t bytes)
 {
 	int4 *d = reinterpret_cast<int4 *>(dst);
 	const int4 *s = reinterpret_cast<const int4 *>(src);
 	uint64_t n = bytes / 16;
 
-	for (uint64_t i = threadIdx.x; i < n; i += (uint64_t)THREADS * HOST_LOADS_IN_FLIGHT) {
+	for (uint64_t i = t.lane; i < n; i += (uint64_t)t.size * HOST_LOADS_IN_FLIGHT) {
 		int4 v[HOST_LOADS_IN_FLIGHT];
 
 #pragma unroll
 		for (unsigned k = 0; k < HOST_LOADS_IN_FLIGHT; k++) {
-			uint64_t j = i + (uint64_t)k * THREADS;
+			uint64_t j = i + (uint64_t)k * t.size;
 
 			if (j < n) {
 				v[k] = __ldcv(&s[j]);
@@ -141,33 +156,34 @@ block_copy_from_host(uint8_t *dst, const uint8_t *src, uint64_t bytes)
 		}
 #pragma unroll
 		for (unsigned k = 0; k < HOST_LOADS_IN_FLIGHT; k++) {
-			uint64_t j = i + (uint64_t)k * THREADS;
+			uint64_t j = i + (uint64_t)k * t.size;
 
 			if (j < n) {
 				d[j] = v[k];
 			}
 		}
 	}
-	for (uint64_t i = n * 16 + threadIdx.x; i < bytes; i += THREADS) {
+	for (uint64_t i = n * 16 + t.lane; i < bytes; i += t.size) {
 		dst[i] = __ldcv(&src[i]);
 	}
 }
 
 __device__ static void
-block_copy(uint8_t *dst, const uint8_t *src, uint64_t bytes)
+team_copy(const team &t, uint8_t *dst, const uint8_t *src, uint64_t bytes)
 {
 	if ((((uintptr_t)dst | (uintptr_t)src | bytes) & 15) == 0) {
-		block_copy16(dst, src, bytes);
+		team_copy16(t, dst, src, bytes);
 		return;
 	}
-	for (uint64_t i = threadIdx.x; i < bytes; i += THREADS) {
+	for (uint64_t i = t.lane; i < bytes; i += t.size) {
 		dst[i] = src[i];
 	}
 }
 
 /* Move an object's blocks between \p obj (canonical layout) and the paged KV. */
 __device__ static void
-move_blocks(const job_param &p, const uint32_t *ids, uint32_t n, uint8_t *obj, bool gather)
+move_blocks(const team &t, const job_param &p, const uint32_t *ids, uint32_t n, uint8_t *obj,
+            bool gather)
 {
 	for (uint32_t b = 0; b < n; b++) {
 		for (unsigned s = 0; s < p.nr_segs; s++) {
@@ -175,9 +191,9 @@ move_blocks(const job_param &p, const uint32_t *ids, uint32_t n, uint8_t *obj, b
 			    reinterpret_cast<uint8_t *>(p.seg[s].base + ids[b] * p.seg[s].stride);
 
 			if (gather) {
-				block_copy(obj, kv, p.seg[s].bytes);
+				team_copy(t, obj, kv, p.seg[s].bytes);
 			} else {
-				block_copy(kv, obj, p.seg[s].bytes);
+				team_copy(t, kv, obj, p.seg[s].bytes);
 			}
 			obj += p.seg[s].bytes;
 		}
@@ -297,37 +313,34 @@ controller(const job_param &p, struct tt_gring_obj *objs, unsigned long long *re
 
 /* ---- the workers ---- */
 
-/* Wait for \p flag to reach \p want; false on a timeout (or when another block failed). */
+/* Wait for \p flag to reach \p want; false on a timeout (or when another group failed). */
 __device__ static bool
-wait_flag(const unsigned long long *flag, unsigned long long want, uint64_t timeout_ns, int *failed)
+wait_flag(const team &t, group_shared *sh, const unsigned long long *flag, unsigned long long want,
+          uint64_t timeout_ns, int *failed)
 {
-	__shared__ int ok;
-
-	if (threadIdx.x == 0) {
+	if (t.lane == 0) {
 		uint64_t start = now_ns();
 
-		ok = 1;
+		sh->ok = 1;
 		while (ld_acquire_gpu(flag) != want) {
 			if (*(volatile int *)failed || now_ns() - start > timeout_ns) {
 				atomicExch(failed, 1);
-				ok = 0;
+				sh->ok = 0;
 				break;
 			}
 			__nanosleep(256);
 		}
 	}
-	__syncthreads();
-	return ok != 0;
+	team_sync(t);
+	return sh->ok != 0;
 }
 
 __device__ static void
-worker(const job_param &p, struct tt_gring_obj *objs, const uint32_t *ids, uint8_t *scratch,
-       unsigned long long *ready, unsigned long long *freed, int *failed, uint32_t w,
-       uint32_t nr_workers)
+worker(const team &t, group_shared *sh, const job_param &p, struct tt_gring_obj *objs,
+       const uint32_t *ids, uint8_t *scratch, unsigned long long *ready, unsigned long long *freed,
+       int *failed, uint32_t w)
 {
-	__shared__ uint64_t sums[XXH_WINDOW * 8];
-
-	for (uint32_t i = w; i < p.nr; i += nr_workers) {
+	for (uint32_t i = w; i < p.nr; i += p.workers) {
 		struct tt_gring_obj *o = &objs[i];
 		uint32_t slot = i % p.slots;
 		unsigned long long mine = p.epoch << 32 | (unsigned long long)(i + 1);
@@ -338,68 +351,73 @@ worker(const job_param &p, struct tt_gring_obj *objs, const uint32_t *ids, uint8
 		if (p.write) {
 			/* Save: the slot is ours once I/O i - S is written. */
 			if (i >= p.slots &&
-			    !wait_flag(&freed[slot], p.epoch << 32 | (i - p.slots + 1),
+			    !wait_flag(t, sh, &freed[slot], p.epoch << 32 | (i - p.slots + 1),
 			               p.timeout_ns, failed)) {
 				return;
 			}
 			if (o->status == 0) {
-				move_blocks(p, ids + o->ids_off, o->nr_moved, scratch, true);
-				__syncthreads();
-				o->csum = xxh3_64_block(scratch, moved, sums);
-				block_copy(bounce, scratch, moved);
-				for (uint64_t b = moved + threadIdx.x; b < p.slot_bytes;
-				     b += THREADS) {
+				move_blocks(t, p, ids + o->ids_off, o->nr_moved, scratch, true);
+				team_sync(t);
+				o->csum = xxh3_64_block(scratch, moved, &sh->xxh, t);
+				team_copy(t, bounce, scratch, moved);
+				for (uint64_t b = moved + t.lane; b < p.slot_bytes; b += t.size) {
 					bounce[b] = 0; /* padding is zero, never stale */
 				}
 			}
 			__threadfence_system(); /* the bytes reach host memory before the SQE */
-			__syncthreads();
-			if (threadIdx.x == 0) {
+			team_sync(t);
+			if (t.lane == 0) {
 				st_release_gpu(&ready[slot], mine);
 			}
 			continue;
 		}
 		/* Load: wait for the read, take the object, give the slot back. */
-		if (!wait_flag(&ready[slot], mine, p.timeout_ns, failed)) {
+		if (!wait_flag(t, sh, &ready[slot], mine, p.timeout_ns, failed)) {
 			return;
 		}
 		if (o->status == 0) {
-			block_copy_from_host(scratch, bounce, stored);
+			team_copy_from_host(t, scratch, bounce, stored);
 		}
-		__syncthreads();
-		if (threadIdx.x == 0) {
+		team_sync(t);
+		if (t.lane == 0) {
 			st_release_gpu(&freed[slot], mine);
 		}
 		if (o->status != 0) {
 			continue;
 		}
-		if (xxh3_64_block(scratch, stored, sums) != o->csum) {
-			if (threadIdx.x == 0) {
+		if (xxh3_64_block(scratch, stored, &sh->xxh, t) != o->csum) {
+			if (t.lane == 0) {
 				o->status = -EBADMSG;
 			}
 			continue; /* never scattered */
 		}
-		move_blocks(p, ids + o->ids_off, o->nr_moved, scratch + (uint64_t)o->skip * p.lbb,
-		            false);
-		__syncthreads();
+		move_blocks(t, p, ids + o->ids_off, o->nr_moved,
+		            scratch + (uint64_t)o->skip * p.lbb, false);
+		team_sync(t);
 	}
 }
 
+/* Group 0 (the first of block 0) is the controller, groups 1..W the workers; each block holds
+ * blockDim.x / GROUP groups, each synchronising on its own named barrier. */
 __global__ static void
-__launch_bounds__(THREADS)
+__launch_bounds__(GROUP *MAX_GROUPS)
     gring_kernel(job_param p, struct tt_gring_obj *objs, const uint32_t *ids, uint8_t *scratch,
                  unsigned long long *ready, unsigned long long *freed, int *failed)
 {
+	__shared__ group_shared shared[MAX_GROUPS];
+	unsigned local = threadIdx.x / GROUP;
+	uint32_t group = blockIdx.x * (blockDim.x / GROUP) + local;
+	team t = {threadIdx.x % GROUP, GROUP, 1 + local};
 	int *broken = failed + 2;
 
 	if (*(volatile int *)broken) {
-		if (blockIdx.x == 0 && threadIdx.x == 0) {
+		if (group == 0 && t.lane == 0) {
 			atomicExch(failed, 1); /* reported as this layer's timeout too */
 		}
 		return;
 	}
-	if (blockIdx.x == 0) {
-		if (threadIdx.x == 0) {
+	if (group == 0) {
+		if (t.lane == 0) {
 			controller(p, objs, ready, freed, failed);
 			if (*(volatile int *)failed) {
 				atomicExch(broken, 1);
@@ -407,12 +425,15 @@ __launch_bounds__(THREADS)
 		}
 		return;
 	}
-	worker(p, objs, ids, scratch + (uint64_t)(blockIdx.x - 1) * p.slot_bytes, ready, freed,
-	       failed, blockIdx.x - 1, gridDim.x - 1);
-	if (threadIdx.x == 0 && *(volatile int *)failed) {
+	if (group > p.workers) {
+		return; /* the last block's spare groups */
+	}
+	worker(t, &shared[local], p, objs, ids, scratch + (uint64_t)(group - 1) * p.slot_bytes,
+	       ready, freed, failed, group - 1);
+	if (t.lane == 0 && *(volatile int *)failed) {
 		atomicExch(broken, 1);
 	}
-	if (p.trace != NULL && threadIdx.x == 0 && atomicSub(p.workers_left, 1) == 1) {
+	if (p.trace != NULL && t.lane == 0 && atomicSub(p.workers_left, 1) == 1) {
 		p.trace[4] = now_ns();
 	}
 }
@@ -558,7 +579,7 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 {
 	const struct tutti_kv *kv = job->kv;
 	struct tt_gring_dev *d;
-	uint32_t workers;
+	uint32_t workers, groups, blocks, per_block;
 	job_param p;
 	int rc;
 
@@ -571,7 +592,15 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 	if (job->nr == 0) {
 		return 0;
 	}
+	/* The controller's group and the workers', packed evenly into the blocks asked for. */
 	workers = job->workers ? job->workers : 16;
+	groups = workers + 1;
+	blocks = job->blocks != 0 && job->blocks < groups ? job->blocks : groups;
+	per_block = (groups + blocks - 1) / blocks;
+	if (per_block > MAX_GROUPS) {
+		return -EINVAL;
+	}
+	blocks = (groups + per_block - 1) / per_block;
 	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
 	if (rc == 0) {
 		rc = prepare_dev(g, job, workers);
@@ -587,6 +616,7 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 	p.slot_bytes = job->slot_bytes;
 	p.slots = job->slots;
 	p.nr = job->nr;
+	p.workers = workers;
 	p.write = job->write;
 	p.epoch = ++d->epoch;
 	p.timeout_ns = (uint64_t)job->timeout_ms * 1000000ull;
@@ -620,10 +650,10 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 	if (rc < 0) {
 		return rc;
 	}
-	gring_kernel<<<workers + 1, THREADS, 0, g->stream>>>(p, d->objs, d->ids, d->scratch,
-	                                                     d->ready, d->freed, d->failed);
+	gring_kernel<<<blocks, per_block * GROUP, 0, g->stream>>>(p, d->objs, d->ids, d->scratch,
+	                                                          d->ready, d->freed, d->failed);
 	g->launches++;
-	d->span_blocks = d->span_blocks > workers + 1 ? d->span_blocks : workers + 1;
+	d->span_blocks = d->span_blocks > blocks ? d->span_blocks : blocks;
 	rc = check(g, cudaGetLastError(), "gpu-uring kernel launch");
 	if (rc == 0) {
 		rc = check(g, cudaEventRecord(d->span_end, g->stream), "cudaEventRecord");
@@ -675,13 +705,14 @@ tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
 /* Block b owns object b, in slot b of \p mem: load checks and scatters it, save gathers and
  * hashes it (zeroing the slot's padding). */
 __global__ static void
-__launch_bounds__(THREADS)
+__launch_bounds__(GROUP)
     objs_kernel(job_param p, struct tt_gring_obj *objs, const uint32_t *ids, uint8_t *mem)
 {
-	__shared__ uint64_t sums[XXH_WINDOW * 8];
+	__shared__ xxh_shared sh;
 	__shared__ struct tt_gring_obj
 	    o; /* the descriptor lives in mapped host memory: read once */
 	uint8_t *slot = mem + (uint64_t)blockIdx.x * p.slot_bytes;
+	const team t = {threadIdx.x, GROUP, 0};
 
 	if (threadIdx.x == 0) {
 		o = objs[blockIdx.x];
@@ -693,10 +724,10 @@ __launch_bounds__(THREADS)
 	if (p.write) {
 		uint64_t moved = (uint64_t)o.nr_moved * p.lbb, h;
 
-		move_blocks(p, ids + o.ids_off, o.nr_moved, slot, true);
+		move_blocks(t, p, ids + o.ids_off, o.nr_moved, slot, true);
 		__syncthreads();
-		h = xxh3_64_block(slot, moved, sums);
-		for (uint64_t b = moved + threadIdx.x; b < p.slot_bytes; b += THREADS) {
+		h = xxh3_64_block(slot, moved, &sh, t);
+		for (uint64_t b = moved + threadIdx.x; b < p.slot_bytes; b += GROUP) {
 			slot[b] = 0; /* padding is zero, never stale */
 		}
 		if (threadIdx.x == 0) {
@@ -704,13 +735,13 @@ __launch_bounds__(THREADS)
 		}
 		return;
 	}
-	if (xxh3_64_block(slot, (uint64_t)o.stored * p.lbb, sums) != o.csum) {
+	if (xxh3_64_block(slot, (uint64_t)o.stored * p.lbb, &sh, t) != o.csum) {
 		if (threadIdx.x == 0) {
 			objs[blockIdx.x].status = -EBADMSG;
 		}
 		return; /* never scattered */
 	}
-	move_blocks(p, ids + o.ids_off, o.nr_moved, slot + (uint64_t)o.skip * p.lbb, false);
+	move_blocks(t, p, ids + o.ids_off, o.nr_moved, slot + (uint64_t)o.skip * p.lbb, false);
 }
 
 extern "C" int
@@ -739,7 +770,7 @@ tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, struct 
 	layer_segs(&p, kv, layer);
 	p.slot_bytes = slot_bytes;
 	p.write = write;
-	objs_kernel<<<nr, THREADS, 0, g->stream>>>(p, objs, ids, mem);
+	objs_kernel<<<nr, GROUP, 0, g->stream>>>(p, objs, ids, mem);
 	g->launches++;
 	return check(g, cudaGetLastError(), "objects kernel launch");
 }
@@ -747,10 +778,11 @@ tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, struct 
 /* ---- the checksum alone, for tests ---- */
 
 __global__ static void
-__launch_bounds__(THREADS) csum_kernel(const uint8_t *p, uint64_t len, uint64_t *out)
+__launch_bounds__(GROUP) csum_kernel(const uint8_t *p, uint64_t len, uint64_t *out)
 {
-	__shared__ uint64_t sums[XXH_WINDOW * 8];
-	uint64_t h = xxh3_64_block(p, len, sums);
+	__shared__ xxh_shared sh;
+	const team t = {threadIdx.x, GROUP, 0};
+	uint64_t h = xxh3_64_block(p, len, &sh, t);
 
 	if (threadIdx.x == 0) {
 		*out = h;
@@ -774,8 +806,8 @@ tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out)
 		rc = check(g, cudaMalloc(&d_out, sizeof(*d_out)), "cudaMalloc");
 	}
 	if (rc == 0) {
-		csum_kernel<<<1, THREADS, 0, g->stream>>>(static_cast<const uint8_t *>(p), len,
-		                                          d_out);
+		csum_kernel<<<1, GROUP, 0, g->stream>>>(static_cast<const uint8_t *>(p), len,
+		                                        d_out);
 		rc = check(g, cudaGetLastError(), "csum kernel");
 	}
 	if (rc == 0) {

@@ -95,77 +95,98 @@ xxh_avalanche(uint64_t h)
 }
 
 /*
- * XXH3-64 of \p len (> 240) bytes at \p p, computed by all threads of the calling block (every
- * thread must call it). \p sums is XXH_WINDOW * 8 words of shared memory. The result is valid
- * in every thread.
+ * The threads that work on one object together: a whole block, or one of several groups of a
+ * block (the gpu-uring kernel packs several workers into a block, so that its I/O holds fewer
+ * SMs), which synchronise on a named barrier of their own.
+ */
+struct team {
+	unsigned lane;    /* this thread's index in the team */
+	unsigned size;    /* threads in the team, a multiple of 32 */
+	unsigned barrier; /* 0: the whole block (size == blockDim.x); else the team's own */
+};
+
+__device__ static inline void
+team_sync(const team &t)
+{
+	asm volatile("bar.sync %0, %1;" ::"r"(t.barrier), "r"(t.size) : "memory");
+}
+
+/* The shared memory one team's hash needs. */
+struct xxh_shared {
+	uint64_t sums[XXH_WINDOW * 8];
+	uint64_t acc[8];
+	uint64_t result;
+};
+
+/*
+ * XXH3-64 of \p len (> 240) bytes at \p p, computed by all threads of team \p t (every one
+ * must call it) in \p sh, the team's own shared memory. The result is valid in every thread.
  */
 __device__ static uint64_t
-xxh3_64_block(const uint8_t *p, uint64_t len, uint64_t *sums)
+xxh3_64_block(const uint8_t *p, uint64_t len, xxh_shared *sh, const team &t)
 {
-	__shared__ uint64_t acc[8];
-	__shared__ uint64_t result;
 	const uint64_t block_len = 1024;
 	uint64_t nb_blocks = (len - 1) / block_len;
 
-	if (threadIdx.x < 8) {
+	if (t.lane < 8) {
 		const uint64_t init[8] = {XXH_PRIME32_3, XXH_PRIME64_1, XXH_PRIME64_2,
 		                          XXH_PRIME64_3, XXH_PRIME64_4, XXH_PRIME32_2,
 		                          XXH_PRIME64_5, XXH_PRIME32_1};
 
-		acc[threadIdx.x] = init[threadIdx.x];
+		sh->acc[t.lane] = init[t.lane];
 	}
 	for (uint64_t first = 0; first < nb_blocks; first += XXH_WINDOW) {
 		uint32_t n =
 		    (uint32_t)(nb_blocks - first < XXH_WINDOW ? nb_blocks - first : XXH_WINDOW);
 
 		/* Block sums of this window: task (block, k) adds its 16 stripes. */
-		for (uint32_t t = threadIdx.x; t < n * 8; t += blockDim.x) {
-			const uint8_t *b = p + (first + t / 8) * block_len;
-			unsigned k = t % 8;
+		for (uint32_t i = t.lane; i < n * 8; i += t.size) {
+			const uint8_t *b = p + (first + i / 8) * block_len;
+			unsigned k = i % 8;
 			uint64_t sum = 0;
 
 			for (uint32_t s = 0; s < 16; s++) {
 				sum += xxh_stripe_lane(b + 64 * s, 8 * s, k);
 			}
-			sums[t] = sum;
+			sh->sums[i] = sum;
 		}
-		__syncthreads();
+		team_sync(t);
 		/* The chain: add, scramble, per block in order. */
-		if (threadIdx.x < 8) {
-			uint64_t a = acc[threadIdx.x];
+		if (t.lane < 8) {
+			uint64_t a = sh->acc[t.lane];
 
 			for (uint32_t i = 0; i < n; i++) {
-				a = xxh_scramble(a + sums[i * 8 + threadIdx.x], threadIdx.x);
+				a = xxh_scramble(a + sh->sums[i * 8 + t.lane], t.lane);
 			}
-			acc[threadIdx.x] = a;
+			sh->acc[t.lane] = a;
 		}
-		__syncthreads();
+		team_sync(t);
 	}
-	if (threadIdx.x < 8) {
-		unsigned k = threadIdx.x;
+	if (t.lane < 8) {
+		unsigned k = t.lane;
 		const uint8_t *tail = p + nb_blocks * block_len;
 		uint64_t nb_stripes = ((len - 1) - block_len * nb_blocks) / 64;
-		uint64_t a = acc[k];
+		uint64_t a = sh->acc[k];
 
 		/* The last, partial block, without scramble; then the last stripe. */
 		for (uint64_t s = 0; s < nb_stripes; s++) {
 			a += xxh_stripe_lane(tail + 64 * s, (uint32_t)(8 * s), k);
 		}
 		a += xxh_stripe_lane(p + len - 64, 192 - 64 - 7, k);
-		acc[k] = a;
+		sh->acc[k] = a;
 	}
-	__syncthreads();
-	if (threadIdx.x == 0) {
+	team_sync(t);
+	if (t.lane == 0) {
 		uint64_t h = len * XXH_PRIME64_1;
 
 		for (int i = 0; i < 4; i++) {
-			h += xxh_mul128_fold64(acc[2 * i] ^ xxh_secret_at(11 + 16 * i),
-			                       acc[2 * i + 1] ^ xxh_secret_at(11 + 16 * i + 8));
+			h += xxh_mul128_fold64(sh->acc[2 * i] ^ xxh_secret_at(11 + 16 * i),
+			                       sh->acc[2 * i + 1] ^ xxh_secret_at(11 + 16 * i + 8));
 		}
-		result = xxh_avalanche(h);
+		sh->result = xxh_avalanche(h);
 	}
-	__syncthreads();
-	return result;
+	team_sync(t);
+	return sh->result;
 }
 
 #endif /* TT_CUDA_XXH3_CUH */

@@ -101,6 +101,12 @@ struct tutti_store_opts {
 	 *  from 228.5 to 235.0 ms (bench/results/README.md). The kernels run on a stream of the
 	 *  greatest priority. */
 	uint32_t gpu_io_workers;
+	/** Engine gpu-uring with GPU KV: the SMs (CUDA blocks) each layer's I/O kernel holds. The
+	 *  workers and the block that drives the ring are packed into them as groups of 256
+	 *  threads, at most 3 to an SM, so this must be at least (gpu_io_workers + 1) / 3 rounded
+	 *  up; 0 gives every worker an SM of its own (gpu_io_workers + 1 SMs). Every SM the I/O
+	 *  holds is one the compute's GEMMs cannot use for as long as the step's loads last. */
+	uint32_t gpu_io_sms;
 };
 
 /** Fill \p opts with defaults and set opts->size. This function can't fail. */

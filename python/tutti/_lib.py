@@ -53,6 +53,7 @@ class StoreOpts(ctypes.Structure):
         ("log_level", c_u32),
         ("durability", c_u32),
         ("gpu_io_workers", c_u32),
+        ("gpu_io_sms", c_u32),
     ]
 
 

@@ -127,7 +127,7 @@ class Store(_Handle):
 
     def __init__(self, dirs, geometry, capacity_bytes, ns=b"", engine="uring", durability="fast",
                  create=True, key_bytes=32, staging_bytes=0, queue_depth=0, repair=False,
-                 gpu_io_workers=0):
+                 gpu_io_workers=0, gpu_io_sms=None):
         lib = L.lib()
         self.geometry = geometry
         self.key_bytes = key_bytes
@@ -154,6 +154,8 @@ class Store(_Handle):
         o.durability = L.DURABILITY[durability]
         if gpu_io_workers:
             o.gpu_io_workers = int(gpu_io_workers)
+        if gpu_io_sms is not None:
+            o.gpu_io_sms = int(gpu_io_sms)
         # The library's log lines go to Python logging (kept referenced while the store lives).
         self._log_fn = L.LOG_FN(lambda _arg, level, msg: _log.log(_LEVELS.get(level, 10),
                                                                   msg.decode(errors="replace")))

@@ -140,6 +140,7 @@ gpu_layer(struct tt_transfer *t, struct tt_gpu *g, const struct tt_obj_lists *li
 	    .slot_bytes = st->geo.object_bytes,
 	    .write = t->kind == TT_TRANSFER_SAVE,
 	    .workers = st->gpu_io_workers,
+	    .blocks = st->gpu_io_sms,
 	    .timeout_ms = GRING_TIMEOUT_MS,
 	    .failed = &lists->failed[l],
 	    .trace = trace,

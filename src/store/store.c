@@ -81,6 +81,14 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		           o->gpu_io_workers);
 		return -EINVAL;
 	}
+	if (o->gpu_io_sms > 64 ||
+	    (o->gpu_io_sms != 0 && o->gpu_io_sms * 3 < o->gpu_io_workers + 1)) {
+		tt_log_err(log,
+		           "store options: gpu_io_sms %u cannot hold %u workers and the ring's "
+		           "driver (at most 3 to an SM, at most 64 SMs)",
+		           o->gpu_io_sms, o->gpu_io_workers);
+		return -EINVAL;
+	}
 	if (o->durability > TUTTI_DURABILITY_DURABLE) {
 		tt_log_err(log, "store options: unknown durability %u", o->durability);
 		return -EINVAL;
@@ -367,6 +375,7 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	st->flags = opts->flags;
 	st->durability = opts->durability;
 	st->gpu_io_workers = opts->gpu_io_workers;
+	st->gpu_io_sms = opts->gpu_io_sms;
 	st->key_bytes = opts->key_bytes;
 	existing = (opts->flags & TUTTI_OPEN_EXISTING) != 0;
 	tt_ns_fingerprint(opts->ns, opts->ns_bytes, ns_fp);

@@ -74,6 +74,8 @@ log_to_output(void *arg, int level, const char *msg)
 
 /* The engine under test: gpu-uring, then gds (where libcufile is installed). */
 static uint32_t g_engine = TUTTI_ENGINE_GPU_URING;
+/* The I/O kernel's workers and the SMs they are packed into (0: the store's defaults). */
+static uint32_t g_io_workers, g_io_sms;
 
 struct world {
 	char *dir;
@@ -114,6 +116,10 @@ world_open(struct world *w, const struct tutti_geometry *geo, enum t_layout layo
 	o.staging_bytes = slots * tutti_geometry_object_bytes(geo);
 	o.key_bytes = KEY_BYTES;
 	o.log_fn = log_to_output;
+	if (g_io_workers != 0) {
+		o.gpu_io_workers = g_io_workers;
+		o.gpu_io_sms = g_io_sms;
+	}
 	assert_int_equal(tutti_store_open(geo, &o, &w->st), 0);
 }
 
@@ -346,6 +352,48 @@ test_gpu_uring_system_calls_per_layer_do_not_grow_with_objects(void **state)
 	world_close(&w);
 }
 
+/* Workers packed several to a block (7 workers and the driver in 3 blocks, the last with a
+ * spare group) move the same bytes and catch the same damage, and the stats count 3 blocks. */
+static void
+test_gpu_uring_packed_workers_are_bit_exact_and_hold_fewer_sms(void **state)
+{
+	struct tutti_geometry geo;
+	struct world w;
+	struct chain a;
+	uint32_t src_ids[256], dst_ids[256];
+	struct tutti_request req;
+	struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+	int32_t status[8];
+
+	g_io_workers = 7;
+	g_io_sms = 3;
+	test_gpu_uring_round_trips_are_bit_exact_for_every_layout(state);
+	test_gpu_uring_damaged_object_is_caught_on_the_gpu(state);
+
+	tutti_geometry_init(&geo);
+	geo.nr_layers = 2;
+	geo.nr_kv_heads = 8;
+	geo.head_dim = 128;
+	geo.chunk_tokens = 256;
+	world_open(&w, &geo, T_LAYOUT_KV_FIRST, 256, 8);
+	t_random_distinct(&w.r, src_ids, 256, 256);
+	t_random_distinct(&w.r, dst_ids, 256, 256);
+	make_chain(&w, &a, NULL, 0, 8, 8 * w.bpc, src_ids, dst_ids);
+	req = req_of(&a, a.src_ids, 0, 0, a.nr_blocks);
+	assert_int_equal(tutti_store_save(w.st, w.dsrc.kv, &req, 1, status), 8);
+	tutti_store_get_stats(w.st, &s0);
+	req = req_of(&a, a.dst_ids, 0, 0, a.nr_blocks);
+	assert_int_equal(tutti_store_load(w.st, w.ddst.kv, &req, 1, 0, geo.nr_layers, status), 8);
+	assert_loaded(&w, &a, 0, a.nr_blocks, 0, geo.nr_layers);
+	tutti_store_get_stats(w.st, &s1);
+	assert_true(s1.gpu_io_kernel_ns > s0.gpu_io_kernel_ns);
+	assert_int_equal(s1.gpu_io_block_ns - s0.gpu_io_block_ns,
+	                 3 * (s1.gpu_io_kernel_ns - s0.gpu_io_kernel_ns));
+	world_close(&w);
+	g_io_workers = 0;
+	g_io_sms = 0;
+}
+
 /* Whether a store of engine gds opens here: cuFile may refuse the files of a platform it
  * cannot classify (-EOPNOTSUPP, logged). Any other failure is a failure. */
 static bool
@@ -384,6 +432,7 @@ main(void)
 	    cmocka_unit_test(test_gpu_uring_round_trips_are_bit_exact_for_every_layout),
 	    cmocka_unit_test(test_gpu_uring_damaged_object_is_caught_on_the_gpu),
 	    cmocka_unit_test(test_gpu_uring_system_calls_per_layer_do_not_grow_with_objects),
+	    cmocka_unit_test(test_gpu_uring_packed_workers_are_bit_exact_and_hold_fewer_sms),
 	};
 	/* The same round trips and damage through engine gds (cuFile into device staging). */
 	const struct CMUnitTest gds_tests[] = {

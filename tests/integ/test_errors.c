@@ -321,6 +321,20 @@ gpu_io_workers_65(struct fixture *f, struct tutti_store_opts *o)
 }
 
 static void
+gpu_io_sms_65(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->gpu_io_sms = 65;
+}
+
+/* 32 workers and the driver need 11 SMs at 3 to an SM. */
+static void
+gpu_io_sms_too_few(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->gpu_io_workers = 32;
+	o->gpu_io_sms = 10;
+}
+
+static void
 unknown_flag(struct fixture *f, struct tutti_store_opts *o)
 {
 	o->flags |= 0x80u;
@@ -361,6 +375,8 @@ test_open_invalid_options_are_einval_and_create_nothing(void **state)
 	    {"unknown durability", unknown_durability, true},
 	    {"gpu_io_workers 0", gpu_io_workers_zero, true},
 	    {"gpu_io_workers 65", gpu_io_workers_65, true},
+	    {"gpu_io_sms 65", gpu_io_sms_65, true},
+	    {"gpu_io_sms 10 for 32 workers", gpu_io_sms_too_few, true},
 	    {"unknown flag", unknown_flag, true},
 	    {"invalid geometry", invalid_geometry, true},
 	};
@@ -394,6 +410,20 @@ test_open_staging_of_exactly_one_object_is_enough(void **state)
 	f->opts.staging_bytes = tutti_geometry_object_bytes(&f->geo);
 	tutti_store_close(open_expect(f, 0));
 	f->opts.max_io_bytes = f->opts.staging_bytes;
+	tutti_store_close(reopen_expect(f, 0));
+}
+
+/* The fewest SMs that hold the workers and the ring's driver, 3 to an SM, are accepted. */
+static void
+test_open_gpu_io_sms_at_the_packing_bound_is_accepted(void **state)
+{
+	struct fixture *f = *state;
+
+	f->opts.gpu_io_workers = 32;
+	f->opts.gpu_io_sms = 11;
+	tutti_store_close(open_expect(f, 0));
+	f->opts.gpu_io_workers = 1;
+	f->opts.gpu_io_sms = 1;
 	tutti_store_close(reopen_expect(f, 0));
 }
 
@@ -783,6 +813,7 @@ main(void)
 	    T(test_open_missing_directory_without_create_is_enoent),
 	    T(test_open_invalid_options_are_einval_and_create_nothing),
 	    T(test_open_staging_of_exactly_one_object_is_enough),
+	    T(test_open_gpu_io_sms_at_the_packing_bound_is_accepted),
 	    T(test_open_engine_gds_needs_libcufile),
 	    T(test_open_second_handle_is_ebusy_until_the_first_closes),
 	    T(test_open_store_sharing_one_directory_is_ebusy),
