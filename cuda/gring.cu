@@ -117,45 +117,32 @@ st_release_gpu(unsigned long long *p, unsigned long long v)
 	asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-/* Copy \p bytes (a multiple of 16, 16-byte aligned ends) with every thread of team \p t. */
+/* Loads each thread keeps in flight while copying: a load from host memory takes a microsecond
+ * or more and one from HBM most of one, so one at a time leaves a group latency-bound (about
+ * 256 x 16 B per round trip: a 1 MiB object's scatter took ~0.2 ms that way, and few workers
+ * could not keep up with the storage), and slower still when a prefill shares the SM. */
+#define LOADS_IN_FLIGHT 8
+
+/* Copy \p n 16-byte vectors with every thread of team \p t, LOADS_IN_FLIGHT loads at a time;
+ * from a bounce slot (\p from_host) with cache-volatile loads (ld.global.cv), because the slot
+ * was rewritten by DMA since this SM may last have cached it. */
+template <bool from_host>
 __device__ static void
-team_copy16(const team &t, uint8_t *dst, const uint8_t *src, uint64_t bytes)
+team_copy_vectors(const team &t, int4 *d, const int4 *s, uint64_t n)
 {
-	int4 *d = reinterpret_cast<int4 *>(dst);
-	const int4 *s = reinterpret_cast<const int4 *>(src);
-
-	for (uint64_t i = t.lane; i < bytes / 16; i += t.size) {
-		d[i] = s[i];
-	}
-}
-
-/* Loads across PCIe each thread keeps in flight: a load from host memory takes a microsecond
- * or more, so one at a time leaves a group latency-bound (about 256 x 16 B per round trip), and
- * slower still when a prefill shares the SM. */
-#define HOST_LOADS_IN_FLIGHT 8
-
-/* The same from a bounce slot: cache-volatile loads (ld.global.cv), because the slot was
- * rewritten by DMA since this SM may last have cached it. */
-__device__ static void
-team_copy_from_host(const team &t, uint8_t *dst, const uint8_t *src, uint64_t bytes)
-{
-	int4 *d = reinterpret_cast<int4 *>(dst);
-	const int4 *s = reinterpret_cast<const int4 *>(src);
-	uint64_t n = bytes / 16;
-
-	for (uint64_t i = t.lane; i < n; i += (uint64_t)t.size * HOST_LOADS_IN_FLIGHT) {
-		int4 v[HOST_LOADS_IN_FLIGHT];
+	for (uint64_t i = t.lane; i < n; i += (uint64_t)t.size * LOADS_IN_FLIGHT) {
+		int4 v[LOADS_IN_FLIGHT];
 
 #pragma unroll
-		for (unsigned k = 0; k < HOST_LOADS_IN_FLIGHT; k++) {
+		for (unsigned k = 0; k < LOADS_IN_FLIGHT; k++) {
 			uint64_t j = i + (uint64_t)k * t.size;
 
 			if (j < n) {
-				v[k] = __ldcv(&s[j]);
+				v[k] = from_host ? __ldcv(&s[j]) : s[j];
 			}
 		}
 #pragma unroll
-		for (unsigned k = 0; k < HOST_LOADS_IN_FLIGHT; k++) {
+		for (unsigned k = 0; k < LOADS_IN_FLIGHT; k++) {
 			uint64_t j = i + (uint64_t)k * t.size;
 
 			if (j < n) {
@@ -163,6 +150,16 @@ team_copy_from_host(const team &t, uint8_t *dst, const uint8_t *src, uint64_t by
 			}
 		}
 	}
+}
+
+/* An object out of its bounce slot (host memory) into device memory. */
+__device__ static void
+team_copy_from_host(const team &t, uint8_t *dst, const uint8_t *src, uint64_t bytes)
+{
+	uint64_t n = bytes / 16;
+
+	team_copy_vectors<true>(t, reinterpret_cast<int4 *>(dst),
+	                        reinterpret_cast<const int4 *>(src), n);
 	for (uint64_t i = n * 16 + t.lane; i < bytes; i += t.size) {
 		dst[i] = __ldcv(&src[i]);
 	}
@@ -172,7 +169,8 @@ __device__ static void
 team_copy(const team &t, uint8_t *dst, const uint8_t *src, uint64_t bytes)
 {
 	if ((((uintptr_t)dst | (uintptr_t)src | bytes) & 15) == 0) {
-		team_copy16(t, dst, src, bytes);
+		team_copy_vectors<false>(t, reinterpret_cast<int4 *>(dst),
+		                         reinterpret_cast<const int4 *>(src), bytes / 16);
 		return;
 	}
 	for (uint64_t i = t.lane; i < bytes; i += t.size) {
