@@ -4,7 +4,8 @@
  * layer into a real io_uring itself, reaps the completions, and moves each object between its
  * bounce slot and the paged KV, checking (load) or computing (save) its checksum on the GPU.
  *
- * Kernel layout. The kernel runs in groups of 256 threads, packed several to a block (up to 3)
+ * Kernel layout. The kernel runs in groups of 256 threads (128 when more than 3 share a block),
+ * packed several to a block (up to 6)
  * so that the I/O holds few SMs while a prefill runs beside it: every block an I/O kernel keeps
  * resident is an SM the prefill's GEMMs cannot use. Group 0 is the controller: its thread 0
  * writes SQEs and publishes the SQ
@@ -35,11 +36,13 @@ extern "C" {
 #include "gring/proto.h"
 }
 
-/* Threads of one worker (and of the controller's group). */
+/* Threads of one worker (and of the controller's group), and of the other kernels' blocks. */
 #define GROUP 256
-/* Groups a block holds at most: 768 threads, which keeps the kernel at 80 registers a thread
- * without more spills (4 groups, 1024 threads, would cap it at 64). */
-#define MAX_GROUPS 3
+/* Threads of a layer kernel's block: 768 keeps it at 80 registers a thread without spills
+ * (1024 would cap it at 64). Its groups are of GROUP threads, or of half as many when more than
+ * 3 must share a block: a block holds at most BLOCK_THREADS / (GROUP / 2) = MAX_GROUPS. */
+#define BLOCK_THREADS 768
+#define MAX_GROUPS 6
 
 /* What one group keeps in shared memory. */
 struct group_shared {
@@ -84,6 +87,7 @@ struct job_param {
 	uint32_t slots;
 	uint32_t nr;
 	uint32_t workers;
+	uint32_t group_threads; /* GROUP or GROUP / 2 */
 	uint32_t write;
 	uint64_t epoch;
 	uint64_t timeout_ns;
@@ -396,16 +400,16 @@ worker(const team &t, group_shared *sh, const job_param &p, struct tt_gring_obj 
 }
 
 /* Group 0 (the first of block 0) is the controller, groups 1..W the workers; each block holds
- * blockDim.x / GROUP groups, each synchronising on its own named barrier. */
+ * blockDim.x / p.group_threads groups, each synchronising on its own named barrier. */
 __global__ static void
-__launch_bounds__(GROUP *MAX_GROUPS)
+__launch_bounds__(BLOCK_THREADS)
     gring_kernel(job_param p, struct tt_gring_obj *objs, const uint32_t *ids, uint8_t *scratch,
                  unsigned long long *ready, unsigned long long *freed, int *failed)
 {
 	__shared__ group_shared shared[MAX_GROUPS];
-	unsigned local = threadIdx.x / GROUP;
-	uint32_t group = blockIdx.x * (blockDim.x / GROUP) + local;
-	team t = {threadIdx.x % GROUP, GROUP, 1 + local};
+	unsigned local = threadIdx.x / p.group_threads;
+	uint32_t group = blockIdx.x * (blockDim.x / p.group_threads) + local;
+	team t = {threadIdx.x % p.group_threads, p.group_threads, 1 + local};
 	int *broken = failed + 2;
 
 	if (*(volatile int *)broken) {
@@ -577,7 +581,7 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 {
 	const struct tutti_kv *kv = job->kv;
 	struct tt_gring_dev *d;
-	uint32_t workers, groups, blocks, per_block;
+	uint32_t workers, groups, blocks, per_block, group_threads;
 	job_param p;
 	int rc;
 
@@ -599,6 +603,7 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 		return -EINVAL;
 	}
 	blocks = (groups + per_block - 1) / per_block;
+	group_threads = per_block * GROUP <= BLOCK_THREADS ? GROUP : GROUP / 2;
 	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
 	if (rc == 0) {
 		rc = prepare_dev(g, job, workers);
@@ -615,6 +620,7 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 	p.slots = job->slots;
 	p.nr = job->nr;
 	p.workers = workers;
+	p.group_threads = group_threads;
 	p.write = job->write;
 	p.epoch = ++d->epoch;
 	p.timeout_ns = (uint64_t)job->timeout_ms * 1000000ull;
@@ -648,8 +654,8 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 	if (rc < 0) {
 		return rc;
 	}
-	gring_kernel<<<blocks, per_block * GROUP, 0, g->stream>>>(p, d->objs, d->ids, d->scratch,
-	                                                          d->ready, d->freed, d->failed);
+	gring_kernel<<<blocks, per_block * group_threads, 0, g->stream>>>(
+	    p, d->objs, d->ids, d->scratch, d->ready, d->freed, d->failed);
 	g->launches++;
 	d->span_blocks = d->span_blocks > blocks ? d->span_blocks : blocks;
 	rc = check(g, cudaGetLastError(), "gpu-uring kernel launch");

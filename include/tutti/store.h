@@ -102,10 +102,11 @@ struct tutti_store_opts {
 	 *  greatest priority. */
 	uint32_t gpu_io_workers;
 	/** Engine gpu-uring with GPU KV: the SMs (CUDA blocks) each layer's I/O kernel holds. The
-	 *  workers and the block that drives the ring are packed into them as groups of 256
-	 *  threads, at most 3 to an SM, so this must be at least (gpu_io_workers + 1) / 3 rounded
-	 *  up; 0 gives every worker an SM of its own (gpu_io_workers + 1 SMs). Every SM the I/O
-	 *  holds is one the compute's GEMMs cannot use for as long as the step's loads last. */
+	 *  workers and the ring's driver are packed into them as groups of 256 threads, 3 to an
+	 *  SM, or of 128 threads, up to 6 to an SM, when more must share one; so this must be at
+	 *  least (gpu_io_workers + 1) / 6 rounded up. 0 gives every worker an SM of its own
+	 *  (gpu_io_workers + 1 SMs). Every SM the I/O holds is one the compute's GEMMs cannot use
+	 *  for as long as the step's loads last. */
 	uint32_t gpu_io_sms;
 };
 

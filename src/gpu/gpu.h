@@ -84,9 +84,9 @@ struct tt_gring_job {
 	uint32_t slots;      /* in-flight window, <= the ring's CQ entries */
 	uint64_t slot_bytes; /* one object, a multiple of 16 */
 	bool write;
-	uint32_t workers;    /* groups of 256 threads moving objects (0: 16) */
-	uint32_t blocks;     /* CUDA blocks (SMs) the workers and the controller are packed into,
-	                      * at most 3 groups each; 0: one block each */
+	uint32_t workers;    /* groups of threads moving objects (0: 16) */
+	uint32_t blocks;     /* CUDA blocks (SMs) the workers and the controller are packed into:
+	                      * 3 groups of 256 threads each, or up to 6 of 128; 0: one each */
 	uint32_t timeout_ms; /* a ring without progress for this long fails the layer */
 	int *failed;         /* out at sync: 1 when it did */
 	/* NULL, or TT_GRING_TRACE_POINTS GPU timestamps (ns, %globaltimer) in mapped host memory,

@@ -82,10 +82,10 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		return -EINVAL;
 	}
 	if (o->gpu_io_sms > 64 ||
-	    (o->gpu_io_sms != 0 && o->gpu_io_sms * 3 < o->gpu_io_workers + 1)) {
+	    (o->gpu_io_sms != 0 && o->gpu_io_sms * 6 < o->gpu_io_workers + 1)) {
 		tt_log_err(log,
 		           "store options: gpu_io_sms %u cannot hold %u workers and the ring's "
-		           "driver (at most 3 to an SM, at most 64 SMs)",
+		           "driver (at most 6 to an SM, at most 64 SMs)",
 		           o->gpu_io_sms, o->gpu_io_workers);
 		return -EINVAL;
 	}

@@ -352,44 +352,51 @@ test_gpu_uring_system_calls_per_layer_do_not_grow_with_objects(void **state)
 	world_close(&w);
 }
 
-/* Workers packed several to a block (7 workers and the driver in 3 blocks, the last with a
- * spare group) move the same bytes and catch the same damage, and the stats count 3 blocks. */
+/* Workers packed several to a block move the same bytes, catch the same damage, and the stats
+ * count the blocks held: 7 workers and the driver in 3 blocks of 3 groups of 256 threads (the
+ * last with a spare group), then 10 in 2 blocks of 6 groups of 128 (the last with a spare). */
 static void
 test_gpu_uring_packed_workers_are_bit_exact_and_hold_fewer_sms(void **state)
 {
-	struct tutti_geometry geo;
-	struct world w;
-	struct chain a;
-	uint32_t src_ids[256], dst_ids[256];
-	struct tutti_request req;
-	struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
-	int32_t status[8];
+	static const uint32_t configs[][2] = {{7, 3}, {10, 2}};
 
-	g_io_workers = 7;
-	g_io_sms = 3;
-	test_gpu_uring_round_trips_are_bit_exact_for_every_layout(state);
-	test_gpu_uring_damaged_object_is_caught_on_the_gpu(state);
+	for (size_t c = 0; c < sizeof(configs) / sizeof(configs[0]); c++) {
+		struct tutti_geometry geo;
+		struct world w;
+		struct chain a;
+		uint32_t src_ids[256], dst_ids[256];
+		struct tutti_request req;
+		struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+		int32_t status[8];
 
-	tutti_geometry_init(&geo);
-	geo.nr_layers = 2;
-	geo.nr_kv_heads = 8;
-	geo.head_dim = 128;
-	geo.chunk_tokens = 256;
-	world_open(&w, &geo, T_LAYOUT_KV_FIRST, 256, 8);
-	t_random_distinct(&w.r, src_ids, 256, 256);
-	t_random_distinct(&w.r, dst_ids, 256, 256);
-	make_chain(&w, &a, NULL, 0, 8, 8 * w.bpc, src_ids, dst_ids);
-	req = req_of(&a, a.src_ids, 0, 0, a.nr_blocks);
-	assert_int_equal(tutti_store_save(w.st, w.dsrc.kv, &req, 1, status), 8);
-	tutti_store_get_stats(w.st, &s0);
-	req = req_of(&a, a.dst_ids, 0, 0, a.nr_blocks);
-	assert_int_equal(tutti_store_load(w.st, w.ddst.kv, &req, 1, 0, geo.nr_layers, status), 8);
-	assert_loaded(&w, &a, 0, a.nr_blocks, 0, geo.nr_layers);
-	tutti_store_get_stats(w.st, &s1);
-	assert_true(s1.gpu_io_kernel_ns > s0.gpu_io_kernel_ns);
-	assert_int_equal(s1.gpu_io_block_ns - s0.gpu_io_block_ns,
-	                 3 * (s1.gpu_io_kernel_ns - s0.gpu_io_kernel_ns));
-	world_close(&w);
+		g_io_workers = configs[c][0];
+		g_io_sms = configs[c][1];
+		print_message("  %u workers in %u SMs\n", g_io_workers, g_io_sms);
+		test_gpu_uring_round_trips_are_bit_exact_for_every_layout(state);
+		test_gpu_uring_damaged_object_is_caught_on_the_gpu(state);
+
+		tutti_geometry_init(&geo);
+		geo.nr_layers = 2;
+		geo.nr_kv_heads = 8;
+		geo.head_dim = 128;
+		geo.chunk_tokens = 256;
+		world_open(&w, &geo, T_LAYOUT_KV_FIRST, 256, 8);
+		t_random_distinct(&w.r, src_ids, 256, 256);
+		t_random_distinct(&w.r, dst_ids, 256, 256);
+		make_chain(&w, &a, NULL, 0, 8, 8 * w.bpc, src_ids, dst_ids);
+		req = req_of(&a, a.src_ids, 0, 0, a.nr_blocks);
+		assert_int_equal(tutti_store_save(w.st, w.dsrc.kv, &req, 1, status), 8);
+		tutti_store_get_stats(w.st, &s0);
+		req = req_of(&a, a.dst_ids, 0, 0, a.nr_blocks);
+		assert_int_equal(
+		    tutti_store_load(w.st, w.ddst.kv, &req, 1, 0, geo.nr_layers, status), 8);
+		assert_loaded(&w, &a, 0, a.nr_blocks, 0, geo.nr_layers);
+		tutti_store_get_stats(w.st, &s1);
+		assert_true(s1.gpu_io_kernel_ns > s0.gpu_io_kernel_ns);
+		assert_int_equal(s1.gpu_io_block_ns - s0.gpu_io_block_ns,
+		                 g_io_sms * (s1.gpu_io_kernel_ns - s0.gpu_io_kernel_ns));
+		world_close(&w);
+	}
 	g_io_workers = 0;
 	g_io_sms = 0;
 }

@@ -326,12 +326,12 @@ gpu_io_sms_65(struct fixture *f, struct tutti_store_opts *o)
 	o->gpu_io_sms = 65;
 }
 
-/* 32 workers and the driver need 11 SMs at 3 to an SM. */
+/* 32 workers and the driver need 6 SMs at 6 to an SM. */
 static void
 gpu_io_sms_too_few(struct fixture *f, struct tutti_store_opts *o)
 {
 	o->gpu_io_workers = 32;
-	o->gpu_io_sms = 10;
+	o->gpu_io_sms = 5;
 }
 
 static void
@@ -376,7 +376,7 @@ test_open_invalid_options_are_einval_and_create_nothing(void **state)
 	    {"gpu_io_workers 0", gpu_io_workers_zero, true},
 	    {"gpu_io_workers 65", gpu_io_workers_65, true},
 	    {"gpu_io_sms 65", gpu_io_sms_65, true},
-	    {"gpu_io_sms 10 for 32 workers", gpu_io_sms_too_few, true},
+	    {"gpu_io_sms 5 for 32 workers", gpu_io_sms_too_few, true},
 	    {"unknown flag", unknown_flag, true},
 	    {"invalid geometry", invalid_geometry, true},
 	};
@@ -413,14 +413,14 @@ test_open_staging_of_exactly_one_object_is_enough(void **state)
 	tutti_store_close(reopen_expect(f, 0));
 }
 
-/* The fewest SMs that hold the workers and the ring's driver, 3 to an SM, are accepted. */
+/* The fewest SMs that hold the workers and the ring's driver, 6 to an SM, are accepted. */
 static void
 test_open_gpu_io_sms_at_the_packing_bound_is_accepted(void **state)
 {
 	struct fixture *f = *state;
 
 	f->opts.gpu_io_workers = 32;
-	f->opts.gpu_io_sms = 11;
+	f->opts.gpu_io_sms = 6;
 	tutti_store_close(open_expect(f, 0));
 	f->opts.gpu_io_workers = 1;
 	f->opts.gpu_io_sms = 1;
