@@ -605,6 +605,12 @@ def main():
                                      gpu_io_sms=args.gpu_io_sms,
                                      readahead=args.readahead)
                 tiers[m].fill(cache, prefix.max_blocks)
+                # The storage's limit in this run: O_DIRECT reads of the bytes just stored.
+                raw = raw_read_gbps(tiers[m].dir / "tutti.data",
+                                    tiers[m].store.stats()["save_bytes"])
+                rows.append(dict(experiment="raw", storage=storage_of(m), method="raw-read",
+                                 source="store data file", read_gbps=raw))
+                print(json.dumps(rows[-1]), flush=True)
             elif m.startswith("baseline-"):
                 Path(dirs[storage]).mkdir(parents=True, exist_ok=True)
                 f = Path(dirs[storage]) / "baseline.blocks"

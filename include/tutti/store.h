@@ -93,20 +93,21 @@ struct tutti_store_opts {
 	void *log_arg;          /**< passed to log_fn */
 	uint32_t log_level;     /**< most verbose enum tutti_log_level passed on; default WARN */
 	uint32_t durability;    /**< enum tutti_durability; default TUTTI_DURABILITY_FAST */
-	/** Engine gpu-uring with GPU KV: worker CUDA blocks of each layer's I/O kernel (one more
-	 *  block drives the ring), which bounds the SMs the I/O holds while compute runs beside
-	 *  it; 1..64, default 32. More workers read faster only while the storage and host memory
-	 *  keep up, and every worker slows the compute beside it: on an H200 prefilling a 32K
-	 *  prompt at 93.75% hit, 64 workers cut the stall from 10.5 to 4.0 ms but the TTFT rose
-	 *  from 228.5 to 235.0 ms (bench/results/README.md). The kernels run on a stream of the
-	 *  greatest priority. */
+	/** Engine gpu-uring with GPU KV: the workers of each layer's I/O kernel, each moving one
+	 *  object at a time out of its bounce slot (load) or into it (save); 1..64, default 23.
+	 *  More workers keep more objects in flight. The kernels run on a stream of the greatest
+	 *  priority. */
 	uint32_t gpu_io_workers;
-	/** Engine gpu-uring with GPU KV: the SMs (CUDA blocks) each layer's I/O kernel holds. The
-	 *  workers and the ring's driver are packed into them as groups of 256 threads, 3 to an
-	 *  SM, or of 128 threads, up to 6 to an SM, when more must share one; so this must be at
-	 *  least (gpu_io_workers + 1) / 6 rounded up. 0 gives every worker an SM of its own
-	 *  (gpu_io_workers + 1 SMs). Every SM the I/O holds is one the compute's GEMMs cannot use
-	 *  for as long as the step's loads last. */
+	/** Engine gpu-uring with GPU KV: the SMs (CUDA blocks) each layer's I/O kernel holds,
+	 *  0..64. The workers and the group that drives the ring are packed into them as groups
+	 *  of 256 threads, 3 to an SM, or of 128 threads, up to 6 to an SM, when more must share
+	 *  one; so this must be at least (gpu_io_workers + 1) / 6 rounded up, which is what 0
+	 *  (the default) gives: 4 SMs for the default 23 workers. gpu_io_workers + 1 gives every
+	 *  worker an SM of its own. Every SM the I/O holds is one the compute's GEMMs cannot use
+	 *  while the step's loads last, and the cost is steep: on an H200 (132 SMs), a Llama-3-8B
+	 *  prefill of 2K tokens ran 10% slower beside 4 idle resident blocks and 26% beside 6,
+	 *  while 2 SMs already read host memory at the PCIe limit (bench/io_footprint.py,
+	 *  bench/results/README.md). */
 	uint32_t gpu_io_sms;
 };
 

@@ -31,7 +31,7 @@ tutti_store_opts_init(struct tutti_store_opts *opts)
 	}
 	memset(opts, 0, sizeof(*opts));
 	opts->size = sizeof(*opts);
-	opts->gpu_io_workers = 32;
+	opts->gpu_io_workers = 23;
 	opts->engine = TUTTI_ENGINE_URING;
 	opts->key_bytes = DEFAULT_KEY_BYTES;
 	opts->staging_bytes = DEFAULT_STAGING_BYTES;
@@ -375,7 +375,8 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	st->flags = opts->flags;
 	st->durability = opts->durability;
 	st->gpu_io_workers = opts->gpu_io_workers;
-	st->gpu_io_sms = opts->gpu_io_sms;
+	/* 0: the fewest SMs that hold the workers and the ring's driver, 6 to an SM. */
+	st->gpu_io_sms = opts->gpu_io_sms != 0 ? opts->gpu_io_sms : (opts->gpu_io_workers + 6) / 6;
 	st->key_bytes = opts->key_bytes;
 	existing = (opts->flags & TUTTI_OPEN_EXISTING) != 0;
 	tt_ns_fingerprint(opts->ns, opts->ns_bytes, ns_fp);

@@ -43,7 +43,7 @@ struct tutti_store {
 	uint32_t flags;          /* TUTTI_OPEN_* */
 	uint32_t durability;     /* enum tutti_durability */
 	uint32_t gpu_io_workers; /* worker groups of a gpu-uring layer kernel */
-	uint32_t gpu_io_sms;     /* blocks they are packed into (0: one each) */
+	uint32_t gpu_io_sms;     /* blocks they are packed into */
 	struct tt_geo geo;
 	uint32_t key_bytes;
 	struct tt_pool *pool;

@@ -352,13 +352,14 @@ test_gpu_uring_system_calls_per_layer_do_not_grow_with_objects(void **state)
 	world_close(&w);
 }
 
-/* Workers packed several to a block move the same bytes, catch the same damage, and the stats
- * count the blocks held: 7 workers and the driver in 3 blocks of 3 groups of 256 threads (the
- * last with a spare group), then 10 in 2 blocks of 6 groups of 128 (the last with a spare). */
+/* However the workers are packed into blocks, they move the same bytes, catch the same damage,
+ * and the stats count the blocks held: 7 workers and the driver in 3 blocks of 3 groups of 256
+ * threads (the last with a spare group), 10 in 2 blocks of 6 groups of 128 (the last with a
+ * spare), and 5 with a block each. The other tests run the default packing. */
 static void
-test_gpu_uring_packed_workers_are_bit_exact_and_hold_fewer_sms(void **state)
+test_gpu_uring_any_packing_of_workers_is_bit_exact_and_holds_its_sms(void **state)
 {
-	static const uint32_t configs[][2] = {{7, 3}, {10, 2}};
+	static const uint32_t configs[][2] = {{7, 3}, {10, 2}, {5, 6}};
 
 	for (size_t c = 0; c < sizeof(configs) / sizeof(configs[0]); c++) {
 		struct tutti_geometry geo;
@@ -439,7 +440,7 @@ main(void)
 	    cmocka_unit_test(test_gpu_uring_round_trips_are_bit_exact_for_every_layout),
 	    cmocka_unit_test(test_gpu_uring_damaged_object_is_caught_on_the_gpu),
 	    cmocka_unit_test(test_gpu_uring_system_calls_per_layer_do_not_grow_with_objects),
-	    cmocka_unit_test(test_gpu_uring_packed_workers_are_bit_exact_and_hold_fewer_sms),
+	    cmocka_unit_test(test_gpu_uring_any_packing_of_workers_is_bit_exact_and_holds_its_sms),
 	};
 	/* The same round trips and damage through engine gds (cuFile into device staging). */
 	const struct CMUnitTest gds_tests[] = {
