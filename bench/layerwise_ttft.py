@@ -288,7 +288,7 @@ def find_build_file(name):
 class TuttiTier:
     def __init__(self, directory, shape, prefix_tokens, cache, engine="gpu-uring",
                  save_staging=0, profile=None, wait_timeout_ms=30000, gpu_io_workers=0,
-                 gpu_io_sms=None, readahead=0):
+                 gpu_io_sms=None, readahead=0, staging_mib=64):
         self.geo = geometry(shape)
         self.dir = Path(directory)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -296,7 +296,7 @@ class TuttiTier:
         chunks = prefix_tokens // CHUNK
         self.store = Store([self.dir], self.geo,
                            capacity_bytes=(chunks + 64) * self.geo.slot_bytes, engine=engine,
-                           staging_bytes=64 << 20, gpu_io_workers=gpu_io_workers,
+                           staging_bytes=staging_mib << 20, gpu_io_workers=gpu_io_workers,
                            gpu_io_sms=gpu_io_sms)
         self.kv = cache.kv(self.geo)
         self.keys = chain_keys(chunks)
@@ -448,6 +448,7 @@ def run_bubble(args, model, cache, prefix, tiers, rows):
                        layer_stall_ms=layers[stalls.index(statistics.median_low(stalls))],
                        readahead=r["readahead"],
                        gpu_io_workers=args.gpu_io_workers, gpu_io_sms=args.gpu_io_sms,
+                       staging_mib=args.staging_mib,
                        prefix_gb=blocks * cache.block_bytes * 2 * cache.shape.layers / 1e9)
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -552,6 +553,8 @@ def main():
                     help="workers of a gpu-uring layer kernel (0: the store's default)")
     ap.add_argument("--gpu-io-sms", type=int, default=None,
                     help="SMs the workers are packed into (default: the store's)")
+    ap.add_argument("--staging-mib", type=int, default=64,
+                    help="the store's staging (its bounce slots: reads in flight), MiB")
     ap.add_argument("--readahead", type=int, default=0,
                     help="layers read ahead of compute (0: the pipeline's own window)")
     ap.add_argument("--compute-stream", choices=["default", "side"], default="side",
@@ -603,7 +606,7 @@ def main():
                                      wait_timeout_ms=args.wait_timeout_ms,
                                      gpu_io_workers=args.gpu_io_workers,
                                      gpu_io_sms=args.gpu_io_sms,
-                                     readahead=args.readahead)
+                                     readahead=args.readahead, staging_mib=args.staging_mib)
                 tiers[m].fill(cache, prefix.max_blocks)
                 # The storage's limit in this run: O_DIRECT reads of the bytes just stored.
                 raw = raw_read_gbps(tiers[m].dir / "tutti.data",
