@@ -94,7 +94,7 @@ struct tutti_store_opts {
 	uint32_t log_level;     /**< most verbose enum tutti_log_level passed on; default WARN */
 	uint32_t durability;    /**< enum tutti_durability; default TUTTI_DURABILITY_FAST */
 	/** Engine gpu-uring with GPU KV: the workers of each layer's I/O kernel, each moving one
-	 *  object at a time out of its bounce slot (load) or into it (save); 1..64, default 23.
+	 *  object at a time out of its bounce slot (load) or into it (save); 1..64, default 29.
 	 *  More workers keep more objects in flight. The kernels run on a stream of the greatest
 	 *  priority. */
 	uint32_t gpu_io_workers;
@@ -102,7 +102,7 @@ struct tutti_store_opts {
 	 *  0..64. The workers and the group that drives the ring are packed into them as groups
 	 *  of 256 threads, 3 to an SM, or of 128 threads, up to 6 to an SM, when more must share
 	 *  one; so this must be at least (gpu_io_workers + 1) / 6 rounded up, which is what 0
-	 *  (the default) gives: 4 SMs for the default 23 workers. gpu_io_workers + 1 gives every
+	 *  (the default) gives: 5 SMs for the default 29 workers. gpu_io_workers + 1 gives every
 	 *  worker an SM of its own. Every SM the I/O holds is one the compute's GEMMs cannot use
 	 *  while the step's loads last, and the cost is steep: on an H200 (132 SMs), a Llama-3-8B
 	 *  prefill of 2K tokens ran 10% slower beside 4 idle resident blocks and 26% beside 6,

@@ -31,7 +31,7 @@ tutti_store_opts_init(struct tutti_store_opts *opts)
 	}
 	memset(opts, 0, sizeof(*opts));
 	opts->size = sizeof(*opts);
-	opts->gpu_io_workers = 23;
+	opts->gpu_io_workers = 29;
 	opts->engine = TUTTI_ENGINE_URING;
 	opts->key_bytes = DEFAULT_KEY_BYTES;
 	opts->staging_bytes = DEFAULT_STAGING_BYTES;
