@@ -422,7 +422,14 @@ def cache_wipe(cache, blocks):
         t[:, :blocks].fill_(0)
 
 
-def run_bubble(args, model, cache, prefix, tiers, rows):
+def stall_floor_s(prefix_gb, layers, raw_gbps, compute_s):
+    """The stall no loader avoids on storage that reads raw_gbps: layer 0's share of the prefix
+    must land before the first attention, and the whole prefix cannot land sooner than its
+    bytes at raw speed, so whatever of that exceeds the compute is stalled."""
+    return max(prefix_gb / layers / raw_gbps, prefix_gb / raw_gbps - compute_s)
+
+
+def run_bubble(args, model, cache, prefix, tiers, rows, raws):
     total = args.bubble_prompt
     for rate in args.hit_rates:
         p_tokens = min(int(total * rate) // CHUNK * CHUNK, total - CHUNK)
@@ -450,6 +457,9 @@ def run_bubble(args, model, cache, prefix, tiers, rows):
                        gpu_io_workers=args.gpu_io_workers, gpu_io_sms=args.gpu_io_sms,
                        staging_mib=args.staging_mib,
                        prefix_gb=blocks * cache.block_bytes * 2 * cache.shape.layers / 1e9)
+            if method in raws and blocks:
+                row.update(raw_read_gbps=raws[method], stall_floor_ms=1e3 * stall_floor_s(
+                    row["prefix_gb"], cache.shape.layers, raws[method], compute))
             rows.append(row)
             print(json.dumps(row), flush=True)
 
@@ -597,7 +607,7 @@ def main():
         model = Model(shape)
         prefix = Prefix(shape, max_prefix)
         dirs = {"shm": args.shm_dir, "disk": args.disk_dir}
-        tiers, loaders = {}, {}
+        tiers, loaders, raws = {}, {}, {}
         prefix.place(cache, prefix.max_blocks)
         for m in args.methods:
             storage = m.rsplit("-", 1)[-1]
@@ -613,6 +623,7 @@ def main():
                                     tiers[m].store.stats()["save_bytes"])
                 rows.append(dict(experiment="raw", storage=storage_of(m), method="raw-read",
                                  source="store data file", read_gbps=raw))
+                raws[m] = raw
                 print(json.dumps(rows[-1]), flush=True)
             elif m.startswith("baseline-"):
                 Path(dirs[storage]).mkdir(parents=True, exist_ok=True)
@@ -633,7 +644,7 @@ def main():
             if e == "ttft":
                 run_ttft(args, model, cache, prefix, tiers, loaders, rows)
             elif e == "bubble":
-                run_bubble(args, model, cache, prefix, tiers, rows)
+                run_bubble(args, model, cache, prefix, tiers, rows, raws)
         for name, tier in tiers.items():
             st = tier.pipe.stats()
             rows.append(dict(experiment="pipeline-stats", method=name, **{
