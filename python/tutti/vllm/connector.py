@@ -77,6 +77,8 @@ class TuttiConfig:
     engine: str = "uring"
     durability: str = "fast"
     staging_bytes: int = 0
+    gpu_io_workers: int = 0  # 0: the store's defaults (include/tutti/store.h)
+    gpu_io_sms: int = 0
     namespace: str = ""
     async_load: bool = False
     layerwise: bool = False
@@ -86,8 +88,8 @@ class TuttiConfig:
     def from_extra(cls, extra, block_size):
         extra = dict(extra or {})
         known = {"dirs", "dir", "capacity_gb", "capacity_bytes", "chunk_tokens", "engine",
-                 "durability", "staging_mb", "namespace", "async_load", "layerwise",
-                 "remote"}
+                 "durability", "staging_mb", "gpu_io_workers", "gpu_io_sms", "namespace",
+                 "async_load", "layerwise", "remote"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"TuttiConnector: unknown kv_connector_extra_config keys {unknown}; "
@@ -118,7 +120,14 @@ class TuttiConfig:
             raise ValueError("TuttiConnector: async_load and layerwise exclude each other: "
                              "async_load loads while the request waits, before its forward "
                              "pass; layerwise loads during the forward pass. Set one of them")
-        return cls(dirs=dirs, capacity_bytes=capacity, chunk_tokens=chunk,
+        io = {}
+        for k in ("gpu_io_workers", "gpu_io_sms"):
+            v = extra.get(k, 0)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"TuttiConnector: {k} must be a whole number >= 0 (0: the "
+                                 f"store's default), not {v!r}")
+            io[k] = v
+        return cls(dirs=dirs, capacity_bytes=capacity, chunk_tokens=chunk, **io,
                    engine=str(extra.get("engine", "uring")),
                    durability=str(extra.get("durability", "fast")),
                    staging_bytes=int(float(extra.get("staging_mb", 0)) * 2**20),
@@ -196,7 +205,8 @@ def _acquire_store(cfg, dirs, geo, ns):
         if entry is None:
             store = Store(dirs, geo, capacity_bytes=cfg.capacity_bytes, ns=ns,
                           engine=cfg.engine, durability=cfg.durability, key_bytes=KEY_BYTES,
-                          staging_bytes=cfg.staging_bytes)
+                          staging_bytes=cfg.staging_bytes, gpu_io_workers=cfg.gpu_io_workers,
+                          gpu_io_sms=cfg.gpu_io_sms)
             entry = _stores[key] = [store, 0]
             log.info("tutti: store %s opened (%s)", dirs, ns.decode())
         entry[1] += 1
