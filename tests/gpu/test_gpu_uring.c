@@ -190,6 +190,39 @@ assert_loaded(struct world *w, const struct chain *c, uint32_t from, uint32_t to
 	}
 }
 
+/* A geometry of \p layers layers, \p kv_heads KV heads of \p head_dim, 16-token blocks and
+ * \p chunk_tokens-token chunks (2-byte elements). */
+static void
+geo_init(struct tutti_geometry *geo, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
+         uint32_t chunk_tokens)
+{
+	tutti_geometry_init(geo);
+	geo->nr_layers = layers;
+	geo->nr_kv_heads = kv_heads;
+	geo->head_dim = head_dim;
+	geo->block_tokens = 16;
+	geo->chunk_tokens = chunk_tokens;
+}
+
+/* A store holding one chain of \p nr_chunks whole chunks saved from random distinct blocks of
+ * src (their ids, and the destination blocks', in src_ids and dst_ids). */
+static void
+world_with_chain(struct world *w, struct chain *a, const struct tutti_geometry *geo,
+                 enum t_layout layout, uint32_t nr_blocks, uint32_t slots, uint32_t nr_chunks,
+                 uint32_t *src_ids, uint32_t *dst_ids)
+{
+	struct tutti_request req;
+	int32_t status[8];
+
+	assert_true(nr_chunks <= 8);
+	world_open(w, geo, layout, nr_blocks, slots);
+	t_random_distinct(&w->r, src_ids, nr_blocks, nr_blocks);
+	t_random_distinct(&w->r, dst_ids, nr_blocks, nr_blocks);
+	make_chain(w, a, NULL, 0, nr_chunks, nr_chunks * w->bpc, src_ids, dst_ids);
+	req = req_of(a, a->src_ids, 0, 0, a->nr_blocks);
+	assert_int_equal(tutti_store_save(w->st, w->dsrc.kv, &req, 1, status), nr_chunks);
+}
+
 static void
 round_trips(const struct tutti_geometry *geo, enum t_layout layout)
 {
@@ -233,12 +266,7 @@ test_gpu_uring_round_trips_are_bit_exact_for_every_layout(void **state)
 {
 	struct tutti_geometry geo;
 
-	tutti_geometry_init(&geo);
-	geo.nr_layers = 3;
-	geo.nr_kv_heads = 2;
-	geo.head_dim = 64;
-	geo.block_tokens = 16;
-	geo.chunk_tokens = 64; /* 8 KiB layer blocks, 32 KiB objects */
+	geo_init(&geo, 3, 2, 64, 64); /* 8 KiB layer blocks, 32 KiB objects */
 	for (int layout = 0; layout < T_NR_LAYOUTS; layout++) {
 		round_trips(&geo, (enum t_layout)layout);
 	}
@@ -263,17 +291,8 @@ test_gpu_uring_damaged_object_is_caught_on_the_gpu(void **state)
 	int fd;
 	uint8_t *page;
 
-	tutti_geometry_init(&geo);
-	geo.nr_layers = 2;
-	geo.nr_kv_heads = 2;
-	geo.head_dim = 64;
-	geo.chunk_tokens = 64;
-	world_open(&w, &geo, T_LAYOUT_BLOCKS_FIRST, 256, 4);
-	t_random_distinct(&w.r, src_ids, 256, 256);
-	t_random_distinct(&w.r, dst_ids, 256, 256);
-	make_chain(&w, &a, NULL, 0, 4, 4 * w.bpc, src_ids, dst_ids);
-	req = req_of(&a, a.src_ids, 0, 0, a.nr_blocks);
-	assert_int_equal(tutti_store_save(w.st, w.dsrc.kv, &req, 1, status), 4);
+	geo_init(&geo, 2, 2, 64, 64);
+	world_with_chain(&w, &a, &geo, T_LAYOUT_BLOCKS_FIRST, 256, 4, 4, src_ids, dst_ids);
 	/* Flip a byte in layer 1 of chunk 3 (slot 3 of a fresh store: allocation is in order). */
 	path = t_path_join(w.dir, "tutti.data");
 	fd = open(path, O_RDWR | O_DIRECT);
@@ -319,17 +338,8 @@ test_gpu_uring_system_calls_per_layer_do_not_grow_with_objects(void **state)
 	int32_t status[32];
 	uint64_t calls[2];
 
-	tutti_geometry_init(&geo);
-	geo.nr_layers = 4;
-	geo.nr_kv_heads = 2;
-	geo.head_dim = 64;
-	geo.chunk_tokens = 64;
-	world_open(&w, &geo, T_LAYOUT_KV_FIRST, 512, 8);
-	t_random_distinct(&w.r, src_ids, 512, 512);
-	t_random_distinct(&w.r, dst_ids, 512, 512);
-	make_chain(&w, &a, NULL, 0, 8, 8 * w.bpc, src_ids, dst_ids);
-	req = req_of(&a, a.src_ids, 0, 0, a.nr_blocks);
-	assert_int_equal(tutti_store_save(w.st, w.dsrc.kv, &req, 1, status), 8);
+	geo_init(&geo, 4, 2, 64, 64);
+	world_with_chain(&w, &a, &geo, T_LAYOUT_KV_FIRST, 512, 8, 8, src_ids, dst_ids);
 	for (int big = 0; big < 2; big++) {
 		struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
 		uint32_t chunks = big ? 8 : 1;
@@ -376,17 +386,8 @@ test_gpu_uring_any_packing_of_workers_is_bit_exact_and_holds_its_sms(void **stat
 		test_gpu_uring_round_trips_are_bit_exact_for_every_layout(state);
 		test_gpu_uring_damaged_object_is_caught_on_the_gpu(state);
 
-		tutti_geometry_init(&geo);
-		geo.nr_layers = 2;
-		geo.nr_kv_heads = 8;
-		geo.head_dim = 128;
-		geo.chunk_tokens = 256;
-		world_open(&w, &geo, T_LAYOUT_KV_FIRST, 256, 8);
-		t_random_distinct(&w.r, src_ids, 256, 256);
-		t_random_distinct(&w.r, dst_ids, 256, 256);
-		make_chain(&w, &a, NULL, 0, 8, 8 * w.bpc, src_ids, dst_ids);
-		req = req_of(&a, a.src_ids, 0, 0, a.nr_blocks);
-		assert_int_equal(tutti_store_save(w.st, w.dsrc.kv, &req, 1, status), 8);
+		geo_init(&geo, 2, 8, 128, 256);
+		world_with_chain(&w, &a, &geo, T_LAYOUT_KV_FIRST, 256, 8, 8, src_ids, dst_ids);
 		tutti_store_get_stats(w.st, &s0);
 		req = req_of(&a, a.dst_ids, 0, 0, a.nr_blocks);
 		assert_int_equal(
