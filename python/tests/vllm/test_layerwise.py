@@ -113,3 +113,159 @@ def test_gpu_io_footprint_keys_are_checked_and_reach_the_store(tmp_path):
     with pytest.raises(OSError) as e:
         connector._acquire_store(cfg, cfg.dirs, geo, b"footprint")
     assert e.value.errno == errno.EINVAL
+
+
+# vLLM's hooks: in order; the last layer first (each earlier one is then waited for at that
+# hook, and their own hooks do nothing); one layer's hook skipped; no hook at all (a forward
+# without connector hooks: the step's end waits for every layer); a repeated hook and a name
+# that is not a registered layer (both ignored).
+@pytest.mark.parametrize("hooks,waits,unhooked", [
+    (LAYERS, 3, 0),
+    ([LAYERS[2], LAYERS[0], LAYERS[1]], 1, 2),
+    ([LAYERS[0], LAYERS[2]], 2, 1),
+    ([], 0, 3),
+    ([LAYERS[0], LAYERS[0], "model.layers.9.cross_attn", LAYERS[1], LAYERS[2]], 3, 0),
+])
+def test_each_layer_is_loaded_before_its_hook_returns(worker, hooks, waits, unhooked):
+    keys = store_chunks(worker, 3)
+    dst = list(range(0, 6))
+    src = list(range(SRC, SRC + 6))
+    assert not any(loaded(worker, layer, dst, src) for layer in range(3))
+
+    def check(name):
+        if name in LAYERS:
+            upto = LAYERS.index(name)
+            for layer in range(upto + 1):
+                assert loaded(worker, layer, dst, src), (name, layer)
+
+    errors, st = step(worker, [LoadSpec("r0", keys, 0, 0, dst)], hooks, check)
+    assert errors == set()
+    for layer in range(3):
+        assert loaded(worker, layer, dst, src)
+    assert st["load_tokens"] == 6 * BS and st["load_errors"] == 0
+    assert st["pipeline_steps"] == 1
+    assert st["pipeline_layers_loaded"] == 3
+    assert (st["pipeline_waits"], st["pipeline_waits_unhooked"]) == (waits, unhooked)
+
+    # A step without loads is no pipeline step: the hooks do nothing.
+    errors, st = step(worker, [], LAYERS)
+    assert errors == set() and st.get("pipeline_steps", 0) == 0
+
+
+def test_a_chunk_that_cannot_be_loaded_reports_its_blocks(worker):
+    keys = store_chunks(worker, 1) + [chunk_key(b"never stored")]
+    # Two requests in one step: the second one's chunks are all stored.
+    keys2 = store_chunks(worker, 2, tag=b"q")
+    dst, dst2 = [0, 1, 2, 3], [10, 11, 12, 13]
+    errors, st = step(worker, [LoadSpec("r0", keys, 0, 0, dst),
+                               LoadSpec("r1", keys2, 0, 0, dst2)], LAYERS)
+    assert errors == {2, 3}
+    assert st["load_errors"] == 1 and st["load_tokens"] == 6 * BS
+    for layer in range(3):
+        assert loaded(worker, layer, dst[:2], [SRC, SRC + 1])
+        assert loaded(worker, layer, dst2, list(range(SRC, SRC + 4)))
+    # Errors are reported once.
+    errors, _ = step(worker, [], LAYERS)
+    assert errors == set()
+    # Loading from the middle of a chunk: the first chunk's first block is skipped.
+    errors, st = step(worker, [LoadSpec("r2", keys2, 0, 1, [20, 21, 22])], LAYERS)
+    assert errors == set() and st["load_tokens"] == 3 * BS
+    for layer in range(3):
+        assert loaded(worker, layer, [20, 21, 22], [SRC + 1, SRC + 2, SRC + 3])
+
+
+def test_a_refused_step_loads_before_the_forward_and_a_failed_wait_fails_the_step(
+        worker, monkeypatch):
+    keys = store_chunks(worker, 2)
+    src = list(range(SRC, SRC + 4))
+
+    def refuse(**kw):
+        raise OSError(errno.EBUSY, "busy")
+
+    # The pipeline refuses the step: the loads complete in start_load_kv instead.
+    with monkeypatch.context() as m:
+        m.setattr(worker._pipe, "begin_step", refuse)
+        errors, st = step(worker, [LoadSpec("r0", keys, 0, 0, [0, 1, 2, 3])], [])
+    assert errors == set() and st["load_tokens"] == 4 * BS
+    assert st.get("pipeline_steps", 0) == 0
+    for layer in range(3):
+        assert loaded(worker, layer, [0, 1, 2, 3], src)
+
+    # A wait that fails: the step's chunks are reported failed (vLLM recomputes them), and
+    # later steps load before the forward.
+    def fail(layer):
+        raise OSError(errno.EIO, "wait failed")
+
+    with monkeypatch.context() as m:
+        m.setattr(worker._pipe, "wait_layer", fail)
+        errors, st = step(worker, [LoadSpec("r1", keys, 0, 0, [4, 5, 6, 7])], LAYERS)
+    assert errors == {4, 5, 6, 7} and st["load_errors"] == 2
+    errors, st = step(worker, [LoadSpec("r2", keys, 0, 0, [8, 9, 10, 11])], LAYERS)
+    assert errors == set() and st["load_tokens"] == 4 * BS
+    assert st.get("pipeline_steps", 0) == 0
+    for layer in range(3):
+        assert loaded(worker, layer, [8, 9, 10, 11], src)
+
+
+# ---- end to end ----
+
+
+LAYERS_E2E = 4
+
+
+@pytest.fixture(scope="module")
+def model4(tmp_path_factory):
+    import tiny_llama
+
+    return tiny_llama.make(tmp_path_factory.mktemp("model4") / "tiny-llama-4",
+                           layers=LAYERS_E2E)
+
+
+def test_a_restarted_engine_loads_the_prefix_layer_by_layer(model4, tmp_path):
+    import random
+
+    r = random.Random(11)
+    shared = [r.randrange(1, 500) for _ in range(300)]
+    prompts = [shared + [r.randrange(1, 500) for _ in range(r.randrange(40, 90))]
+               for _ in range(3)]
+    store = tmp_path / "store"
+    reference = run(model4, prompts, tmp_path, "reference")
+
+    # The prompts are served one at a time: the first stores the shared prefix, which the
+    # others load (its first 4 chunks: the 5th block pair ends past the shared tokens).
+    a = run(model4, prompts, tmp_path, "a", store, mode="layerwise")
+    assert a["tokens"] == reference["tokens"]
+    assert a["metrics"]["vllm:tutti_save_tokens"] > 0
+    assert a["metrics"]["vllm:tutti_load_tokens"] == 2 * 256
+    assert a["metrics"]["vllm:tutti_pipeline_steps"] == 2
+
+    b = run(model4, prompts, tmp_path, "b", store, mode="layerwise")
+    m = b["metrics"]
+    prompt_tokens = sum(len(p) for p in prompts)
+    assert m["vllm:tutti_load_tokens"] >= 0.8 * prompt_tokens, (m, prompt_tokens)
+    assert m["vllm:tutti_load_errors"] == 0
+    assert b["tokens"] == reference["tokens"]
+    # The loads went through the pipeline, and vLLM called the hook of every layer, in order,
+    # in every step that loaded.
+    steps = m["vllm:tutti_pipeline_steps"]
+    assert steps >= len(prompts)  # the prompts are served one at a time
+    assert m["vllm:tutti_pipeline_layers_loaded"] == steps * LAYERS_E2E
+    assert m["vllm:tutti_pipeline_waits"] == steps * LAYERS_E2E
+    assert m["vllm:tutti_pipeline_waits_unhooked"] == 0
+    # vLLM registered the KV in the order of its KV-cache config (the connector warns
+    # otherwise), so the hooks came in that order too.
+    assert "in another order" not in (tmp_path / "b.log").read_text()
+
+    # A damaged store: every chunk fails its checksum in some layer, vLLM recomputes, and the
+    # answers are the same. The first prompt's recomputed chunks are stored again, and the
+    # others load the shared prefix from them.
+    geo = Geometry(nr_layers=LAYERS_E2E, nr_kv_heads=2, head_dim=32, elem_bytes=4,
+                   block_tokens=32, chunk_tokens=64)
+    damage_every_slot(store, geo.slot_bytes)
+    c = run(model4, prompts, tmp_path, "c", store, mode="layerwise")
+    m = c["metrics"]
+    assert m["vllm:tutti_load_errors"] > 0
+    assert m["vllm:tutti_load_tokens"] == 2 * 256
+    assert m["vllm:tutti_pipeline_steps"] >= len(prompts)
+    assert c["tokens"] == reference["tokens"]
+    assert "checksum mismatch" in (tmp_path / "c.log").read_text()
