@@ -5,13 +5,12 @@
  * bounce slot and the paged KV, checking (load) or computing (save) its checksum on the GPU.
  *
  * Kernel layout. The kernel runs in groups of 256 threads (128 when more than 3 share a block),
- * packed several to a block (up to 6)
- * so that the I/O holds few SMs while a prefill runs beside it: every block an I/O kernel keeps
- * resident is an SM the prefill's GEMMs cannot use. Group 0 is the controller: its thread 0
- * writes SQEs and publishes the SQ
- * tail once per batch (system-scope release), polls the CQ tail (system-scope acquire) with
- * back-off, and hands each completed I/O to a worker through a device-memory flag (release at
- * GPU scope; the worker's acquire makes the DMA'd bounce bytes visible through the chain).
+ * packed several to a block (up to 6) so that the I/O holds few SMs while a prefill runs beside
+ * it: every block an I/O kernel keeps resident is an SM the prefill's GEMMs cannot use. Group 0
+ * is the controller: its thread 0 writes SQEs and publishes the SQ tail once per batch
+ * (system-scope release), polls the CQ tail (system-scope acquire) with back-off, and hands each
+ * completed I/O to a worker through a device-memory flag (release at GPU scope; the worker's
+ * acquire makes the DMA'd bounce bytes visible through the chain).
  * Groups 1..W are workers: worker w handles I/Os w-1, w-1+W, ... in order. A load worker copies
  * the object from its bounce slot (mapped host memory, read across PCIe in 16-byte vectors) into
  * its own device scratch, frees the slot at once (so the next read can start), checks the
