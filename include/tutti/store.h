@@ -85,7 +85,11 @@ struct tutti_store_opts {
 	const void *ns;     /**< namespace bytes (model, dtype, layout, rank); not retained */
 	uint32_t ns_bytes;  /**< length of ns; 0 for the empty namespace */
 	uint32_t key_bytes; /**< bytes per key, 16..64; default 32 */
-	uint64_t staging_bytes; /**< staging memory for I/O, allocated at open; default 64 MiB */
+	/** Staging memory for I/O, allocated at open; default 64 MiB. It is cut into buffers of
+	 *  one I/O (max_io_bytes of whole objects), at most queue_depth of them, so staging beyond
+	 *  queue_depth x max_io_bytes is not allocated (the stats give what was). Engine gpu-uring
+	 *  uses it as bounce slots of one object each. */
+	uint64_t staging_bytes;
 	uint64_t max_io_bytes;  /**< largest single I/O; default 4 MiB; at least one object */
 	uint32_t queue_depth;   /**< most I/Os in flight; default 32 */
 	uint32_t posix_threads; /**< worker threads of the posix engine; default queue_depth */
