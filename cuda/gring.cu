@@ -41,7 +41,8 @@ extern "C" {
  * (1024 would cap it at 64). Its groups are of GROUP threads, or of half as many when more than
  * 3 must share a block: a block holds at most BLOCK_THREADS / (GROUP / 2) = MAX_GROUPS. */
 #define BLOCK_THREADS 768
-#define MAX_GROUPS 6
+#define MAX_GROUPS TT_GRING_GROUPS_PER_BLOCK
+static_assert(BLOCK_THREADS / (GROUP / 2) == MAX_GROUPS, "the store packs by this count");
 
 /* What one group keeps in shared memory. */
 struct group_shared {

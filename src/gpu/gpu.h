@@ -72,6 +72,10 @@ struct tt_gring_obj {
 	int32_t status;  /* in: 0; out: 0, -EBADMSG or the I/O error */
 };
 
+/* Groups (the controller's and the workers') that one block of a layer kernel holds at most;
+ * the store sizes gpu_io_sms by it. */
+#define TT_GRING_GROUPS_PER_BLOCK 6u
+
 /* One layer: every object read into (load) or written from (save) bounce slots. */
 struct tt_gring_job {
 	const struct tutti_kv *kv; /* TUTTI_MEM_CUDA */

@@ -81,12 +81,12 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		           o->gpu_io_workers);
 		return -EINVAL;
 	}
-	if (o->gpu_io_sms > 64 ||
-	    (o->gpu_io_sms != 0 && o->gpu_io_sms * 6 < o->gpu_io_workers + 1)) {
+	if (o->gpu_io_sms > 64 || (o->gpu_io_sms != 0 && o->gpu_io_sms * TT_GRING_GROUPS_PER_BLOCK <
+	                                                     o->gpu_io_workers + 1)) {
 		tt_log_err(log,
 		           "store options: gpu_io_sms %u cannot hold %u workers and the ring's "
-		           "driver (at most 6 to an SM, at most 64 SMs)",
-		           o->gpu_io_sms, o->gpu_io_workers);
+		           "driver (at most %u to an SM, at most 64 SMs)",
+		           o->gpu_io_sms, o->gpu_io_workers, TT_GRING_GROUPS_PER_BLOCK);
 		return -EINVAL;
 	}
 	if (o->durability > TUTTI_DURABILITY_DURABLE) {
@@ -375,8 +375,11 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	st->flags = opts->flags;
 	st->durability = opts->durability;
 	st->gpu_io_workers = opts->gpu_io_workers;
-	/* 0: the fewest SMs that hold the workers and the ring's driver, 6 to an SM. */
-	st->gpu_io_sms = opts->gpu_io_sms != 0 ? opts->gpu_io_sms : (opts->gpu_io_workers + 6) / 6;
+	/* 0: the fewest SMs that hold the workers and the ring's driver. */
+	st->gpu_io_sms =
+	    opts->gpu_io_sms != 0
+	        ? opts->gpu_io_sms
+	        : (opts->gpu_io_workers + TT_GRING_GROUPS_PER_BLOCK) / TT_GRING_GROUPS_PER_BLOCK;
 	st->key_bytes = opts->key_bytes;
 	existing = (opts->flags & TUTTI_OPEN_EXISTING) != 0;
 	tt_ns_fingerprint(opts->ns, opts->ns_bytes, ns_fp);
