@@ -211,7 +211,9 @@ controller(const job_param &p, struct tt_gring_obj *objs, unsigned long long *re
 	const struct tt_gring_view *v = &p.ring;
 	uint32_t tail = *(volatile uint32_t *)v->sq_tail, head = *(volatile uint32_t *)v->cq_head;
 	uint32_t next = 0, done = 0;
-	uint64_t progress = now_ns();
+	uint64_t progress = now_ns(), published_ns = 0;
+	/* Reads go out one at a time, read_pace_ns apart, where the ring asks for it (proto.h). */
+	uint32_t pace_ns = p.write ? 0 : v->read_pace_ns;
 	unsigned back_off = 32;
 	bool published = false;
 
@@ -227,6 +229,9 @@ controller(const job_param &p, struct tt_gring_obj *objs, unsigned long long *re
 			unsigned long long want = p.epoch << 32 | (unsigned long long)(next + 1);
 			struct tt_gring_io io;
 
+			if (pace_ns != 0 && (queued > 0 || now_ns() - published_ns < pace_ns)) {
+				break;
+			}
 			if (next >= p.slots && ld_acquire_gpu(&freed[slot]) !=
 			                           (p.epoch << 32 | (next - p.slots + 1))) {
 				break;
@@ -258,8 +263,9 @@ controller(const job_param &p, struct tt_gring_obj *objs, unsigned long long *re
 		}
 		if (queued > 0) {
 			tt_gring_publish(v, tail); /* one release per batch */
+			published_ns = now_ns();
 			if (p.trace != NULL && !published) {
-				p.trace[1] = now_ns();
+				p.trace[1] = published_ns;
 			}
 			published = true;
 		}

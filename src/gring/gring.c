@@ -23,6 +23,8 @@
 /* The doorbell helper's poll period: short enough that a sleeping SQ thread costs little, long
  * enough to take a negligible share of a core. */
 #define DOORBELL_NS 50000
+/* A pace above this is a mistake, not a tuning: it would hold a layer's reads for milliseconds. */
+#define GRING_MAX_PACE_NS 1000000u
 
 struct tt_gring {
 	int fd;
@@ -212,6 +214,7 @@ fill_view(struct tt_gring *r, const struct tt_gring_conf *conf, const struct io_
 	v->cq_entries = p->cq_entries;
 	v->cq_mask = p->cq_entries - 1;
 	v->sqe_flags = conf->async ? TT_SQE_ASYNC : 0;
+	v->read_pace_ns = conf->read_pace_ns;
 	for (uint32_t i = 0; i < conf->nr_fds; i++) {
 		v->fds[i] = conf->fds[i];
 	}
@@ -252,7 +255,7 @@ tt_gring_create(const struct tt_gring_conf *conf, struct tt_gring **out)
 	if (conf == NULL || out == NULL || conf->fds == NULL || conf->nr_fds == 0 ||
 	    conf->nr_fds > TT_GRING_MAX_FILES || conf->sq_entries == 0 ||
 	    conf->sq_entries > 32768 || conf->cq_entries < conf->sq_entries ||
-	    conf->cq_entries > 65536) {
+	    conf->cq_entries > 65536 || conf->read_pace_ns > GRING_MAX_PACE_NS) {
 		return -EINVAL;
 	}
 	*out = NULL;
@@ -382,7 +385,7 @@ tt_gring_twin_run(struct tt_gring *r, const struct tt_gring_program *p, uint32_t
 	uint32_t tail = tt_ld_acquire(v->sq_tail), head = tt_ld_acquire(v->cq_head);
 	uint32_t next = 0, done = 0, window = p->window;
 	uint8_t *completed; /* per I/O */
-	uint64_t progress = now_ms();
+	uint64_t progress = now_ms(), published_ns = 0;
 	bool cancelled = false;
 	int rc = 0;
 
@@ -402,7 +405,14 @@ tt_gring_twin_run(struct tt_gring *r, const struct tt_gring_program *p, uint32_t
 		 * the program allow. */
 		while (!cancelled && next < p->nr && tt_gring_sq_space(v, tail) > 0 &&
 		       (next < window || completed[next - window])) {
-			int prc = p->prepare != NULL ? p->prepare(p->arg, next) : 0;
+			int prc;
+
+			/* A paced read waits for its turn (proto.h says why). */
+			if (!p->ios[next].write && v->read_pace_ns != 0 &&
+			    (queued > 0 || tt_now_ns() - published_ns < v->read_pace_ns)) {
+				break;
+			}
+			prc = p->prepare != NULL ? p->prepare(p->arg, next) : 0;
 
 			if (prc < 0) {
 				p->complete(p->arg, next, prc);
@@ -416,6 +426,7 @@ tt_gring_twin_run(struct tt_gring *r, const struct tt_gring_program *p, uint32_t
 		}
 		if (queued > 0) {
 			tt_gring_publish(v, tail); /* once per batch */
+			published_ns = tt_now_ns();
 		}
 		/* Reap what completed. */
 		ready = tt_gring_cq_ready(v, head);

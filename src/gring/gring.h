@@ -31,6 +31,8 @@ struct tt_gring_conf {
 	uint32_t sq_idle_ms; /* how long the SQ thread spins before it sleeps */
 	bool async;          /* IOSQE_ASYNC on reads: for page-cache-backed files (tmpfs) */
 	bool map_for_gpu;    /* pin and map the rings for the GPU */
+	/* Publish reads one at a time, this many ns apart (proto.h says why); at most 1 ms. */
+	uint32_t read_pace_ns;
 	const struct tt_log *log;
 };
 
@@ -72,10 +74,10 @@ struct tt_gring_program {
 };
 
 /*
- * Run a program: I/O i is submitted once I/O i - window has completed (its slot is free), and
- * every I/O gets exactly one complete() call. Returns 0, or -ETIMEDOUT when the ring made no
- * progress for \p timeout_ms (every unfinished I/O is then completed with -ETIMEDOUT and the ring
- * must be destroyed).
+ * Run a program: I/O i is submitted once I/O i - window has completed (its slot is free), reads
+ * no sooner than read_pace_ns after the previous submission, and every I/O gets exactly one
+ * complete() call. Returns 0, or -ETIMEDOUT when the ring made no progress for \p timeout_ms
+ * (every unfinished I/O is then completed with -ETIMEDOUT and the ring must be destroyed).
  */
 int tt_gring_twin_run(struct tt_gring *r, const struct tt_gring_program *p, uint32_t timeout_ms);
 

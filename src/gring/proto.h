@@ -105,7 +105,13 @@ struct tt_gring_view {
 	uint32_t fixed_files; /* files registered: an SQE names the file by index */
 	uint32_t fixed_buf;   /* [buf_base, buf_base + buf_bytes) is registered buffer 0 */
 	uint32_t sqe_flags;   /* reads: IOSQE_ASYNC for page-cache-backed files */
-	uint32_t pad;
+	/* Reads are published one SQE at a time, at least this many ns apart (0: in batches).
+	 * Punted reads run on io-wq, which wakes one idle worker per enqueue and counts a woken
+	 * worker as free until it runs: a batch of reads enqueued at once wakes one or two
+	 * workers, which then copy the whole batch alone (4-16 GB/s from tmpfs on a 16-core
+	 * host), while reads enqueued a few microseconds apart each wake their own (30-53 GB/s;
+	 * bench/results/README.md, "Paced submission"). */
+	uint32_t read_pace_ns;
 	uint64_t buf_base, buf_bytes;
 	int32_t fds[TT_GRING_MAX_FILES];
 };

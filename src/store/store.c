@@ -163,6 +163,9 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
  * copies would all run on the one SQ thread. */
 #define GRING_MAX_SLOTS 4096u
 #define GRING_SQ_IDLE_MS 100u
+/* Those punted reads are published 4 us apart, so that each wakes an io-wq worker of its own
+ * (gring/proto.h); 2-20 us gave alike, bench/results/README.md. */
+#define GRING_READ_PACE_NS 4000u
 
 /* Page-cache-backed store files: their reads are CPU copies, best spread over io-wq. */
 static bool
@@ -197,6 +200,7 @@ open_gring(struct tutti_store *st, const struct tutti_store_opts *opts)
 	    .async = on_tmpfs(st),
 	    .log = &st->log,
 	};
+	conf.read_pace_ns = conf.async ? GRING_READ_PACE_NS : 0;
 	rc = tt_gring_create(&conf, &st->gring);
 	if (rc < 0) {
 		tt_log_err(&st->log, "engine gpu-uring: %s", tutti_strerror(rc));

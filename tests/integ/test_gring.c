@@ -75,7 +75,7 @@ teardown(void **state)
 }
 
 static struct tt_gring *
-ring(struct fixture *f, uint32_t sq, uint32_t cq, uint32_t idle_ms)
+paced_ring(struct fixture *f, uint32_t sq, uint32_t cq, uint32_t idle_ms, uint32_t pace_ns)
 {
 	struct tt_gring_conf conf = {
 	    .fds = &f->fd,
@@ -85,11 +85,18 @@ ring(struct fixture *f, uint32_t sq, uint32_t cq, uint32_t idle_ms)
 	    .sq_entries = sq,
 	    .cq_entries = cq,
 	    .sq_idle_ms = idle_ms,
+	    .read_pace_ns = pace_ns,
 	};
 	struct tt_gring *r = NULL;
 
 	assert_int_equal(tt_gring_create(&conf, &r), 0);
 	return r;
+}
+
+static struct tt_gring *
+ring(struct fixture *f, uint32_t sq, uint32_t cq, uint32_t idle_ms)
+{
+	return paced_ring(f, sq, cq, idle_ms, 0);
 }
 
 static int
@@ -337,6 +344,45 @@ test_gring_cancel_completes_every_io_once(void **state)
 	tt_gring_destroy(r);
 }
 
+/* Paced reads leave one at a time, the pace apart, even when the window would take them all at
+ * once; the bytes are the same as unpaced. */
+static void
+test_gring_paced_reads_are_submitted_the_pace_apart(void **state)
+{
+	enum { NR = 24, PACE_NS = 200000 };
+	struct fixture *f = *state;
+	struct tt_gring *r = paced_ring(f, 64, 64, 100, PACE_NS);
+	struct run *run = make_run(NR);
+	uint32_t perm[NR];
+	uint8_t *expect = malloc((size_t)NR * IO_BYTES);
+	uint64_t t0, elapsed;
+
+	assert_non_null(expect);
+	for (uint32_t i = 0; i < NR; i++) {
+		perm[i] = NR - 1 - i;
+	}
+	t_rng_fill(&f->rng, f->buf, (size_t)NR * IO_BYTES);
+	memcpy(expect, f->buf, (size_t)NR * IO_BYTES);
+	program(f, run, perm, true); /* writes are never paced */
+	assert_int_equal(run_program(r, run, 64), 0);
+	memset(f->buf, 0xa5, (size_t)NR * IO_BYTES);
+	memset(run->calls, 0, NR * sizeof(*run->calls));
+	program(f, run, perm, false);
+	t0 = tt_now_ns();
+	assert_int_equal(run_program(r, run, 64), 0);
+	elapsed = tt_now_ns() - t0;
+	assert_each_completed_once(run);
+	for (uint32_t i = 0; i < NR; i++) {
+		assert_int_equal(run->res[i], IO_BYTES);
+	}
+	assert_memory_equal(f->buf, expect, (size_t)NR * IO_BYTES);
+	/* NR submissions with the pace between each two: no sooner than (NR - 1) paces. */
+	assert_true(elapsed >= (uint64_t)(NR - 1) * PACE_NS);
+	free(expect);
+	free_run(run);
+	tt_gring_destroy(r);
+}
+
 static void
 test_gring_bad_configurations_are_einval(void **state)
 {
@@ -349,6 +395,9 @@ test_gring_bad_configurations_are_einval(void **state)
 	conf.nr_fds = 0;
 	assert_int_equal(tt_gring_create(&conf, &r), -EINVAL);
 	conf.nr_fds = TT_GRING_MAX_FILES + 1;
+	assert_int_equal(tt_gring_create(&conf, &r), -EINVAL);
+	conf.nr_fds = 1;
+	conf.read_pace_ns = 1000001; /* more than a millisecond between reads */
 	assert_int_equal(tt_gring_create(&conf, &r), -EINVAL);
 	assert_int_equal(tt_gring_create(NULL, &r), -EINVAL);
 	tt_gring_destroy(NULL);
@@ -370,6 +419,8 @@ main(void)
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_gring_cancel_completes_every_io_once, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_gring_paced_reads_are_submitted_the_pace_apart,
+	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_gring_bad_configurations_are_einval, setup,
 	                                    teardown),
 	};
