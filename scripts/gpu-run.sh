@@ -12,7 +12,7 @@
 # (tutti-stripe-bench: retrieve over 1, 2 and 4 directories against raw reads of the same files,
 # emulated and disk), tp (bench/tp_ttft.py with TP_ARGS: TTFT at TP=2 on two GPUs), layerwise
 # (bench/layerwise_ttft.py with LAYERWISE_ARGS), footprint (bench/io_footprint.py with
-# FOOTPRINT_ARGS); default: test mover.
+# FOOTPRINT_ARGS), iowq (tutti-iowq-burst with IOWQ_ARGS); default: test mover.
 # BENCH_ARGS adds arguments to tutti-gpu-store-bench; STRIPE_ARGS to tutti-stripe-bench
 # (STRIPE_ENGINES, STRIPE_SHM_TOKENS and STRIPE_DISK_TOKENS change its defaults).
 set -uo pipefail
@@ -132,6 +132,18 @@ tp)
 		tail -20 "$OUT/tp.log" >> "$OUT/summary.txt"
 	fi
 	rm -rf build/tp-disk /dev/shm/tutti-tp
+	;;
+iowq)
+	# How io-wq spreads batched and paced IOSQE_ASYNC reads of a tmpfs file (tutti-iowq-burst
+	# with IOWQ_ARGS; no GPU): the reason the store paces reads of page-cache-backed files.
+	mkdir -p /dev/shm/tutti-iowq
+	log "iowq: ${IOWQ_ARGS:-defaults}"
+	# shellcheck disable=SC2086
+	timeout "${BENCH_TIMEOUT:-300}" build/gpu/tutti-iowq-burst --dir /dev/shm/tutti-iowq \
+		${IOWQ_ARGS:-} > "$OUT/iowq-burst.jsonl" 2> "$OUT/iowq-burst.err"
+	log "iowq exit $?"
+	cat "$OUT/iowq-burst.jsonl" >> "$OUT/summary.txt"
+	rm -rf /dev/shm/tutti-iowq
 	;;
 footprint)
 	# What resident I/O blocks cost the prefill beside them, the rate at which blocks read host
