@@ -25,12 +25,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "benchutil.h"
 
 #define OBJ_BYTES (1u << 20)
 #define MAX_LIST 16
-#define MAX_ROUNDS 16
+#define MAX_ROUNDS BU_MAX_VALUES
 
 struct list {
 	uint32_t v[MAX_LIST];
@@ -43,15 +44,6 @@ struct conf {
 	uint32_t layers, rounds;
 };
 
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void
 usage(void)
 {
@@ -60,16 +52,14 @@ usage(void)
 	exit(2);
 }
 
+/* A number of the command line, at most 2^20 (a count, not a size). */
 static uint32_t
 number(const char *s)
 {
-	char *end;
-	unsigned long v;
+	uint64_t v = bu_number("tutti-iowq-burst", s);
 
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || v > 1u << 20) {
-		fprintf(stderr, "tutti-iowq-burst: bad number '%s'\n", s);
+	if (v > 1u << 20) {
+		fprintf(stderr, "tutti-iowq-burst: %s is too large\n", s);
 		usage();
 	}
 	return (uint32_t)v;
@@ -166,20 +156,12 @@ iowq_workers(void)
 	return n;
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* One pass over every layer; returns bytes per second, or a negative errno. */
 static double
 read_layers(struct io_uring *ring, uint8_t *buf, uint32_t objects, uint32_t window, uint32_t layers,
             uint64_t gap_ns)
 {
-	uint64_t t0 = now_ns(), bytes = 0;
+	uint64_t t0 = bu_now_ns(), bytes = 0;
 
 	for (uint32_t l = 0; l < layers; l++) {
 		uint32_t next = 0, done = 0, in_flight = 0;
@@ -199,10 +181,10 @@ read_layers(struct io_uring *ring, uint8_t *buf, uint32_t objects, uint32_t wind
 				next++;
 				in_flight++;
 				if (gap_ns != 0) {
-					uint64_t at = now_ns();
+					uint64_t at = bu_now_ns();
 
 					io_uring_submit(ring);
-					while (now_ns() - at < gap_ns) {
+					while (bu_now_ns() - at < gap_ns) {
 					}
 				}
 			}
@@ -226,7 +208,7 @@ read_layers(struct io_uring *ring, uint8_t *buf, uint32_t objects, uint32_t wind
 			}
 		}
 	}
-	return (double)bytes / ((double)(now_ns() - t0) / 1e9);
+	return (double)bytes / ((double)(bu_now_ns() - t0) / 1e9);
 }
 
 static int
@@ -263,13 +245,18 @@ run(const struct conf *c, int fd, uint32_t objects, uint32_t window, uint32_t ga
 		gbps[r] = v / 1e9;
 	}
 	if (rc == 0) {
-		qsort(gbps, c->rounds, sizeof(gbps[0]), cmp_double);
+		double lo = gbps[0], hi = gbps[0];
+
+		for (uint32_t r = 1; r < c->rounds; r++) {
+			lo = gbps[r] < lo ? gbps[r] : lo;
+			hi = gbps[r] > hi ? gbps[r] : hi;
+		}
 		printf(
 		    "{\"layer_objects\": %u, \"window\": %u, \"gap_us\": %u, \"layers\": %u, "
 		    "\"rounds\": %u, \"read_gbps\": %.2f, \"min_gbps\": %.2f, \"max_gbps\": %.2f, "
 		    "\"iowq_workers\": %d}\n",
-		    objects, window, gap_us, c->layers, c->rounds, gbps[c->rounds / 2], gbps[0],
-		    gbps[c->rounds - 1], iowq_workers());
+		    objects, window, gap_us, c->layers, c->rounds, bu_median(gbps, c->rounds), lo,
+		    hi, iowq_workers());
 		fflush(stdout);
 	} else {
 		fprintf(stderr, "tutti-iowq-burst: %s\n", strerror(-rc));
