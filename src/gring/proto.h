@@ -108,8 +108,8 @@ struct tt_gring_view {
 	/* Reads are published one SQE at a time, at least this many ns apart (0: in batches).
 	 * Punted reads run on io-wq, which wakes one idle worker per enqueue and counts a woken
 	 * worker as free until it runs: a batch of reads enqueued at once wakes one or two
-	 * workers, which then copy the whole batch alone (4-16 GB/s from tmpfs on a 16-core
-	 * host), while reads enqueued a few microseconds apart each wake their own (30-53 GB/s;
+	 * workers, which then copy the whole batch alone (10.9-14.8 GB/s from tmpfs on a 16-core
+	 * host), while reads enqueued 2-20 us apart each wake their own (27-50 GB/s;
 	 * bench/results/README.md, "Paced submission"). */
 	uint32_t read_pace_ns;
 	uint64_t buf_base, buf_bytes;

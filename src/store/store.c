@@ -164,7 +164,8 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
 #define GRING_MAX_SLOTS 4096u
 #define GRING_SQ_IDLE_MS 100u
 /* Those punted reads are published 4 us apart, so that each wakes an io-wq worker of its own
- * (gring/proto.h); 2-20 us gave alike, bench/results/README.md. */
+ * (gring/proto.h). On a 16-core H200 host 2 us apart read 27-38 GB/s, 5 and 20 us 31-50 GB/s
+ * (bench/results/README.md, "Paced submission"). */
 #define GRING_READ_PACE_NS 4000u
 
 /* Page-cache-backed store files: their reads are CPU copies, best spread over io-wq. */
