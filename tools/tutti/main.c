@@ -219,11 +219,15 @@ apply_option(int opt, const char *arg, struct kvbench_conf *c, bool *json, bool 
 		return parse_u32(arg, &c->repeats);
 	case OPT_STAGING:
 		rc = parse_u64(arg, &mib);
-		c->staging_bytes = mib << 20;
+		if (rc == 0) {
+			c->staging_bytes = mib << 20;
+		}
 		return rc;
 	case OPT_IO:
 		rc = parse_u64(arg, &mib);
-		c->max_io_bytes = mib << 10;
+		if (rc == 0) {
+			c->max_io_bytes = mib << 10;
+		}
 		return rc;
 	case OPT_QD:
 		return parse_u32(arg, &c->queue_depth);
