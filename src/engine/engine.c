@@ -38,9 +38,6 @@ tutti_engine_parse(const char *name)
 	return -EINVAL;
 }
 
-/* A longer pace would hold a batch of reads for milliseconds: a mistake, not a tuning. */
-#define MAX_READ_PACE_NS 1000000u
-
 int
 tt_engine_create(const struct tt_engine_ops *ops, const struct tt_engine_conf *conf,
                  struct tt_engine **out)
@@ -48,8 +45,7 @@ tt_engine_create(const struct tt_engine_ops *ops, const struct tt_engine_conf *c
 	int rc;
 
 	if (ops == NULL || conf == NULL || out == NULL || conf->nr_fds == 0 ||
-	    conf->nr_fds > UINT16_MAX || conf->depth == 0 || conf->max_iov > IOV_MAX ||
-	    conf->read_pace_ns > MAX_READ_PACE_NS) {
+	    conf->nr_fds > UINT16_MAX || conf->depth == 0 || conf->max_iov > IOV_MAX) {
 		return -EINVAL;
 	}
 	*out = NULL;

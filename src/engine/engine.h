@@ -54,10 +54,6 @@ struct tt_engine_conf {
 	uint32_t threads; /* posix: worker threads */
 	bool async_reads; /* uring: IOSQE_ASYNC on reads, for page-cache-backed files (tmpfs),
 	                   * whose reads would otherwise be copied one after another inline */
-	/* uring, with async_reads: hand reads to the kernel one system call at a time, at least
-	 * this many ns apart, so that each wakes an io-wq worker of its own (src/gring/proto.h says
-	 * why a batch does not); 0: in batches. At most 1 ms. */
-	uint32_t read_pace_ns;
 	const struct tt_log *log;
 };
 

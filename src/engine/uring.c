@@ -21,8 +21,6 @@ struct uring_engine {
 	struct io_uring ring;
 	bool files_registered;
 	bool async_reads;
-	uint32_t read_pace_ns; /* 0 unless async_reads */
-	uint64_t last_read_ns; /* when the last paced read went to the kernel */
 	bool buf_registered;
 	const int *fds;
 	uint32_t nr_fds;
@@ -85,7 +83,6 @@ uring_create(const struct tt_engine_conf *conf, struct tt_engine **out)
 	rc = io_uring_register_files(&u->ring, conf->fds, conf->nr_fds);
 	u->files_registered = rc == 0;
 	u->async_reads = conf->async_reads;
-	u->read_pace_ns = conf->async_reads ? conf->read_pace_ns : 0;
 	if (rc < 0) {
 		tt_log_info(conf->log, "io_uring: files not registered: %s", tutti_strerror(rc));
 	}
@@ -192,28 +189,9 @@ uring_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
 
 	for (uint32_t i = 0; i < nr; i++) {
 		uint32_t idx = u->free_head;
-		bool paced = u->read_pace_ns != 0 && ios[i].op == TT_IO_READ;
 
 		u->free_head = u->reqs[idx].next_free;
 		tt_io_state_start(&u->reqs[idx].st, &ios[i]);
-		if (paced) {
-			/* What is queued goes first; then this read alone, its pace after the last.
-			 * A spin, not a sleep: timer slack would stretch a few microseconds to 50.
-			 */
-			int rc = u->pending > 0 ? flush(u, 0) : 0;
-
-			while (rc == 0 && tt_now_ns() - u->last_read_ns < u->read_pace_ns) {
-			}
-			prep(u, idx);
-			if (rc == 0) {
-				rc = flush(u, 0);
-			}
-			u->last_read_ns = tt_now_ns();
-			if (rc < 0) {
-				return rc;
-			}
-			continue;
-		}
 		prep(u, idx);
 	}
 	return flush(u, 0);

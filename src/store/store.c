@@ -163,12 +163,10 @@ plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
  * copies would all run on the one SQ thread. */
 #define GRING_MAX_SLOTS 4096u
 #define GRING_SQ_IDLE_MS 100u
-
-/* Reads of page-cache-backed files are punted to io-wq and handed over 4 us apart, so that each
- * wakes an io-wq worker of its own (gring/proto.h). On a 16-core H200 host 2 us apart read 27-38
- * GB/s, 5 and 20 us 31-50 GB/s, a batch 10.9-14.8 (bench/results/README.md, "Paced
- * submission"). The engines apply it only where they punt reads. */
-#define TMPFS_READ_PACE_NS 4000u
+/* Those punted reads are published 4 us apart, so that each wakes an io-wq worker of its own
+ * (gring/proto.h). On a 16-core H200 host 2 us apart read 27-38 GB/s, 5 and 20 us 31-50 GB/s
+ * (bench/results/README.md, "Paced submission"). */
+#define GRING_READ_PACE_NS 4000u
 
 /* Page-cache-backed store files: their reads are CPU copies, best spread over io-wq. */
 static bool
@@ -203,7 +201,7 @@ open_gring(struct tutti_store *st, const struct tutti_store_opts *opts)
 	    .async = on_tmpfs(st),
 	    .log = &st->log,
 	};
-	conf.read_pace_ns = conf.async ? TMPFS_READ_PACE_NS : 0;
+	conf.read_pace_ns = conf.async ? GRING_READ_PACE_NS : 0;
 	rc = tt_gring_create(&conf, &st->gring);
 	if (rc < 0) {
 		tt_log_err(&st->log, "engine gpu-uring: %s", tutti_strerror(rc));
@@ -448,7 +446,6 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	}
 	ec = (struct tt_engine_conf){
 	    .async_reads = on_tmpfs(st),
-	    .read_pace_ns = TMPFS_READ_PACE_NS,
 	    .fds = tt_pool_fds(st->pool),
 	    .nr_fds = tt_pool_nr_dirs(st->pool),
 	    .reg_buf = st->staging,

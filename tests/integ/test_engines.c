@@ -27,22 +27,17 @@
 struct config {
 	const char *name;
 	const struct tt_engine_ops *ops;
-	bool reg;              /* register the buffer (uring: fixed reads and writes) */
-	uint32_t threads;      /* posix */
-	bool async_reads;      /* uring: reads punted to io-wq (as on tmpfs) */
-	uint32_t read_pace_ns; /* uring with async reads: reads handed over this far apart */
+	bool reg;         /* register the buffer (uring: fixed reads and writes) */
+	uint32_t threads; /* posix */
+	bool async_reads; /* uring: reads punted to io-wq (as on tmpfs) */
 };
 
-/* The paced config's pace: long enough to measure, short enough for every test's reads. */
-#define PACE_NS 50000u
-
 static const struct config configs[] = {
-    {"uring+registered", &tt_engine_uring, true, 0, false, 0},
-    {"uring", &tt_engine_uring, false, 0, false, 0},
-    {"uring+async reads", &tt_engine_uring, true, 0, true, 0},
-    {"uring+paced async reads", &tt_engine_uring, true, 0, true, PACE_NS},
-    {"posix", &tt_engine_posix, false, 0, false, 0},
-    {"posix/2 threads", &tt_engine_posix, false, 2, false, 0},
+    {"uring+registered", &tt_engine_uring, true, 0, false},
+    {"uring", &tt_engine_uring, false, 0, false},
+    {"uring+async reads", &tt_engine_uring, true, 0, true},
+    {"posix", &tt_engine_posix, false, 0, false},
+    {"posix/2 threads", &tt_engine_posix, false, 2, false},
 };
 
 #define NR_CONFIGS (sizeof(configs) / sizeof(configs[0]))
@@ -122,7 +117,6 @@ engine(struct fixture *f, const struct config *c, uint32_t depth)
 	    .max_iov = 8,
 	    .threads = c->threads,
 	    .async_reads = c->async_reads,
-	    .read_pace_ns = c->read_pace_ns,
 	    .log = &f->log,
 	};
 	struct tt_engine *e = NULL;
@@ -296,53 +290,6 @@ test_engines_keep_depth_ios_in_flight_and_refuse_more(void **state)
 	}
 }
 
-/* Paced reads reach the kernel one at a time, the pace apart, and still read the right bytes
- * (every other test runs the paced config too); a pace above 1 ms is refused. */
-static void
-test_engines_paced_reads_are_handed_over_the_pace_apart(void **state)
-{
-	struct fixture *f = *state;
-	const struct config *c = &configs[3];
-	struct tt_engine *e = engine(f, c, DEPTH);
-	struct tt_engine_conf bad = {.fds = f->fds,
-	                             .nr_fds = 2,
-	                             .depth = DEPTH,
-	                             .max_iov = 8,
-	                             .async_reads = true,
-	                             .read_pace_ns = 1000001,
-	                             .log = &f->log};
-	struct tt_engine *none = NULL;
-	struct tt_io ios[DEPTH];
-	uint64_t t0, elapsed;
-
-	assert_int_equal(c->read_pace_ns, PACE_NS);
-	if (e == NULL) {
-		skip();
-	}
-	t_rng_fill(&f->r, f->buf, FILE_BYTES);
-	assert_int_equal(pwrite(f->fds[0], f->buf, FILE_BYTES, 0), FILE_BYTES);
-	memset(f->back, 0, FILE_BYTES);
-	for (uint32_t i = 0; i < DEPTH; i++) {
-		ios[i] = (struct tt_io){.tag = i,
-		                        .off = (uint64_t)i * 65536,
-		                        .buf = f->back + (uint64_t)i * 65536,
-		                        .len = 4096,
-		                        .op = TT_IO_READ};
-	}
-	t0 = tt_now_ns();
-	assert_int_equal(tt_engine_submit(e, ios, DEPTH), 0);
-	elapsed = tt_now_ns() - t0;
-	reap_ok(e, ios, DEPTH);
-	for (uint32_t i = 0; i < DEPTH; i++) {
-		assert_memory_equal(f->back + i * 65536, f->buf + i * 65536, 4096);
-	}
-	/* DEPTH reads with the pace between each two. */
-	assert_true(elapsed >= (uint64_t)(DEPTH - 1) * PACE_NS);
-	tt_engine_destroy(e);
-	assert_int_equal(tt_engine_create(&tt_engine_uring, &bad, &none), -EINVAL);
-	assert_null(none);
-}
-
 static void
 test_engines_read_beyond_eof_completes_with_eio(void **state)
 {
@@ -422,8 +369,6 @@ main(void)
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_engines_vectored_io_round_trips, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_engines_keep_depth_ios_in_flight_and_refuse_more,
-	                                    setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_engines_paced_reads_are_handed_over_the_pace_apart,
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_engines_read_beyond_eof_completes_with_eio, setup,
 	                                    teardown),
