@@ -509,6 +509,16 @@ def raw_limit_gbps(path, nbytes):
     return max((raw_read_gbps(path, nbytes, threads=t), t) for t in RAW_THREADS)
 
 
+def measure_raw(rows, method, path, nbytes, **extra):
+    """raw_limit_gbps of \p path as a "raw" row of \p method's storage (printed as it is
+    added); returns the bandwidth."""
+    raw, threads = raw_limit_gbps(path, nbytes)
+    rows.append(dict(experiment="raw", storage=storage_of(method), method="raw-read",
+                     read_gbps=raw, threads=threads, **extra))
+    print(json.dumps(rows[-1]), flush=True)
+    return raw
+
+
 def run_staging(args, rows):
     """GLM-4-9B-shaped KV: the pipeline's and the store's staging at 32K and 512K tokens."""
     shape = GLM4_9B
@@ -630,21 +640,15 @@ def main():
                                      readahead=args.readahead, staging_mib=args.staging_mib)
                 tiers[m].fill(cache, prefix.max_blocks)
                 # The storage's limit in this run: O_DIRECT reads of the bytes just stored.
-                raw, threads = raw_limit_gbps(tiers[m].dir / "tutti.data",
-                                              tiers[m].store.stats()["save_bytes"])
-                rows.append(dict(experiment="raw", storage=storage_of(m), method="raw-read",
-                                 source="store data file", read_gbps=raw, threads=threads))
-                raws[m] = raw
-                print(json.dumps(rows[-1]), flush=True)
+                raws[m] = measure_raw(rows, m, tiers[m].dir / "tutti.data",
+                                      tiers[m].store.stats()["save_bytes"],
+                                      source="store data file")
             elif m.startswith("baseline-"):
                 Path(dirs[storage]).mkdir(parents=True, exist_ok=True)
                 f = Path(dirs[storage]) / "baseline.blocks"
                 prefix.write_block_file(f)
                 loaders[m] = BlockLoader(f, prefix)
-                raw, threads = raw_limit_gbps(f, os.path.getsize(f))
-                rows.append(dict(experiment="raw", storage=storage_of(m), method="raw-read",
-                                 read_gbps=raw, threads=threads))
-                print(json.dumps(rows[-1]), flush=True)
+                measure_raw(rows, m, f, os.path.getsize(f))
             elif m == "dram":
                 prefix.to_host()
         watched.update(tiers)
