@@ -503,9 +503,9 @@ RAW_THREADS = (16, 32)
 
 def raw_limit_gbps(path, nbytes):
     """The storage's read limit in this run: the best of raw_read_gbps at 16 and 32 threads,
-    and the threads that gave it. On tmpfs the reads are copies, and 16 threads fall short of
-    what the store's paced io_uring reads reach (bench/results/README.md, "Paced
-    submission"), so the limit is taken from more threads as well."""
+    and the threads that gave it. On tmpfs the reads are copies, and 16 threads can fall short
+    of what the store's paced io_uring reads reach, so the limit is taken from more threads as
+    well."""
     return max((raw_read_gbps(path, nbytes, threads=t), t) for t in RAW_THREADS)
 
 
