@@ -28,7 +28,7 @@ real disk); a length whose stores would not fit the free space is skipped and sa
 Output (--out): tp-ttft.jsonl (one JSON object per rank and run), tp-ttft-summary.txt (one line
 per storage, engine and length). Smoke test without GPUs:
   python3 bench/tp_ttft.py --device cpu --backend gloo --model tiny --lengths 1024,2048 \\
-      --suffix 64 --engines uring,gpu-uring --shm-dir /dev/shm/tp --disk-dir '' --out /tmp/tp
+      --suffix 64 --engines uring,gpu-uring --shm-dir /dev/shm/tp --disk-dir '' --out build/tp-out
 """
 
 import argparse
