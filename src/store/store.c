@@ -314,6 +314,50 @@ close_gds(struct tutti_store *st)
 	tt_free(st->gds_events);
 }
 
+/* The handle with its log and locks, before anything else: every later step logs through it, and
+ * tutti_store_close() releases whatever the steps got so far. */
+static struct tutti_store *
+store_alloc(const struct tutti_store_opts *opts)
+{
+	struct tutti_store *st = tt_calloc(1, sizeof(*st));
+
+	if (st == NULL) {
+		return NULL;
+	}
+	if (opts->size == sizeof(*opts)) {
+		st->log.fn = opts->log_fn;
+		st->log.arg = opts->log_arg;
+		st->log.level = (int)opts->log_level;
+	}
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_mutex_init(&st->io_lock, NULL);
+	return st;
+}
+
+/* Engines that need a library this machine may lack are refused before anything is created. */
+static int
+check_engine_library(struct tutti_store *st, const struct tutti_store_opts *opts)
+{
+	if (opts->engine == TUTTI_ENGINE_GDS) {
+		return tt_cufile_open(&st->log, &st->cufile);
+	}
+	return 0;
+}
+
+static void
+take_options(struct tutti_store *st, const struct tutti_store_opts *opts)
+{
+	st->flags = opts->flags;
+	st->durability = opts->durability;
+	st->gpu_io_workers = opts->gpu_io_workers;
+	/* 0: the fewest SMs that hold the workers and the ring's driver. */
+	st->gpu_io_sms =
+	    opts->gpu_io_sms != 0
+	        ? opts->gpu_io_sms
+	        : (opts->gpu_io_workers + TT_GRING_GROUPS_PER_BLOCK) / TT_GRING_GROUPS_PER_BLOCK;
+	st->key_bytes = opts->key_bytes;
+}
+
 /* TUTTI_OPEN_EXISTING: take geometry, key size, namespace and capacity from the first
  * directory's superblock. */
 static int
@@ -335,63 +379,20 @@ adopt_existing(struct tutti_store *st, const struct tutti_store_opts *opts,
 	return 0;
 }
 
-int
-tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts *opts,
-                 struct tutti_store **out)
+/* The geometry (the caller's, or an existing store's) and the namespace fingerprint; *per_dir
+ * is an existing store's slots per directory when its capacity is kept, else 0. */
+static int
+settle_geometry(struct tutti_store *st, const struct tutti_geometry *geo,
+                const struct tutti_store_opts *opts, uint8_t *ns_fp, uint64_t *per_dir)
 {
-	struct tutti_store *st;
-	struct tt_pool_conf pc;
-	struct tt_engine_conf ec;
 	struct tutti_geometry found;
-	uint8_t ns_fp[TT_NS_FP_BYTES];
-	uint64_t per_dir = 0;
-	bool existing;
 	int rc;
 
-	if (out == NULL) {
-		return -EINVAL;
-	}
-	*out = NULL;
-	if (opts == NULL) {
-		return -EINVAL;
-	}
-	st = tt_calloc(1, sizeof(*st));
-	if (st == NULL) {
-		return -ENOMEM;
-	}
-	if (opts->size == sizeof(*opts)) {
-		st->log.fn = opts->log_fn;
-		st->log.arg = opts->log_arg;
-		st->log.level = (int)opts->log_level;
-	}
-	pthread_mutex_init(&st->lock, NULL);
-	pthread_mutex_init(&st->io_lock, NULL);
-	rc = check_opts(opts, &st->log);
-	if (rc < 0) {
-		goto err;
-	}
-	/* Before anything is created: without libcufile, engine gds is refused outright. */
-	if (opts->engine == TUTTI_ENGINE_GDS) {
-		rc = tt_cufile_open(&st->log, &st->cufile);
-		if (rc < 0) {
-			goto err;
-		}
-	}
-	st->flags = opts->flags;
-	st->durability = opts->durability;
-	st->gpu_io_workers = opts->gpu_io_workers;
-	/* 0: the fewest SMs that hold the workers and the ring's driver. */
-	st->gpu_io_sms =
-	    opts->gpu_io_sms != 0
-	        ? opts->gpu_io_sms
-	        : (opts->gpu_io_workers + TT_GRING_GROUPS_PER_BLOCK) / TT_GRING_GROUPS_PER_BLOCK;
-	st->key_bytes = opts->key_bytes;
-	existing = (opts->flags & TUTTI_OPEN_EXISTING) != 0;
 	tt_ns_fingerprint(opts->ns, opts->ns_bytes, ns_fp);
-	if (existing) {
-		rc = adopt_existing(st, opts, &found, ns_fp, &per_dir);
+	if ((opts->flags & TUTTI_OPEN_EXISTING) != 0) {
+		rc = adopt_existing(st, opts, &found, ns_fp, per_dir);
 		if (rc < 0) {
-			goto err;
+			return rc;
 		}
 		geo = &found;
 	}
@@ -401,26 +402,35 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 		           "invalid geometry: every field must be non-zero, kv_planes 1 or "
 		           "2, chunk_tokens a multiple of block_tokens, at most %u layers",
 		           TT_SLOT_MAX_LAYERS);
-		rc = -EINVAL;
-		goto err;
+		return -EINVAL;
 	}
-	if (per_dir == 0) {
-		per_dir = opts->capacity_bytes / opts->nr_dirs / st->geo.slot_bytes;
+	return 0;
+}
+
+/* Slots per directory: the capacity asked for, split evenly (unless an existing store's count is
+ * kept); at least one, and every slot number below TT_NO_SLOT. */
+static int
+size_slots(struct tutti_store *st, const struct tutti_store_opts *opts, uint64_t *per_dir)
+{
+	if (*per_dir == 0) {
+		*per_dir = opts->capacity_bytes / opts->nr_dirs / st->geo.slot_bytes;
 	}
-	if (per_dir == 0 || per_dir * opts->nr_dirs >= TT_NO_SLOT) {
+	if (*per_dir == 0 || *per_dir * opts->nr_dirs >= TT_NO_SLOT) {
 		tt_log_err(&st->log,
 		           "capacity %llu bytes over %u directories gives %llu slots of "
 		           "%llu bytes per directory; at least 1 is needed",
 		           (unsigned long long)opts->capacity_bytes, opts->nr_dirs,
-		           (unsigned long long)per_dir, (unsigned long long)st->geo.slot_bytes);
-		rc = -EINVAL;
-		goto err;
+		           (unsigned long long)*per_dir, (unsigned long long)st->geo.slot_bytes);
+		return -EINVAL;
 	}
-	rc = plan_staging(st, opts);
-	if (rc < 0) {
-		goto err;
-	}
-	pc = (struct tt_pool_conf){
+	return 0;
+}
+
+static int
+open_pool(struct tutti_store *st, const struct tutti_store_opts *opts, const uint8_t *ns_fp,
+          uint64_t per_dir)
+{
+	struct tt_pool_conf pc = {
 	    .dirs = opts->dirs,
 	    .nr_dirs = opts->nr_dirs,
 	    .create = (opts->flags & TUTTI_OPEN_CREATE) != 0,
@@ -430,21 +440,28 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	    .ns_fp = ns_fp,
 	    .log = &st->log,
 	};
-	rc = tt_pool_open(&pc, &st->pool);
+
+	return tt_pool_open(&pc, &st->pool);
+}
+
+/* The index and the in-memory copy of every slot's object checksums (filled by recovery). */
+static int
+make_index(struct tutti_store *st)
+{
+	int rc = tt_index_create(tt_pool_nr_slots(st->pool), st->key_bytes, &st->idx);
+
 	if (rc < 0) {
-		goto err;
-	}
-	rc = tt_index_create(tt_pool_nr_slots(st->pool), st->key_bytes, &st->idx);
-	if (rc < 0) {
-		goto err;
+		return rc;
 	}
 	st->slot_csums = tt_calloc((size_t)tt_pool_nr_slots(st->pool) * st->geo.g.nr_layers,
 	                           sizeof(*st->slot_csums));
-	if (st->slot_csums == NULL) {
-		rc = -ENOMEM;
-		goto err;
-	}
-	ec = (struct tt_engine_conf){
+	return st->slot_csums == NULL ? -ENOMEM : 0;
+}
+
+static int
+open_engines(struct tutti_store *st, const struct tutti_store_opts *opts)
+{
+	struct tt_engine_conf ec = {
 	    .async_reads = on_tmpfs(st),
 	    .fds = tt_pool_fds(st->pool),
 	    .nr_fds = tt_pool_nr_dirs(st->pool),
@@ -455,6 +472,8 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	    .threads = opts->posix_threads,
 	    .log = &st->log,
 	};
+	int rc;
+
 	/* gpu-uring and gds keep the uring engine for control I/O (recovery, headers, flushes)
 	 * and for host KV. */
 	rc = tt_engine_create(tt_engine_ops_for(opts->engine == TUTTI_ENGINE_GPU_URING ||
@@ -462,25 +481,18 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	                                            ? TUTTI_ENGINE_URING
 	                                            : opts->engine),
 	                      &ec, &st->engine);
-	if (rc < 0) {
-		goto err;
-	}
-	if (opts->engine == TUTTI_ENGINE_GPU_URING) {
+	if (rc == 0 && opts->engine == TUTTI_ENGINE_GPU_URING) {
 		rc = open_gring(st, opts);
-		if (rc < 0) {
-			goto err;
-		}
 	}
-	if (opts->engine == TUTTI_ENGINE_GDS) {
+	if (rc == 0 && opts->engine == TUTTI_ENGINE_GDS) {
 		rc = open_gds(st);
-		if (rc < 0) {
-			goto err;
-		}
 	}
-	rc = tt_store_recover(st, (opts->flags & TUTTI_OPEN_REPAIR) != 0);
-	if (rc < 0) {
-		goto err;
-	}
+	return rc;
+}
+
+static void
+init_stats(struct tutti_store *st, const struct tutti_store_opts *opts)
+{
 	st->stats.size = sizeof(st->stats);
 	st->stats.nr_dirs = opts->nr_dirs;
 	st->stats.slot_bytes = st->geo.slot_bytes;
@@ -492,12 +504,62 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	            opts->nr_dirs, tt_pool_nr_slots(st->pool),
 	            (unsigned long long)st->geo.slot_bytes, st->engine->ops->name, st->nr_staging,
 	            (unsigned long long)st->unit_bytes);
+}
+
+int
+tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts *opts,
+                 struct tutti_store **out)
+{
+	uint8_t ns_fp[TT_NS_FP_BYTES];
+	struct tutti_store *st;
+	uint64_t per_dir = 0;
+	int rc;
+
+	if (out == NULL) {
+		return -EINVAL;
+	}
+	*out = NULL;
+	if (opts == NULL) {
+		return -EINVAL;
+	}
+	st = store_alloc(opts);
+	if (st == NULL) {
+		return -ENOMEM;
+	}
+	rc = check_opts(opts, &st->log);
+	if (rc == 0) {
+		rc = check_engine_library(st, opts);
+	}
+	if (rc == 0) {
+		take_options(st, opts);
+		rc = settle_geometry(st, geo, opts, ns_fp, &per_dir);
+	}
+	if (rc == 0) {
+		rc = size_slots(st, opts, &per_dir);
+	}
+	if (rc == 0) {
+		rc = plan_staging(st, opts);
+	}
+	/* Nothing exists on disk before this step. */
+	if (rc == 0) {
+		rc = open_pool(st, opts, ns_fp, per_dir);
+	}
+	if (rc == 0) {
+		rc = make_index(st);
+	}
+	if (rc == 0) {
+		rc = open_engines(st, opts);
+	}
+	if (rc == 0) {
+		rc = tt_store_recover(st, (opts->flags & TUTTI_OPEN_REPAIR) != 0);
+	}
+	if (rc < 0) {
+		tutti_store_close(st);
+		return rc;
+	}
+	init_stats(st, opts);
 	*out = st;
 	return 0;
-
-err:
-	tutti_store_close(st);
-	return rc;
 }
 
 void
