@@ -3,9 +3,13 @@
  * Description: host paged KV memory for tests (see t_kv.h).
  */
 #include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cmocka.h>
 
 #include "t_kv.h"
 
@@ -117,6 +121,21 @@ t_kv_free(struct t_kv *k)
 	free(k->segs);
 	free(k->mem);
 	free(k);
+}
+
+struct t_kv *
+t_kv_new(const struct tutti_geometry *geo, enum t_layout layout, uint32_t nr_blocks,
+         struct t_rng *rng)
+{
+	struct t_kv *k;
+
+	assert_int_equal(t_kv_alloc(geo, layout, nr_blocks, &k), 0);
+	if (rng != NULL) {
+		t_kv_fill_random(k, rng);
+	} else {
+		t_kv_poison(k, T_POISON);
+	}
+	return k;
 }
 
 void

@@ -24,6 +24,9 @@ enum t_layout {
 	T_NR_LAYOUTS,
 };
 
+/* The byte that tests fill destination KV with, so that a block no load wrote stands out. */
+#define T_POISON 0xa5
+
 /* Gap after each block of a T_LAYOUT_SPLIT3 segment. */
 #define T_SPLIT3_GAP 64u
 
@@ -45,6 +48,10 @@ const char *t_layout_name(enum t_layout layout);
 int t_kv_alloc(const struct tutti_geometry *geo, enum t_layout layout, uint32_t nr_blocks,
                struct t_kv **out);
 void t_kv_free(struct t_kv *k);
+/* t_kv_alloc() that must succeed (a cmocka assertion), its blocks filled from \p rng, or with
+ * T_POISON when \p rng is NULL. */
+struct t_kv *t_kv_new(const struct tutti_geometry *geo, enum t_layout layout, uint32_t nr_blocks,
+                      struct t_rng *rng);
 
 void t_kv_fill_random(struct t_kv *k, struct t_rng *r);
 void t_kv_poison(struct t_kv *k, uint8_t byte);

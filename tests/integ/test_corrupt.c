@@ -28,6 +28,7 @@
 
 #include "t_disk.h"
 #include "t_kv.h"
+#include "t_store.h"
 #include "t_util.h"
 #include "tutti/tutti.h"
 
@@ -40,7 +41,6 @@
 #define SLOTS (MAX_NODES + 16u)
 #define ROUNDS 6u
 #define NONE UINT32_MAX
-#define POISON 0xa5
 
 static uint64_t g_seed;
 static bool g_uring;
@@ -107,24 +107,6 @@ struct expect {
 
 /* ---- the pristine store ---- */
 
-/*
- * 2 layers, 1 KV head of dimension 64, 2-byte elements, 16-token blocks, 2 blocks per chunk:
- * 4 KiB layer blocks, 8 KiB objects (a whole chunk has no padding; a one-block chunk has
- * 4 KiB), 20 KiB slots.
- */
-static struct tutti_geometry
-corrupt_geo(void)
-{
-	struct tutti_geometry g;
-
-	tutti_geometry_init(&g);
-	g.nr_layers = 2;
-	g.nr_kv_heads = 1;
-	g.head_dim = 64;
-	g.chunk_tokens = BPC * g.block_tokens;
-	return g;
-}
-
 static int
 open_dir(struct fixture *f, const char *dir, uint32_t engine, uint32_t flags, struct t_log *log,
          struct tutti_store **st)
@@ -132,16 +114,10 @@ open_dir(struct fixture *f, const char *dir, uint32_t engine, uint32_t flags, st
 	struct tutti_store_opts o;
 	const char *dirs[1] = {dir};
 
-	tutti_store_opts_init(&o);
+	t_store_opts(&o, &f->geo, dirs, 1, SLOTS, engine, log);
 	o.flags = flags;
-	o.dirs = dirs;
-	o.nr_dirs = 1;
-	o.engine = engine;
-	o.capacity_bytes = SLOTS * f->slot_bytes;
 	o.ns = "corrupt";
 	o.ns_bytes = 7;
-	o.log_fn = log != NULL ? t_log_fn : NULL;
-	o.log_arg = log;
 	return tutti_store_open((flags & TUTTI_OPEN_EXISTING) ? NULL : &f->geo, &o, st);
 }
 
@@ -201,11 +177,7 @@ chain_req(const struct fixture *f, const struct chain *ch, uint32_t nr_keys, uin
 			ids[nr_blocks] = dst_ids != NULL ? dst_ids[nr_blocks] : n->src[b];
 		}
 	}
-	return (struct tutti_request){.size = sizeof(struct tutti_request),
-	                              .nr_keys = nr_keys,
-	                              .keys = keys,
-	                              .nr_blocks = nr_blocks,
-	                              .block_ids = ids};
+	return t_request(keys, nr_keys, 0, 0, ids, nr_blocks);
 }
 
 static int
@@ -218,7 +190,9 @@ group_setup(void **state)
 	if (f == NULL || (f->tmp = t_tmpdir_create()) == NULL) {
 		return -1;
 	}
-	f->geo = corrupt_geo();
+	/* 4 KiB layer blocks, 8 KiB objects (a whole chunk has no padding; a one-block chunk has
+	 * 4 KiB), 20 KiB slots. */
+	f->geo = t_geo_small(2, BPC);
 	f->lbb = tutti_geometry_layer_block_bytes(&f->geo);
 	f->slot_bytes = tutti_geometry_slot_bytes(&f->geo);
 	f->object_bytes = tutti_geometry_object_bytes(&f->geo);
@@ -428,7 +402,7 @@ check_chains(struct fixture *f, struct tutti_store *st, const struct expect *e, 
 			dids[i] = i;
 		}
 		r = chain_req(f, ch, (uint32_t)found, keys, ids, dids);
-		t_kv_poison(f->dst, POISON);
+		t_kv_poison(f->dst, T_POISON);
 		CHECK(tutti_store_load(st, f->dst->kv, &r, 1, 0, f->geo.nr_layers, status) >= 0,
 		      "chain %u: load failed as a whole", c);
 		for (uint32_t k = 0, b0 = 0; k < (uint32_t)found; k++) {

@@ -30,6 +30,7 @@
 
 #include "t_disk.h"
 #include "t_kv.h"
+#include "t_store.h"
 #include "t_util.h"
 #include "tutti/tutti.h"
 
@@ -131,24 +132,6 @@ chain_block(uint32_t id, uint32_t b, uint8_t *out, size_t len)
 
 /* ---- store ---- */
 
-/*
- * 1 layer, 1 KV head of dimension 64, 2-byte elements, 16-token blocks, 2 blocks per chunk:
- * 4 KiB layer blocks, 8 KiB objects, 12 KiB slots (a 25 MiB file). Blocks-first memory takes
- * the direct path, KV-first memory is staged.
- */
-static struct tutti_geometry
-crash_geo(void)
-{
-	struct tutti_geometry g;
-
-	tutti_geometry_init(&g);
-	g.nr_layers = 1;
-	g.nr_kv_heads = 1;
-	g.head_dim = 64;
-	g.chunk_tokens = BPC * g.block_tokens;
-	return g;
-}
-
 static int
 open_slots(const struct tutti_geometry *g, const char *dir, uint32_t engine, uint32_t durability,
            uint32_t flags, uint64_t slots, struct tutti_store **st)
@@ -156,13 +139,9 @@ open_slots(const struct tutti_geometry *g, const char *dir, uint32_t engine, uin
 	struct tutti_store_opts o;
 	const char *dirs[1] = {dir};
 
-	tutti_store_opts_init(&o);
+	t_store_opts(&o, g, dirs, 1, slots, engine, NULL);
 	o.flags = flags;
-	o.dirs = dirs;
-	o.nr_dirs = 1;
-	o.engine = engine;
 	o.durability = durability;
-	o.capacity_bytes = slots * tutti_geometry_slot_bytes(g);
 	o.staging_bytes = 1u << 20;
 	o.ns = "crash";
 	o.ns_bytes = 5;
@@ -300,7 +279,7 @@ load_batch(struct verifier *v, const uint32_t *ids, const uint32_t *found, uint3
 			blocks[i][b] = next_block++;
 		}
 	}
-	t_kv_poison(v->kv, 0xa5);
+	t_kv_poison(v->kv, T_POISON);
 	assert_true(tutti_store_load(v->st, v->kv->kv, reqs, n, 0, 1, status) >= 0);
 	for (uint32_t i = 0; i < n; i++) {
 		for (uint32_t k = 0; k < found[i]; k++, c++) {
@@ -641,7 +620,9 @@ setup(void **state)
 	if (f == NULL || (f->tmp = t_tmpdir_create()) == NULL) {
 		return -1;
 	}
-	f->geo = crash_geo();
+	/* 4 KiB layer blocks, 8 KiB objects, 12 KiB slots (a 25 MiB file). Blocks-first memory
+	 * takes the direct path, KV-first memory is staged. */
+	f->geo = t_geo_small(1, BPC);
 	t_rng_init(&f->r, g_seed);
 	*state = f;
 	return 0;

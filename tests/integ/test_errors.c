@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "t_kv.h"
+#include "t_store.h"
 #include "t_util.h"
 #include "tutti/tutti.h"
 
@@ -54,14 +55,7 @@ setup(void **state)
 	if (tutti_geometry_preset("tiny", &f->geo) != 0) {
 		return -1;
 	}
-	tutti_store_opts_init(&f->opts);
-	f->opts.flags = TUTTI_OPEN_CREATE;
-	f->opts.dirs = f->dirs;
-	f->opts.nr_dirs = 1;
-	f->opts.engine = (uint32_t)g_engine;
-	f->opts.capacity_bytes = SLOTS * tutti_geometry_slot_bytes(&f->geo);
-	f->opts.log_fn = t_log_fn;
-	f->opts.log_arg = &f->rec;
+	t_store_opts(&f->opts, &f->geo, f->dirs, 1, SLOTS, (uint32_t)g_engine, &f->rec);
 	t_rng_init(&f->r, t_seed(71));
 	*state = f;
 	return 0;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "t_store.h"
 #include "t_util.h"
 #include "tutti/tutti.h"
 
@@ -46,14 +47,7 @@ setup(void **state)
 	if (mkdir(f->mnt, 0700) != 0 || tutti_geometry_preset("tiny", &f->geo) != 0) {
 		return -1;
 	}
-	tutti_store_opts_init(&f->opts);
-	f->opts.flags = TUTTI_OPEN_CREATE;
-	f->opts.dirs = f->dirs;
-	f->opts.nr_dirs = 1;
-	f->opts.engine = TUTTI_ENGINE_POSIX;
-	f->opts.capacity_bytes = 16 * tutti_geometry_slot_bytes(&f->geo);
-	f->opts.log_fn = t_log_fn;
-	f->opts.log_arg = &f->rec;
+	t_store_opts(&f->opts, &f->geo, f->dirs, 1, 16, TUTTI_ENGINE_POSIX, &f->rec);
 	*state = f;
 	return 0;
 }

@@ -20,6 +20,7 @@
 
 #include "t_disk.h"
 #include "t_kv.h"
+#include "t_store.h"
 #include "t_util.h"
 #include "tutti/tutti.h"
 
@@ -68,14 +69,7 @@ setup(void **state)
 	f->geo = geometry();
 	t_rng_init(&f->r, t_seed(97));
 	dir = t_path_join(f->tmp, "store");
-	tutti_store_opts_init(&o);
-	o.flags = TUTTI_OPEN_CREATE;
-	o.dirs = (const char **)&dir;
-	o.nr_dirs = 1;
-	o.engine = (uint32_t)g_engine;
-	o.capacity_bytes = 96 * tutti_geometry_slot_bytes(&f->geo);
-	o.log_fn = t_log_fn;
-	o.log_arg = &f->rec;
+	t_store_opts(&o, &f->geo, (const char **)&dir, 1, 96, (uint32_t)g_engine, &f->rec);
 	if (tutti_store_open(&f->geo, &o, &f->st) != 0) {
 		return -1;
 	}
@@ -85,7 +79,7 @@ setup(void **state)
 		return -1;
 	}
 	t_kv_fill_random(f->src, &f->r);
-	t_kv_poison(f->dst, 0xa5);
+	t_kv_poison(f->dst, T_POISON);
 	return 0;
 }
 
@@ -102,27 +96,15 @@ teardown(void **state)
 	return 0;
 }
 
-static struct tutti_request
-request(uint8_t *keys, uint32_t nr_keys, const uint32_t *ids, uint32_t nr_blocks)
-{
-	return (struct tutti_request){.size = sizeof(struct tutti_request),
-	                              .nr_keys = nr_keys,
-	                              .keys = keys,
-	                              .nr_blocks = nr_blocks,
-	                              .block_ids = ids};
-}
-
 /* Save \p nr chunks of random blocks from src under new keys; ids receive the source blocks. */
 static uint8_t *
 saved_chain(struct fixture *f, uint32_t nr, uint32_t *ids)
 {
-	uint8_t *keys = malloc((size_t)nr * KB);
+	uint8_t *keys = t_keys_new(&f->r, nr, KB);
 	struct tutti_request r;
 
-	assert_non_null(keys);
-	t_rng_fill(&f->r, keys, (size_t)nr * KB);
 	t_random_distinct(&f->r, ids, nr * BPC, NR_BLOCKS);
-	r = request(keys, nr, ids, nr * BPC);
+	r = t_request(keys, nr, 0, 0, ids, nr * BPC);
 	assert_int_equal(tutti_store_save(f->st, f->src->kv, &r, 1, NULL), nr);
 	return keys;
 }
@@ -180,7 +162,7 @@ test_pipeline_prefix_loads_bit_exact_layer_by_layer(void **state)
 	int64_t id;
 
 	t_random_distinct(&f->r, dst_ids, 6 * BPC, NR_BLOCKS);
-	r = request(keys, 6, dst_ids, 6 * BPC);
+	r = t_request(keys, 6, 0, 0, dst_ids, 6 * BPC);
 	id = tutti_pipeline_begin_step(p, &step);
 	assert_true(id > 0);
 	/* Layer l is in place as soon as its wait returns. */
@@ -253,7 +235,7 @@ test_pipeline_readahead_window_holds_reads_until_compute_reaches_them(void **sta
 	struct tutti_step_result res;
 
 	t_random_distinct(&f->r, dst_ids, 4 * BPC, NR_BLOCKS);
-	r = request(keys, 4, dst_ids, 4 * BPC);
+	r = t_request(keys, 4, 0, 0, dst_ids, 4 * BPC);
 	assert_true(tutti_pipeline_begin_step(p, &step) > 0);
 	assert_int_equal(layers_read_settled(p, 2), 2);
 	assert_int_equal(tutti_pipeline_get_stats(p, &stats), 0);
@@ -306,8 +288,8 @@ test_pipeline_saves_are_written_in_slack_and_read_back(void **state)
 	t_rng_fill(&f->r, keys + 3 * KB, 5 * KB);
 	t_random_distinct(&f->r, load_ids, 3 * BPC, NR_BLOCKS);
 	t_random_distinct(&f->r, new_ids, 4 * BPC + 2, NR_BLOCKS);
-	load = request(keys, 3, load_ids, 3 * BPC);
-	save = request(keys, 8, new_ids, 4 * BPC + 2);
+	load = t_request(keys, 3, 0, 0, load_ids, 3 * BPC);
+	save = t_request(keys, 8, 0, 0, new_ids, 4 * BPC + 2);
 	save.first_chunk = 3;
 	/* The new KV "computed" into dst's blocks. */
 	for (uint32_t b = 0; b < 4 * BPC + 2; b++) {
@@ -344,7 +326,7 @@ test_pipeline_saves_are_written_in_slack_and_read_back(void **state)
 		for (uint32_t b = 0; b < 7 * BPC + 2; b++) {
 			chk_ids[b] = b;
 		}
-		all = request(keys, 8, chk_ids, 7 * BPC + 2);
+		all = t_request(keys, 8, 0, 0, chk_ids, 7 * BPC + 2);
 		assert_int_equal(tutti_store_load(f->st, chk->kv, &all, 1, 0, LAYERS, status), 8);
 		for (uint32_t b = 0; b < 7 * BPC + 2; b++) {
 			for (uint32_t l = 0; l < LAYERS; l++) {
@@ -376,7 +358,7 @@ test_pipeline_full_staging_skips_chunks_without_blocking(void **state)
 	p = pipeline(f, 0, 2 * chunk + chunk / 2, NULL); /* room for two chunks */
 	t_rng_fill(&f->r, keys, sizeof(keys));
 	t_random_distinct(&f->r, ids, 6 * BPC, NR_BLOCKS);
-	save = request(keys, 6, ids, 6 * BPC);
+	save = t_request(keys, 6, 0, 0, ids, 6 * BPC);
 	id = tutti_pipeline_begin_step(p, &step);
 	assert_true(id > 0);
 	run_layers(p, id, &res, NULL, NULL);
@@ -392,7 +374,7 @@ test_pipeline_full_staging_skips_chunks_without_blocking(void **state)
 	assert_int_equal(tutti_store_lookup(f->st, keys, 6, NULL), 2);
 	/* The staging is free again: the next step stages its chunks. */
 	t_rng_fill(&f->r, keys, sizeof(keys));
-	save = request(keys, 2, ids, 2 * BPC);
+	save = t_request(keys, 2, 0, 0, ids, 2 * BPC);
 	id = tutti_pipeline_begin_step(p, &step);
 	run_layers(p, id, &res, NULL, NULL);
 	assert_int_equal(res.saves_staged, 2);
@@ -417,7 +399,7 @@ test_pipeline_missing_chunks_are_per_chunk_load_errors(void **state)
 	memcpy(keys, stored, 2 * KB);
 	t_rng_fill(&f->r, keys + 2 * KB, 2 * KB); /* chunks 2 and 3 were never stored */
 	t_random_distinct(&f->r, dst_ids, 4 * BPC, NR_BLOCKS);
-	r = request(keys, 4, dst_ids, 4 * BPC);
+	r = t_request(keys, 4, 0, 0, dst_ids, 4 * BPC);
 	id = tutti_pipeline_begin_step(p, &step);
 	run_layers(p, id, &res, status, NULL);
 	assert_int_equal(res.load_chunks, 2);
@@ -466,7 +448,7 @@ test_pipeline_profile_round_trips_and_sets_the_window(void **state)
 	/* Fast storage against 100 us of compute per layer: a window of ceil(io/compute) + 2. */
 	p = pipeline(f, 0, 0, path);
 	t_random_distinct(&f->r, dst_ids, 2 * BPC, NR_BLOCKS);
-	r = request(keys, 2, dst_ids, 2 * BPC);
+	r = t_request(keys, 2, 0, 0, dst_ids, 2 * BPC);
 	id = tutti_pipeline_begin_step(p, &step);
 	assert_int_equal(tutti_pipeline_get_stats(p, &stats), 0);
 	assert_int_equal(stats.readahead, 3);
@@ -519,7 +501,7 @@ test_pipeline_writes_a_chrome_trace(void **state)
 
 	assert_int_equal(tutti_pipeline_write_trace(p, path), -ENODATA);
 	t_random_distinct(&f->r, dst_ids, 2 * BPC, NR_BLOCKS);
-	r = request(keys, 2, dst_ids, 2 * BPC);
+	r = t_request(keys, 2, 0, 0, dst_ids, 2 * BPC);
 	run_layers(p, tutti_pipeline_begin_step(p, &step), &res, NULL, NULL);
 	assert_int_equal(tutti_pipeline_write_trace(p, path), 0);
 	fp = fopen(path, "r");
@@ -547,7 +529,7 @@ test_pipeline_refuses_bad_calls(void **state)
 	struct tutti_geometry g = geometry();
 	uint8_t keys[2 * KB] = {0};
 	uint32_t ids[2 * BPC] = {0};
-	struct tutti_request r = request(keys, 2, ids, 2 * BPC);
+	struct tutti_request r = t_request(keys, 2, 0, 0, ids, 2 * BPC);
 	struct tutti_step step = {.size = sizeof(step), .nr_loads = 1, .loads = &r};
 	struct tutti_step_result res = {.size = sizeof(res)};
 
@@ -617,12 +599,12 @@ test_pipeline_damaged_chunk_fails_alone_and_store_calls_interleave(void **state)
 
 	assert_int_equal(t_disk_flip_bit(data, t_object_off(&f->geo, slot, 2) + 17, 3), 0);
 	t_random_distinct(&f->r, dst_ids, 5 * BPC, NR_BLOCKS);
-	r = request(keys, 5, dst_ids, 5 * BPC);
+	r = t_request(keys, 5, 0, 0, dst_ids, 5 * BPC);
 	assert_true(tutti_pipeline_begin_step(p, &step) > 0);
 	assert_int_equal(tutti_pipeline_wait_layer(p, 0), 0);
 	/* Between layers: a new chain saved, the undamaged head of the prefix loaded elsewhere. */
 	more = saved_chain(f, 2, more_ids);
-	again = request(keys, 2, more_ids, 2 * BPC);
+	again = t_request(keys, 2, 0, 0, more_ids, 2 * BPC);
 	assert_int_equal(tutti_store_load(f->st, f->dst->kv, &again, 1, 0, LAYERS, NULL), 2);
 	for (uint32_t l = 1; l < LAYERS; l++) {
 		assert_int_equal(tutti_pipeline_wait_layer(p, l), 0);
@@ -656,7 +638,7 @@ test_pipeline_damaged_chunk_fails_alone_and_store_calls_interleave(void **state)
 	assert_int_equal(tutti_store_lookup(f->st, keys, 5, NULL), 2); /* stops at the damage */
 
 	/* Destroyed mid-step: the op opened for this step is closed all the same. */
-	r = request(keys, 2, dst_ids, 2 * BPC);
+	r = t_request(keys, 2, 0, 0, dst_ids, 2 * BPC);
 	assert_true(tutti_pipeline_begin_step(p, &step) > 0);
 	assert_int_equal(tutti_pipeline_wait_layer(p, 0), 0);
 	tutti_pipeline_destroy(p);

@@ -18,12 +18,12 @@
 #include <cmocka.h>
 
 #include "t_kv.h"
+#include "t_store.h"
 #include "t_util.h"
 #include "tutti/tutti.h"
 
 #define KB 32u /* key bytes (the default) */
 #define NR_BLOCKS 256u
-#define POISON 0xa5
 #define BPC 4u /* blocks per chunk of the tiny geometry */
 
 static int g_engine;
@@ -58,21 +58,6 @@ aligned(void)
 	return g;
 }
 
-static void
-base_opts(struct fixture *f, struct tutti_store_opts *o, const char **dirs, uint32_t nr_dirs,
-          uint64_t slots, const struct tutti_geometry *g)
-{
-	tutti_store_opts_init(o);
-	o->flags = TUTTI_OPEN_CREATE;
-	o->dirs = dirs;
-	o->nr_dirs = nr_dirs;
-	o->engine = (uint32_t)g_engine;
-	o->capacity_bytes = slots * tutti_geometry_slot_bytes(g);
-	o->log_fn = t_log_fn;
-	o->log_arg = &f->rec;
-	o->log_level = TUTTI_LOG_WARN;
-}
-
 /* Open a store on \p nr_dirs new directories tmp/<name>.<i>, \p slots slots in all. */
 static struct tutti_store *
 open_store(struct fixture *f, const struct tutti_geometry *g, const char *name, uint32_t nr_dirs,
@@ -89,7 +74,7 @@ open_store(struct fixture *f, const struct tutti_geometry *g, const char *name, 
 		snprintf(sub, sizeof(sub), "%s.%u", name, d);
 		dirs[d] = t_path_join(f->tmp, sub);
 	}
-	base_opts(f, &o, (const char **)dirs, nr_dirs, slots, g);
+	t_store_opts(&o, g, (const char **)dirs, nr_dirs, slots, (uint32_t)g_engine, &f->rec);
 	if (tweak != NULL) {
 		tweak(&o);
 	}
@@ -127,51 +112,12 @@ teardown(void **state)
 	return 0;
 }
 
-static uint8_t *
-new_keys(struct fixture *f, uint32_t n)
-{
-	uint8_t *k = malloc((size_t)n * KB);
-
-	assert_non_null(k);
-	t_rng_fill(&f->r, k, (size_t)n * KB);
-	return k;
-}
-
-static struct t_kv *
-new_kv(struct fixture *f, const struct tutti_geometry *g, enum t_layout layout, bool random)
-{
-	struct t_kv *k;
-
-	assert_int_equal(t_kv_alloc(g, layout, NR_BLOCKS, &k), 0);
-	if (random) {
-		t_kv_fill_random(k, &f->r);
-	} else {
-		t_kv_poison(k, POISON);
-	}
-	return k;
-}
-
-static struct tutti_request
-mkreq(const uint8_t *keys, uint32_t nr_keys, uint32_t first, uint32_t skip, const uint32_t *ids,
-      uint32_t nr_ids)
-{
-	return (struct tutti_request){
-	    .size = sizeof(struct tutti_request),
-	    .nr_keys = nr_keys,
-	    .keys = keys,
-	    .first_chunk = first,
-	    .skip_blocks = skip,
-	    .nr_blocks = nr_ids,
-	    .block_ids = ids,
-	};
-}
-
 /* Save one request and check the call's count against the statuses. */
 static int64_t
 save1(struct tutti_store *st, const struct t_kv *kv, const uint8_t *keys, uint32_t nr_keys,
       uint32_t first, const uint32_t *ids, uint32_t nr_ids, int32_t *status)
 {
-	struct tutti_request r = mkreq(keys, nr_keys, first, 0, ids, nr_ids);
+	struct tutti_request r = t_request(keys, nr_keys, first, 0, ids, nr_ids);
 
 	return tutti_store_save(st, kv->kv, &r, 1, status);
 }
@@ -181,7 +127,7 @@ load1(struct tutti_store *st, const struct t_kv *kv, const uint8_t *keys, uint32
       uint32_t first, uint32_t skip, const uint32_t *ids, uint32_t nr_ids, uint32_t lb, uint32_t le,
       int32_t *status)
 {
-	struct tutti_request r = mkreq(keys, nr_keys, first, skip, ids, nr_ids);
+	struct tutti_request r = t_request(keys, nr_keys, first, skip, ids, nr_ids);
 
 	return tutti_store_load(st, kv->kv, &r, 1, lb, le, status);
 }
@@ -210,13 +156,13 @@ assert_moved(const struct t_kv *src, const uint32_t *sids, const struct t_kv *ds
 			if (l >= lb && l < le) {
 				assert_true(t_kv_block_equal(src, sids[i], dst, dids[i], l));
 			} else {
-				assert_true(t_kv_block_is(dst, l, dids[i], POISON));
+				assert_true(t_kv_block_is(dst, l, dids[i], T_POISON));
 			}
 		}
 	}
 	for (uint32_t b = 0; b < dst->nr_blocks; b++) {
 		for (uint32_t l = 0; !listed[b] && l < dst->geo.nr_layers; l++) {
-			assert_true(t_kv_block_is(dst, l, b, POISON));
+			assert_true(t_kv_block_is(dst, l, b, T_POISON));
 		}
 	}
 }
@@ -227,14 +173,14 @@ static void
 round_trip(struct fixture *f, struct tutti_store *st, struct t_kv *src, struct t_kv *dst,
            uint32_t nr_keys, uint32_t nr_blocks)
 {
-	uint8_t *keys = new_keys(f, nr_keys);
+	uint8_t *keys = t_keys_new(&f->r, nr_keys, KB);
 	uint32_t sids[NR_BLOCKS], dids[NR_BLOCKS];
 	int32_t status[64];
 	uint64_t blocks = 0;
 
 	t_random_distinct(&f->r, sids, nr_blocks, NR_BLOCKS);
 	t_random_distinct(&f->r, dids, nr_blocks, NR_BLOCKS);
-	t_kv_poison(dst, POISON);
+	t_kv_poison(dst, T_POISON);
 	assert_int_equal(save1(st, src, keys, nr_keys, 0, sids, nr_blocks, status), nr_keys);
 	assert_all_status(status, nr_keys, 0);
 	assert_int_equal(tutti_store_lookup(st, keys, nr_keys, &blocks), nr_keys);
@@ -261,8 +207,8 @@ test_store_round_trip_across_layouts(void **state)
 	};
 
 	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
-		struct t_kv *src = new_kv(f, &f->geo, pairs[i][0], true);
-		struct t_kv *dst = new_kv(f, &f->geo, pairs[i][1], false);
+		struct t_kv *src = t_kv_new(&f->geo, pairs[i][0], NR_BLOCKS, &f->r);
+		struct t_kv *dst = t_kv_new(&f->geo, pairs[i][1], NR_BLOCKS, NULL);
 
 		round_trip(f, f->st, src, dst, 5, 5 * BPC);
 		t_kv_free(src);
@@ -282,10 +228,10 @@ test_store_direct_and_staged_paths_agree_on_disk(void **state)
 	const enum t_layout to[] = {T_LAYOUT_SPLIT3, T_LAYOUT_BLOCKS_FIRST, T_LAYOUT_SPLIT3};
 
 	for (size_t i = 0; i < sizeof(from) / sizeof(from[0]); i++) {
-		struct t_kv *src = new_kv(f, &g, from[i], true);
-		struct t_kv *dst = new_kv(f, &g, to[i], false);
-		struct t_kv *dst2 = new_kv(f, &g, T_LAYOUT_CROSS_LAYER, false);
-		uint8_t *keys = new_keys(f, 3);
+		struct t_kv *src = t_kv_new(&g, from[i], NR_BLOCKS, &f->r);
+		struct t_kv *dst = t_kv_new(&g, to[i], NR_BLOCKS, NULL);
+		struct t_kv *dst2 = t_kv_new(&g, T_LAYOUT_CROSS_LAYER, NR_BLOCKS, NULL);
+		uint8_t *keys = t_keys_new(&f->r, 3, KB);
 		uint32_t sids[10], dids[10];
 		int32_t status[3];
 
@@ -296,7 +242,7 @@ test_store_direct_and_staged_paths_agree_on_disk(void **state)
 		assert_int_equal(save1(st, src, keys, 3, 0, sids, 10, status), 3);
 		assert_int_equal(load1(st, dst2, keys, 3, 1, 1, dids, 5, 0, 2, status), 2);
 		assert_moved(src, sids + 5, dst2, dids, 5, 0, 2);
-		t_kv_poison(dst2, POISON);
+		t_kv_poison(dst2, T_POISON);
 		assert_int_equal(load1(st, dst2, keys, 3, 0, 0, dids, 10, 1, 2, status), 3);
 		assert_moved(src, sids, dst2, dids, 10, 1, 2);
 		free(keys);
@@ -315,7 +261,7 @@ test_store_llama_sized_objects_round_trip(void **state)
 	struct tutti_geometry g;
 	struct tutti_store *st;
 	struct t_kv *a, *b;
-	uint8_t *keys = new_keys(f, 2);
+	uint8_t *keys = t_keys_new(&f->r, 2, KB);
 	uint32_t sids[32], dids[32];
 	int32_t status[2];
 
@@ -326,7 +272,7 @@ test_store_llama_sized_objects_round_trip(void **state)
 	assert_int_equal(t_kv_alloc(&g, T_LAYOUT_KV_FIRST, 32, &a), 0); /* direct */
 	assert_int_equal(t_kv_alloc(&g, T_LAYOUT_SPLIT3, 32, &b), 0);   /* staged */
 	t_kv_fill_random(a, &f->r);
-	t_kv_poison(b, POISON);
+	t_kv_poison(b, T_POISON);
 	t_random_distinct(&f->r, sids, 32, 32);
 	t_random_distinct(&f->r, dids, 32, 32);
 	assert_int_equal(save1(st, a, keys, 2, 0, sids, 32, status), 2);
@@ -336,7 +282,7 @@ test_store_llama_sized_objects_round_trip(void **state)
 		assert_true(t_kv_block_equal(a, sids[i], b, dids[i], 1));
 	}
 	/* And back the other way, from staged memory into direct. */
-	t_kv_poison(a, POISON);
+	t_kv_poison(a, T_POISON);
 	t_kv_fill_random(b, &f->r);
 	t_rng_fill(&f->r, keys, 2 * KB);
 	assert_int_equal(save1(st, b, keys, 2, 0, dids, 32, status), 2);
@@ -357,8 +303,8 @@ static void
 test_store_lookup_returns_longest_stored_prefix(void **state)
 {
 	struct fixture *f = *state;
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, true);
-	uint8_t *keys = new_keys(f, 5);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &f->r);
+	uint8_t *keys = t_keys_new(&f->r, 5, KB);
 	uint32_t ids[3 * BPC];
 	uint64_t blocks = 99;
 
@@ -400,8 +346,9 @@ test_store_list_returns_every_chunk_once_with_its_blocks(void **state)
 {
 	struct fixture *f = *state;
 	struct tutti_store *st = open_store(f, &f->geo, "list", 1, 8, NULL);
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, true);
-	uint8_t *a = new_keys(f, 3), *b = new_keys(f, 2), *c = new_keys(f, 4);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &f->r);
+	uint8_t *a = t_keys_new(&f->r, 3, KB), *b = t_keys_new(&f->r, 2, KB),
+	        *c = t_keys_new(&f->r, 4, KB);
 	uint8_t want[5 * KB], got[8 * KB];
 	uint32_t ids[4 * BPC], blocks[8], seen[5] = {0};
 	uint64_t cursor = 0;
@@ -475,14 +422,14 @@ test_store_layer_range_loads_only_those_layers(void **state)
 	struct tutti_geometry g = tiny();
 	struct tutti_store *st;
 	struct t_kv *src, *dst;
-	uint8_t *keys = new_keys(f, 2);
+	uint8_t *keys = t_keys_new(&f->r, 2, KB);
 	uint32_t sids[2 * BPC], dids[2 * BPC];
 	int32_t status[2];
 
 	g.nr_layers = 5;
 	st = open_store(f, &g, "five", 1, 16, max_io_two_objects);
-	src = new_kv(f, &g, T_LAYOUT_CROSS_LAYER, true);
-	dst = new_kv(f, &g, T_LAYOUT_BLOCKS_FIRST, false);
+	src = t_kv_new(&g, T_LAYOUT_CROSS_LAYER, NR_BLOCKS, &f->r);
+	dst = t_kv_new(&g, T_LAYOUT_BLOCKS_FIRST, NR_BLOCKS, NULL);
 	t_random_distinct(&f->r, sids, 2 * BPC, NR_BLOCKS);
 	t_random_distinct(&f->r, dids, 2 * BPC, NR_BLOCKS);
 	assert_int_equal(save1(st, src, keys, 2, 0, sids, 2 * BPC, status), 2);
@@ -507,9 +454,9 @@ static void
 test_store_skip_blocks_loads_from_inside_a_chunk(void **state)
 {
 	struct fixture *f = *state;
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_SPLIT3, true);
-	struct t_kv *dst = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, false);
-	uint8_t *keys = new_keys(f, 3);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_SPLIT3, NR_BLOCKS, &f->r);
+	struct t_kv *dst = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, NULL);
+	uint8_t *keys = t_keys_new(&f->r, 3, KB);
 	uint32_t sids[3 * BPC], dids[3 * BPC];
 	int32_t status[3];
 	const struct {
@@ -528,7 +475,7 @@ test_store_skip_blocks_loads_from_inside_a_chunk(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		uint32_t from = cases[i].first * BPC + cases[i].skip;
 
-		t_kv_poison(dst, POISON);
+		t_kv_poison(dst, T_POISON);
 		t_random_distinct(&f->r, dids, cases[i].nr, NR_BLOCKS);
 		assert_int_equal(load1(f->st, dst, keys, cases[i].nr_keys, cases[i].first,
 		                       cases[i].skip, dids, cases[i].nr, 0, 2, status),
@@ -545,9 +492,9 @@ static void
 test_store_partial_last_chunk_round_trips_and_ends_the_chain(void **state)
 {
 	struct fixture *f = *state;
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_BLOCKS_FIRST, true);
-	struct t_kv *dst = new_kv(f, &f->geo, T_LAYOUT_CROSS_LAYER, false);
-	uint8_t *keys = new_keys(f, 4);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_BLOCKS_FIRST, NR_BLOCKS, &f->r);
+	struct t_kv *dst = t_kv_new(&f->geo, T_LAYOUT_CROSS_LAYER, NR_BLOCKS, NULL);
+	uint8_t *keys = t_keys_new(&f->r, 4, KB);
 	uint32_t sids[3 * BPC], dids[3 * BPC];
 	int32_t status[4];
 	uint64_t blocks;
@@ -563,7 +510,7 @@ test_store_partial_last_chunk_round_trips_and_ends_the_chain(void **state)
 	assert_int_equal(load1(f->st, dst, keys, 3, 0, 0, dids, 2 * BPC + 2, 0, 2, status), 3);
 	assert_moved(src, sids, dst, dids, 2 * BPC + 2, 0, 2);
 	/* Asking for the whole last chunk is more than was stored. */
-	t_kv_poison(dst, POISON);
+	t_kv_poison(dst, T_POISON);
 	assert_int_equal(load1(f->st, dst, keys, 3, 0, 0, dids, 3 * BPC, 0, 2, status), 2);
 	assert_int_equal(status[0], 0);
 	assert_int_equal(status[1], 0);
@@ -578,7 +525,7 @@ test_store_partial_last_chunk_round_trips_and_ends_the_chain(void **state)
 	assert_int_equal(tutti_store_lookup(f->st, keys, 4, &blocks), 3);
 	assert_int_equal(blocks, 2 * BPC + 2);
 	/* A stored partial chunk also serves fewer blocks than it holds. */
-	t_kv_poison(dst, POISON);
+	t_kv_poison(dst, T_POISON);
 	assert_int_equal(load1(f->st, dst, keys, 3, 2, 0, dids, 1, 0, 2, status), 1);
 	assert_moved(src, sids + 2 * BPC, dst, dids, 1, 0, 2);
 	t_kv_free(src);
@@ -616,8 +563,9 @@ static void
 test_store_padding_on_disk_never_holds_stale_bytes(void **state)
 {
 	struct fixture *f = *state;
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, true);
-	uint8_t *a = new_keys(f, 1), *b = new_keys(f, 1), *block = malloc(src->lbb);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &f->r);
+	uint8_t *a = t_keys_new(&f->r, 1, KB), *b = t_keys_new(&f->r, 1, KB),
+	        *block = malloc(src->lbb);
 	char *path = t_path_join(f->tmp, "main.0/tutti.data");
 	uint32_t ids[BPC];
 
@@ -646,8 +594,8 @@ test_store_consecutive_chunks_are_striped_across_directories(void **state)
 {
 	struct fixture *f = *state;
 	struct tutti_store *st = open_store(f, &f->geo, "stripe", 3, 12, NULL);
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_BLOCKS_FIRST, true);
-	uint8_t *keys = new_keys(f, 6), *block = malloc(src->lbb);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_BLOCKS_FIRST, NR_BLOCKS, &f->r);
+	uint8_t *keys = t_keys_new(&f->r, 6, KB), *block = malloc(src->lbb);
 	uint32_t ids[6 * BPC];
 
 	assert_non_null(block);
@@ -678,9 +626,9 @@ static void
 test_store_save_and_load_status_codes(void **state)
 {
 	struct fixture *f = *state;
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, true);
-	struct t_kv *dst = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, false);
-	uint8_t *keys = new_keys(f, 5), *other = new_keys(f, 2);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &f->r);
+	struct t_kv *dst = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, NULL);
+	uint8_t *keys = t_keys_new(&f->r, 5, KB), *other = t_keys_new(&f->r, 2, KB);
 	uint32_t ids[5 * BPC];
 	int32_t status[8];
 	struct tutti_request reqs[2];
@@ -708,9 +656,9 @@ test_store_save_and_load_status_codes(void **state)
 	/* Loads: an unknown key is -ENOENT, the others of the call still load. */
 	assert_int_equal(load1(f->st, dst, other, 1, 0, 0, ids, BPC, 0, 2, status), 0);
 	assert_int_equal(status[0], -ENOENT);
-	assert_true(t_kv_block_is(dst, 0, ids[0], POISON));
-	reqs[0] = mkreq(keys, 5, 0, 0, ids, 5 * BPC);
-	reqs[1] = mkreq(other, 1, 0, 0, ids, BPC);
+	assert_true(t_kv_block_is(dst, 0, ids[0], T_POISON));
+	reqs[0] = t_request(keys, 5, 0, 0, ids, 5 * BPC);
+	reqs[1] = t_request(other, 1, 0, 0, ids, BPC);
 	memset(status, 0x55, sizeof(status));
 	assert_int_equal(tutti_store_load(f->st, dst->kv, reqs, 2, 0, 2, status), 5);
 	assert_all_status(status, 5, 0);
@@ -726,9 +674,9 @@ static void
 test_store_requests_sharing_a_prefix_in_one_call(void **state)
 {
 	struct fixture *f = *state;
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_BLOCKS_FIRST, true);
-	struct t_kv *dst = new_kv(f, &f->geo, T_LAYOUT_BLOCKS_FIRST, false);
-	uint8_t *keys = new_keys(f, 4);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_BLOCKS_FIRST, NR_BLOCKS, &f->r);
+	struct t_kv *dst = t_kv_new(&f->geo, T_LAYOUT_BLOCKS_FIRST, NR_BLOCKS, NULL);
+	uint8_t *keys = t_keys_new(&f->r, 4, KB);
 	uint32_t ids[4 * BPC], dids[4 * BPC];
 	int32_t status[6];
 	struct tutti_request reqs[2];
@@ -737,8 +685,8 @@ test_store_requests_sharing_a_prefix_in_one_call(void **state)
 	t_random_distinct(&f->r, ids, 4 * BPC, NR_BLOCKS);
 	t_random_distinct(&f->r, dids, 4 * BPC, NR_BLOCKS);
 	/* [a b] and [a b c d] in one call: a and b are stored once, c and d after them. */
-	reqs[0] = mkreq(keys, 2, 0, 0, ids, 2 * BPC);
-	reqs[1] = mkreq(keys, 4, 0, 0, ids, 4 * BPC);
+	reqs[0] = t_request(keys, 2, 0, 0, ids, 2 * BPC);
+	reqs[1] = t_request(keys, 4, 0, 0, ids, 4 * BPC);
 	assert_int_equal(tutti_store_save(f->st, src->kv, reqs, 2, status), 4);
 	assert_int_equal(status[0], 0);
 	assert_int_equal(status[1], 0);
@@ -763,8 +711,9 @@ test_store_evicts_least_recently_used_chain_tail_first(void **state)
 {
 	struct fixture *f = *state;
 	struct tutti_store *st = open_store(f, &f->geo, "lru", 1, 8, NULL);
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, true);
-	uint8_t *a = new_keys(f, 4), *b = new_keys(f, 4), *c = new_keys(f, 2), *d = new_keys(f, 2);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &f->r);
+	uint8_t *a = t_keys_new(&f->r, 4, KB), *b = t_keys_new(&f->r, 4, KB),
+	        *c = t_keys_new(&f->r, 2, KB), *d = t_keys_new(&f->r, 2, KB);
 	uint32_t ids[4 * BPC];
 	struct tutti_stats s = {.size = sizeof(s)};
 
@@ -799,9 +748,10 @@ test_store_saving_a_stored_chain_counts_as_a_use(void **state)
 {
 	struct fixture *f = *state;
 	struct tutti_store *st = open_store(f, &f->geo, "use", 1, 8, NULL);
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, true);
-	struct t_kv *dst = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, false);
-	uint8_t *a = new_keys(f, 4), *b = new_keys(f, 4), *c = new_keys(f, 2);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &f->r);
+	struct t_kv *dst = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, NULL);
+	uint8_t *a = t_keys_new(&f->r, 4, KB), *b = t_keys_new(&f->r, 4, KB),
+	        *c = t_keys_new(&f->r, 2, KB);
 	uint32_t ids[4 * BPC];
 	int32_t status[4];
 
@@ -841,8 +791,8 @@ test_store_chain_longer_than_the_store_is_enospc_at_its_tail(void **state)
 {
 	struct fixture *f = *state;
 	struct tutti_store *st = open_store(f, &f->geo, "short", 2, 8, NULL);
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, true);
-	uint8_t *keys = new_keys(f, 10);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &f->r);
+	uint8_t *keys = t_keys_new(&f->r, 10, KB);
 	uint32_t ids[10 * BPC];
 	int32_t status[10];
 	struct tutti_stats s = {.size = sizeof(s)};
@@ -895,8 +845,8 @@ test_store_eviction_under_pressure_keeps_chains_reachable(void **state)
 {
 	struct fixture *f = *state;
 	struct tutti_store *st = open_store(f, &f->geo, "tree", 2, 12, NULL);
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_CROSS_LAYER, true);
-	struct t_kv *dst = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, false);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_CROSS_LAYER, NR_BLOCKS, &f->r);
+	struct t_kv *dst = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, NULL);
 	struct node *nodes = calloc(TREE_MAX, sizeof(*nodes));
 	uint32_t perm[NR_BLOCKS], nr_nodes = 0;
 	struct tutti_stats s = {.size = sizeof(s)};
@@ -940,7 +890,7 @@ test_store_eviction_under_pressure_keeps_chains_reachable(void **state)
 		assert_int_equal(rc, written);
 		assert_int_equal(tutti_store_lookup(st, keys, len, NULL), len);
 		/* Its data is intact. */
-		t_kv_poison(dst, POISON);
+		t_kv_poison(dst, T_POISON);
 		assert_int_equal(load1(st, dst, keys, len, 0, 0, ids, len * BPC, 0, 2, status),
 		                 len);
 		assert_moved(src, ids, dst, ids, len * BPC, 0, 2);
@@ -975,9 +925,9 @@ static void
 test_store_stats_counters_move_as_expected(void **state)
 {
 	struct fixture *f = *state;
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, true);
-	struct t_kv *dst = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, false);
-	uint8_t *keys = new_keys(f, 4), *other = new_keys(f, 2);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &f->r);
+	struct t_kv *dst = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, NULL);
+	uint8_t *keys = t_keys_new(&f->r, 4, KB), *other = t_keys_new(&f->r, 2, KB);
 	uint32_t ids[4 * BPC];
 	int32_t status[4];
 	struct tutti_stats s;
@@ -1070,9 +1020,9 @@ test_store_small_pipelines_move_many_chunks(void **state)
 		for (size_t ti = 0; ti < sizeof(tweaks) / sizeof(tweaks[0]); ti++) {
 			char name[32];
 			struct tutti_store *st;
-			struct t_kv *src = new_kv(f, &geos[gi], T_LAYOUT_KV_FIRST, true);
-			struct t_kv *dst = new_kv(f, &geos[gi], T_LAYOUT_SPLIT3, false);
-			uint8_t *keys = new_keys(f, 12);
+			struct t_kv *src = t_kv_new(&geos[gi], T_LAYOUT_KV_FIRST, NR_BLOCKS, &f->r);
+			struct t_kv *dst = t_kv_new(&geos[gi], T_LAYOUT_SPLIT3, NR_BLOCKS, NULL);
+			uint8_t *keys = t_keys_new(&f->r, 12, KB);
 			uint32_t sids[12 * BPC], dids[12 * BPC];
 			struct tutti_request reqs[3];
 			int32_t status[12];
@@ -1083,8 +1033,8 @@ test_store_small_pipelines_move_many_chunks(void **state)
 			t_random_distinct(&f->r, dids, 12 * BPC, NR_BLOCKS);
 			/* Three chains of four chunks, the last one partial, in one call. */
 			for (uint32_t q = 0; q < 3; q++) {
-				reqs[q] = mkreq(keys + q * 4 * KB, 4, 0, 0, sids + q * 4 * BPC,
-				                q == 2 ? 3 * BPC + 1 : 4 * BPC);
+				reqs[q] = t_request(keys + q * 4 * KB, 4, 0, 0, sids + q * 4 * BPC,
+				                    q == 2 ? 3 * BPC + 1 : 4 * BPC);
 			}
 			assert_int_equal(tutti_store_save(st, src->kv, reqs, 3, status), 12);
 			assert_all_status(status, 12, 0);
@@ -1108,9 +1058,9 @@ test_store_two_stores_in_one_process_are_independent(void **state)
 {
 	struct fixture *f = *state;
 	struct tutti_store *other = open_store(f, &f->geo, "other", 1, 16, NULL);
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, true);
-	struct t_kv *dst = new_kv(f, &f->geo, T_LAYOUT_BLOCKS_FIRST, false);
-	uint8_t *x = new_keys(f, 2), *y = new_keys(f, 2);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &f->r);
+	struct t_kv *dst = t_kv_new(&f->geo, T_LAYOUT_BLOCKS_FIRST, NR_BLOCKS, NULL);
+	uint8_t *x = t_keys_new(&f->r, 2, KB), *y = t_keys_new(&f->r, 2, KB);
 	uint32_t xs[2 * BPC], ys[2 * BPC], dids[2 * BPC];
 	struct tutti_stats s = {.size = sizeof(s)};
 
@@ -1125,7 +1075,7 @@ test_store_two_stores_in_one_process_are_independent(void **state)
 	assert_int_equal(save1(other, src, x, 2, 0, ys, 2 * BPC, NULL), 2);
 	assert_int_equal(load1(f->st, dst, x, 2, 0, 0, dids, 2 * BPC, 0, 2, NULL), 2);
 	assert_moved(src, xs, dst, dids, 2 * BPC, 0, 2);
-	t_kv_poison(dst, POISON);
+	t_kv_poison(dst, T_POISON);
 	assert_int_equal(load1(other, dst, x, 2, 0, 0, dids, 2 * BPC, 0, 2, NULL), 2);
 	assert_moved(src, ys, dst, dids, 2 * BPC, 0, 2);
 	assert_int_equal(tutti_store_get_stats(f->st, &s), 0);
@@ -1134,7 +1084,7 @@ test_store_two_stores_in_one_process_are_independent(void **state)
 	assert_int_equal(s.used_slots, 4);
 	tutti_store_close(other);
 	/* Closing one leaves the other working. */
-	t_kv_poison(dst, POISON);
+	t_kv_poison(dst, T_POISON);
 	assert_int_equal(load1(f->st, dst, x, 2, 0, 0, dids, 2 * BPC, 0, 2, NULL), 2);
 	assert_moved(src, xs, dst, dids, 2 * BPC, 0, 2);
 	t_kv_free(src);
@@ -1147,8 +1097,8 @@ static void
 test_store_reopens_and_works_after_close(void **state)
 {
 	struct fixture *f = *state;
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, true);
-	struct t_kv *dst = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, false);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &f->r);
+	struct t_kv *dst = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, NULL);
 
 	round_trip(f, f->st, src, dst, 2, 2 * BPC);
 	tutti_store_close(f->st);
@@ -1184,7 +1134,7 @@ worker_main(void *arg)
 		t_rng_fill(&r, keys, sizeof(keys));
 		t_random_distinct(&r, sids, 3 * BPC, NR_BLOCKS);
 		t_random_distinct(&r, dids, 3 * BPC, NR_BLOCKS);
-		req = mkreq(keys, 3, 0, 0, sids, 3 * BPC);
+		req = t_request(keys, 3, 0, 0, sids, 3 * BPC);
 		w->failures += tutti_store_save(w->f->st, w->src->kv, &req, 1, status) != 3;
 		w->failures += tutti_store_lookup(w->f->st, keys, 3, NULL) != 3;
 		req.block_ids = dids;
@@ -1201,7 +1151,7 @@ static void
 test_store_concurrent_callers_on_one_handle(void **state)
 {
 	struct fixture *f = *state;
-	struct t_kv *src = new_kv(f, &f->geo, T_LAYOUT_KV_FIRST, true);
+	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &f->r);
 	struct worker w[4];
 	pthread_t tid[4];
 	struct tutti_stats s = {.size = sizeof(s)};
@@ -1213,7 +1163,7 @@ test_store_concurrent_callers_on_one_handle(void **state)
 
 	for (int i = 0; i < 4; i++) {
 		w[i] = (struct worker){.f = f, .src = src, .seed = 1000 + (uint64_t)i};
-		w[i].dst = new_kv(f, &f->geo, T_LAYOUT_BLOCKS_FIRST, false);
+		w[i].dst = t_kv_new(&f->geo, T_LAYOUT_BLOCKS_FIRST, NR_BLOCKS, NULL);
 		assert_int_equal(pthread_create(&tid[i], NULL, worker_main, &w[i]), 0);
 	}
 	for (int i = 0; i < 4; i++) {
