@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "admin.h"
+#include "format/format.h"
 #include "kvbench.h"
 
 static void
@@ -29,7 +30,8 @@ usage(FILE *f)
 	    "            exit 0 clean, 1 repaired, 4 damage left, 8 failed\n"
 	    "  profile   [--dir DIR]... [--out FILE]: measure the storage and write the profile\n"
 	    "            the layerwise pipeline plans with (tutti profile --help)\n"
-	    "  version   print the library version\n"
+	    "  version   the version (also --version), the on-disk format it reads and writes,\n"
+	    "            and whether it has CUDA\n"
 	    "\n"
 	    "bench options:\n"
 	    "  --model NAME         geometry preset: llama-3-8b (default), llama-3-70b, "
@@ -449,8 +451,10 @@ main(int argc, char **argv)
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	if (strcmp(argv[1], "version") == 0) {
-		printf("tutti %s\n", tutti_version());
+	if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
+		/* TUTTI_BUILD_DESC: set by the build (cmake/build_info.cmake). */
+		printf("tutti %s (on-disk format %u; %s)\n", tutti_version(), TT_SB_VERSION,
+		       TUTTI_BUILD_DESC);
 		return 0;
 	}
 	if (strcmp(argv[1], "inspect") == 0) {
