@@ -39,6 +39,20 @@ void tt_free(void *p);
 void *tt_aligned_alloc(size_t bytes);
 void tt_aligned_free(void *p);
 
+/* Signal words shared with another thread or the GPU, one writer each: the writer publishes
+ * with a release store, after what the word announces; readers acquire. */
+static inline uint32_t
+tt_word_load_acquire(const uint32_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static inline void
+tt_word_store_release(uint32_t *p, uint32_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
 /* Monotonic time in nanoseconds. */
 uint64_t tt_now_ns(void);
 

@@ -1,153 +1,384 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Engine dispatch and the checks every engine relies on.
+ * The engine table, the calls every engine answers (dispatched through it), and the part every
+ * engine has: staging, its CPU-driven I/O queue and the GPU context for GPU KV.
  */
 #include <errno.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <string.h>
+#include <sys/vfs.h>
 
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
+#include "gpu/gpu.h"
 #include "tutti/store.h"
+
+_Static_assert(TT_GPU_IO_GROUPS_PER_SM == TT_GRING_GROUPS_PER_BLOCK,
+               "the default of gpu_io_workers packs groups as the layer kernel does");
+
+/* Indexed by enum tutti_engine. A new engine is a file of its own and one entry here. */
+static const struct tt_engine_ops *const engines[] = {
+    [TUTTI_ENGINE_URING] = &tt_engine_uring,
+    [TUTTI_ENGINE_POSIX] = &tt_engine_posix,
+    [TUTTI_ENGINE_GPU_URING] = &tt_engine_gpu_uring,
+    [TUTTI_ENGINE_GDS] = &tt_engine_gds,
+};
 
 const struct tt_engine_ops *
 tt_engine_ops_for(uint32_t kind)
 {
-	switch (kind) {
-	case TUTTI_ENGINE_URING:
-		return &tt_engine_uring;
-	case TUTTI_ENGINE_POSIX:
-		return &tt_engine_posix;
-	default:
-		return NULL;
-	}
+	return kind < TT_ARRAY_SIZE(engines) ? engines[kind] : NULL;
+}
+
+const char *
+tt_engine_kind_name(uint32_t kind)
+{
+	const struct tt_engine_ops *ops = tt_engine_ops_for(kind);
+
+	return ops != NULL ? ops->name : NULL;
 }
 
 int
 tutti_engine_parse(const char *name)
 {
-	static const char *const names[] = {"uring", "posix", "gpu-uring", "gds"};
-
 	if (name == NULL) {
 		return -EINVAL;
 	}
-	for (uint32_t k = 0; k < TT_ARRAY_SIZE(names); k++) {
-		if (strcmp(names[k], name) == 0) {
-			return (int)k; /* the enum tutti_engine values, in order */
+	for (uint32_t k = 0; k < TT_ARRAY_SIZE(engines); k++) {
+		if (strcmp(engines[k]->name, name) == 0) {
+			return (int)k;
 		}
 	}
 	return -EINVAL;
 }
 
-int
-tt_engine_create(const struct tt_engine_ops *ops, const struct tt_engine_conf *conf,
-                 struct tt_engine **out)
-{
-	int rc;
+/* ---- the part every engine has ---- */
 
-	if (ops == NULL || conf == NULL || out == NULL || conf->nr_fds == 0 ||
-	    conf->nr_fds > UINT16_MAX || conf->depth == 0 || conf->max_iov > IOV_MAX) {
+/* Launch descriptors of one GPU context: a launch moving more blocks is split. */
+#define GPU_MAX_BLOCKS (1u << 18)
+
+/* Size the staging buffers: each holds one I/O of up to max_io_bytes whole objects, and there
+ * is at least one buffer as long as the staging holds one object. */
+static int
+plan_staging(struct tt_engine *e)
+{
+	const struct tt_engine_conf *c = &e->conf;
+	uint64_t object_bytes = e->geo->object_bytes;
+	uint64_t layers = c->max_io_bytes / object_bytes;
+	uint64_t units;
+
+	if (layers == 0) {
+		layers = 1; /* an object is the smallest I/O */
+	}
+	if (layers > e->geo->g.nr_layers) {
+		layers = e->geo->g.nr_layers;
+	}
+	if (layers > c->staging_bytes / object_bytes) {
+		layers = c->staging_bytes / object_bytes;
+	}
+	/* One I/O carries a uint32_t length. */
+	while (layers > 1 && layers * object_bytes > UINT32_MAX) {
+		layers--;
+	}
+	if (object_bytes > UINT32_MAX) {
+		tt_log_err(e->log, "objects of %llu bytes exceed the 4 GiB I/O limit",
+		           (unsigned long long)object_bytes);
 		return -EINVAL;
 	}
-	*out = NULL;
-	rc = ops->create(conf, out);
-	if (rc < 0) {
-		return rc;
+	if (layers == 0) {
+		tt_log_err(e->log, "staging_bytes %llu is below one %llu-byte object",
+		           (unsigned long long)c->staging_bytes, (unsigned long long)object_bytes);
+		return -EINVAL;
 	}
-	(*out)->ops = ops;
-	(*out)->depth = conf->depth;
-	(*out)->max_iov = conf->max_iov;
+	e->unit_layers = (uint32_t)layers;
+	e->unit_bytes = layers * object_bytes;
+	units = c->staging_bytes / e->unit_bytes;
+	/* Direct I/O needs no staging, so only staged I/O is bounded by the staging buffers. */
+	e->nr_staging = (uint32_t)TT_MIN(units, (uint64_t)c->queue_depth);
+	e->nr_units = c->queue_depth;
+	e->staging = tt_aligned_alloc(e->nr_staging * e->unit_bytes);
+	/* Enough vector entries for a unit of whole chunks with every segment of every block. */
+	e->max_iov = (uint32_t)TT_MIN((uint64_t)IOV_MAX, (uint64_t)e->unit_layers *
+	                                                     e->geo->blocks_per_chunk *
+	                                                     TT_MAX_SEGS_PER_LAYER);
+	e->unit_iovs = tt_calloc((size_t)e->nr_units * e->max_iov, sizeof(*e->unit_iovs));
+	e->units = tt_calloc(e->nr_units, sizeof(*e->units));
+	e->free_bufs = tt_calloc(e->nr_units, sizeof(*e->free_bufs));
+	e->ios = tt_calloc(e->nr_units, sizeof(*e->ios));
+	e->dones = tt_calloc(e->nr_units, sizeof(*e->dones));
+	if (e->staging == NULL || e->units == NULL || e->free_bufs == NULL || e->ios == NULL ||
+	    e->dones == NULL || e->unit_iovs == NULL) {
+		return -ENOMEM;
+	}
 	return 0;
 }
 
-void
-tt_engine_destroy(struct tt_engine *e)
+int
+tt_engine_init(struct tt_engine *e, const struct tt_engine_ops *ops,
+               const struct tt_engine_conf *conf, const struct tt_ioq_ops *ioq)
 {
-	if (e != NULL) {
-		e->ops->destroy(e);
+	e->ops = ops;
+	e->conf = *conf;
+	e->log = conf->log;
+	e->geo = conf->geo;
+	e->ioq_ops = ioq;
+	e->cpu_kind = ioq == &tt_ioq_posix ? TUTTI_ENGINE_POSIX : TUTTI_ENGINE_URING;
+	/* 0: the fewest SMs that hold the workers and the ring's driver. */
+	if (e->conf.gpu_io_sms == 0) {
+		e->conf.gpu_io_sms =
+		    (e->conf.gpu_io_workers + TT_GPU_IO_GROUPS_PER_SM) / TT_GPU_IO_GROUPS_PER_SM;
 	}
+	return plan_staging(e);
+}
+
+void
+tt_engine_fini(struct tt_engine *e)
+{
+	/* The queue first: it waits for the kernel to finish with the staging memory; then the
+	 * GPU, which may still read it. */
+	tt_ioq_destroy(e->ioq);
+	tt_list_mem_free(&e->lists);
+	tt_gpu_close(e->gpu);
+	if (e->staging_mapped) {
+		tt_gpu_host_unregister(e->staging);
+	}
+	tt_aligned_free(e->staging);
+	tt_free(e->units);
+	tt_free(e->free_bufs);
+	tt_free(e->ios);
+	tt_free(e->dones);
+	tt_free(e->unit_iovs);
 }
 
 int
-tt_engine_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
+tt_engine_gpu(struct tt_engine *e, int device, struct tt_gpu **out)
 {
+	struct tt_gpu_conf conf = {
+	    .device = device,
+	    .max_blocks = GPU_MAX_BLOCKS,
+	    .log = e->log,
+	    .high_priority = true, /* loads gate time to first token */
+	};
 	int rc;
 
-	if (nr == 0) {
-		return 0;
-	}
-	if (nr > e->depth - e->inflight) {
-		return -EAGAIN;
-	}
-	for (uint32_t i = 0; i < nr; i++) {
-		const struct tt_io *io = &ios[i];
-
-		if (io->op == TT_IO_FSYNC) {
-			continue;
-		}
-		if (io->op > TT_IO_FSYNC || io->nr_iov > e->max_iov ||
-		    (io->nr_iov > 0 && io->iov == NULL) || (io->nr_iov == 0 && io->buf == NULL) ||
-		    io->len == 0) {
+	if (e->gpu != NULL) {
+		if (tt_gpu_device(e->gpu) != device) {
+			tt_log_err(e->log, "a store moves KV of one GPU: device %d, not %d",
+			           tt_gpu_device(e->gpu), device);
 			return -EINVAL;
 		}
+		*out = e->gpu;
+		return 0;
 	}
-	rc = e->ops->submit(e, ios, nr);
+	rc = tt_gpu_open(&conf, &e->gpu);
+	if (rc == 0 && !e->staging_mapped) {
+		/* Kernels read and write the staging across PCIe, without a copy. */
+		rc = tt_gpu_host_register(e->staging, e->nr_staging * e->unit_bytes);
+		e->staging_mapped = rc == 0;
+	}
 	if (rc < 0) {
+		tt_log_err(e->log, "GPU %d: %s", device, tutti_strerror(rc));
+		tt_gpu_close(e->gpu);
+		e->gpu = NULL;
 		return rc;
 	}
-	e->inflight += nr;
-	e->nr_ios += nr;
-	e->nr_submits++;
+	*out = e->gpu;
+	return 0;
+}
+
+/* ---- the calls every engine answers ---- */
+
+/* The options of gpu-uring's layer kernels, checked for every engine (an auto engine may come
+ * to use them). */
+static int
+check_gpu_io(const struct tt_engine_conf *c)
+{
+	if (c->gpu_io_workers == 0 || c->gpu_io_workers > TT_GPU_IO_MAX) {
+		tt_log_err(c->log, "store options: gpu_io_workers %u is not in 1..%u",
+		           c->gpu_io_workers, TT_GPU_IO_MAX);
+		return -EINVAL;
+	}
+	if (c->gpu_io_sms > TT_GPU_IO_MAX ||
+	    (c->gpu_io_sms != 0 &&
+	     c->gpu_io_sms * TT_GPU_IO_GROUPS_PER_SM < c->gpu_io_workers + 1)) {
+		tt_log_err(c->log,
+		           "store options: gpu_io_sms %u cannot hold %u workers and the ring's "
+		           "driver (at most %u to an SM, at most %u SMs)",
+		           c->gpu_io_sms, c->gpu_io_workers, TT_GPU_IO_GROUPS_PER_SM,
+		           TT_GPU_IO_MAX);
+		return -EINVAL;
+	}
 	return 0;
 }
 
 int
-tt_engine_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t min)
+tt_engine_open(uint32_t kind, const struct tt_engine_conf *conf, struct tt_engine **out)
 {
-	int n;
+	const struct tt_engine_ops *ops = tt_engine_ops_for(kind);
+	int rc;
 
-	if (min > e->inflight) {
-		min = e->inflight;
+	*out = NULL;
+	if (ops == NULL || conf == NULL || conf->geo == NULL || conf->queue_depth == 0) {
+		return -EINVAL;
 	}
-	if (max == 0 || e->inflight == 0) {
-		return 0;
+	rc = check_gpu_io(conf);
+	return rc < 0 ? rc : ops->open(conf, out);
+}
+
+/* Page-cache-backed store files: their reads are CPU copies, best spread over io-wq. */
+static bool
+on_tmpfs(int fd)
+{
+	struct statfs sfs;
+
+	return fstatfs(fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
+}
+
+int
+tt_engine_attach(struct tt_engine *e, const int *fds, uint32_t nr_fds)
+{
+	struct tt_ioq_conf qc = {
+	    .fds = fds,
+	    .nr_fds = nr_fds,
+	    .reg_buf = e->staging,
+	    .reg_bytes = e->nr_staging * e->unit_bytes,
+	    .depth = e->nr_units,
+	    .max_iov = e->max_iov,
+	    .threads = e->conf.posix_threads,
+	    .async_reads = on_tmpfs(fds[0]),
+	    .log = e->log,
+	};
+	int rc;
+
+	if (nr_fds == 0 || nr_fds > TT_ENGINE_MAX_FILES) {
+		return -EINVAL;
 	}
-	n = e->ops->reap(e, out, max, min);
-	if (n > 0) {
-		e->inflight -= (uint32_t)n;
+	e->fds = fds;
+	e->nr_fds = nr_fds;
+	e->page_cache = qc.async_reads;
+	rc = tt_ioq_create(e->ioq_ops, &qc, &e->ioq);
+	if ((rc == -ENOSYS || rc == -EPERM) && e->ioq_fallback) {
+		tt_log_info(e->log,
+		            "engine %s: io_uring is unavailable (%s): a thread pool issues "
+		            "the CPU's I/O",
+		            e->ops->name, tutti_strerror(rc));
+		e->ioq_ops = &tt_ioq_posix;
+		e->cpu_kind = TUTTI_ENGINE_POSIX;
+		rc = tt_ioq_create(e->ioq_ops, &qc, &e->ioq);
 	}
-	return n;
+	if (rc == 0 && e->ops->attach != NULL) {
+		rc = e->ops->attach(e);
+	}
+	return rc;
 }
 
 void
-tt_io_state_start(struct tt_io_state *st, const struct tt_io *io)
+tt_engine_close(struct tt_engine *e)
 {
-	st->io = *io;
-	st->done = 0;
-	if (io->nr_iov > 0) {
-		memcpy(st->iov, io->iov, io->nr_iov * sizeof(*io->iov));
-		st->nr_iov = io->nr_iov;
-	} else {
-		st->iov[0].iov_base = io->buf;
-		st->iov[0].iov_len = io->len;
-		st->nr_iov = 1;
+	if (e != NULL) {
+		e->ops->close(e);
 	}
 }
 
-bool
-tt_io_state_advance(struct tt_io_state *st, uint32_t bytes)
+const char *
+tt_engine_name(const struct tt_engine *e)
 {
-	uint32_t k = 0;
+	return e->ops->name;
+}
 
-	st->done += bytes;
-	while (k < st->nr_iov && bytes >= st->iov[k].iov_len) {
-		bytes -= (uint32_t)st->iov[k].iov_len;
-		k++;
+/* Whether \p b goes to the engine's own transfer, not its CPU path. */
+static bool
+takes(const struct tt_engine *e, const struct tutti_kv *kv)
+{
+	return kv != NULL && (e->ops->kv_mems & TT_KV_MEM(kv->mem)) != 0;
+}
+
+int
+tt_engine_transfer(struct tt_engine *e, struct tt_batch *b)
+{
+	return takes(e, b->kv) ? e->ops->transfer(e, b) : tt_cpu_transfer(e, b);
+}
+
+uint32_t
+tt_engine_moved_by(struct tt_engine *e, const struct tutti_kv *kv)
+{
+	if (!takes(e, kv)) {
+		return e->cpu_kind;
 	}
-	if (k < st->nr_iov) {
-		st->iov[k].iov_base = (uint8_t *)st->iov[k].iov_base + bytes;
-		st->iov[k].iov_len -= bytes;
+	return e->ops->moved_by != NULL ? e->ops->moved_by(e, kv) : e->ops->kind;
+}
+
+uint32_t
+tt_engine_queue_depth(const struct tt_engine *e)
+{
+	return e->nr_units;
+}
+
+int
+tt_engine_flush(struct tt_engine *e)
+{
+	return e->ops->flush(e);
+}
+
+void
+tt_engine_stats(struct tt_engine *e, struct tt_engine_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	e->ops->stats(e, out);
+}
+
+int
+tt_engine_launch_open(struct tt_engine *e, struct tt_batch *b, struct tt_list_mem *mem,
+                      struct tt_launch **out)
+{
+	*out = NULL;
+	if (e->ops->launch_open == NULL || !takes(e, b->kv)) {
+		return 0;
 	}
-	memmove(st->iov, st->iov + k, (st->nr_iov - k) * sizeof(*st->iov));
-	st->nr_iov -= k;
-	return st->done >= st->io.len || st->nr_iov == 0;
+	return e->ops->launch_open(e, b, mem, out);
+}
+
+int
+tt_engine_launch_layer(struct tt_engine *e, struct tt_launch *l, uint32_t layer, uint32_t *word,
+                       uint32_t value, uint64_t *done_ns)
+{
+	return e->ops->launch_layer(e, l, layer, word, value, done_ns);
+}
+
+int
+tt_engine_launch_idle(struct tt_engine *e, struct tt_launch *l)
+{
+	return e->ops->launch_idle(e, l);
+}
+
+int
+tt_engine_launch_finish(struct tt_engine *e, struct tt_launch *l)
+{
+	return e->ops->launch_finish(e, l);
+}
+
+void
+tt_engine_quiesce(struct tt_engine *e)
+{
+	if (e->ops->quiesce != NULL) {
+		e->ops->quiesce(e);
+	}
+}
+
+/* ---- chunks ---- */
+
+void
+tt_chunk_fail(struct tt_chunk_op *c, int rc)
+{
+	if (c->status == 0) {
+		c->status = rc;
+	}
+}
+
+void
+tt_batch_fail_all(struct tt_batch *b, int rc)
+{
+	for (uint32_t i = 0; i < b->nr_chunks; i++) {
+		tt_chunk_fail(&b->chunks[i], rc);
+	}
 }

@@ -1,20 +1,32 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * I/O engines: asynchronous reads and writes of aligned extents of the store's files, behind one
- * table. An engine belongs to one thread at a time.
+ * Engines: what moves a store's objects between its data files and paged KV, one table entry
+ * per enum tutti_engine. The store plans (which chunks, which slots, which checksums); an engine
+ * moves a planned batch and says per chunk what failed.
  *
- * Completion contract: a completion's res is the full length, or a negative errno. Engines finish
- * short transfers themselves and retry -EAGAIN/-EINTR; end of file inside an extent is -EIO.
+ * Every engine has a CPU-driven I/O queue (io_uring, or a pool of threads): it carries the
+ * store's own records (slot headers, flushes), fsck's reads, and the batches whose KV the engine
+ * does not take itself (the table's kv_mems; gds, say, takes GPU KV only). An engine belongs to
+ * one thread at a time: the store calls it under its I/O lock.
+ *
+ * Life: open (sizes checked, staging allocated, libraries loaded: nothing on disk yet), attach
+ * (the data files, once the store has them), then batches, records and flushes, then close.
  */
 #ifndef TT_ENGINE_H
 #define TT_ENGINE_H
 
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <sys/uio.h>
 
 #include "common/common.h"
+#include "layout/layout.h"
+
+#include <sys/uio.h>
+
+struct tutti_request;
+
+/* Data files an engine does I/O on, at most (the store's directories). */
+#define TT_ENGINE_MAX_FILES 64u
 
 enum tt_io_op {
 	TT_IO_READ = 0,
@@ -23,9 +35,9 @@ enum tt_io_op {
 };
 
 /*
- * One I/O: either one buffer (nr_iov == 0) or a vector of nr_iov <= the engine's max_iov
- * buffers (copied at submission, so the array need not outlive the call). Buffers, lengths and
- * offsets are TUTTI_ALIGN-aligned; len is the total length.
+ * One extent I/O: either one buffer (nr_iov == 0) or a vector of nr_iov buffers (copied at
+ * submission, so the array need not outlive the call). Buffers, lengths and offsets are
+ * TUTTI_ALIGN-aligned; len is the total length.
  */
 struct tt_io {
 	uint64_t tag; /* handed back in the completion */
@@ -34,78 +46,182 @@ struct tt_io {
 	const struct iovec *iov;
 	uint32_t nr_iov;
 	uint32_t len;
-	uint16_t file; /* index into the engine's files */
+	uint16_t file; /* index into the data files */
 	uint8_t op;    /* enum tt_io_op */
 };
 
-struct tt_io_done {
-	uint64_t tag;
-	int32_t res;
+enum tt_batch_kind {
+	TT_BATCH_LOAD,
+	TT_BATCH_SAVE,
+	TT_BATCH_VERIFY, /* fsck: read and checksum, move nothing */
 };
 
+/*
+ * One chunk of a batch: the objects of one slot, layers [layer_begin, layer_end) of the batch.
+ * The planner (the store) fills in what and where; the engine fills in the outcome.
+ */
+struct tt_chunk_op {
+	const struct tutti_request *req; /* NULL for fsck */
+	uint32_t key;                    /* index of the chunk in its request's key chain */
+	uint32_t slot;                   /* TT_NO_SLOT until planned */
+	uint32_t id_off;                 /* index in req->block_ids of the first block moved */
+	uint32_t nr_moved;               /* blocks moved */
+	uint32_t obj_skip;      /* blocks of the object before the first one moved (load) */
+	uint32_t nr_blocks;     /* blocks the chunk holds from its start to the last one moved */
+	uint32_t stored_blocks; /* load, fsck: blocks the slot holds, noted when pinned */
+	/* Where the slot is, and its object checksums, one per layer: load and fsck read the ones
+	 * written with it; a save's engine writes those of what it wrote. */
+	uint16_t file;
+	uint64_t off;
+	uint64_t *csums;
+	/* The outcome. */
+	int32_t status;
+	bool direct;  /* moved by direct I/O between the file and the paged KV */
+	bool corrupt; /* load, fsck: an object failed its checksum */
+	/* The planner's own bookkeeping, which engines leave alone. */
+	bool owned;  /* save: slot allocated by this call (free it unless committed) */
+	bool pinned; /* the slot is pinned in the index */
+	bool erase;  /* save: lost a commit race; its header is erased before the slot is freed */
+};
+
+/* A planned batch: every chunk whose status is 0 is moved, layers [layer_begin, layer_end). */
+struct tt_batch {
+	enum tt_batch_kind kind;
+	const struct tutti_kv *kv; /* NULL for fsck */
+	struct tt_chunk_op *chunks;
+	uint32_t nr_chunks;
+	uint32_t layer_begin, layer_end;
+	uint64_t bytes_verified; /* out: object bytes read and checksummed (load, fsck) */
+};
+
+/* The chunk's first moved block id. */
+static inline const uint32_t *
+tt_chunk_ids(const struct tt_chunk_op *c)
+{
+	return c->req->block_ids + c->id_off;
+}
+
+/* Every chunk of \p b still in play fails with \p rc (a negative errno). */
+void tt_batch_fail_all(struct tt_batch *b, int rc);
+/* Chunk \p c fails with \p rc unless it already failed. */
+void tt_chunk_fail(struct tt_chunk_op *c, int rc);
+
+/* gpu-uring's layer kernels. The default of gpu_io_workers is the most workers that share
+ * TT_GPU_IO_SMS_DEFAULT SMs with the ring's driver, TT_GPU_IO_GROUPS_PER_SM groups to an SM (the
+ * kernel's count, gpu/gpu.h; engine.c asserts that they agree). */
+#define TT_GPU_IO_SMS_DEFAULT 5u
+#define TT_GPU_IO_GROUPS_PER_SM 6u
+#define TT_GPU_IO_WORKERS_DEFAULT (TT_GPU_IO_SMS_DEFAULT * TT_GPU_IO_GROUPS_PER_SM - 1u)
+#define TT_GPU_IO_MAX 64u /* most workers, and most SMs, of a layer kernel */
+
 struct tt_engine_conf {
-	const int *fds; /* the files; borrowed for the engine's lifetime */
-	uint32_t nr_fds;
-	void *reg_buf; /* memory that most I/O targets, registered where the engine can; may be NULL
-	                */
-	size_t reg_bytes;
-	uint32_t depth;   /* most I/Os in flight */
-	uint32_t max_iov; /* longest I/O vector accepted */
-	uint32_t threads; /* posix: worker threads */
-	bool async_reads; /* uring: IOSQE_ASYNC on reads, for page-cache-backed files (tmpfs),
-	                   * whose reads would otherwise be copied one after another inline */
+	const struct tt_geo *geo; /* borrowed for the engine's lifetime */
+	/* Staging: cut into buffers of one I/O (max_io_bytes of whole objects), at most
+	 * queue_depth of them. */
+	uint64_t staging_bytes;
+	uint64_t max_io_bytes;
+	uint32_t queue_depth;
+	uint32_t posix_threads;  /* posix: worker threads (0: queue_depth) */
+	uint32_t gpu_io_workers; /* gpu-uring: worker groups of a layer kernel, 1..TT_GPU_IO_MAX */
+	uint32_t gpu_io_sms;     /* gpu-uring: the blocks they are packed into (0: the fewest that
+	                          * hold them and the ring's driver) */
 	const struct tt_log *log;
 };
 
 struct tt_engine;
 
-struct tt_engine_ops {
-	const char *name;
-	int (*create)(const struct tt_engine_conf *conf, struct tt_engine **out);
-	void (*destroy)(struct tt_engine *e);
-	/* Queue and start \p nr I/Os (nr <= depth - in flight). 0, or -errno with none queued. */
-	int (*submit)(struct tt_engine *e, const struct tt_io *ios, uint32_t nr);
-	/* Wait until at least \p min I/Os are complete; return how many (<= max) were stored. */
-	int (*reap)(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t min);
+/* Counters of an engine's data path, for the store's stats. */
+struct tt_engine_stats {
+	uint64_t io_ops;     /* I/Os issued (queue, ring, cuFile) */
+	uint64_t io_submits; /* system calls that issued them (ring: SQ thread wake-ups only) */
+	uint64_t gpu_io_kernel_ns;
+	uint64_t gpu_io_block_ns;
+	uint64_t staging_bytes;
 };
 
-/* The part of every engine the generic code sees. Engines embed it first. */
-struct tt_engine {
-	const struct tt_engine_ops *ops;
-	uint32_t depth;
-	uint32_t max_iov;
-	uint32_t inflight;
-	uint64_t nr_ios;     /* I/Os accepted */
-	uint64_t nr_submits; /* submission calls (system calls for uring, wakeups for posix) */
-};
-
-extern const struct tt_engine_ops tt_engine_uring;
-extern const struct tt_engine_ops tt_engine_posix;
-
-/* The ops for enum tutti_engine \p kind, or NULL. */
-const struct tt_engine_ops *tt_engine_ops_for(uint32_t kind);
-
-int tt_engine_create(const struct tt_engine_ops *ops, const struct tt_engine_conf *conf,
-                     struct tt_engine **out);
-void tt_engine_destroy(struct tt_engine *e);
-/* Checked wrappers: argument and capacity checks, in-flight accounting. */
-int tt_engine_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr);
-int tt_engine_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t min);
+/* The name of enum tutti_engine \p kind as tutti_engine_parse spells it, or NULL for none. */
+const char *tt_engine_kind_name(uint32_t kind);
 
 /*
- * An I/O in progress: its own copy of the vector (or one entry for a plain buffer), so that a
- * short transfer can continue where it stopped. Engines keep one per in-flight I/O.
+ * Open engine \p kind (enum tutti_engine) for the sizes of \p conf. Nothing touches the disk.
+ * Returns 0, -EINVAL (an unknown kind; gpu_io_workers or gpu_io_sms out of range; staging
+ * below one object; objects above the 4 GiB I/O limit; the log says why), -EOPNOTSUPP / -EIO (gds:
+ * libcufile missing, or its driver not opening), -ENOMEM.
  */
-struct tt_io_state {
-	struct tt_io io;
-	struct iovec *iov; /* max(1, max_iov) entries, owned by the engine */
-	uint32_t nr_iov;   /* entries not yet transferred */
-	uint32_t done;     /* bytes transferred */
-};
+int tt_engine_open(uint32_t kind, const struct tt_engine_conf *conf, struct tt_engine **out);
+/* Start doing I/O on the store's data files (1..TT_ENGINE_MAX_FILES, borrowed until close).
+ * Returns 0 or -errno (the I/O queue, ring or cuFile handles could not be set up; the log says
+ * why). */
+int tt_engine_attach(struct tt_engine *e, const int *fds, uint32_t nr_fds);
+/* Waits for anything still running on the GPU first. NULL is allowed. */
+void tt_engine_close(struct tt_engine *e);
+/* The engine's name as tutti_engine_parse spells it. */
+const char *tt_engine_name(const struct tt_engine *e);
 
-/* Start \p st on \p io. */
-void tt_io_state_start(struct tt_io_state *st, const struct tt_io *io);
-/* Account \p bytes transferred; returns true when the I/O is complete. */
-bool tt_io_state_advance(struct tt_io_state *st, uint32_t bytes);
+/*
+ * Move batch \p b. Chunk statuses say what failed (-EBADMSG with corrupt set: a checksum
+ * mismatch). Returns 0, or a negative errno when the engine broke down: every unfinished chunk
+ * has then failed, and the path that broke refuses further batches with -EIO.
+ */
+int tt_engine_transfer(struct tt_engine *e, struct tt_batch *b);
+/* The engine (enum tutti_engine, never TUTTI_ENGINE_AUTO) that moves batches of \p kv: the
+ * engine itself, or its CPU-driven queue's engine for KV it does not take. For auto with GPU KV
+ * this sets gpu-uring up (once) or falls back. */
+uint32_t tt_engine_moved_by(struct tt_engine *e, const struct tutti_kv *kv);
+
+/* Synchronous extent I/O for the store's own records (slot headers): \p nr I/Os of any number,
+ * res[i] the result of ios[i] (the full length or -errno). Returns 0 or the queue's breakdown. */
+int tt_engine_io(struct tt_engine *e, struct tt_io *ios, uint32_t nr, int32_t *res);
+/*
+ * Read \p nr records of \p bytes (<= 4 KiB multiples, at most one staging buffer) through the
+ * queue, many in flight: where(arg, i, &file, &off) names record i; got(arg, i, buf, res) takes
+ * it (buf valid during the call) once read, in completion order. Returns 0 or the queue's
+ * breakdown.
+ */
+int tt_engine_read_records(struct tt_engine *e, uint32_t nr, uint32_t bytes,
+                           void (*where)(void *arg, uint32_t i, uint16_t *file, uint64_t *off),
+                           void (*got)(void *arg, uint32_t i, const uint8_t *buf, int32_t res),
+                           void *arg);
+/* The most I/Os the queue keeps in flight: the batch size for records. */
+uint32_t tt_engine_queue_depth(const struct tt_engine *e);
+/* fdatasync every data file. Returns 0 or the first failure. */
+int tt_engine_flush(struct tt_engine *e);
+void tt_engine_stats(struct tt_engine *e, struct tt_engine_stats *out);
+
+/*
+ * Layerwise loads launched on the GPU (gpu-uring with GPU KV): each layer's kernel is queued on
+ * the engine's GPU stream behind the previous one, followed by a one-thread kernel that stores
+ * a signal word, without waiting. Engines that cannot run a batch so say so at open (0), and
+ * the caller runs each layer as a batch of its own.
+ *
+ * open: 1 when \p b runs launched (its object lists made in \p mem, which must stay untouched
+ * until finish), 0 when it cannot, or a negative errno. layer: launch layer \p l (in order from
+ * 0) and its signal; *done_ns receives the GPU time it ran (%globaltimer). idle: 1 once every
+ * launched layer is done, 0 while not, or -errno; never blocks. finish: wait for the launched
+ * layers and fold their results into the chunks; frees \p l.
+ */
+struct tt_list_mem;
+struct tt_launch;
+int tt_engine_launch_open(struct tt_engine *e, struct tt_batch *b, struct tt_list_mem *mem,
+                          struct tt_launch **out);
+int tt_engine_launch_layer(struct tt_engine *e, struct tt_launch *l, uint32_t layer, uint32_t *word,
+                           uint32_t value, uint64_t *done_ns);
+int tt_engine_launch_idle(struct tt_engine *e, struct tt_launch *l);
+int tt_engine_launch_finish(struct tt_engine *e, struct tt_launch *l);
+/* Wait for layers a launched load left running (they depend on nothing but their I/O), before
+ * anything else uses the staging; a layer that timed out takes the GPU path out of service. */
+void tt_engine_quiesce(struct tt_engine *e);
+
+/* Pinned, mapped host memory for object lists, grown on demand; pinned so that launches and
+ * result copies stay asynchronous. Freeing pinned memory synchronises the device, which a
+ * compute stream waiting on a launched load would deadlock: outgrown buffers are kept until
+ * tt_list_mem_free. One owner at a time. Zero-initialised is empty. */
+struct tt_list_mem {
+	void *cur;
+	size_t bytes;
+	void *old[16];
+	uint32_t nr_old;
+};
+void tt_list_mem_free(struct tt_list_mem *m);
 
 #endif /* TT_ENGINE_H */

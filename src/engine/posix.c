@@ -9,12 +9,12 @@
 #include <stdbool.h>
 #include <unistd.h>
 
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
 
 struct posix_worker;
 
-struct posix_engine {
-	struct tt_engine base;
+struct posix_queue {
+	struct tt_ioq base;
 	const int *fds;
 	uint32_t cap;       /* ring capacity: depth */
 	struct tt_io *todo; /* ring of queued I/Os */
@@ -32,14 +32,14 @@ struct posix_engine {
 	uint32_t per_io;         /* max(1, max_iov) */
 };
 
-static struct posix_engine *
-to_posix(struct tt_engine *e)
+static struct posix_queue *
+to_posix(struct tt_ioq *e)
 {
-	return (struct posix_engine *)e;
+	return (struct posix_queue *)e;
 }
 
 static void
-posix_free(struct posix_engine *p)
+posix_free(struct posix_queue *p)
 {
 	tt_free(p->workers);
 	tt_free(p->iovs);
@@ -50,7 +50,7 @@ posix_free(struct posix_engine *p)
 }
 
 static int32_t
-do_io(const struct posix_engine *p, struct tt_io_state *st)
+do_io(const struct posix_queue *p, struct tt_io_state *st)
 {
 	int fd = p->fds[st->io.file];
 
@@ -78,7 +78,7 @@ do_io(const struct posix_engine *p, struct tt_io_state *st)
 }
 
 struct posix_worker {
-	struct posix_engine *p;
+	struct posix_queue *p;
 	pthread_t tid;
 	struct tt_io_state st; /* its iov array is this worker's own */
 };
@@ -87,7 +87,7 @@ static void *
 worker(void *arg)
 {
 	struct posix_worker *w = arg;
-	struct posix_engine *p = w->p;
+	struct posix_queue *p = w->p;
 
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
@@ -120,9 +120,9 @@ worker(void *arg)
 }
 
 static void
-posix_destroy(struct tt_engine *e)
+posix_destroy(struct tt_ioq *e)
 {
-	struct posix_engine *p = to_posix(e);
+	struct posix_queue *p = to_posix(e);
 
 	pthread_mutex_lock(&p->lock);
 	p->stopping = true;
@@ -139,9 +139,9 @@ posix_destroy(struct tt_engine *e)
 }
 
 static int
-posix_create(const struct tt_engine_conf *conf, struct tt_engine **out)
+posix_create(const struct tt_ioq_conf *conf, struct tt_ioq **out)
 {
-	struct posix_engine *p = tt_calloc(1, sizeof(*p));
+	struct posix_queue *p = tt_calloc(1, sizeof(*p));
 	uint32_t nr_threads = conf->threads ? conf->threads : conf->depth;
 	int rc;
 
@@ -183,9 +183,9 @@ posix_create(const struct tt_engine_conf *conf, struct tt_engine **out)
 }
 
 static int
-posix_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
+posix_submit(struct tt_ioq *e, const struct tt_io *ios, uint32_t nr)
 {
-	struct posix_engine *p = to_posix(e);
+	struct posix_queue *p = to_posix(e);
 
 	pthread_mutex_lock(&p->lock);
 	for (uint32_t i = 0; i < nr; i++) {
@@ -206,9 +206,9 @@ posix_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
 }
 
 static int
-posix_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t min)
+posix_reap(struct tt_ioq *e, struct tt_io_done *out, uint32_t max, uint32_t min)
 {
-	struct posix_engine *p = to_posix(e);
+	struct posix_queue *p = to_posix(e);
 	uint32_t n = 0;
 
 	pthread_mutex_lock(&p->lock);
@@ -224,7 +224,7 @@ posix_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t m
 	return (int)n;
 }
 
-const struct tt_engine_ops tt_engine_posix = {
+const struct tt_ioq_ops tt_ioq_posix = {
     .name = "posix",
     .create = posix_create,
     .destroy = posix_destroy,

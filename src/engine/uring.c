@@ -9,15 +9,15 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
 
 struct uring_req {
 	struct tt_io_state st;
 	uint32_t next_free;
 };
 
-struct uring_engine {
-	struct tt_engine base;
+struct uring_queue {
+	struct tt_ioq base;
 	struct io_uring ring;
 	bool files_registered;
 	bool async_reads;
@@ -35,14 +35,14 @@ struct uring_engine {
 
 #define NO_REQ UINT32_MAX
 
-static struct uring_engine *
-to_uring(struct tt_engine *e)
+static struct uring_queue *
+to_uring(struct tt_ioq *e)
 {
-	return (struct uring_engine *)e;
+	return (struct uring_queue *)e;
 }
 
 static void
-uring_free(struct uring_engine *u)
+uring_free(struct uring_queue *u)
 {
 	tt_free(u->reqs);
 	tt_free(u->iovs);
@@ -50,9 +50,9 @@ uring_free(struct uring_engine *u)
 }
 
 static int
-uring_create(const struct tt_engine_conf *conf, struct tt_engine **out)
+uring_create(const struct tt_ioq_conf *conf, struct tt_ioq **out)
 {
-	struct uring_engine *u = tt_calloc(1, sizeof(*u));
+	struct uring_queue *u = tt_calloc(1, sizeof(*u));
 	uint32_t per_req = conf->max_iov ? conf->max_iov : 1;
 	int rc;
 
@@ -105,9 +105,9 @@ uring_create(const struct tt_engine_conf *conf, struct tt_engine **out)
 }
 
 static void
-uring_destroy(struct tt_engine *e)
+uring_destroy(struct tt_ioq *e)
 {
-	struct uring_engine *u = to_uring(e);
+	struct uring_queue *u = to_uring(e);
 
 	/* The ring drops registered files asynchronously after exit, which would keep the data
 	 * files (and their locks) alive for a moment after the store is closed; unregistering
@@ -124,7 +124,7 @@ uring_destroy(struct tt_engine *e)
 
 /* Prepare the SQE for the untransferred rest of request \p idx. */
 static void
-prep(struct uring_engine *u, uint32_t idx)
+prep(struct uring_queue *u, uint32_t idx)
 {
 	struct tt_io_state *st = &u->reqs[idx].st;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
@@ -161,7 +161,7 @@ prep(struct uring_engine *u, uint32_t idx)
 /* Hand prepared SQEs to the kernel. Interrupted or busy submissions stay queued for the next
  * call; anything else is a broken ring. */
 static int
-flush(struct uring_engine *u, uint32_t wait_nr)
+flush(struct uring_queue *u, uint32_t wait_nr)
 {
 	for (;;) {
 		int rc = wait_nr ? io_uring_submit_and_wait(&u->ring, wait_nr)
@@ -183,9 +183,9 @@ flush(struct uring_engine *u, uint32_t wait_nr)
 }
 
 static int
-uring_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
+uring_submit(struct tt_ioq *e, const struct tt_io *ios, uint32_t nr)
 {
-	struct uring_engine *u = to_uring(e);
+	struct uring_queue *u = to_uring(e);
 
 	for (uint32_t i = 0; i < nr; i++) {
 		uint32_t idx = u->free_head;
@@ -199,7 +199,7 @@ uring_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
 
 /* Account one CQE. Returns 1 when its request is finished (filling *done), 0 when resubmitted. */
 static int
-complete(struct uring_engine *u, const struct io_uring_cqe *cqe, struct tt_io_done *done)
+complete(struct uring_queue *u, const struct io_uring_cqe *cqe, struct tt_io_done *done)
 {
 	uint32_t idx = (uint32_t)io_uring_cqe_get_data64(cqe);
 	struct tt_io_state *st = &u->reqs[idx].st;
@@ -229,9 +229,9 @@ complete(struct uring_engine *u, const struct io_uring_cqe *cqe, struct tt_io_do
 }
 
 static int
-uring_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t min)
+uring_reap(struct tt_ioq *e, struct tt_io_done *out, uint32_t max, uint32_t min)
 {
-	struct uring_engine *u = to_uring(e);
+	struct uring_queue *u = to_uring(e);
 	uint32_t n = 0;
 	int rc;
 
@@ -259,7 +259,7 @@ uring_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t m
 	return (int)n;
 }
 
-const struct tt_engine_ops tt_engine_uring = {
+const struct tt_ioq_ops tt_ioq_uring = {
     .name = "uring",
     .create = uring_create,
     .destroy = uring_destroy,

@@ -84,7 +84,7 @@ alloc_signals(struct tutti_pipeline *p)
 static int
 alloc_staging(struct tutti_pipeline *p)
 {
-	const struct tt_geo *geo = &p->st->geo;
+	const struct tt_geo *geo = p->geo;
 	uint64_t chunk_bytes = geo->chunk_layer_bytes * p->nr_layers;
 	uint64_t nr_slots = p->opts.save_staging_bytes / chunk_bytes;
 	uint64_t nr_blocks, layer_span;
@@ -252,8 +252,8 @@ tutti_pipeline_create(struct tutti_store *st, const struct tutti_kv *kv,
 		tutti_pipeline_opts_init(&defaults);
 		opts = &defaults;
 	}
-	if (st == NULL || kv == NULL || out == NULL || !tt_geo_equal(&kv->geo, &st->geo) ||
-	    check_opts(opts, st->geo.g.nr_layers) < 0) {
+	if (st == NULL || kv == NULL || out == NULL || !tt_geo_equal(&kv->geo, tt_store_geo(st)) ||
+	    check_opts(opts, tt_store_geo(st)->g.nr_layers) < 0) {
 		return -EINVAL;
 	}
 	p = tt_calloc(1, sizeof(*p));
@@ -261,9 +261,11 @@ tutti_pipeline_create(struct tutti_store *st, const struct tutti_kv *kv,
 		return -ENOMEM;
 	}
 	p->st = st;
+	p->geo = tt_store_geo(st);
+	p->key_bytes = tt_store_key_bytes(st);
 	p->kv = kv;
-	p->log = st->log;
-	p->nr_layers = st->geo.g.nr_layers;
+	p->log = *tt_store_log(st);
+	p->nr_layers = p->geo->g.nr_layers;
 	p->gpu = kv->mem == TUTTI_MEM_CUDA;
 	p->device = kv->device;
 	p->opts = *opts;
@@ -320,7 +322,7 @@ static int
 copy_loads(struct tutti_pipeline *p, struct tt_pipe_step *s, const struct tutti_request *reqs,
            uint32_t nr)
 {
-	uint64_t keys = 0, ids = 0, kb = p->st->key_bytes;
+	uint64_t keys = 0, ids = 0, kb = p->key_bytes;
 
 	for (uint32_t i = 0; i < nr; i++) {
 		keys += reqs[i].nr_keys;
@@ -353,7 +355,7 @@ static int
 stage_request(struct tutti_pipeline *p, struct tt_pipe_step *step, const struct tutti_request *r,
               const struct tt_chunk_op *chunks, uint32_t nr_chunks)
 {
-	uint32_t bpc = p->st->geo.blocks_per_chunk, kb = p->st->key_bytes, n, blocks = 0;
+	uint32_t bpc = p->geo->blocks_per_chunk, kb = p->key_bytes, n, blocks = 0;
 	struct tt_staged *s;
 
 	n = TT_MIN(nr_chunks, p->nr_free);
@@ -525,7 +527,7 @@ tutti_pipeline_begin_step(struct tutti_pipeline *p, const struct tutti_step *ste
 	s->t_wait_call = s->t_begin;
 	s->load_bytes = 0;
 	memset(&s->result, 0, sizeof(s->result));
-	layer_bytes = (uint64_t)s->nr_chunks * p->st->geo.object_bytes;
+	layer_bytes = (uint64_t)s->nr_chunks * p->geo->object_bytes;
 	p->readahead = p->opts.readahead_layers > 0
 	                   ? p->opts.readahead_layers
 	                   : tt_pipe_readahead(p, s->compute_tokens, layer_bytes);
@@ -564,7 +566,7 @@ tutti_pipeline_wait_layer(struct tutti_pipeline *p, uint32_t layer)
 		         deadline = t0 + (uint64_t)p->opts.wait_timeout_ms * 1000000;
 
 		pthread_mutex_lock(&p->lock);
-		while ((int32_t)(tt_ld_acquire(&p->loaded[layer]) - s->seq) < 0) {
+		while ((int32_t)(tt_word_load_acquire(&p->loaded[layer]) - s->seq) < 0) {
 			if (tt_now_ns() >= deadline) {
 				s->wait_times[2 * layer + 1] |= TT_PIPE_WAIT_TIMED_OUT;
 				break;
@@ -599,7 +601,7 @@ tutti_pipeline_save_layer(struct tutti_pipeline *p, uint32_t layer)
 		} else {
 			pthread_mutex_lock(&p->lock);
 			s->save_times[layer] = tt_now_ns();
-			tt_st_release(&p->computed[layer], s->seq);
+			tt_word_store_release(&p->computed[layer], s->seq);
 			pthread_cond_broadcast(&p->wake);
 			pthread_mutex_unlock(&p->lock);
 		}

@@ -14,7 +14,7 @@
 #include <stdbool.h>
 
 #include "common/common.h"
-#include "store/store_impl.h"
+#include "store/store.h"
 #include "tutti/pipeline.h"
 
 #define TT_PIPE_KEEP 8        /* step records kept (results readable) */
@@ -50,13 +50,12 @@ struct tt_pipe_step {
 	uint32_t nr_loads;
 	uint8_t *load_keys;
 	uint32_t *load_ids;
-	uint32_t nr_chunks;   /* chunks of the loads */
-	int32_t *status;      /* nr_chunks: final statuses */
-	uint32_t next_load;   /* worker: next layer to issue */
-	uint32_t readahead;   /* layers issued ahead of compute */
-	struct tt_load_op op; /* worker: the step's load, open from layer 0 until harvested */
-	bool op_open;
-	bool op_gpu_clock; /* load_times are GPU times (the op's layers ran on the GPU) */
+	uint32_t nr_chunks;    /* chunks of the loads */
+	int32_t *status;       /* nr_chunks: final statuses */
+	uint32_t next_load;    /* worker: next layer to issue */
+	uint32_t readahead;    /* layers issued ahead of compute */
+	struct tt_load_op *op; /* worker: the step's load, open from layer 0 until harvested */
+	bool op_gpu_clock;     /* load_times are GPU times (the op's layers ran on the GPU) */
 	uint32_t timed_out;
 	uint64_t t_begin, t_loaded;
 	uint64_t load_bytes;
@@ -96,6 +95,8 @@ enum tt_trace_track {
 
 struct tutti_pipeline {
 	struct tutti_store *st;
+	const struct tt_geo *geo; /* the store's */
+	uint32_t key_bytes;
 	const struct tutti_kv *kv;
 	struct tt_log log;
 	uint32_t nr_layers;

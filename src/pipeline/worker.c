@@ -86,7 +86,7 @@ oldest(struct tutti_pipeline *p,
 static bool
 has_loads_left(const struct tutti_pipeline *p, const struct tt_pipe_step *s)
 {
-	return !s->final && (s->next_load < p->nr_layers || s->op_open);
+	return !s->final && (s->next_load < p->nr_layers || s->op != NULL);
 }
 
 static bool
@@ -111,7 +111,7 @@ release_all(struct tutti_pipeline *p, struct tt_pipe_step *s, int rc)
 		s->status[i] = rc;
 	}
 	for (uint32_t l = s->next_load; l < p->nr_layers; l++) {
-		tt_st_release(&p->loaded[l], s->seq);
+		tt_word_store_release(&p->loaded[l], s->seq);
 	}
 	s->next_load = p->nr_layers;
 	s->t_loaded = tt_now_ns();
@@ -127,10 +127,10 @@ issue_layer(struct tutti_pipeline *p, struct tt_pipe_step *s)
 	pthread_mutex_unlock(&p->lock);
 	s->issue_times[l] = tt_now_ns();
 	if (l == 0) {
-		rc = tt_load_op_open(&s->op, p->st, p->kv, s->loads, s->nr_loads, &p->op_lists);
+		rc = tt_load_op_open(p->st, p->kv, s->loads, s->nr_loads, &p->op_lists, &s->op);
 	}
 	if (rc == 0) {
-		tt_load_op_layer(&s->op, &p->loaded[l], s->seq, &s->load_times[l]);
+		tt_load_op_layer(s->op, &p->loaded[l], s->seq, &s->load_times[l]);
 	}
 	pthread_mutex_lock(&p->lock);
 	if (rc < 0) {
@@ -138,8 +138,7 @@ issue_layer(struct tutti_pipeline *p, struct tt_pipe_step *s)
 		           tutti_strerror(rc));
 		release_all(p, s, rc); /* the result says to recompute every chunk */
 	} else {
-		s->op_open = true;
-		s->op_gpu_clock = s->op.gpu != NULL;
+		s->op_gpu_clock = tt_load_op_launched(s->op);
 		s->next_load++;
 		p->stats.layers_loaded++;
 	}
@@ -154,16 +153,16 @@ harvest_loads(struct tutti_pipeline *p, struct tt_pipe_step *s)
 	uint64_t busy = 0, prev = 0, bytes;
 
 	pthread_mutex_unlock(&p->lock);
-	loaded = tt_load_op_close(&s->op, s->status);
+	loaded = tt_load_op_close(s->op, s->status);
 	/* Every layer's signal has run, unless the GPU failed: then publish them from here, so
 	 * that no compute stream waits for its timeout. No newer step has loaded anything yet
 	 * (steps load oldest first), so this never moves a word back. */
 	for (uint32_t l = 0; l < p->nr_layers; l++) {
-		tt_st_release(&p->loaded[l], s->seq);
+		tt_word_store_release(&p->loaded[l], s->seq);
 	}
 	pthread_mutex_lock(&p->lock);
-	s->op_open = false;
-	bytes = loaded > 0 ? (uint64_t)loaded * p->nr_layers * p->st->geo.object_bytes : 0;
+	s->op = NULL;
+	bytes = loaded > 0 ? (uint64_t)loaded * p->nr_layers * p->geo->object_bytes : 0;
 	/* Layer l read from when it was issued or layer l - 1 was done, whichever is later. */
 	for (uint32_t l = 0; l < p->nr_layers; l++) {
 		uint64_t t0 = TT_MAX(s->issue_times[l] + off, prev), t1 = s->load_times[l];
@@ -191,7 +190,7 @@ static uint32_t
 staged_moves(struct tutti_pipeline *p, int64_t step, uint32_t layer, struct tt_move *moves,
              uint32_t max)
 {
-	const struct tt_geo *geo = &p->st->geo;
+	const struct tt_geo *geo = p->geo;
 	uint64_t layer_span = (uint64_t)p->staging_kv->nr_blocks * geo->layer_block_bytes;
 	uint32_t n = 0;
 
@@ -275,7 +274,7 @@ abandon_unsignalled(struct tutti_pipeline *p)
 static uint32_t
 write_batch_chunks(const struct tutti_pipeline *p)
 {
-	double chunk = (double)p->st->geo.object_bytes * p->nr_layers, n;
+	double chunk = (double)p->geo->object_bytes * p->nr_layers, n;
 
 	if (p->opts.write_batch_chunks > 0) {
 		return p->opts.write_batch_chunks;
@@ -320,7 +319,7 @@ write_batch(struct tutti_pipeline *p, struct tt_staged *s)
 
 		if (st == 0) {
 			p->stats.saves_written++;
-			bytes += p->st->geo.object_bytes * p->nr_layers;
+			bytes += p->geo->object_bytes * p->nr_layers;
 		} else if (st == 1) {
 			p->stats.saves_present++;
 		} else {
@@ -520,7 +519,7 @@ tt_pipe_worker(void *arg)
 			}
 			poll = true; /* the window moves when a wait passes on the GPU */
 		} else if (ls != NULL) {
-			if (tt_load_op_done(&ls->op) != 0) { /* done, or failed: close says which */
+			if (tt_load_op_done(ls->op) != 0) { /* done, or failed: close says which */
 				harvest_loads(p, ls);
 				continue;
 			}
@@ -530,7 +529,8 @@ tt_pipe_worker(void *arg)
 			uint32_t saved = __atomic_load_n(&cs->saved, __ATOMIC_ACQUIRE);
 
 			if (cs->gathered < saved &&
-			    (int32_t)(tt_ld_acquire(&p->computed[cs->gathered]) - cs->seq) >= 0) {
+			    (int32_t)(tt_word_load_acquire(&p->computed[cs->gathered]) - cs->seq) >=
+			        0) {
 				copy_layer(p, cs);
 				continue;
 			}

@@ -8,7 +8,7 @@
 
 /* Pin every stored chunk and describe it as a whole-chunk read. Under the store lock. */
 static int
-plan_all(struct tutti_store *st, struct tt_transfer *t)
+plan_all(struct tutti_store *st, struct tt_batch *t)
 {
 	uint32_t nr_slots = tt_pool_nr_slots(st->pool), n = 0;
 
@@ -38,7 +38,7 @@ plan_all(struct tutti_store *st, struct tt_transfer *t)
 int
 tutti_store_fsck(struct tutti_store *st, uint32_t flags, struct tutti_fsck_report *out)
 {
-	struct tt_transfer t = {.st = st, .kind = TT_TRANSFER_VERIFY};
+	struct tt_batch t = {.kind = TT_BATCH_VERIFY};
 	bool repair = (flags & TUTTI_FSCK_REPAIR) != 0;
 	uint64_t t0 = tt_now_ns();
 	uint32_t *bad = NULL, nr_bad = 0;
@@ -57,6 +57,7 @@ tutti_store_fsck(struct tutti_store *st, uint32_t flags, struct tutti_fsck_repor
 	if (rc < 0) {
 		return rc;
 	}
+	tt_batch_locate(st, &t, NULL);
 	bad = tt_malloc(TT_MAX(t.nr_chunks, 1u) * sizeof(*bad));
 	if (bad == NULL) {
 		rc = -ENOMEM;
@@ -64,7 +65,7 @@ tutti_store_fsck(struct tutti_store *st, uint32_t flags, struct tutti_fsck_repor
 
 	tt_io_lock(st);
 	if (rc == 0) {
-		rc = tt_transfer_run(&t);
+		rc = tt_engine_transfer(st->engine, &t);
 	}
 	for (uint32_t i = 0; bad != NULL && i < t.nr_chunks; i++) {
 		if (t.chunks[i].status != 0) {

@@ -96,69 +96,36 @@ take_header(struct recovery *r, uint32_t slot, const uint8_t *buf)
 	r->max_seq = TT_MAX(r->max_seq, h.seq);
 }
 
-/* Read every slot header, up to one per unit slot in flight, into the staging memory. */
+static void
+header_where(void *arg, uint32_t slot, uint16_t *file, uint64_t *off)
+{
+	const struct recovery *r = arg;
+	uint32_t dir;
+
+	tt_pool_locate(r->st->pool, slot, &dir, off);
+	*file = (uint16_t)dir;
+}
+
+static void
+header_got(void *arg, uint32_t slot, const uint8_t *buf, int32_t res)
+{
+	struct recovery *r = arg;
+
+	if (res < 0) {
+		/* An unreadable header is a slot we cannot trust: drop it. */
+		r->dropped++;
+		r->drop[r->nr_drop++] = slot;
+	} else {
+		take_header(r, slot, buf);
+	}
+}
+
+/* Read every slot header, many in flight, through the engine. */
 static int
 read_headers(struct recovery *r)
 {
-	struct tutti_store *st = r->st;
-	uint64_t per_buf = st->nr_staging * st->unit_bytes / TUTTI_SLOT_HEADER_BYTES;
-	uint32_t depth = (uint32_t)TT_MIN(per_buf, (uint64_t)st->nr_units);
-	uint32_t nr_slots = tt_pool_nr_slots(st->pool), next = 0, free_top = depth;
-	uint32_t *slot_of = st->free_bufs; /* scratch: the slot each buffer is reading */
-	uint32_t *free_bufs = tt_malloc(depth * sizeof(*free_bufs));
-
-	if (free_bufs == NULL) {
-		return -ENOMEM;
-	}
-	for (uint32_t b = 0; b < depth; b++) {
-		free_bufs[b] = b;
-	}
-	while (next < nr_slots || st->engine->inflight > 0) {
-		uint32_t n = 0;
-		int got, rc;
-
-		while (free_top > 0 && next < nr_slots) {
-			uint32_t b = free_bufs[--free_top], dir;
-			uint64_t off;
-
-			tt_pool_locate(st->pool, next, &dir, &off);
-			slot_of[b] = next++;
-			st->ios[n++] = (struct tt_io){
-			    .tag = b,
-			    .off = off,
-			    .buf = st->staging + (uint64_t)b * TUTTI_SLOT_HEADER_BYTES,
-			    .len = TUTTI_SLOT_HEADER_BYTES,
-			    .file = (uint16_t)dir,
-			    .op = TT_IO_READ,
-			};
-		}
-		rc = tt_engine_submit(st->engine, st->ios, n);
-		if (rc < 0) {
-			tt_free(free_bufs);
-			return rc;
-		}
-		got = tt_engine_reap(st->engine, st->dones, st->nr_units, 1);
-		if (got < 0) {
-			st->engine_broken = true;
-			tt_free(free_bufs);
-			return got;
-		}
-		for (int i = 0; i < got; i++) {
-			uint32_t b = (uint32_t)st->dones[i].tag;
-
-			if (st->dones[i].res < 0) {
-				/* An unreadable header is a slot we cannot trust: drop it. */
-				r->dropped++;
-				r->drop[r->nr_drop++] = slot_of[b];
-			} else {
-				take_header(r, slot_of[b],
-				            st->staging + (uint64_t)b * TUTTI_SLOT_HEADER_BYTES);
-			}
-			free_bufs[free_top++] = b;
-		}
-	}
-	tt_free(free_bufs);
-	return 0;
+	return tt_engine_read_records(r->st->engine, tt_pool_nr_slots(r->st->pool),
+	                              TUTTI_SLOT_HEADER_BYTES, header_where, header_got, r);
 }
 
 /* ---- ordering ---- */

@@ -69,7 +69,7 @@ keyset_init(struct keyset *ks, uint32_t nr)
 
 /* Add chunk \p i's key; false when the call already writes that key. */
 static bool
-keyset_add(struct keyset *ks, const struct tutti_store *st, const struct tt_transfer *t, uint32_t i)
+keyset_add(struct keyset *ks, const struct tutti_store *st, const struct tt_batch *t, uint32_t i)
 {
 	const uint8_t *key = tt_req_key(st, t->chunks[i].req, t->chunks[i].key);
 	uint32_t b = (uint32_t)XXH3_64bits(key, st->key_bytes) & ks->mask;
@@ -88,7 +88,7 @@ keyset_add(struct keyset *ks, const struct tutti_store *st, const struct tt_tran
 /* Decide per chunk: already stored (status 1, pinned as a parent), to write (status 0, slot
  * allocated), or skipped. Runs under the store lock. */
 static void
-plan_save(struct tutti_store *st, struct tt_transfer *t, uint32_t *parent_pins, struct keyset *ks)
+plan_save(struct tutti_store *st, struct tt_batch *t, uint32_t *parent_pins, struct keyset *ks)
 {
 	uint32_t nr_dirs = tt_pool_nr_dirs(st->pool), needed = 0;
 	int chain_rc = 0;
@@ -149,13 +149,11 @@ plan_save(struct tutti_store *st, struct tt_transfer *t, uint32_t *parent_pins, 
 			continue;
 		}
 		c->owned = true;
-		c->direct = t->direct_layers > 0;
 	}
 }
 
 static void
-fill_header(struct tutti_store *st, const struct tt_transfer *t, const struct tt_chunk_op *c,
-            uint8_t *buf)
+fill_header(struct tutti_store *st, const struct tt_chunk_op *c, uint8_t *buf)
 {
 	struct tt_slot_header h;
 	uint32_t L = st->geo.g.nr_layers, dir;
@@ -173,16 +171,16 @@ fill_header(struct tutti_store *st, const struct tt_transfer *t, const struct tt
 	if (h.has_parent) {
 		memcpy(h.parent, tt_req_key(st, c->req, c->key - 1), st->key_bytes);
 	}
-	memcpy(h.csum, t->csums + (uint64_t)(c - t->chunks) * L, L * sizeof(h.csum[0]));
+	memcpy(h.csum, c->csums, L * sizeof(h.csum[0]));
 	tt_slot_encode(&h, buf);
 }
 
 /* Steps 3 to 5: flush, write the headers of the chunks whose objects are all written, flush.
  * A chunk whose header or flush fails gets the error as its status. Under io_lock. */
 static uint32_t
-write_commit_records(struct tutti_store *st, struct tt_transfer *t)
+write_commit_records(struct tutti_store *st, struct tt_batch *t)
 {
-	uint32_t batch = st->nr_units, flushes = 0;
+	uint32_t batch = tt_engine_queue_depth(st->engine), flushes = 0;
 	uint8_t *bufs = tt_aligned_alloc((size_t)batch * TUTTI_SLOT_HEADER_BYTES);
 	uint32_t *slots = tt_malloc(batch * sizeof(*slots));
 	uint32_t *which = tt_malloc(batch * sizeof(*which));
@@ -201,7 +199,7 @@ write_commit_records(struct tutti_store *st, struct tt_transfer *t)
 		rc = -ENOMEM;
 	}
 	if (rc == 0 && durable) {
-		rc = tt_flush(st);
+		rc = tt_engine_flush(st->engine);
 		flushes++;
 	}
 	for (uint32_t i = 0; rc == 0 && i < t->nr_chunks;) {
@@ -209,7 +207,7 @@ write_commit_records(struct tutti_store *st, struct tt_transfer *t)
 
 		for (; i < t->nr_chunks && n < batch; i++) {
 			if (t->chunks[i].status == 0) {
-				fill_header(st, t, &t->chunks[i],
+				fill_header(st, &t->chunks[i],
 				            bufs + (uint64_t)n * TUTTI_SLOT_HEADER_BYTES);
 				slots[n] = t->chunks[i].slot;
 				which[n++] = i;
@@ -218,17 +216,17 @@ write_commit_records(struct tutti_store *st, struct tt_transfer *t)
 		rc = tt_write_headers(st, slots, n, bufs, res);
 		for (uint32_t k = 0; rc == 0 && k < n; k++) {
 			if (res[k] < 0) {
-				tt_fail_chunk(&t->chunks[which[k]], res[k]);
+				tt_chunk_fail(&t->chunks[which[k]], res[k]);
 			}
 		}
 	}
 	if (rc == 0 && durable) {
-		rc = tt_flush(st);
+		rc = tt_engine_flush(st->engine);
 		flushes++;
 	}
 	if (rc < 0) {
 		tt_log_err(&st->log, "committing saved chunks failed: %s", tutti_strerror(rc));
-		tt_transfer_fail_all(t, rc);
+		tt_batch_fail_all(t, rc);
 	}
 out:
 	tt_aligned_free(bufs);
@@ -240,7 +238,7 @@ out:
 
 /* Step 6: make written chunks visible, in chain order; free the slots of everything else. */
 static uint64_t
-commit_save(struct tutti_store *st, struct tt_transfer *t)
+commit_save(struct tutti_store *st, struct tt_batch *t)
 {
 	uint32_t L = st->geo.g.nr_layers, last = TT_NO_SLOT;
 	uint64_t written = 0;
@@ -260,8 +258,7 @@ commit_save(struct tutti_store *st, struct tt_transfer *t)
 				int rc;
 
 				/* The checksums are in place before anyone can find the chunk. */
-				memcpy(tt_slot_csums(st, c->slot), t->csums + (uint64_t)i * L,
-				       L * sizeof(*t->csums));
+				memcpy(tt_slot_csums(st, c->slot), c->csums, L * sizeof(*c->csums));
 				rc = tt_index_insert(st->idx, key, c->slot, parent, c->nr_blocks);
 				if (rc == 0) {
 					c->owned = false;
@@ -306,7 +303,8 @@ int64_t
 tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
                  const struct tutti_request *reqs, uint32_t nr_reqs, int32_t *status)
 {
-	struct tt_transfer t = {.st = st, .kv = kv, .kind = TT_TRANSFER_SAVE};
+	struct tt_batch t = {.kv = kv, .kind = TT_BATCH_SAVE};
+	uint64_t *csums;
 	uint64_t t0 = tt_now_ns(), written;
 	uint32_t *parent_pins, flushes, nr_erase = 0;
 	struct keyset ks = {0};
@@ -320,24 +318,24 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 		return rc;
 	}
 	parent_pins = tt_malloc((size_t)t.nr_chunks * sizeof(*parent_pins));
-	t.csums = tt_calloc((size_t)t.nr_chunks * st->geo.g.nr_layers, sizeof(*t.csums));
-	if (parent_pins == NULL || t.csums == NULL || keyset_init(&ks, t.nr_chunks) < 0) {
+	csums = tt_calloc((size_t)t.nr_chunks * st->geo.g.nr_layers, sizeof(*csums));
+	if (parent_pins == NULL || csums == NULL || keyset_init(&ks, t.nr_chunks) < 0) {
 		tt_free(parent_pins);
-		tt_free(t.csums);
+		tt_free(csums);
 		tt_free(ks.buckets);
 		tt_free(t.chunks);
 		return -ENOMEM;
 	}
 	t.layer_begin = 0;
 	t.layer_end = st->geo.g.nr_layers;
-	t.direct_layers = tt_direct_layers(st, kv);
 
 	pthread_mutex_lock(&st->lock);
 	plan_save(st, &t, parent_pins, &ks);
 	pthread_mutex_unlock(&st->lock);
+	tt_batch_locate(st, &t, csums);
 
 	tt_io_lock(st);
-	tt_transfer_on_engine(&t);
+	tt_engine_transfer(st->engine, &t);
 	flushes = write_commit_records(st, &t);
 	tt_store_note_io(st);
 	pthread_mutex_unlock(&st->io_lock);
@@ -383,7 +381,7 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 	}
 	tt_free(parent_pins);
 	tt_free(ks.buckets);
-	tt_free(t.csums);
+	tt_free(csums);
 	tt_free(t.chunks);
 	return (int64_t)written;
 }

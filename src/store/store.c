@@ -1,14 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Store handle: open and close, lookup, statistics. Loads and saves are in transfer.c.
+ * Store handle: open and close, lookup, listing, statistics. Loads are in load.c, saves in
+ * save.c, what they share in transfer.c.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <stdio.h>
-#include <unistd.h>
-#include <linux/magic.h>
-#include <sys/vfs.h>
 #include <string.h>
 
 #include "format/format.h"
@@ -21,6 +16,8 @@
 #define DEFAULT_MAX_IO_BYTES (4ull << 20)
 #define DEFAULT_QUEUE_DEPTH 32u
 #define MAX_QUEUE_DEPTH 4096u
+_Static_assert(TT_POOL_MAX_DIRS <= TT_ENGINE_MAX_FILES, "an engine does I/O on every directory");
+
 #define TT_OPEN_FLAGS (TUTTI_OPEN_CREATE | TUTTI_OPEN_EXISTING | TUTTI_OPEN_REPAIR)
 
 void
@@ -31,7 +28,7 @@ tutti_store_opts_init(struct tutti_store_opts *opts)
 	}
 	memset(opts, 0, sizeof(*opts));
 	opts->size = sizeof(*opts);
-	opts->gpu_io_workers = 29;
+	opts->gpu_io_workers = TT_GPU_IO_WORKERS_DEFAULT;
 	opts->engine = TUTTI_ENGINE_URING;
 	opts->key_bytes = DEFAULT_KEY_BYTES;
 	opts->staging_bytes = DEFAULT_STAGING_BYTES;
@@ -67,26 +64,12 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		tt_log_err(log, "store options: ns_bytes without ns");
 		return -EINVAL;
 	}
-	if (o->engine != TUTTI_ENGINE_GPU_URING && o->engine != TUTTI_ENGINE_GDS &&
-	    tt_engine_ops_for(o->engine) == NULL) {
+	if (tt_engine_kind_name(o->engine) == NULL) {
 		tt_log_err(log, "store options: unknown engine %u", o->engine);
 		return -EINVAL;
 	}
 	if ((o->flags & ~TT_OPEN_FLAGS) != 0) {
 		tt_log_err(log, "store options: unknown flags 0x%x", o->flags & ~TT_OPEN_FLAGS);
-		return -EINVAL;
-	}
-	if (o->gpu_io_workers == 0 || o->gpu_io_workers > 64) {
-		tt_log_err(log, "store options: gpu_io_workers %u is not in 1..64",
-		           o->gpu_io_workers);
-		return -EINVAL;
-	}
-	if (o->gpu_io_sms > 64 || (o->gpu_io_sms != 0 && o->gpu_io_sms * TT_GRING_GROUPS_PER_BLOCK <
-	                                                     o->gpu_io_workers + 1)) {
-		tt_log_err(log,
-		           "store options: gpu_io_sms %u cannot hold %u workers and the ring's "
-		           "driver (at most %u to an SM, at most 64 SMs)",
-		           o->gpu_io_sms, o->gpu_io_workers, TT_GRING_GROUPS_PER_BLOCK);
 		return -EINVAL;
 	}
 	if (o->durability > TUTTI_DURABILITY_DURABLE) {
@@ -101,217 +84,6 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		return -EINVAL;
 	}
 	return 0;
-}
-
-/* Size the staging buffers: each holds one I/O of up to max_io_bytes whole objects, and there
- * is at least one buffer as long as the staging holds one object. */
-static int
-plan_staging(struct tutti_store *st, const struct tutti_store_opts *o)
-{
-	uint64_t layers = o->max_io_bytes / st->geo.object_bytes;
-	uint64_t units;
-
-	if (layers == 0) {
-		layers = 1; /* an object is the smallest I/O */
-	}
-	if (layers > st->geo.g.nr_layers) {
-		layers = st->geo.g.nr_layers;
-	}
-	if (layers > o->staging_bytes / st->geo.object_bytes) {
-		layers = o->staging_bytes / st->geo.object_bytes;
-	}
-	/* One I/O carries a uint32_t length. */
-	while (layers > 1 && layers * st->geo.object_bytes > UINT32_MAX) {
-		layers--;
-	}
-	if (st->geo.object_bytes > UINT32_MAX) {
-		tt_log_err(&st->log, "objects of %llu bytes exceed the 4 GiB I/O limit",
-		           (unsigned long long)st->geo.object_bytes);
-		return -EINVAL;
-	}
-	if (layers == 0) {
-		tt_log_err(&st->log, "staging_bytes %llu is below one %llu-byte object",
-		           (unsigned long long)o->staging_bytes,
-		           (unsigned long long)st->geo.object_bytes);
-		return -EINVAL;
-	}
-	st->unit_layers = (uint32_t)layers;
-	st->unit_bytes = layers * st->geo.object_bytes;
-	units = o->staging_bytes / st->unit_bytes;
-	/* Direct I/O needs no staging, so only staged I/O is bounded by the staging buffers. */
-	st->nr_staging = (uint32_t)TT_MIN(units, (uint64_t)o->queue_depth);
-	st->nr_units = o->queue_depth;
-	st->staging = tt_aligned_alloc(st->nr_staging * st->unit_bytes);
-	/* Enough vector entries for a unit of whole chunks with every segment of every block. */
-	st->max_iov = (uint32_t)TT_MIN((uint64_t)IOV_MAX, (uint64_t)st->unit_layers *
-	                                                      st->geo.blocks_per_chunk *
-	                                                      TT_MAX_SEGS_PER_LAYER);
-	st->unit_iovs = tt_calloc((size_t)st->nr_units * st->max_iov, sizeof(*st->unit_iovs));
-	st->units = tt_calloc(st->nr_units, sizeof(*st->units));
-	st->free_bufs = tt_calloc(st->nr_units, sizeof(*st->free_bufs));
-	st->ios = tt_calloc(st->nr_units, sizeof(*st->ios));
-	st->dones = tt_calloc(st->nr_units, sizeof(*st->dones));
-	if (st->staging == NULL || st->units == NULL || st->free_bufs == NULL || st->ios == NULL ||
-	    st->dones == NULL || st->unit_iovs == NULL) {
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-/* The data-path ring of engine gpu-uring: one bounce slot per object of staging, up to the CQ
- * credit. Reads of page-cache-backed files (tmpfs) get IOSQE_ASYNC: issued inline, their
- * copies would all run on the one SQ thread. */
-#define GRING_MAX_SLOTS 4096u
-#define GRING_SQ_IDLE_MS 100u
-/* Those punted reads are published 4 us apart, so that each wakes an io-wq worker of its own
- * (gring/proto.h). On a 16-core H200 host 2 us apart read 27-38 GB/s, 5 and 20 us 31-50 GB/s
- * (bench/results/README.md, "Paced submission"). */
-#define GRING_READ_PACE_NS 4000u
-
-/* Page-cache-backed store files: their reads are CPU copies, best spread over io-wq. */
-static bool
-on_tmpfs(const struct tutti_store *st)
-{
-	struct statfs sfs;
-
-	return fstatfs(tt_pool_fds(st->pool)[0], &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
-}
-
-static int
-open_gring(struct tutti_store *st, const struct tutti_store_opts *opts)
-{
-	uint64_t slots = st->nr_staging * st->unit_bytes / st->geo.object_bytes;
-	struct tt_gring_conf conf;
-	uint32_t cq;
-	int rc;
-
-	st->gring_slots = (uint32_t)TT_MIN(slots, (uint64_t)GRING_MAX_SLOTS);
-	cq = 1;
-	while (cq < st->gring_slots || cq < opts->queue_depth) {
-		cq <<= 1;
-	}
-	conf = (struct tt_gring_conf){
-	    .fds = tt_pool_fds(st->pool),
-	    .nr_fds = tt_pool_nr_dirs(st->pool),
-	    .buf = st->staging,
-	    .buf_bytes = st->nr_staging * st->unit_bytes,
-	    .sq_entries = TT_MIN(cq, 1024u),
-	    .cq_entries = cq,
-	    .sq_idle_ms = GRING_SQ_IDLE_MS,
-	    .async = on_tmpfs(st),
-	    .log = &st->log,
-	};
-	conf.read_pace_ns = conf.async ? GRING_READ_PACE_NS : 0;
-	rc = tt_gring_create(&conf, &st->gring);
-	if (rc < 0) {
-		tt_log_err(&st->log, "engine gpu-uring: %s", tutti_strerror(rc));
-	}
-	return rc;
-}
-
-/* Engine gds (cuFile's driver already open): a handle per data file, and (with the batch API)
- * a batch handle per staging half. The device staging waits for the first GPU transfer. */
-#define GDS_MAX_BATCH 128u
-
-static int
-open_gds(struct tutti_store *st)
-{
-	uint32_t nr = tt_pool_nr_dirs(st->pool);
-	uint64_t objs = (uint64_t)st->nr_staging * st->unit_bytes / st->geo.object_bytes / 2;
-
-	st->gds_batch_nr = (uint32_t)TT_MAX(1, TT_MIN(objs, (uint64_t)GDS_MAX_BATCH));
-	st->gds_fh = tt_calloc(nr, sizeof(*st->gds_fh));
-	st->gds_fds = tt_calloc(nr, sizeof(*st->gds_fds));
-	for (uint32_t i = 0; st->gds_fds != NULL && i < nr; i++) {
-		st->gds_fds[i] = -1;
-	}
-	st->gds_params = tt_calloc(2 * (size_t)st->gds_batch_nr, sizeof(*st->gds_params));
-	st->gds_events = tt_calloc(st->gds_batch_nr, sizeof(*st->gds_events));
-	if (st->gds_fh == NULL || st->gds_fds == NULL || st->gds_params == NULL ||
-	    st->gds_events == NULL) {
-		return -ENOMEM;
-	}
-	for (uint32_t i = 0; i < nr; i++) {
-		struct tt_cufile_descr d = {.type = TT_CUFILE_HANDLE_TYPE_OPAQUE_FD};
-		struct tt_cufile_error e;
-		char path[64];
-
-		/* cuFile refuses descriptors opened with O_NOFOLLOW, as the pool's are: reopen the
-		 * same file through its /proc link (the inode the pool holds, no path lookup). */
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", tt_pool_fds(st->pool)[i]);
-		st->gds_fds[i] = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
-		if (st->gds_fds[i] < 0) {
-			int rc = -errno;
-
-			tt_log_err(&st->log, "engine gds: reopening data file %u: %s", i,
-			           tutti_strerror(rc));
-			return rc;
-		}
-		d.handle.fd = st->gds_fds[i];
-		e = st->cufile->handle_register(&st->gds_fh[i], &d);
-		if (e.err != 0) {
-			/* Typically the platform: cuFile could not classify the file's volume (its
-			 * cufile.log says why), so it cannot do I/O on it, even in compat mode. */
-			st->gds_fh[i] = NULL;
-			tt_log_err(&st->log,
-			           "engine gds: cuFile refuses data file %u (cuFileHandleRegister: "
-			           "cuFile error %d; cufile.log has the reason)",
-			           i, e.err);
-			return -EOPNOTSUPP;
-		}
-	}
-	for (uint32_t h = 0; st->cufile->batch_setup != NULL && h < 2; h++) {
-		struct tt_cufile_error e =
-		    st->cufile->batch_setup(&st->gds_batch[h], st->gds_batch_nr);
-
-		if (e.err != 0) {
-			tt_log_info(
-			    &st->log,
-			    "engine gds: cuFileBatchIOSetUp failed (cuFile error %d); one I/O "
-			    "per call",
-			    e.err);
-			st->gds_batch[h] = NULL;
-		}
-	}
-	if (st->gds_batch[0] == NULL || st->gds_batch[1] == NULL) {
-		for (uint32_t h = 0; h < 2; h++) {
-			if (st->gds_batch[h] != NULL) {
-				st->cufile->batch_destroy(st->gds_batch[h]);
-				st->gds_batch[h] = NULL;
-			}
-		}
-	}
-	return 0;
-}
-
-static void
-close_gds(struct tutti_store *st)
-{
-	if (st->cufile == NULL) {
-		return;
-	}
-	for (uint32_t h = 0; h < 2; h++) {
-		if (st->gds_batch[h] != NULL) {
-			st->cufile->batch_destroy(st->gds_batch[h]);
-		}
-	}
-	if (st->gds_buf_registered) {
-		st->cufile->buf_deregister(st->gds_staging);
-	}
-	tt_gpu_dev_free(st->gds_staging);
-	for (uint32_t i = 0; st->gds_fh != NULL && i < tt_pool_nr_dirs(st->pool); i++) {
-		if (st->gds_fh[i] != NULL) {
-			st->cufile->handle_deregister(st->gds_fh[i]);
-		}
-		if (st->gds_fds[i] >= 0) {
-			close(st->gds_fds[i]);
-		}
-	}
-	tt_cufile_close(st->cufile);
-	tt_free(st->gds_fh);
-	tt_free(st->gds_fds);
-	tt_free(st->gds_params);
-	tt_free(st->gds_events);
 }
 
 /* The handle with its log and locks, before anything else: every later step logs through it, and
@@ -334,27 +106,11 @@ store_alloc(const struct tutti_store_opts *opts)
 	return st;
 }
 
-/* Engines that need a library this machine may lack are refused before anything is created. */
-static int
-check_engine_library(struct tutti_store *st, const struct tutti_store_opts *opts)
-{
-	if (opts->engine == TUTTI_ENGINE_GDS) {
-		return tt_cufile_open(&st->log, &st->cufile);
-	}
-	return 0;
-}
-
 static void
 take_options(struct tutti_store *st, const struct tutti_store_opts *opts)
 {
 	st->flags = opts->flags;
 	st->durability = opts->durability;
-	st->gpu_io_workers = opts->gpu_io_workers;
-	/* 0: the fewest SMs that hold the workers and the ring's driver. */
-	st->gpu_io_sms =
-	    opts->gpu_io_sms != 0
-	        ? opts->gpu_io_sms
-	        : (opts->gpu_io_workers + TT_GRING_GROUPS_PER_BLOCK) / TT_GRING_GROUPS_PER_BLOCK;
 	st->key_bytes = opts->key_bytes;
 }
 
@@ -458,52 +214,40 @@ make_index(struct tutti_store *st)
 	return st->slot_csums == NULL ? -ENOMEM : 0;
 }
 
+/* The engine, for the store's sizes: before anything is created, so that an engine this
+ * machine cannot run (gds without libcufile) is refused with nothing left behind. */
 static int
-open_engines(struct tutti_store *st, const struct tutti_store_opts *opts)
+open_engine(struct tutti_store *st, const struct tutti_store_opts *opts)
 {
-	struct tt_engine_conf ec = {
-	    .async_reads = on_tmpfs(st),
-	    .fds = tt_pool_fds(st->pool),
-	    .nr_fds = tt_pool_nr_dirs(st->pool),
-	    .reg_buf = st->staging,
-	    .reg_bytes = st->nr_staging * st->unit_bytes,
-	    .depth = st->nr_units,
-	    .max_iov = st->max_iov,
-	    .threads = opts->posix_threads,
+	struct tt_engine_conf conf = {
+	    .geo = &st->geo,
+	    .staging_bytes = opts->staging_bytes,
+	    .max_io_bytes = opts->max_io_bytes,
+	    .queue_depth = opts->queue_depth,
+	    .posix_threads = opts->posix_threads,
+	    .gpu_io_workers = opts->gpu_io_workers,
+	    .gpu_io_sms = opts->gpu_io_sms,
 	    .log = &st->log,
 	};
-	int rc;
 
-	/* gpu-uring and gds keep the uring engine for control I/O (recovery, headers, flushes)
-	 * and for host KV. */
-	rc = tt_engine_create(tt_engine_ops_for(opts->engine == TUTTI_ENGINE_GPU_URING ||
-	                                                opts->engine == TUTTI_ENGINE_GDS
-	                                            ? TUTTI_ENGINE_URING
-	                                            : opts->engine),
-	                      &ec, &st->engine);
-	if (rc == 0 && opts->engine == TUTTI_ENGINE_GPU_URING) {
-		rc = open_gring(st, opts);
-	}
-	if (rc == 0 && opts->engine == TUTTI_ENGINE_GDS) {
-		rc = open_gds(st);
-	}
-	return rc;
+	return tt_engine_open(opts->engine, &conf, &st->engine);
 }
 
 static void
 init_stats(struct tutti_store *st, const struct tutti_store_opts *opts)
 {
+	struct tt_engine_stats es;
+
+	tt_engine_stats(st->engine, &es);
 	st->stats.size = sizeof(st->stats);
 	st->stats.nr_dirs = opts->nr_dirs;
 	st->stats.slot_bytes = st->geo.slot_bytes;
 	st->stats.capacity_slots = tt_pool_nr_slots(st->pool);
-	st->stats.staging_bytes = st->nr_staging * st->unit_bytes;
-	tt_log_info(&st->log,
-	            "store open: %u dirs, %u slots of %llu bytes, engine %s, %u x %llu "
-	            "bytes staging",
-	            opts->nr_dirs, tt_pool_nr_slots(st->pool),
-	            (unsigned long long)st->geo.slot_bytes, st->engine->ops->name, st->nr_staging,
-	            (unsigned long long)st->unit_bytes);
+	st->stats.staging_bytes = es.staging_bytes;
+	tt_log_info(
+	    &st->log, "store open: %u dirs, %u slots of %llu bytes, engine %s, %llu bytes staging",
+	    opts->nr_dirs, tt_pool_nr_slots(st->pool), (unsigned long long)st->geo.slot_bytes,
+	    tt_engine_name(st->engine), (unsigned long long)es.staging_bytes);
 }
 
 int
@@ -528,9 +272,6 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	}
 	rc = check_opts(opts, &st->log);
 	if (rc == 0) {
-		rc = check_engine_library(st, opts);
-	}
-	if (rc == 0) {
 		take_options(st, opts);
 		rc = settle_geometry(st, geo, opts, ns_fp, &per_dir);
 	}
@@ -538,7 +279,7 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 		rc = size_slots(st, opts, &per_dir);
 	}
 	if (rc == 0) {
-		rc = plan_staging(st, opts);
+		rc = open_engine(st, opts);
 	}
 	/* Nothing exists on disk before this step. */
 	if (rc == 0) {
@@ -548,7 +289,7 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 		rc = make_index(st);
 	}
 	if (rc == 0) {
-		rc = open_engines(st, opts);
+		rc = tt_engine_attach(st->engine, tt_pool_fds(st->pool), tt_pool_nr_dirs(st->pool));
 	}
 	if (rc == 0) {
 		rc = tt_store_recover(st, (opts->flags & TUTTI_OPEN_REPAIR) != 0);
@@ -568,25 +309,7 @@ tutti_store_close(struct tutti_store *st)
 	if (st == NULL) {
 		return;
 	}
-	/* The rings go first: they wait for the kernel to finish with the staging memory; then
-	 * the GPU, which may still read it. */
-	if (st->gpu_inflight) {
-		tt_gpu_sync(st->gpu); /* a load op's kernels (an op left open is a caller's bug) */
-	}
-	tt_gring_destroy(st->gring);
-	tt_engine_destroy(st->engine);
-	close_gds(st);
-	tt_list_mem_free(&st->lists);
-	tt_gpu_close(st->gpu);
-	if (st->staging_mapped) {
-		tt_gpu_host_unregister(st->staging);
-	}
-	tt_aligned_free(st->staging);
-	tt_free(st->units);
-	tt_free(st->free_bufs);
-	tt_free(st->ios);
-	tt_free(st->dones);
-	tt_free(st->unit_iovs);
+	tt_engine_close(st->engine);
 	tt_free(st->slot_csums);
 	tt_index_destroy(st->idx);
 	tt_pool_close(st->pool);
@@ -687,79 +410,43 @@ tutti_store_geometry(struct tutti_store *st, struct tutti_geometry *out)
 	return 0;
 }
 
-/* Launch descriptors of one GPU context: a launch moving more blocks is split. */
-#define TT_GPU_MAX_BLOCKS (1u << 18)
-
 void
 tt_io_lock(struct tutti_store *st)
 {
 	pthread_mutex_lock(&st->io_lock);
-	if (st->gpu_inflight) {
-		int rc = tt_gpu_sync(st->gpu);
-
-		if (rc < 0) {
-			tt_log_err(&st->log, "waiting for a load's layer kernels: %s",
-			           tutti_strerror(rc));
-		}
-		st->gpu_inflight = false;
-		for (uint32_t l = 0; st->op_failed != NULL && l < st->op_launched; l++) {
-			if (st->op_failed[l] && !st->gring_broken) {
-				tt_log_err(&st->log,
-				           "gpu-uring: a load's layer made no progress: the "
-				           "ring is given up on");
-				st->gring_broken = true;
-			}
-		}
-	}
-}
-
-int
-tt_store_gpu(struct tutti_store *st, int device, struct tt_gpu **out)
-{
-	struct tt_gpu_conf conf = {
-	    .device = device,
-	    .max_blocks = TT_GPU_MAX_BLOCKS,
-	    .log = &st->log,
-	    .high_priority = true, /* loads gate time to first token */
-	};
-	int rc;
-
-	if (st->gpu != NULL) {
-		if (tt_gpu_device(st->gpu) != device) {
-			tt_log_err(&st->log, "a store moves KV of one GPU: device %d, not %d",
-			           tt_gpu_device(st->gpu), device);
-			return -EINVAL;
-		}
-		*out = st->gpu;
-		return 0;
-	}
-	rc = tt_gpu_open(&conf, &st->gpu);
-	if (rc == 0 && !st->staging_mapped) {
-		/* Kernels read and write the staging across PCIe, without a copy. */
-		rc = tt_gpu_host_register(st->staging, st->nr_staging * st->unit_bytes);
-		st->staging_mapped = rc == 0;
-	}
-	if (rc < 0) {
-		tt_log_err(&st->log, "GPU %d: %s", device, tutti_strerror(rc));
-		tt_gpu_close(st->gpu);
-		st->gpu = NULL;
-		return rc;
-	}
-	*out = st->gpu;
-	return 0;
+	tt_engine_quiesce(st->engine);
 }
 
 void
 tt_store_note_io(struct tutti_store *st)
 {
-	uint64_t ios = st->engine->nr_ios + st->gring_ios + st->gds_ios;
-	/* System calls on the data path: engine submissions, for the ring only the host's
-	 * wake-ups of its SQ thread (never one per I/O), for gds the cuFile calls. */
-	uint64_t calls =
-	    st->engine->nr_submits + (st->gring ? tt_gring_wakeups(st->gring) : 0) + st->gds_calls;
+	struct tt_engine_stats es;
 
+	tt_engine_stats(st->engine, &es);
 	pthread_mutex_lock(&st->lock);
-	st->stats.io_ops = ios;
-	st->stats.io_submits = calls;
+	st->stats.io_ops = es.io_ops;
+	st->stats.io_submits = es.io_submits;
+	st->stats.gpu_io_kernel_ns = es.gpu_io_kernel_ns;
+	st->stats.gpu_io_block_ns = es.gpu_io_block_ns;
 	pthread_mutex_unlock(&st->lock);
+}
+
+/* ---- for the modules beside the store ---- */
+
+const struct tt_geo *
+tt_store_geo(const struct tutti_store *st)
+{
+	return &st->geo;
+}
+
+uint32_t
+tt_store_key_bytes(const struct tutti_store *st)
+{
+	return st->key_bytes;
+}
+
+const struct tt_log *
+tt_store_log(const struct tutti_store *st)
+{
+	return &st->log;
 }

@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
 #include "t_util.h"
 
 #define FILE_BYTES (1u << 20)
@@ -26,18 +26,16 @@
 
 struct config {
 	const char *name;
-	const struct tt_engine_ops *ops;
+	const struct tt_ioq_ops *ops;
 	bool reg;         /* register the buffer (uring: fixed reads and writes) */
 	uint32_t threads; /* posix */
 	bool async_reads; /* uring: reads punted to io-wq (as on tmpfs) */
 };
 
 static const struct config configs[] = {
-    {"uring+registered", &tt_engine_uring, true, 0, false},
-    {"uring", &tt_engine_uring, false, 0, false},
-    {"uring+async reads", &tt_engine_uring, true, 0, true},
-    {"posix", &tt_engine_posix, false, 0, false},
-    {"posix/2 threads", &tt_engine_posix, false, 2, false},
+    {"uring+registered", &tt_ioq_uring, true, 0, false}, {"uring", &tt_ioq_uring, false, 0, false},
+    {"uring+async reads", &tt_ioq_uring, true, 0, true}, {"posix", &tt_ioq_posix, false, 0, false},
+    {"posix/2 threads", &tt_ioq_posix, false, 2, false},
 };
 
 #define NR_CONFIGS (sizeof(configs) / sizeof(configs[0]))
@@ -105,10 +103,10 @@ teardown(void **state)
 }
 
 /* Create the engine of config \p c, or return NULL when it cannot run here (skip). */
-static struct tt_engine *
+static struct tt_ioq *
 engine(struct fixture *f, const struct config *c, uint32_t depth)
 {
-	struct tt_engine_conf conf = {
+	struct tt_ioq_conf conf = {
 	    .fds = f->fds,
 	    .nr_fds = 2,
 	    .reg_buf = c->reg ? f->buf : NULL,
@@ -119,19 +117,19 @@ engine(struct fixture *f, const struct config *c, uint32_t depth)
 	    .async_reads = c->async_reads,
 	    .log = &f->log,
 	};
-	struct tt_engine *e = NULL;
+	struct tt_ioq *e = NULL;
 
-	if (c->ops == &tt_engine_uring && !g_have_uring) {
+	if (c->ops == &tt_ioq_uring && !g_have_uring) {
 		return NULL;
 	}
-	assert_int_equal(tt_engine_create(c->ops, &conf, &e), 0);
+	assert_int_equal(tt_ioq_create(c->ops, &conf, &e), 0);
 	assert_non_null(e);
 	return e;
 }
 
 /* Reap exactly \p nr completions, each successful with the length of its I/O. */
 static void
-reap_ok(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
+reap_ok(struct tt_ioq *e, const struct tt_io *ios, uint32_t nr)
 {
 	struct tt_io_done d[64];
 	bool seen[64] = {false};
@@ -139,7 +137,7 @@ reap_ok(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
 
 	assert_true(nr <= 64);
 	while (got < nr) {
-		int n = tt_engine_reap(e, d, 64, 1);
+		int n = tt_ioq_reap(e, d, 64, 1);
 
 		assert_true(n > 0);
 		for (int i = 0; i < n; i++) {
@@ -155,7 +153,7 @@ reap_ok(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
 
 /* Submit \p nr I/Os in batches of at most depth, reaping between batches. */
 static void
-run_all(struct tt_engine *e, struct tt_io *ios, uint32_t nr, uint32_t depth)
+run_all(struct tt_ioq *e, struct tt_io *ios, uint32_t nr, uint32_t depth)
 {
 	for (uint32_t i = 0; i < nr; i += depth) {
 		uint32_t n = nr - i < depth ? nr - i : depth;
@@ -165,7 +163,7 @@ run_all(struct tt_engine *e, struct tt_io *ios, uint32_t nr, uint32_t depth)
 			batch[j] = ios[i + j];
 			batch[j].tag = j;
 		}
-		assert_int_equal(tt_engine_submit(e, batch, n), 0);
+		assert_int_equal(tt_ioq_submit(e, batch, n), 0);
 		reap_ok(e, batch, n);
 	}
 }
@@ -176,7 +174,7 @@ test_engines_write_then_read_back_random_data(void **state)
 	struct fixture *f = *state;
 
 	for (size_t ci = 0; ci < NR_CONFIGS; ci++) {
-		struct tt_engine *e = engine(f, &configs[ci], DEPTH);
+		struct tt_ioq *e = engine(f, &configs[ci], DEPTH);
 		const uint32_t ext = 64u << 10, nr = FILE_BYTES / ext;
 		struct tt_io ios[FILE_BYTES / (64u << 10)];
 		uint32_t order[FILE_BYTES / (64u << 10)];
@@ -211,7 +209,7 @@ test_engines_write_then_read_back_random_data(void **state)
 		assert_int_equal(pread(f->fds[0], f->back, FILE_BYTES, 0), FILE_BYTES);
 		assert_memory_equal(f->back, f->buf, FILE_BYTES);
 		assert_int_equal(e->nr_ios, nr + nr / 2);
-		tt_engine_destroy(e);
+		tt_ioq_destroy(e);
 	}
 }
 
@@ -221,7 +219,7 @@ test_engines_vectored_io_round_trips(void **state)
 	struct fixture *f = *state;
 
 	for (size_t ci = 0; ci < NR_CONFIGS; ci++) {
-		struct tt_engine *e = engine(f, &configs[ci], DEPTH);
+		struct tt_ioq *e = engine(f, &configs[ci], DEPTH);
 		/* Scattered pieces of memory, written as one contiguous extent at 128 KiB. */
 		struct iovec wv[3] = {
 		    {f->buf + 8192, 4096}, {f->buf + 65536, 16384}, {f->buf + 4096, 4096}};
@@ -235,18 +233,18 @@ test_engines_vectored_io_round_trips(void **state)
 		memset(f->back, 0, FILE_BYTES);
 		io[0] = (struct tt_io){
 		    .off = 131072, .iov = wv, .nr_iov = 3, .len = 24576, .op = TT_IO_WRITE};
-		assert_int_equal(tt_engine_submit(e, io, 1), 0);
+		assert_int_equal(tt_ioq_submit(e, io, 1), 0);
 		wv[0].iov_base = f->back; /* the engine copied the vector at submission */
 		reap_ok(e, io, 1);
 		io[0] = (struct tt_io){
 		    .off = 131072, .iov = rv, .nr_iov = 2, .len = 24576, .op = TT_IO_READ};
-		assert_int_equal(tt_engine_submit(e, io, 1), 0);
+		assert_int_equal(tt_ioq_submit(e, io, 1), 0);
 		reap_ok(e, io, 1);
 		assert_memory_equal(f->back + 40960, f->buf + 8192, 4096);
 		assert_memory_equal(f->back + 40960 + 4096, f->buf + 65536, 8192);
 		assert_memory_equal(f->back, f->buf + 65536 + 8192, 8192);
 		assert_memory_equal(f->back + 8192, f->buf + 4096, 4096);
-		tt_engine_destroy(e);
+		tt_ioq_destroy(e);
 	}
 }
 
@@ -257,7 +255,7 @@ test_engines_keep_depth_ios_in_flight_and_refuse_more(void **state)
 	const uint32_t depth = 32;
 
 	for (size_t ci = 0; ci < NR_CONFIGS; ci++) {
-		struct tt_engine *e = engine(f, &configs[ci], depth);
+		struct tt_ioq *e = engine(f, &configs[ci], depth);
 		struct tt_io ios[33];
 
 		if (e == NULL) {
@@ -274,19 +272,19 @@ test_engines_keep_depth_ios_in_flight_and_refuse_more(void **state)
 			                        .len = 4096,
 			                        .op = TT_IO_READ};
 		}
-		assert_int_equal(tt_engine_submit(e, ios, 33), -EAGAIN);
-		assert_int_equal(tt_engine_submit(e, ios, depth), 0);
+		assert_int_equal(tt_ioq_submit(e, ios, 33), -EAGAIN);
+		assert_int_equal(tt_ioq_submit(e, ios, depth), 0);
 		assert_int_equal(e->inflight, depth);
-		assert_int_equal(tt_engine_submit(e, ios + depth, 1), -EAGAIN);
+		assert_int_equal(tt_ioq_submit(e, ios + depth, 1), -EAGAIN);
 		reap_ok(e, ios, depth);
 		for (uint32_t i = 0; i < depth; i++) {
 			assert_memory_equal(f->back + i * 28672, f->buf + i * 28672, 4096);
 		}
 		/* Room again after reaping. */
 		ios[depth].tag = 0;
-		assert_int_equal(tt_engine_submit(e, ios + depth, 1), 0);
+		assert_int_equal(tt_ioq_submit(e, ios + depth, 1), 0);
 		reap_ok(e, ios + depth, 1);
-		tt_engine_destroy(e);
+		tt_ioq_destroy(e);
 	}
 }
 
@@ -296,7 +294,7 @@ test_engines_read_beyond_eof_completes_with_eio(void **state)
 	struct fixture *f = *state;
 
 	for (size_t ci = 0; ci < NR_CONFIGS; ci++) {
-		struct tt_engine *e = engine(f, &configs[ci], DEPTH);
+		struct tt_ioq *e = engine(f, &configs[ci], DEPTH);
 		struct tt_io ios[3] = {
 		    /* wholly past the end of the 8 KiB file */
 		    {.tag = 0, .off = SMALL_BYTES, .buf = f->back, .len = 4096, .file = 1},
@@ -312,9 +310,9 @@ test_engines_read_beyond_eof_completes_with_eio(void **state)
 		if (e == NULL) {
 			continue;
 		}
-		assert_int_equal(tt_engine_submit(e, ios, 3), 0);
+		assert_int_equal(tt_ioq_submit(e, ios, 3), 0);
 		while (got < 3) {
-			int n = tt_engine_reap(e, d, 3, 1);
+			int n = tt_ioq_reap(e, d, 3, 1);
 
 			assert_true(n > 0);
 			for (int i = 0; i < n; i++) {
@@ -326,7 +324,7 @@ test_engines_read_beyond_eof_completes_with_eio(void **state)
 		assert_int_equal(res[1], -EIO);
 		assert_int_equal(res[2], 4096);
 		assert_int_equal(e->inflight, 0);
-		tt_engine_destroy(e);
+		tt_ioq_destroy(e);
 	}
 }
 
@@ -341,7 +339,7 @@ test_engines_write_error_is_reported_in_the_completion(void **state)
 	assert_true(ro >= 0);
 	for (size_t ci = 0; ci < NR_CONFIGS; ci++) {
 		int keep = f->fds[1];
-		struct tt_engine *e;
+		struct tt_ioq *e;
 		struct tt_io io = {
 		    .tag = 0, .off = 0, .buf = f->buf, .len = 4096, .file = 1, .op = TT_IO_WRITE};
 		struct tt_io_done d;
@@ -352,10 +350,10 @@ test_engines_write_error_is_reported_in_the_completion(void **state)
 			f->fds[1] = keep;
 			continue;
 		}
-		assert_int_equal(tt_engine_submit(e, &io, 1), 0);
-		assert_int_equal(tt_engine_reap(e, &d, 1, 1), 1);
+		assert_int_equal(tt_ioq_submit(e, &io, 1), 0);
+		assert_int_equal(tt_ioq_reap(e, &d, 1, 1), 1);
 		assert_int_equal(d.res, -EBADF);
-		tt_engine_destroy(e);
+		tt_ioq_destroy(e);
 		f->fds[1] = keep;
 	}
 	close(ro);

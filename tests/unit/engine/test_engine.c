@@ -14,12 +14,12 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
 #include "tutti/store.h"
 
 /* A fake engine: completes everything submitted, in order, when reaped. */
 struct fake {
-	struct tt_engine base;
+	struct tt_ioq base;
 	uint64_t tags[64];
 	uint32_t nr_done;
 	uint32_t reap_calls;
@@ -28,7 +28,7 @@ struct fake {
 };
 
 static int
-fake_create(const struct tt_engine_conf *conf, struct tt_engine **out)
+fake_create(const struct tt_ioq_conf *conf, struct tt_ioq **out)
 {
 	struct fake *f = calloc(1, sizeof(*f));
 
@@ -40,13 +40,13 @@ fake_create(const struct tt_engine_conf *conf, struct tt_engine **out)
 }
 
 static void
-fake_destroy(struct tt_engine *e)
+fake_destroy(struct tt_ioq *e)
 {
 	free(e);
 }
 
 static int
-fake_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
+fake_submit(struct tt_ioq *e, const struct tt_io *ios, uint32_t nr)
 {
 	struct fake *f = (struct fake *)e;
 
@@ -60,7 +60,7 @@ fake_submit(struct tt_engine *e, const struct tt_io *ios, uint32_t nr)
 }
 
 static int
-fake_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t min)
+fake_reap(struct tt_ioq *e, struct tt_io_done *out, uint32_t max, uint32_t min)
 {
 	struct fake *f = (struct fake *)e;
 	uint32_t n = f->nr_done < max ? f->nr_done : max;
@@ -76,7 +76,7 @@ fake_reap(struct tt_engine *e, struct tt_io_done *out, uint32_t max, uint32_t mi
 	return (int)n;
 }
 
-static const struct tt_engine_ops fake_ops = {
+static const struct tt_ioq_ops fake_ops = {
     .name = "fake",
     .create = fake_create,
     .destroy = fake_destroy,
@@ -87,10 +87,10 @@ static const struct tt_engine_ops fake_ops = {
 static int g_fd = 0;
 static uint8_t g_buf[4096];
 
-static struct tt_engine_conf
+static struct tt_ioq_conf
 conf(uint32_t depth)
 {
-	return (struct tt_engine_conf){.fds = &g_fd, .nr_fds = 1, .depth = depth, .max_iov = 4};
+	return (struct tt_ioq_conf){.fds = &g_fd, .nr_fds = 1, .depth = depth, .max_iov = 4};
 }
 
 static struct tt_io
@@ -102,129 +102,129 @@ io(uint64_t tag)
 static void
 test_engine_create_rejects_bad_conf(void **state)
 {
-	struct tt_engine_conf c = conf(4);
-	struct tt_engine *e = (struct tt_engine *)(uintptr_t)1;
+	struct tt_ioq_conf c = conf(4);
+	struct tt_ioq *e = (struct tt_ioq *)(uintptr_t)1;
 
-	assert_int_equal(tt_engine_create(NULL, &c, &e), -EINVAL);
-	assert_int_equal(tt_engine_create(&fake_ops, NULL, &e), -EINVAL);
-	assert_int_equal(tt_engine_create(&fake_ops, &c, NULL), -EINVAL);
+	assert_int_equal(tt_ioq_create(NULL, &c, &e), -EINVAL);
+	assert_int_equal(tt_ioq_create(&fake_ops, NULL, &e), -EINVAL);
+	assert_int_equal(tt_ioq_create(&fake_ops, &c, NULL), -EINVAL);
 	c.depth = 0;
-	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), -EINVAL);
+	assert_int_equal(tt_ioq_create(&fake_ops, &c, &e), -EINVAL);
 	c = conf(4);
 	c.nr_fds = 0;
-	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), -EINVAL);
+	assert_int_equal(tt_ioq_create(&fake_ops, &c, &e), -EINVAL);
 	c.nr_fds = UINT16_MAX + 1u; /* a file index is 16 bits */
-	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), -EINVAL);
+	assert_int_equal(tt_ioq_create(&fake_ops, &c, &e), -EINVAL);
 	c = conf(4);
 	c.max_iov = IOV_MAX + 1;
-	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), -EINVAL);
+	assert_int_equal(tt_ioq_create(&fake_ops, &c, &e), -EINVAL);
 	c = conf(4);
-	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), 0);
+	assert_int_equal(tt_ioq_create(&fake_ops, &c, &e), 0);
 	assert_ptr_equal(e->ops, &fake_ops);
 	assert_int_equal(e->depth, 4);
 	assert_int_equal(e->inflight, 0);
-	tt_engine_destroy(e);
-	tt_engine_destroy(NULL);
+	tt_ioq_destroy(e);
+	tt_ioq_destroy(NULL);
 }
 
 static void
 test_engine_submit_past_depth_returns_eagain(void **state)
 {
-	struct tt_engine_conf c = conf(4);
+	struct tt_ioq_conf c = conf(4);
 	struct tt_io ios[5] = {io(0), io(1), io(2), io(3), io(4)};
 	struct tt_io_done d[8];
-	struct tt_engine *e;
+	struct tt_ioq *e;
 
-	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), 0);
-	assert_int_equal(tt_engine_submit(e, ios, 5), -EAGAIN);
+	assert_int_equal(tt_ioq_create(&fake_ops, &c, &e), 0);
+	assert_int_equal(tt_ioq_submit(e, ios, 5), -EAGAIN);
 	assert_int_equal(e->inflight, 0);
-	assert_int_equal(tt_engine_submit(e, ios, 3), 0);
+	assert_int_equal(tt_ioq_submit(e, ios, 3), 0);
 	assert_int_equal(e->inflight, 3);
-	assert_int_equal(tt_engine_submit(e, ios + 3, 2), -EAGAIN);
-	assert_int_equal(tt_engine_submit(e, ios + 3, 1), 0);
-	assert_int_equal(tt_engine_submit(e, ios + 4, 1), -EAGAIN);
+	assert_int_equal(tt_ioq_submit(e, ios + 3, 2), -EAGAIN);
+	assert_int_equal(tt_ioq_submit(e, ios + 3, 1), 0);
+	assert_int_equal(tt_ioq_submit(e, ios + 4, 1), -EAGAIN);
 	assert_int_equal(e->inflight, 4);
-	assert_int_equal(tt_engine_reap(e, d, 2, 1), 2);
+	assert_int_equal(tt_ioq_reap(e, d, 2, 1), 2);
 	assert_int_equal(d[0].tag, 0);
 	assert_int_equal(d[1].tag, 1);
 	assert_int_equal(e->inflight, 2);
-	assert_int_equal(tt_engine_submit(e, ios + 4, 1), 0);
-	assert_int_equal(tt_engine_reap(e, d, 8, 8), 3);
+	assert_int_equal(tt_ioq_submit(e, ios + 4, 1), 0);
+	assert_int_equal(tt_ioq_reap(e, d, 8, 8), 3);
 	assert_int_equal(e->inflight, 0);
 	assert_int_equal(e->nr_ios, 5);
 	assert_int_equal(e->nr_submits, 3);
-	tt_engine_destroy(e);
+	tt_ioq_destroy(e);
 }
 
 static void
 test_engine_failed_submit_changes_no_accounting(void **state)
 {
-	struct tt_engine_conf c = conf(4);
+	struct tt_ioq_conf c = conf(4);
 	struct tt_io ios[2] = {io(0), io(1)};
-	struct tt_engine *e;
+	struct tt_ioq *e;
 
-	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), 0);
+	assert_int_equal(tt_ioq_create(&fake_ops, &c, &e), 0);
 	((struct fake *)e)->submit_rc = -EIO;
-	assert_int_equal(tt_engine_submit(e, ios, 2), -EIO);
+	assert_int_equal(tt_ioq_submit(e, ios, 2), -EIO);
 	assert_int_equal(e->inflight, 0);
 	assert_int_equal(e->nr_ios, 0);
 	assert_int_equal(e->nr_submits, 0);
-	assert_int_equal(tt_engine_submit(e, ios, 0), 0); /* an empty batch is not a submission */
+	assert_int_equal(tt_ioq_submit(e, ios, 0), 0); /* an empty batch is not a submission */
 	assert_int_equal(e->nr_submits, 0);
-	tt_engine_destroy(e);
+	tt_ioq_destroy(e);
 }
 
 static void
 test_engine_reap_clamps_min_and_skips_idle_engine(void **state)
 {
-	struct tt_engine_conf c = conf(8);
+	struct tt_ioq_conf c = conf(8);
 	struct tt_io ios[2] = {io(7), io(8)};
 	struct tt_io_done d[8];
-	struct tt_engine *e;
+	struct tt_ioq *e;
 	struct fake *f;
 
-	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), 0);
+	assert_int_equal(tt_ioq_create(&fake_ops, &c, &e), 0);
 	f = (struct fake *)e;
 	/* Nothing in flight: returns at once without asking the engine (which could block). */
-	assert_int_equal(tt_engine_reap(e, d, 8, 8), 0);
+	assert_int_equal(tt_ioq_reap(e, d, 8, 8), 0);
 	assert_int_equal(f->reap_calls, 0);
-	assert_int_equal(tt_engine_submit(e, ios, 2), 0);
-	assert_int_equal(tt_engine_reap(e, d, 0, 1), 0);
-	assert_int_equal(tt_engine_reap(e, d, 8, 5), 2);
+	assert_int_equal(tt_ioq_submit(e, ios, 2), 0);
+	assert_int_equal(tt_ioq_reap(e, d, 0, 1), 0);
+	assert_int_equal(tt_ioq_reap(e, d, 8, 5), 2);
 	assert_int_equal(f->last_min, 2);
 	assert_int_equal(d[0].tag, 7);
 	assert_int_equal(d[1].tag, 8);
-	tt_engine_destroy(e);
+	tt_ioq_destroy(e);
 }
 
 static void
 test_engine_submit_rejects_malformed_ios_without_queuing_any(void **state)
 {
-	struct tt_engine_conf c = conf(8);
+	struct tt_ioq_conf c = conf(8);
 	struct iovec iov[5] = {
 	    {g_buf, 4096}, {g_buf, 4096}, {g_buf, 4096}, {g_buf, 4096}, {g_buf, 4096}};
 	struct tt_io ios[2] = {io(1), io(2)};
-	struct tt_engine *e;
+	struct tt_ioq *e;
 
-	assert_int_equal(tt_engine_create(&fake_ops, &c, &e), 0);
+	assert_int_equal(tt_ioq_create(&fake_ops, &c, &e), 0);
 	ios[1].len = 0;
-	assert_int_equal(tt_engine_submit(e, ios, 2), -EINVAL);
+	assert_int_equal(tt_ioq_submit(e, ios, 2), -EINVAL);
 	ios[1] = io(2);
 	ios[1].buf = NULL;
-	assert_int_equal(tt_engine_submit(e, ios, 2), -EINVAL);
+	assert_int_equal(tt_ioq_submit(e, ios, 2), -EINVAL);
 	ios[1].nr_iov = 2; /* a vector without its array */
-	assert_int_equal(tt_engine_submit(e, ios, 2), -EINVAL);
+	assert_int_equal(tt_ioq_submit(e, ios, 2), -EINVAL);
 	ios[1].iov = iov;
 	ios[1].nr_iov = 5; /* above max_iov */
 	ios[1].len = 5 * 4096;
-	assert_int_equal(tt_engine_submit(e, ios, 2), -EINVAL);
+	assert_int_equal(tt_ioq_submit(e, ios, 2), -EINVAL);
 	assert_int_equal(e->inflight, 0);
 	assert_int_equal(((struct fake *)e)->nr_done, 0);
 	ios[1].nr_iov = 4;
 	ios[1].len = 4 * 4096;
-	assert_int_equal(tt_engine_submit(e, ios, 2), 0);
+	assert_int_equal(tt_ioq_submit(e, ios, 2), 0);
 	assert_int_equal(e->inflight, 2);
-	tt_engine_destroy(e);
+	tt_ioq_destroy(e);
 }
 
 static void
@@ -271,10 +271,18 @@ test_io_state_advance_continues_a_vector_after_short_transfers(void **state)
 static void
 test_engine_kinds_and_names(void **state)
 {
+	/* The table: one entry per enum tutti_engine, named as the parser spells it. */
 	assert_ptr_equal(tt_engine_ops_for(TUTTI_ENGINE_URING), &tt_engine_uring);
 	assert_ptr_equal(tt_engine_ops_for(TUTTI_ENGINE_POSIX), &tt_engine_posix);
-	assert_null(tt_engine_ops_for(2));
+	assert_ptr_equal(tt_engine_ops_for(TUTTI_ENGINE_GPU_URING), &tt_engine_gpu_uring);
+	assert_ptr_equal(tt_engine_ops_for(TUTTI_ENGINE_GDS), &tt_engine_gds);
+	assert_null(tt_engine_ops_for(TUTTI_ENGINE_GDS + 1));
 	assert_null(tt_engine_ops_for(UINT32_MAX));
+	for (uint32_t k = TUTTI_ENGINE_URING; k <= TUTTI_ENGINE_GDS; k++) {
+		assert_int_equal(tt_engine_ops_for(k)->kind, k);
+		assert_int_equal(tutti_engine_parse(tt_engine_kind_name(k)), (int)k);
+	}
+	assert_null(tt_engine_kind_name(TUTTI_ENGINE_GDS + 1));
 	assert_int_equal(tutti_engine_parse("uring"), TUTTI_ENGINE_URING);
 	assert_int_equal(tutti_engine_parse("posix"), TUTTI_ENGINE_POSIX);
 	assert_int_equal(tutti_engine_parse("gpu-uring"), TUTTI_ENGINE_GPU_URING);

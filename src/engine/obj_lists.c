@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Per-layer object lists for the paths whose GPU moves whole objects (gpu-uring, gds): every
+ * Per-layer object lists for the engines whose GPU moves whole objects (gpu-uring, gds): every
  * moved chunk's object of each layer, with its file, offset, expected checksum and block ids,
  * in pinned, mapped host memory (the GPU reads the lists and writes the results in place, and
  * no launch waits on a copy), and the per-object results folded back into the chunks.
@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "store/store_impl.h"
+#include "engine/engine_impl.h"
 
 int
 tt_list_mem_get(struct tt_list_mem *m, size_t bytes, void **out)
@@ -45,9 +45,8 @@ tt_list_mem_free(struct tt_list_mem *m)
 }
 
 int
-tt_obj_lists_make(struct tt_transfer *t, struct tt_list_mem *mem, struct tt_obj_lists *out)
+tt_obj_lists_make(const struct tt_batch *t, struct tt_list_mem *mem, struct tt_obj_lists *out)
 {
-	struct tutti_store *st = t->st;
 	uint32_t L = t->layer_end - t->layer_begin, n = 0, nr_ids = 0;
 	struct tt_gring_obj *objs;
 	uint32_t *ids;
@@ -75,27 +74,22 @@ tt_obj_lists_make(struct tt_transfer *t, struct tt_list_mem *mem, struct tt_obj_
 	nr_ids = 0;
 	for (uint32_t c = 0, k = 0; c < t->nr_chunks; c++) {
 		const struct tt_chunk_op *op = &t->chunks[c];
-		uint32_t dir;
-		uint64_t off;
 
 		if (op->status != 0) {
 			continue;
 		}
-		tt_pool_locate(st->pool, op->slot, &dir, &off);
-		memcpy(ids + nr_ids, op->req->block_ids + op->id_off, op->nr_moved * sizeof(*ids));
+		memcpy(ids + nr_ids, tt_chunk_ids(op), op->nr_moved * sizeof(*ids));
 		for (uint32_t l = 0; l < L; l++) {
 			uint32_t layer = t->layer_begin + l;
 
 			objs[(size_t)l * n + k] = (struct tt_gring_obj){
-			    .off = off + tt_geo_object_off(&st->geo, layer),
-			    .csum = t->kind == TT_TRANSFER_LOAD ? tt_slot_csums(st, op->slot)[layer]
-			                                        : 0,
-			    .file = dir,
+			    .off = op->off + tt_geo_object_off(&t->kv->geo, layer),
+			    .csum = t->kind == TT_BATCH_LOAD ? op->csums[layer] : 0,
+			    .file = op->file,
 			    .ids_off = nr_ids,
 			    .nr_moved = op->nr_moved,
 			    .skip = op->obj_skip,
-			    .stored =
-			        t->kind == TT_TRANSFER_LOAD ? op->stored_blocks : op->nr_moved,
+			    .stored = t->kind == TT_BATCH_LOAD ? op->stored_blocks : op->nr_moved,
 			};
 		}
 		nr_ids += op->nr_moved;
@@ -110,10 +104,9 @@ tt_obj_lists_make(struct tt_transfer *t, struct tt_list_mem *mem, struct tt_obj_
 }
 
 void
-tt_obj_lists_results(struct tt_transfer *t, const struct tt_obj_lists *lists, const char *path)
+tt_obj_lists_results(struct tt_engine *e, struct tt_batch *t, const struct tt_obj_lists *lists,
+                     const char *path)
 {
-	struct tutti_store *st = t->st;
-
 	for (uint32_t c = 0, k = 0; c < t->nr_chunks; c++) {
 		struct tt_chunk_op *op = &t->chunks[c];
 
@@ -124,16 +117,15 @@ tt_obj_lists_results(struct tt_transfer *t, const struct tt_obj_lists *lists, co
 			const struct tt_gring_obj *o = &lists->objs[(size_t)l * lists->n + k];
 
 			if (o->status == -EBADMSG) {
-				tt_log_err(&st->log,
+				tt_log_err(e->log,
 				           "%s: slot %u layer %u: checksum mismatch on the GPU; "
 				           "dropping the chunk",
 				           path, op->slot, t->layer_begin + l);
 				op->corrupt = true;
 			}
-			tt_fail_chunk(op, o->status);
-			if (t->kind == TT_TRANSFER_SAVE) {
-				t->csums[(uint64_t)c * st->geo.g.nr_layers + t->layer_begin + l] =
-				    o->csum;
+			tt_chunk_fail(op, o->status);
+			if (t->kind == TT_BATCH_SAVE) {
+				op->csums[t->layer_begin + l] = o->csum;
 			}
 		}
 		k++;

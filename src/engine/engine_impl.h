@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the engines share, for the files of this module only: the table every engine fills in,
+ * the part of an engine all of them have (its CPU-driven I/O queue, staging and CPU path), the
+ * steps of moving one unit, and the object lists of the engines whose GPU moves whole objects.
+ */
+#ifndef TT_ENGINE_IMPL_H
+#define TT_ENGINE_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "common/common.h"
+#include "engine/engine.h"
+#include "gpu/gpu.h"
+#include "mover/mover.h"
+
+/* ---- I/O queues: asynchronous reads and writes of aligned extents of the data files ----
+ *
+ * Completion contract: a completion's res is the full length, or a negative errno. Queues finish
+ * short transfers themselves and retry -EAGAIN/-EINTR; end of file inside an extent is -EIO.
+ */
+
+struct tt_io_done {
+	uint64_t tag;
+	int32_t res;
+};
+
+struct tt_ioq_conf {
+	const int *fds; /* the files; borrowed for the queue's lifetime */
+	uint32_t nr_fds;
+	void *
+	    reg_buf; /* memory that most I/O targets, registered where the queue can; may be NULL */
+	size_t reg_bytes;
+	uint32_t depth;   /* most I/Os in flight */
+	uint32_t max_iov; /* longest I/O vector accepted */
+	uint32_t threads; /* posix: worker threads */
+	bool async_reads; /* uring: IOSQE_ASYNC on reads, for page-cache-backed files (tmpfs),
+	                   * whose reads would otherwise be copied one after another inline */
+	const struct tt_log *log;
+};
+
+struct tt_ioq;
+
+struct tt_ioq_ops {
+	const char *name;
+	int (*create)(const struct tt_ioq_conf *conf, struct tt_ioq **out);
+	void (*destroy)(struct tt_ioq *e);
+	/* Queue and start \p nr I/Os (nr <= depth - in flight). 0, or -errno with none queued. */
+	int (*submit)(struct tt_ioq *e, const struct tt_io *ios, uint32_t nr);
+	/* Wait until at least \p min I/Os are complete; return how many (<= max) were stored. */
+	int (*reap)(struct tt_ioq *e, struct tt_io_done *out, uint32_t max, uint32_t min);
+};
+
+/* The part of every queue the generic code sees. Queues embed it first. */
+struct tt_ioq {
+	const struct tt_ioq_ops *ops;
+	uint32_t depth;
+	uint32_t max_iov;
+	uint32_t inflight;
+	uint64_t nr_ios;     /* I/Os accepted */
+	uint64_t nr_submits; /* submission calls (system calls for uring, wakeups for posix) */
+};
+
+extern const struct tt_ioq_ops tt_ioq_uring;
+extern const struct tt_ioq_ops tt_ioq_posix;
+
+int tt_ioq_create(const struct tt_ioq_ops *ops, const struct tt_ioq_conf *conf,
+                  struct tt_ioq **out);
+void tt_ioq_destroy(struct tt_ioq *e);
+/* Checked wrappers: argument and capacity checks, in-flight accounting. */
+int tt_ioq_submit(struct tt_ioq *e, const struct tt_io *ios, uint32_t nr);
+int tt_ioq_reap(struct tt_ioq *e, struct tt_io_done *out, uint32_t max, uint32_t min);
+
+/*
+ * An I/O in progress: its own copy of the vector (or one entry for a plain buffer), so that a
+ * short transfer can continue where it stopped. Queues keep one per in-flight I/O.
+ */
+struct tt_io_state {
+	struct tt_io io;
+	struct iovec *iov; /* max(1, max_iov) entries, owned by the engine */
+	uint32_t nr_iov;   /* entries not yet transferred */
+	uint32_t done;     /* bytes transferred */
+};
+
+/* Start \p st on \p io. */
+void tt_io_state_start(struct tt_io_state *st, const struct tt_io *io);
+/* Account \p bytes transferred; returns true when the I/O is complete. */
+bool tt_io_state_advance(struct tt_io_state *st, uint32_t bytes);
+
+/* ---- the engine table ---- */
+
+/* The bit of enum tutti_mem \p mem in an engine's kv_mems. */
+#define TT_KV_MEM(mem) (1u << (mem))
+
+struct tt_engine_ops {
+	const char *name; /* as tutti_engine_parse spells it */
+	uint32_t kind;    /* enum tutti_engine */
+	/* The KV memories (TT_KV_MEM bits) whose batches the engine's transfer takes; batches of
+	 * other KV, and fsck's, go through its CPU path (tt_cpu_transfer). */
+	uint32_t kv_mems;
+	/* Allocate the engine (embedding struct tt_engine first) and tt_engine_init() it: sizes,
+	 * staging, libraries; nothing on disk. */
+	int (*open)(const struct tt_engine_conf *conf, struct tt_engine **out);
+	/* Optional: set up the engine's own path on the data files, once its queue is attached. */
+	int (*attach)(struct tt_engine *e);
+	/* Release what open and attach made, ending with tt_engine_fini(). */
+	void (*close)(struct tt_engine *e);
+	int (*transfer)(struct tt_engine *e, struct tt_batch *b);
+	int (*flush)(struct tt_engine *e);
+	void (*stats)(struct tt_engine *e, struct tt_engine_stats *out);
+	/* Optional: the engine that moves batches of \p kv (one the table entry takes), when not
+	 * this one; see tt_engine_moved_by(). */
+	uint32_t (*moved_by)(struct tt_engine *e, const struct tutti_kv *kv);
+	/* Optional: layerwise loads launched on the GPU; see tt_engine_launch_open(). */
+	int (*launch_open)(struct tt_engine *e, struct tt_batch *b, struct tt_list_mem *mem,
+	                   struct tt_launch **out);
+	int (*launch_layer)(struct tt_engine *e, struct tt_launch *l, uint32_t layer,
+	                    uint32_t *word, uint32_t value, uint64_t *done_ns);
+	int (*launch_idle)(struct tt_engine *e, struct tt_launch *l);
+	int (*launch_finish)(struct tt_engine *e, struct tt_launch *l);
+	void (*quiesce)(struct tt_engine *e);
+};
+
+/* One entry per enum tutti_engine (engine.c's table lists them). */
+extern const struct tt_engine_ops tt_engine_uring;
+extern const struct tt_engine_ops tt_engine_posix;
+extern const struct tt_engine_ops tt_engine_gpu_uring;
+extern const struct tt_engine_ops tt_engine_gds;
+
+/* The entry for enum tutti_engine \p kind, or NULL. */
+const struct tt_engine_ops *tt_engine_ops_for(uint32_t kind);
+
+/* One I/O of the CPU path: layers [layer, layer + nr_layers) of one chunk. */
+struct tt_unit {
+	uint32_t chunk;
+	uint32_t layer;
+	uint32_t nr_layers;
+};
+
+/*
+ * The part of every engine: its CPU-driven I/O queue on the data files, the staging it moves
+ * through (nr_staging buffers of one I/O each), the scratch of its CPU path, and the GPU context
+ * for GPU KV. Engines embed it first.
+ */
+struct tt_engine {
+	const struct tt_engine_ops *ops;
+	struct tt_engine_conf conf;
+	const struct tt_log *log;
+	const struct tt_geo *geo;
+	/* The data files (attach); page_cache: they are page-cache-backed (tmpfs), so reads are
+	 * CPU copies, best spread over io-wq. */
+	const int *fds;
+	uint32_t nr_fds;
+	bool page_cache;
+	/* The queue: uring, or posix (the posix engine, or auto where io_uring is unavailable). */
+	const struct tt_ioq_ops *ioq_ops;
+	bool ioq_fallback; /* auto: fall back to posix where io_uring is refused */
+	struct tt_ioq *ioq;
+	uint32_t cpu_kind;    /* enum tutti_engine of the queue: what tt_engine_moved_by() says */
+	bool ioq_broken;      /* a queue-level failure: refuse further I/O */
+	uint8_t *staging;     /* nr_staging * unit_bytes, owned */
+	uint32_t nr_staging;  /* staging buffers: most staged I/Os in flight */
+	uint32_t nr_units;    /* most I/Os in flight (queue depth); >= nr_staging */
+	uint32_t unit_layers; /* objects (layers) per I/O */
+	uint64_t unit_bytes;
+	/* Per-call scratch with one entry per unit slot. Direct I/O between the files and aligned
+	 * host paged KV goes without staging: one vector of up to max_iov block segments per I/O.
+	 */
+	struct tt_unit *units;
+	uint32_t *free_bufs;
+	struct tt_io *ios;
+	struct tt_io_done *dones;
+	uint32_t max_iov;
+	struct iovec *unit_iovs;
+	/* GPU KV: a context on its device and the staging pinned and mapped for it, made on first
+	 * use. One device per engine. */
+	struct tt_gpu *gpu;
+	bool staging_mapped;
+	/* The object lists of the engines whose GPU moves whole objects (gpu-uring, gds). */
+	struct tt_list_mem lists;
+};
+
+/* Fill in \p e's part for \p conf and queue \p ioq: size and allocate the staging. Returns 0,
+ * -EINVAL (the log says why) or -ENOMEM; tt_engine_fini() releases a partial one. */
+int tt_engine_init(struct tt_engine *e, const struct tt_engine_ops *ops,
+                   const struct tt_engine_conf *conf, const struct tt_ioq_ops *ioq);
+void tt_engine_fini(struct tt_engine *e);
+/* The GPU context for KV on \p device (opened on first use, with the staging mapped). */
+int tt_engine_gpu(struct tt_engine *e, int device, struct tt_gpu **out);
+
+/* ---- the CPU path (cpu_path.c) ---- */
+
+/* A batch on its way: how its KV is reached, and the CPU path's cursor. */
+struct tt_xfer {
+	struct tt_engine *e;
+	struct tt_batch *b;
+	const struct tt_mover_ops *mover; /* chosen by where the KV lives */
+	void *mover_ctx;
+	uint32_t direct_layers; /* layers per direct I/O of a whole chunk; 0: no direct I/O */
+	uint32_t next_chunk;
+	uint32_t next_layer;
+};
+
+/* The start of every path: every chunk fails with -EIO when the path broke down (\p broken),
+ * else the mover is chosen by where the KV lives (opening the GPU context on first use). */
+int tt_xfer_start(struct tt_xfer *x, struct tt_engine *e, struct tt_batch *b, bool broken);
+/* The batch through the queue, staged or direct; see cpu_path.c. */
+int tt_cpu_transfer(struct tt_engine *e, struct tt_batch *b);
+int tt_cpu_flush(struct tt_engine *e);
+void tt_cpu_stats(struct tt_engine *e, struct tt_engine_stats *out);
+/* One unit's CPU-side steps (shared by the CPU path and gpu-uring's twin): fill a staging
+ * buffer and note checksums (save); check a read against the chunk's checksums; copy it into
+ * the KV (load). */
+int tt_unit_gather(const struct tt_xfer *x, const struct tt_unit *u, uint8_t *buf);
+bool tt_unit_verify(const struct tt_xfer *x, const struct tt_unit *u, const uint8_t *buf);
+int tt_unit_scatter(const struct tt_xfer *x, const struct tt_unit *u, uint8_t *buf);
+
+/* ---- object lists (obj_lists.c), for the engines whose GPU moves whole objects ---- */
+
+/*
+ * The per-layer object lists of a batch: layer l's objects are objs[l * n, (l + 1) * n), one
+ * per chunk still in play, in chunk order; ids holds every such chunk's moved block ids; failed
+ * has one int per layer. All of it lives in list memory (reused by the next call that uses the
+ * same memory).
+ */
+struct tt_obj_lists {
+	struct tt_gring_obj *objs;
+	uint32_t *ids;
+	int *failed;
+	uint32_t n, nr_ids, nr_layers;
+};
+
+/* At least \p bytes of \p m, contents undefined. Returns 0 or -ENOMEM / -ENODEV. */
+int tt_list_mem_get(struct tt_list_mem *m, size_t bytes, void **out);
+/* Build the lists of \p b; n is 0 when no chunk is in play. Returns 0 or -ENOMEM. */
+int tt_obj_lists_make(const struct tt_batch *b, struct tt_list_mem *mem, struct tt_obj_lists *out);
+/* Fold the objects' statuses (and, for saves, checksums) into the chunks; \p path names the
+ * engine in log lines. */
+void tt_obj_lists_results(struct tt_engine *e, struct tt_batch *b, const struct tt_obj_lists *lists,
+                          const char *path);
+
+#endif /* TT_ENGINE_IMPL_H */

@@ -1,0 +1,613 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Engine gpu-uring: loads and saves through the GPU-drivable ring (src/gring/).
+ *
+ * A batch becomes one I/O program: every object of every chunk, layer by layer (the order in
+ * which a layerwise load needs them), each read into or written from one object-sized bounce
+ * slot of the staging memory; I/O i uses slot i mod S and is submitted once I/O i - S has been
+ * consumed, so the bounce memory is fixed whatever the context length.
+ *
+ * GPU KV: one driver kernel per layer, every I/O of it submitted and reaped by the GPU, which
+ * checks (load) or computes (save) each object's checksum. Host KV, and layer blocks too small
+ * for the GPU hash: the twin (a host thread following the GPU's protocol) drives the program;
+ * checksums are checked per object before it is scattered, and computed per object as it is
+ * gathered.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine/engine_impl.h"
+#include "gring/gring.h"
+#include "tutti/store.h"
+
+/* A ring that made no progress for this long is given up on. */
+#define GRING_TIMEOUT_MS 30000
+
+/* The ring: one bounce slot per object of staging, up to the CQ credit. Reads of
+ * page-cache-backed files (tmpfs) get IOSQE_ASYNC: issued inline, their copies would all run on
+ * the one SQ thread. */
+#define GRING_MAX_SLOTS 4096u
+#define GRING_SQ_IDLE_MS 100u
+/* Those punted reads are published 4 us apart, so that each wakes an io-wq worker of its own
+ * (gring/proto.h). On a 16-core H200 host 2 us apart read 27-38 GB/s, 5 and 20 us 31-50 GB/s
+ * (bench/results/README.md, "Paced submission"). */
+#define GRING_READ_PACE_NS 4000u
+
+struct gpu_uring_engine {
+	struct tt_engine base;
+	struct tt_gring *ring;
+	uint32_t slots; /* object-sized bounce slots of the staging: the in-flight window */
+	bool broken;    /* a ring-level failure: refuse further batches */
+	uint64_t ios;   /* I/Os driven through the ring */
+	uint64_t kernel_ns, block_ns;
+	/* Layer kernels of a launched load may still be running on the GPU context's stream,
+	 * using the staging's bounce slots: quiesce waits for them, then reads their per-layer
+	 * timeout words (op_failed[0..op_launched)) so that a ring with I/O still in flight is
+	 * marked broken before anyone else drives it. */
+	bool inflight;
+	const int *op_failed;
+	uint32_t op_launched;
+};
+
+/* A load whose layers are launched on the GPU. */
+struct tt_launch {
+	struct tt_batch *b;
+	struct tt_gpu *gpu;
+	struct tt_obj_lists lists; /* every layer's objects, in the caller's list memory */
+	uint32_t launched;         /* layers launched so far */
+	int rc;                    /* the first failure: nothing is folded then */
+};
+
+static struct gpu_uring_engine *
+to_gu(struct tt_engine *e)
+{
+	return (struct gpu_uring_engine *)e;
+}
+
+/* ---- open and close ---- */
+
+static int
+gpu_uring_open(const struct tt_engine_conf *conf, struct tt_engine **out)
+{
+	struct gpu_uring_engine *g = tt_calloc(1, sizeof(*g));
+	int rc;
+
+	if (g == NULL) {
+		return -ENOMEM;
+	}
+	/* The uring queue carries control I/O (recovery, headers, flushes) and fsck. */
+	rc = tt_engine_init(&g->base, &tt_engine_gpu_uring, conf, &tt_ioq_uring);
+	if (rc < 0) {
+		tt_engine_fini(&g->base);
+		tt_free(g);
+		return rc;
+	}
+	*out = &g->base;
+	return 0;
+}
+
+static int
+gpu_uring_attach(struct tt_engine *e)
+{
+	struct gpu_uring_engine *g = to_gu(e);
+	uint64_t slots = e->nr_staging * e->unit_bytes / e->geo->object_bytes;
+	struct tt_gring_conf conf;
+	uint32_t cq;
+	int rc;
+
+	g->slots = (uint32_t)TT_MIN(slots, (uint64_t)GRING_MAX_SLOTS);
+	cq = 1;
+	while (cq < g->slots || cq < e->conf.queue_depth) {
+		cq <<= 1;
+	}
+	conf = (struct tt_gring_conf){
+	    .fds = e->fds,
+	    .nr_fds = e->nr_fds,
+	    .buf = e->staging,
+	    .buf_bytes = e->nr_staging * e->unit_bytes,
+	    .sq_entries = TT_MIN(cq, 1024u),
+	    .cq_entries = cq,
+	    .sq_idle_ms = GRING_SQ_IDLE_MS,
+	    .async = e->page_cache,
+	    .read_pace_ns = e->page_cache ? GRING_READ_PACE_NS : 0,
+	    .log = e->log,
+	};
+	rc = tt_gring_create(&conf, &g->ring);
+	if (rc < 0) {
+		tt_log_err(e->log, "engine gpu-uring: %s", tutti_strerror(rc));
+	}
+	return rc;
+}
+
+static void
+gpu_uring_close(struct tt_engine *e)
+{
+	struct gpu_uring_engine *g = to_gu(e);
+
+	/* The ring goes first: it waits for the kernel to finish with the staging memory. */
+	if (g->inflight) {
+		tt_gpu_sync(e->gpu); /* a launched load's kernels (an op left open is a bug) */
+	}
+	tt_gring_destroy(g->ring);
+	tt_engine_fini(e);
+	tt_free(g);
+}
+
+static void
+gpu_uring_stats(struct tt_engine *e, struct tt_engine_stats *out)
+{
+	struct gpu_uring_engine *g = to_gu(e);
+
+	tt_cpu_stats(e, out);
+	/* System calls on the data path: for the ring only the host's wake-ups of its SQ thread,
+	 * never one per I/O. */
+	out->io_ops += g->ios;
+	out->io_submits += g->ring != NULL ? tt_gring_wakeups(g->ring) : 0;
+	out->gpu_io_kernel_ns += g->kernel_ns;
+	out->gpu_io_block_ns += g->block_ns;
+}
+
+/* ---- the twin: host KV, and GPU KV of blocks too small for the GPU hash ---- */
+
+struct twin_job {
+	struct tt_xfer *x;
+	struct tt_gring_io *ios;
+	uint32_t *chunk_of; /* per I/O */
+	uint32_t *layer_of; /* per I/O */
+	uint32_t slots;
+};
+
+static uint8_t *
+slot_buf(const struct tt_engine *e, uint32_t i, uint32_t slots)
+{
+	return e->staging + (uint64_t)(i % slots) * e->geo->object_bytes;
+}
+
+static int
+prepare(void *arg, uint32_t i)
+{
+	struct twin_job *j = arg;
+	struct tt_xfer *x = j->x;
+	struct tt_chunk_op *c = &x->b->chunks[j->chunk_of[i]];
+	struct tt_unit u = {.chunk = j->chunk_of[i], .layer = j->layer_of[i], .nr_layers = 1};
+	int rc;
+
+	if (c->status != 0) {
+		return c->status; /* the chunk already failed: nothing more to move */
+	}
+	if (x->b->kind != TT_BATCH_SAVE) {
+		return 0;
+	}
+	rc = tt_unit_gather(x, &u, slot_buf(x->e, i, j->slots));
+	if (rc < 0) {
+		tt_chunk_fail(c, rc);
+	}
+	return rc;
+}
+
+static void
+complete(void *arg, uint32_t i, int32_t res)
+{
+	struct twin_job *j = arg;
+	struct tt_xfer *x = j->x;
+	struct tt_chunk_op *c = &x->b->chunks[j->chunk_of[i]];
+	struct tt_unit u = {.chunk = j->chunk_of[i], .layer = j->layer_of[i], .nr_layers = 1};
+	uint8_t *buf = slot_buf(x->e, i, j->slots);
+
+	if (res < 0) {
+		if (c->status == 0) {
+			tt_log_warn(x->e->log, "gpu-uring: %s of slot %u layer %u failed: %s",
+			            x->b->kind == TT_BATCH_SAVE ? "write" : "read", c->slot,
+			            u.layer, tutti_strerror(res));
+		}
+		tt_chunk_fail(c, res);
+		return;
+	}
+	if (x->b->kind == TT_BATCH_SAVE || c->status != 0) {
+		return;
+	}
+	if (!tt_unit_verify(x, &u, buf)) {
+		c->corrupt = true;
+		tt_chunk_fail(c, -EBADMSG);
+		return;
+	}
+	if (x->b->kind == TT_BATCH_LOAD) {
+		int rc = tt_unit_scatter(x, &u, buf);
+
+		if (rc < 0) {
+			tt_chunk_fail(c, rc);
+		}
+	}
+}
+
+/* Layer-major: every chunk's object of layer l, then of layer l + 1. */
+static uint32_t
+build_program(struct twin_job *j)
+{
+	struct tt_batch *b = j->x->b;
+	const struct tt_geo *geo = j->x->e->geo;
+	uint32_t n = 0;
+
+	for (uint32_t l = b->layer_begin; l < b->layer_end; l++) {
+		for (uint32_t c = 0; c < b->nr_chunks; c++) {
+			const struct tt_chunk_op *op = &b->chunks[c];
+
+			if (op->status != 0) {
+				continue;
+			}
+			j->ios[n] = (struct tt_gring_io){
+			    .off = op->off + tt_geo_object_off(geo, l),
+			    .buf = (uint64_t)(uintptr_t)slot_buf(j->x->e, n, j->slots),
+			    .len = (uint32_t)geo->object_bytes,
+			    .file = op->file,
+			    .write = b->kind == TT_BATCH_SAVE,
+			};
+			j->chunk_of[n] = c;
+			j->layer_of[n] = l;
+			n++;
+		}
+	}
+	return n;
+}
+
+static int
+twin_transfer(struct gpu_uring_engine *g, struct tt_xfer *x)
+{
+	struct tt_batch *b = x->b;
+	uint64_t max = (uint64_t)b->nr_chunks * (b->layer_end - b->layer_begin);
+	struct twin_job j = {.x = x, .slots = g->slots};
+	struct tt_gring_program p;
+	int rc;
+
+	j.ios = tt_calloc(max ? max : 1, sizeof(*j.ios));
+	j.chunk_of = tt_calloc(max ? max : 1, sizeof(*j.chunk_of));
+	j.layer_of = tt_calloc(max ? max : 1, sizeof(*j.layer_of));
+	if (j.ios == NULL || j.chunk_of == NULL || j.layer_of == NULL || max > UINT32_MAX) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	p = (struct tt_gring_program){
+	    .ios = j.ios,
+	    .nr = build_program(&j),
+	    .window = j.slots,
+	    .prepare = prepare,
+	    .complete = complete,
+	    .arg = &j,
+	};
+	tt_gring_kick(g->ring); /* once per program, never per I/O */
+	rc = tt_gring_twin_run(g->ring, &p, GRING_TIMEOUT_MS);
+	g->ios += p.nr;
+	if (rc == -ETIMEDOUT) {
+		g->broken = true; /* I/O may still be in flight into the bounce slots */
+	}
+	if (rc < 0) {
+		tt_batch_fail_all(b, rc);
+	}
+out:
+	tt_free(j.ios);
+	tt_free(j.chunk_of);
+	tt_free(j.layer_of);
+	return rc;
+}
+
+/* ---- GPU KV: the layer kernels ---- */
+
+/* Launch layer \p l (an index into the lists) of \p b's object lists on \p gpu's stream. */
+static int
+gpu_layer(struct gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *gpu,
+          const struct tt_obj_lists *lists, uint32_t l, uint64_t *trace)
+{
+	struct tt_engine *e = &g->base;
+	struct tt_gring_view view;
+	struct tt_gring_job job = {
+	    .kv = b->kv,
+	    .layer = b->layer_begin + l,
+	    .objs = lists->objs + (size_t)l * lists->n,
+	    .nr = lists->n,
+	    .ids = lists->ids,
+	    .nr_ids = lists->nr_ids,
+	    .bounce = e->staging,
+	    .slots = g->slots,
+	    .slot_bytes = e->geo->object_bytes,
+	    .write = b->kind == TT_BATCH_SAVE,
+	    .workers = e->conf.gpu_io_workers,
+	    .blocks = e->conf.gpu_io_sms,
+	    .timeout_ms = GRING_TIMEOUT_MS,
+	    .failed = &lists->failed[l],
+	    .trace = trace,
+	};
+
+	tt_gring_view(g->ring, &view);
+	tt_gring_kick(g->ring); /* at most one wake-up per layer launch */
+	return tt_gpu_gring_layer(gpu, &view, &job);
+}
+
+/* Add the GPU time of the layer kernels since the last fold to the stats (waits for the last). */
+static int
+fold_elapsed(struct gpu_uring_engine *g, struct tt_gpu *gpu)
+{
+	uint64_t ns;
+	uint32_t blocks;
+	int rc = tt_gpu_gring_elapsed(gpu, &ns, &blocks);
+
+	if (rc == 0) {
+		g->kernel_ns += ns;
+		g->block_ns += ns * blocks;
+	}
+	return rc;
+}
+
+/* Wait for every layer kernel launched on \p gpu: none is in flight after this. */
+static int
+sync_launched(struct gpu_uring_engine *g, struct tt_gpu *gpu)
+{
+	int rc = tt_gpu_sync(gpu);
+
+	g->inflight = false;
+	g->op_failed = NULL;
+	g->op_launched = 0;
+	return rc;
+}
+
+/* Wait for the first \p launched layers of the lists and fold their results into the chunks. */
+static int
+gpu_finish(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu,
+           const struct tt_obj_lists *lists, uint32_t launched)
+{
+	int rc;
+
+	rc = sync_launched(g, gpu);
+	if (rc == 0) {
+		rc = fold_elapsed(g, gpu);
+	}
+	for (uint32_t l = 0; rc == 0 && l < launched; l++) {
+		if (lists->failed[l]) {
+			tt_log_err(g->base.log, "gpu-uring: layer %u made no progress for %u ms",
+			           b->layer_begin + l, GRING_TIMEOUT_MS);
+			g->broken = true;
+			rc = -ETIMEDOUT;
+		}
+	}
+	if (rc == 0) {
+		struct tt_obj_lists done = *lists;
+
+		done.nr_layers = launched;
+		tt_obj_lists_results(&g->base, b, &done, "gpu-uring");
+	}
+	g->ios += (uint64_t)lists->n * launched;
+	return rc;
+}
+
+/*
+ * One driver kernel per layer, every I/O of it submitted and reaped by the GPU. The host builds
+ * each layer's object list, wakes the SQ thread once per launch, launches, and waits once at
+ * the end of the call.
+ */
+static int
+gpu_transfer(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu)
+{
+	struct tt_engine *e = &g->base;
+	struct tt_obj_lists lists;
+	uint64_t *trace = NULL;
+	uint32_t L, launched = 0;
+	int rc;
+
+	rc = tt_obj_lists_make(b, &e->lists, &lists);
+	if (rc < 0 || lists.n == 0) {
+		return rc;
+	}
+	L = lists.nr_layers;
+	rc = tt_gring_map_for_gpu(g->ring);
+	if (rc < 0) {
+		return rc;
+	}
+	/* At debug level, each layer kernel stamps its milestones (logged after the call). */
+	if (e->log->level >= TUTTI_LOG_DEBUG &&
+	    tt_gpu_host_alloc((size_t)L * TT_GRING_TRACE_POINTS * sizeof(*trace), (void **)&trace) <
+	        0) {
+		trace = NULL;
+	}
+	for (; rc == 0 && launched < L; launched++) {
+		rc = gpu_layer(g, b, gpu, &lists, launched,
+		               trace != NULL ? trace + (size_t)launched * TT_GRING_TRACE_POINTS
+		                             : NULL);
+	}
+	if (rc == 0) {
+		rc = gpu_finish(g, b, gpu, &lists, launched);
+	} else {
+		tt_gpu_sync(gpu); /* what was launched must stop using the lists before they go */
+	}
+	for (uint32_t l = 0; rc == 0 && trace != NULL && l < L; l++) {
+		const uint64_t *tr = trace + (size_t)l * TT_GRING_TRACE_POINTS;
+
+		tt_log_debug(
+		    e->log,
+		    "gpu-uring %s layer %u, %u objects: start %+.3f ms; from start: first "
+		    "submit %.3f, first completion %.3f, last completion %.3f, done %.3f ms",
+		    b->kind == TT_BATCH_LOAD ? "load" : "save", b->layer_begin + l, lists.n,
+		    (double)(tr[0] - trace[0]) / 1e6, (double)(tr[1] - tr[0]) / 1e6,
+		    (double)(tr[2] - tr[0]) / 1e6, (double)(tr[3] - tr[0]) / 1e6,
+		    (double)(tr[4] - tr[0]) / 1e6);
+	}
+	if (trace != NULL) {
+		tt_gpu_host_free(trace);
+	}
+	return rc;
+}
+
+/* Whether the layer kernels can move \p b: GPU KV whose layer blocks the GPU hash takes. */
+static bool
+kernels_take(const struct tt_engine *e, const struct tt_xfer *x)
+{
+	return x->mover == &tt_mover_cuda && e->geo->layer_block_bytes > 240;
+}
+
+static int
+gpu_uring_transfer(struct tt_engine *e, struct tt_batch *b)
+{
+	struct gpu_uring_engine *g = to_gu(e);
+	struct tt_xfer x;
+	int rc;
+
+	rc = tt_xfer_start(&x, e, b, g->broken);
+	if (rc < 0) {
+		return rc;
+	}
+	/* Every chunk moves through bounce slots: no direct I/O into the KV. */
+	for (uint32_t i = 0; i < b->nr_chunks; i++) {
+		b->chunks[i].direct = false;
+	}
+	if (!kernels_take(e, &x)) {
+		return twin_transfer(g, &x);
+	}
+	rc = gpu_transfer(g, b, x.mover_ctx);
+	if (rc < 0) {
+		tt_batch_fail_all(b, rc);
+	}
+	return rc;
+}
+
+/* ---- launched loads ---- */
+
+static int
+gpu_uring_launch_open(struct tt_engine *e, struct tt_batch *b, struct tt_list_mem *mem,
+                      struct tt_launch **out)
+{
+	struct gpu_uring_engine *g = to_gu(e);
+	struct tt_launch *l;
+	struct tt_xfer x;
+	int rc;
+
+	if (g->broken || b->kv->mem != TUTTI_MEM_CUDA || e->geo->layer_block_bytes <= 240) {
+		return 0;
+	}
+	rc = tt_xfer_start(&x, e, b, false);
+	if (rc < 0 || !kernels_take(e, &x)) {
+		return rc;
+	}
+	l = tt_calloc(1, sizeof(*l));
+	if (l == NULL) {
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < b->nr_chunks; i++) {
+		b->chunks[i].direct = false;
+	}
+	l->b = b;
+	l->gpu = x.mover_ctx;
+	rc = tt_obj_lists_make(b, mem, &l->lists);
+	if (rc == 0) {
+		rc = tt_gring_map_for_gpu(g->ring);
+	}
+	if (rc < 0) {
+		tt_free(l);
+		return rc;
+	}
+	*out = l;
+	return 1;
+}
+
+static int
+gpu_uring_launch_layer(struct tt_engine *e, struct tt_launch *l, uint32_t layer, uint32_t *word,
+                       uint32_t value, uint64_t *done_ns)
+{
+	struct gpu_uring_engine *g = to_gu(e);
+	int rc = 0;
+
+	/* A launched layer that timed out (its result copied back already) breaks the ring:
+	 * launch nothing more on it. The kernels queued behind it see the device's own sticky
+	 * word and exit at once. */
+	for (uint32_t k = 0; k < l->launched && !g->broken; k++) {
+		if (l->lists.failed[k]) {
+			tt_log_err(e->log, "gpu-uring: load layer %u made no progress for %u ms", k,
+			           GRING_TIMEOUT_MS);
+			g->broken = true;
+		}
+	}
+	if (g->broken) {
+		rc = -EIO;
+	}
+	if (rc == 0 && l->lists.n > 0) {
+		/* The stream went idle (compute held the window back): close the timed span, so
+		 * that the kernel time in the stats leaves the idle gap out. */
+		if (g->inflight && tt_gpu_idle(l->gpu) == 1) {
+			fold_elapsed(g, l->gpu);
+		}
+		rc = gpu_layer(g, l->b, l->gpu, &l->lists, layer, NULL);
+		g->inflight = true;
+		g->op_failed = l->lists.failed;
+		g->op_launched = layer + 1;
+	}
+	l->launched = layer + 1;
+	/* After the layer kernel on the same stream: the KV it scattered is visible once the
+	 * word is. */
+	rc = rc == 0 ? tt_gpu_ctx_signal(l->gpu, word, value, done_ns) : rc;
+	if (rc < 0 && l->rc == 0) {
+		l->rc = rc;
+	}
+	return rc;
+}
+
+static int
+gpu_uring_launch_idle(struct tt_engine *e, struct tt_launch *l)
+{
+	return tt_gpu_idle(l->gpu);
+}
+
+static int
+gpu_uring_launch_finish(struct tt_engine *e, struct tt_launch *l)
+{
+	struct gpu_uring_engine *g = to_gu(e);
+	int rc;
+
+	if (l->rc != 0 || l->lists.n == 0) {
+		/* Nothing to fold (every chunk already failed, or none was read): wait for what
+		 * was launched, which still uses the lists and the staging. */
+		rc = sync_launched(g, l->gpu);
+	} else {
+		rc = gpu_finish(g, l->b, l->gpu, &l->lists, l->launched);
+	}
+	tt_free(l);
+	return rc;
+}
+
+static void
+gpu_uring_quiesce(struct tt_engine *e)
+{
+	struct gpu_uring_engine *g = to_gu(e);
+	int rc;
+
+	if (!g->inflight) {
+		return;
+	}
+	rc = tt_gpu_sync(e->gpu);
+	if (rc < 0) {
+		tt_log_err(e->log, "waiting for a load's layer kernels: %s", tutti_strerror(rc));
+	}
+	g->inflight = false;
+	for (uint32_t l = 0; g->op_failed != NULL && l < g->op_launched; l++) {
+		if (g->op_failed[l] && !g->broken) {
+			tt_log_err(e->log,
+			           "gpu-uring: a load's layer made no progress: the ring is "
+			           "given up on");
+			g->broken = true;
+		}
+	}
+}
+
+const struct tt_engine_ops tt_engine_gpu_uring = {
+    .name = "gpu-uring",
+    .kind = TUTTI_ENGINE_GPU_URING,
+    /* Host KV too: the twin drives the same ring. */
+    .kv_mems = TT_KV_MEM(TUTTI_MEM_HOST) | TT_KV_MEM(TUTTI_MEM_CUDA),
+    .open = gpu_uring_open,
+    .attach = gpu_uring_attach,
+    .close = gpu_uring_close,
+    .transfer = gpu_uring_transfer,
+    .flush = tt_cpu_flush,
+    .stats = gpu_uring_stats,
+    .launch_open = gpu_uring_launch_open,
+    .launch_layer = gpu_uring_launch_layer,
+    .launch_idle = gpu_uring_launch_idle,
+    .launch_finish = gpu_uring_launch_finish,
+    .quiesce = gpu_uring_quiesce,
+};
