@@ -12,7 +12,8 @@
 # (tutti-stripe-bench: retrieve over 1, 2 and 4 directories against raw reads of the same files,
 # emulated and disk), tp (bench/tp_ttft.py with TP_ARGS: TTFT at TP=2 on two GPUs), layerwise
 # (bench/layerwise_ttft.py with LAYERWISE_ARGS), footprint (bench/io_footprint.py with
-# FOOTPRINT_ARGS), iowq (tutti-iowq-burst with IOWQ_ARGS); default: test mover.
+# FOOTPRINT_ARGS), iowq (tutti-iowq-burst with IOWQ_ARGS), vllm-gpu (outputs with Tutti
+# identical to vLLM's, inside vLLM); default: test mover.
 # BENCH_ARGS adds arguments to tutti-gpu-store-bench; STRIPE_ARGS to tutti-stripe-bench
 # (STRIPE_ENGINES, STRIPE_SHM_TOKENS and STRIPE_DISK_TOKENS change its defaults).
 set -uo pipefail
@@ -172,6 +173,31 @@ layerwise)
 		python3 bench/trace_summary.py "$trace" > "${trace%.json}-steps.txt" 2>&1
 	done
 	rm -rf build/layerwise-disk /dev/shm/tutti-layerwise
+	;;
+vllm-gpu)
+	# Greedy outputs with Tutti identical to vLLM without it, inside vLLM on the GPU
+	# (python/tests/vllm/outputs_matrix.py): a Llama-3-8B-shaped model, seven vLLM processes
+	# in turn over a store on /dev/shm and one on the disk (first run, restart, layerwise on
+	# and off, gpu-uring and uring, damaged objects). Needs the vLLM payload.
+	if [ ! -f build/vllm-prefix/env.sh ]; then
+		log "vllm-gpu: no vLLM here (build/vllm-prefix/env.sh): run scripts/vllm-gpu-payload.sh install first"
+		continue
+	fi
+	log "vllm-gpu: output matrix"
+	root=$PWD
+	rm -rf build/vllm-gpu-work build/vllm-gpu-disk
+	(
+		. build/vllm-prefix/env.sh
+		cd python &&
+			PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} TUTTI_LIBRARY=$root/build/gpu/libtutti.so \
+				timeout --kill-after=30 $((${VLLM_GPU_DEADLINE:-420} + 60)) python3 tests/vllm/outputs_matrix.py \
+				--out "$OUT/vllm-gpu" --work "$root/build/vllm-gpu-work" \
+				--disk-dir "$root/build/vllm-gpu-disk" --deadline "${VLLM_GPU_DEADLINE:-420}"
+	) > "$OUT/vllm-gpu.log" 2>&1
+	log "vllm-gpu exit $?"
+	cat "$OUT/vllm-gpu/outputs-matrix.md" >> "$OUT/summary.txt" 2>/dev/null ||
+		tail -30 "$OUT/vllm-gpu.log" >> "$OUT/summary.txt"
+	rm -rf build/vllm-gpu-work build/vllm-gpu-disk
 	;;
 *)
 	log "unknown step $step"
