@@ -13,7 +13,8 @@
 # emulated and disk), tp (bench/tp_ttft.py with TP_ARGS: TTFT at TP=2 on two GPUs), layerwise
 # (bench/layerwise_ttft.py with LAYERWISE_ARGS), footprint (bench/io_footprint.py with
 # FOOTPRINT_ARGS), iowq (tutti-iowq-burst with IOWQ_ARGS), vllm-gpu (outputs with Tutti
-# identical to vLLM's, inside vLLM); default: test mover.
+# identical to vLLM's, inside vLLM), serve-emulated and serve-disk (bench/serve/serve_bench.py
+# with SERVE_ARGS); default: test mover.
 # BENCH_ARGS adds arguments to tutti-gpu-store-bench; STRIPE_ARGS to tutti-stripe-bench
 # (STRIPE_ENGINES, STRIPE_SHM_TOKENS and STRIPE_DISK_TOKENS change its defaults).
 set -uo pipefail
@@ -198,6 +199,39 @@ vllm-gpu)
 	cat "$OUT/vllm-gpu/outputs-matrix.md" >> "$OUT/summary.txt" 2>/dev/null ||
 		tail -30 "$OUT/vllm-gpu.log" >> "$OUT/summary.txt"
 	rm -rf build/vllm-gpu-work build/vllm-gpu-disk
+	;;
+serve-emulated | serve-disk)
+	# The serving benchmark (bench/serve/serve_bench.py): LEval-shaped long-document QA at a
+	# sweep of request rates, each system in a vLLM process of its own, the tier on /dev/shm
+	# (emulated NVMe) or on the disk holding the working tree. The disk runs only the systems
+	# that use storage (recompute and the DRAM tier ran with serve-emulated). SERVE_ARGS adds
+	# options; SERVE_DEADLINE bounds the step (default 450 s emulated, 270 s disk).
+	storage=${step#serve-}
+	if [ ! -f build/vllm-prefix/env.sh ]; then
+		log "$step: no vLLM here (build/vllm-prefix/env.sh): run scripts/vllm-gpu-payload.sh install first"
+		continue
+	fi
+	if [ "$storage" = emulated ]; then
+		deadline=${SERVE_DEADLINE:-450} serve_systems=tutti,lmcache,offload-cpu,lmcache-min,recompute
+	else
+		deadline=${SERVE_DEADLINE:-270} serve_systems=tutti,lmcache,lmcache-min
+	fi
+	log "$step: ${SERVE_ARGS:-defaults}, deadline $deadline s"
+	root=$PWD
+	rm -rf /dev/shm/tutti-serve build/serve-disk build/serve-work
+	(
+		. build/vllm-prefix/env.sh
+		# shellcheck disable=SC2086
+		PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} TUTTI_LIBRARY=$root/build/gpu/libtutti.so \
+			timeout --kill-after=30 $((deadline + 60)) python3 bench/serve/serve_bench.py \
+			--out "$OUT/serve-$storage" --work "$root/build/serve-work" --storage "$storage" \
+			--systems "$serve_systems" --emulated-dir /dev/shm/tutti-serve \
+			--disk-dir "$root/build/serve-disk" --deadline "$deadline" ${SERVE_ARGS:-}
+	) > "$OUT/serve-$storage.log" 2>&1
+	log "$step exit $?"
+	cat "$OUT/serve-$storage/serve-summary.md" >> "$OUT/summary.txt" 2>/dev/null ||
+		tail -30 "$OUT/serve-$storage.log" >> "$OUT/summary.txt"
+	rm -rf /dev/shm/tutti-serve build/serve-disk build/serve-work
 	;;
 *)
 	log "unknown step $step"

@@ -1,0 +1,147 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Markdown tables of the serving benchmark's results (serve.jsonl from serve_bench.py), for
+docs/results.md: per storage, a headline table (the highest rate whose p90 TTFT meets each SLO,
+and the figures at those rates) and a table of every measured rate.
+
+SLOs: 1 s, and one fitted to the model and the GPU: the median TTFT of computing a document of
+the trace from scratch on an idle engine (measured in every system's warm-up; recompute's when
+it ran). A tier that cannot beat recomputation on an idle GPU is no use under load.
+
+Systems that use no storage (recompute, offload-cpu) ran once and appear under every storage.
+When several lines hold the same (system, storage, rate), the later one wins.
+
+Usage: table.py SERVE.jsonl [SERVE.jsonl ...] > table.md
+"""
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ORDER = ("tutti", "offload-cpu", "lmcache", "lmcache-min", "recompute")
+
+
+def load(paths):
+    rows, warm, skipped = {}, {}, {}
+    for p in paths:
+        for line in Path(p).read_text().splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            key = (r["system"], r["storage"])
+            if r.get("phase") == "warmup":
+                warm[key] = r
+            elif r.get("phase") == "rate" and not r.get("skipped"):
+                rows[key + (r["rate"],)] = r
+            elif r.get("skipped") or r.get("phase") == "exit":
+                skipped[key] = r.get("skipped") or f"exit {r.get('exit')}"
+    return {"rows": list(rows.values()), "warm": warm, "skipped": skipped}
+
+
+def fitted_slo(data):
+    warm = data["warm"]
+    rec = [w["prefill_ttft_p50_s"] for (s, _), w in warm.items() if s == "recompute"]
+    vals = rec or [w["prefill_ttft_p50_s"] for w in warm.values()]
+    vals = [v for v in vals if v]
+    return round(statistics.median(vals), 3) if vals else None
+
+
+def max_rate(rows, slo):
+    ok = [r["rate"] for r in rows if r.get("ttft_p90_s") is not None and r["ttft_p90_s"] <= slo
+          and not r.get("unfinished")]
+    return max(ok) if ok else None
+
+
+def fmt(v, digits=3):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def rate(v):
+    return "none" if v is None else f"{v:g}"
+
+
+def share(r, key):
+    p = r.get("prompt_tokens")
+    return f"{100 * r[key] / p:.0f}%" if p and r.get(key) is not None else "-"
+
+
+def pinned(r):
+    m = r.get("host_memory") or {}
+    vals = [m.get(k) for k in ("vmpin_gib", "vmlck_gib", "driver_mapped_gib")]
+    return sum(v for v in vals if v) if any(vals) else None
+
+
+def systems_of(data, storage):
+    seen = {s for (s, st) in list(data["warm"]) + list(data["skipped"])
+            if st in (storage, "none")}
+    seen |= {r["system"] for r in data["rows"] if r["storage"] in (storage, "none")}
+    return [s for s in ORDER if s in seen] + sorted(seen - set(ORDER))
+
+
+def markdown(data):
+    slo_fit = fitted_slo(data)
+    storages = sorted(({r["storage"] for r in data["rows"]} |
+                       {st for (_, st) in data["warm"]}) - {"none"}) or ["none"]
+    out = []
+    desc = next(iter(data["warm"].values()), None) or next(iter(data["rows"]), None)
+    if desc:
+        t, s = desc["trace"], desc["trace_summary"]
+        out += [f"Trace: {t['dataset']}/{t['preset']}, {s['requests']} requests over "
+                f"{s['documents']} documents of {t['docs_min']}-{t['docs_max']} tokens "
+                f"(prompts {s['prompt_mean']} tokens on average, at most {s['prompt_max']}; "
+                f"{s['unique_kv_gib']} GiB of KV), output {t['output']}, seed {t['seed']}; "
+                f"{desc['model']}-shaped model on {desc['device']}, GPU prefix cache capped at "
+                f"{desc.get('gpu_blocks')} blocks. SLOs: 1 s and "
+                f"{fmt(slo_fit)} s (a document computed from scratch on an idle engine).", ""]
+    for storage in storages:
+        names = systems_of(data, storage)
+        per = {n: sorted([r for r in data["rows"] if r["system"] == n and
+                          r["storage"] in (storage, "none")], key=lambda r: r["rate"])
+               for n in names}
+        out += [f"### {'emulated NVMe (/dev/shm)' if storage == 'emulated' else storage}", "",
+                "| system | max rate, p90 TTFT <= 1 s | max rate, p90 TTFT <= "
+                f"{fmt(slo_fit)} s | TTFT p50 at LMCache's max rate (1 s) | host CPU cores "
+                "| host RSS GiB | pinned GiB | GPU GiB | config |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        lm = max_rate(per.get("lmcache", []), 1.0)
+        for n in names:
+            rows = per[n]
+            if not rows:
+                why = (data["skipped"].get((n, storage)) or data["skipped"].get((n, "none"))
+                       or "no result")
+                out.append(f"| {n} | not run: {why} | | | | | | | |")
+                continue
+            at_lm = next((r for r in rows if r["rate"] == lm), None)
+            last = rows[-1]
+            m = last.get("host_memory") or {}
+            out.append("| " + " | ".join([
+                n, rate(max_rate(rows, 1.0)), rate(max_rate(rows, slo_fit)) if slo_fit else "-",
+                fmt(at_lm.get("ttft_p50_s")) if at_lm else "-",
+                fmt(statistics.median([r["cpu_cores"] for r in rows]), 2),
+                fmt(m.get("rss_gib"), 1), fmt(pinned(last), 2),
+                fmt(last.get("gpu_memory_gib"), 1),
+                json.dumps(last.get("system_config") or {}).replace("|", "/")]) + " |")
+        out += ["", "| system | rate | done | TTFT p50 | p90 | p99 | ITL mean | ITL p99 | req/s "
+                "| GPU hits | tier hits | stall s | CPU cores |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for n in names:
+            for r in per[n]:
+                out.append("| " + " | ".join([
+                    n, f"{r['rate']:g}", f"{r['completed']}/{r['requests']}",
+                    fmt(r.get("ttft_p50_s")), fmt(r.get("ttft_p90_s")),
+                    fmt(r.get("ttft_p99_s")), fmt(r.get("itl_mean_s"), 4),
+                    fmt(r.get("itl_p99_s"), 4), fmt(r.get("throughput_rps"), 2),
+                    share(r, "gpu_hit_tokens"), share(r, "tier_hit_tokens"),
+                    fmt(r.get("gpu_stall_s")), fmt(r.get("cpu_cores"), 2)]) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    print(markdown(load(sys.argv[1:])))

@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: Apache-2.0
+"""bench/serve: the trace's shape (documents shared by their questions, content independent of
+the rate, Poisson arrivals), the LMCache buffer rule, the table's SLO arithmetic, and the CPU
+smoke run end to end (a tiny model on vLLM's CPU build: vLLM alone and with Tutti, one JSON line
+per system and rate, hits from the tier)."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SERVE = Path(__file__).resolve().parents[2] / "bench" / "serve"
+sys.path.insert(0, str(SERVE))
+import systems  # noqa: E402
+import table  # noqa: E402
+from workload import Trace  # noqa: E402
+
+
+def test_questions_share_their_document_prefix_and_the_rate_changes_only_the_times():
+    t = Trace(docs=6, requests=40, seed=3)
+    assert len(t.requests) == 40
+    by_doc = {}
+    for r in t.requests:
+        p = t.prompt(r)
+        assert p[:len(t.docs[r["doc_id"]])] == t.docs[r["doc_id"]]
+        assert 8192 <= len(t.docs[r["doc_id"]]) - 70 <= 32768  # the band, plus the template
+        by_doc.setdefault(r["doc_id"], []).append(r["suffix"])
+    assert 1 < len(by_doc) <= 6
+    assert any(len(v) > 1 for v in by_doc.values())  # questions reuse a document
+    suffixes = [tuple(s) for v in by_doc.values() for s in v]
+    assert len(set(suffixes)) == len(suffixes)  # every question is its own
+    assert all(lo >= 1000 and lo < 100000 for p in t.docs.values() for lo in p)
+    again = Trace(docs=6, requests=40, seed=3)
+    assert again.docs == t.docs and again.requests == t.requests
+    a1, a4 = t.arrivals(1.0), t.arrivals(4.0)
+    assert a1[0] == 0 and all(abs(x - 4 * y) < 1e-9 for x, y in zip(a1, a4))
+    gaps = [b - a for a, b in zip(a1, a1[1:])]
+    assert 0.5 < statistics.fmean(gaps) < 1.6  # exponential gaps of mean 1 (Poisson)
+    assert Trace(docs=6, requests=40, seed=4).docs != t.docs
+    with pytest.raises(ValueError, match="no leval/qa document"):
+        Trace(docs_min=500000, docs_max=600000)
+
+
+def test_warmup_sends_each_document_once_and_scale_shrinks_lengths():
+    t = Trace(docs=5, requests=30, scale=1 / 32, vocab=(1, 509), output="reference")
+    w = t.warmup_requests()
+    assert sorted(r["doc_id"] for r in w) == sorted(t.docs)
+    assert all(len(p) <= (32768 + 70) / 32 + 1 for p in t.docs.values())
+    assert all(1 <= x < 509 for p in t.docs.values() for x in p)
+    assert all(r["output_tokens"] >= 1 for r in t.requests)
+    loogle = Trace(dataset="loogle", docs_max=60000, docs=4, requests=10)
+    assert loogle.config["preset"] == "longdep_qa" and len(loogle.requests) == 10
+
+
+def test_lmcache_min_buffer_holds_the_longest_prefix_in_whole_chunks():
+    kvpt = 131072  # Llama-3-8B, bf16
+    # 31249 tokens: 123 chunks of 256 tokens, 32 MiB each.
+    gb = systems.lmcache_min_cpu_gb(31249, kvpt)
+    assert 123 * 32 / 1024 < gb <= 123 * 32 / 1024 * 1.06 + 0.1
+    assert gb < systems.LMCACHE_DEFAULT_CPU_GB
+
+
+def test_table_max_rate_and_fitted_slo(tmp_path):
+    def row(system, rate, p90, storage="emulated", unfinished=0):
+        return {"system": system, "storage": storage, "phase": "rate", "rate": rate,
+                "ttft_p50_s": p90 / 2, "ttft_p90_s": p90, "ttft_p99_s": p90, "requests": 10,
+                "completed": 10 - unfinished, "unfinished": unfinished, "cpu_cores": 1.0,
+                "prompt_tokens": 1000, "gpu_hit_tokens": 100, "tier_hit_tokens": 800}
+    lines = [row("tutti", 1, 0.2), row("tutti", 2, 0.4), row("tutti", 4, 1.5),
+             row("lmcache", 1, 0.9), row("lmcache", 2, 3.0),
+             row("recompute", 1, 0.8, "none"), row("recompute", 2, 0.9, "none", unfinished=1),
+             {"system": "recompute", "storage": "none", "phase": "warmup",
+              "prefill_ttft_p50_s": 0.5, "trace": {}, "trace_summary": {}},
+             {"system": "tutti", "storage": "emulated", "phase": "warmup",
+              "prefill_ttft_p50_s": 0.7, "trace": {}, "trace_summary": {}}]
+    p = tmp_path / "serve.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    data = table.load([p])
+    assert table.fitted_slo(data) == 0.5  # recompute's prefill on an idle engine
+    per = lambda s: [r for r in data["rows"] if r["system"] == s]  # noqa: E731
+    assert table.max_rate(per("tutti"), 1.0) == 2
+    assert table.max_rate(per("tutti"), 0.5) == 2
+    assert table.max_rate(per("lmcache"), 1.0) == 1
+    assert table.max_rate(per("recompute"), 1.0) == 1  # rate 2 left a request unfinished
+    assert table.max_rate(per("lmcache"), 0.5) is None
+    assert table.systems_of(data, "emulated") == ["tutti", "lmcache", "recompute"]
+
+
+@pytest.mark.skipif(os.environ.get("TUTTI_SKIP_SERVE_SMOKE") == "1", reason="asked to skip")
+def test_serve_bench_cpu_smoke(tmp_path):
+    pytest.importorskip("vllm")
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(SERVE.parents[1] / "python"))
+    subprocess.run([sys.executable, str(SERVE / "serve_bench.py"), "--smoke", "--out",
+                    str(out), "--storage", "emulated", "--systems", "tutti,recompute,lmcache",
+                    "--emulated-dir", str(tmp_path / "emulated"), "--deadline", "900"],
+                   check=True, timeout=1000, env=env)
+    rows = [json.loads(x) for x in (out / "serve.jsonl").read_text().splitlines()]
+    rates = {(r["system"], r["rate"]): r for r in rows if r.get("phase") == "rate"
+             and not r.get("skipped")}
+    assert {s for s, _ in rates} == {"tutti", "recompute"}, rows
+    for (system, rate), r in rates.items():
+        assert r["completed"] == r["requests"] and r["ttft_p50_s"] > 0, r
+        assert r["itl_mean_s"] > 0 and r["throughput_rps"] > 0 and r["cpu_s"] > 0, r
+        if system == "tutti":
+            # Every document was stored in the warm-up: the tier serves what vLLM's capped
+            # cache does not, and the loads are counted.
+            assert r["tier_hit_tokens"] > 0 and r["tutti_load_tokens"] > 0, r
+            assert r["tutti_load_errors"] == 0, r
+        else:
+            assert not r["tier_hit_tokens"], r
+    warm = [r for r in rows if r.get("phase") == "warmup"]
+    assert {r["system"] for r in warm} == {"tutti", "recompute"}
+    skipped = [r for r in rows if r.get("phase") == "skipped"]
+    assert all(r["system"] == "lmcache" for r in skipped)
+    md = (out / "serve-summary.md").read_text()
+    assert "| tutti |" in md and "| recompute |" in md
