@@ -58,7 +58,8 @@ enum tt_batch_kind {
 
 /*
  * One chunk of a batch: the objects of one slot, layers [layer_begin, layer_end) of the batch.
- * The planner (the store) fills in what and where; the engine fills in the outcome.
+ * The planner (the store) fills in what and where (the first fields from src/plan's struct
+ * tt_chunk_plan); the engine fills in the outcome.
  */
 struct tt_chunk_op {
 	const struct tutti_request *req; /* NULL for fsck */

@@ -10,6 +10,7 @@
 #include "gpu/gpu.h"
 #include "mover/mover.h"
 #include "pipeline/pipeline_impl.h"
+#include "plan/plan.h"
 
 #define DEFAULT_SAVE_STAGING (256ull << 20)
 #define DEFAULT_TRACE_EVENTS 65536u
@@ -353,7 +354,7 @@ copy_loads(struct tutti_pipeline *p, struct tt_pipe_step *s, const struct tutti_
  * (and every chunk after the first that did not fit) is skipped. Caller holds the lock. */
 static int
 stage_request(struct tutti_pipeline *p, struct tt_pipe_step *step, const struct tutti_request *r,
-              const struct tt_chunk_op *chunks, uint32_t nr_chunks)
+              const struct tt_chunk_plan *chunks, uint32_t nr_chunks)
 {
 	uint32_t bpc = p->geo->blocks_per_chunk, kb = p->key_bytes, n, blocks = 0;
 	struct tt_staged *s;
@@ -416,11 +417,11 @@ static int
 stage_saves(struct tutti_pipeline *p, struct tt_pipe_step *step, const struct tutti_request *reqs,
             uint32_t nr)
 {
-	struct tt_chunk_op *chunks = NULL;
+	struct tt_chunk_plan *chunks = NULL;
 	uint32_t nr_chunks = 0, c = 0;
 	int rc;
 
-	rc = tt_plan_chunks(p->st, p->kv, reqs, nr, false, &chunks, &nr_chunks);
+	rc = tt_plan_call(p->geo, p->kv, reqs, nr, false, &p->log, &chunks, &nr_chunks);
 	if (rc < 0) {
 		return rc;
 	}
@@ -448,11 +449,11 @@ step_busy(const struct tutti_pipeline *p, const struct tt_pipe_step *s)
 int64_t
 tutti_pipeline_begin_step(struct tutti_pipeline *p, const struct tutti_step *step)
 {
-	struct tt_chunk_op *chunks = NULL;
 	struct tt_staged *tail;
 	struct tt_pipe_step *s;
 	uint64_t layer_bytes;
-	uint32_t outstanding = 0, nr_chunks = 0;
+	uint32_t outstanding = 0, nr_chunks;
+	int64_t nr;
 	int rc;
 
 	if (p == NULL || step == NULL || step->size != sizeof(*step) || step->reserved != 0 ||
@@ -467,11 +468,11 @@ tutti_pipeline_begin_step(struct tutti_pipeline *p, const struct tutti_step *ste
 		return -EINVAL;
 	}
 	/* Check the loads as the store will, now rather than in the worker. */
-	rc = tt_plan_chunks(p->st, p->kv, step->loads, step->nr_loads, true, &chunks, &nr_chunks);
-	tt_free(chunks);
-	if (rc < 0) {
-		return rc;
+	nr = tt_plan_check(p->geo, p->kv, step->loads, step->nr_loads, true, &p->log);
+	if (nr < 0) {
+		return nr;
 	}
+	nr_chunks = (uint32_t)nr;
 
 	pthread_mutex_lock(&p->lock);
 	for (uint32_t i = 0; i < TT_PIPE_KEEP; i++) {

@@ -12,7 +12,7 @@
 
 /* Verify and scatter chunk \p c from the record at \p rec. Under mover_mu. */
 static int
-land_chunk(struct tutti_remote *r, const struct tutti_kv *kv, const struct tt_remote_chunk *c,
+land_chunk(struct tutti_remote *r, const struct tutti_kv *kv, const struct tt_chunk_plan *c,
            const uint8_t *rec, int64_t got, const struct tt_mover_ops *mover, void *mctx)
 {
 	struct tt_record_id id;
@@ -47,7 +47,7 @@ land_chunk(struct tutti_remote *r, const struct tutti_kv *kv, const struct tt_re
  * (st[] of the rest stays 1: not tried).
  */
 static uint32_t
-fetch_batch(struct tutti_remote *r, const struct tutti_kv *kv, const struct tt_remote_chunk *cs,
+fetch_batch(struct tutti_remote *r, const struct tutti_kv *kv, const struct tt_chunk_plan *cs,
             uint32_t n, int32_t *st, const struct tt_mover_ops *mover, void *mctx, bool *failed)
 {
 	uint32_t nr_slots = 0, loaded = 0;
@@ -141,8 +141,9 @@ tutti_remote_fetch(struct tutti_remote *r, const struct tutti_kv *kv,
                    const struct tutti_request *reqs, uint32_t nr_reqs, int32_t *status)
 {
 	uint64_t t0 = tt_now_ns(), loaded = 0, bytes = 0, errors = 0;
-	struct tt_remote_chunk *cs = NULL;
+	struct tt_chunk_plan *cs = NULL;
 	const struct tt_mover_ops *mover;
+	uint32_t nr_chunks;
 	int32_t *st;
 	void *mctx;
 	int64_t nr;
@@ -151,10 +152,11 @@ tutti_remote_fetch(struct tutti_remote *r, const struct tutti_kv *kv,
 	if (r == NULL) {
 		return -EINVAL;
 	}
-	nr = tt_remote_plan(r, kv, reqs, nr_reqs, true, &cs);
-	if (nr < 0) {
-		return nr;
+	rc = tt_plan_call(&r->geo, kv, reqs, nr_reqs, true, &r->log, &cs, &nr_chunks);
+	if (rc < 0) {
+		return rc;
 	}
+	nr = nr_chunks;
 	st = tt_malloc((size_t)nr * sizeof(*st));
 	if (st == NULL) {
 		tt_free(cs);

@@ -65,23 +65,24 @@ int64_t
 tutti_remote_publish(struct tutti_remote *r, const struct tutti_kv *kv,
                      const struct tutti_request *reqs, uint32_t nr_reqs, int32_t *status)
 {
-	struct tt_remote_chunk *cs = NULL;
+	struct tt_chunk_plan *cs = NULL;
 	const struct tt_mover_ops *mover;
-	int64_t nr, queued = 0;
+	int64_t queued = 0;
+	uint32_t nr;
 	void *mctx;
 	int rc;
 
 	if (r == NULL || r->nr_pub == 0) {
 		return -EINVAL;
 	}
-	nr = tt_remote_plan(r, kv, reqs, nr_reqs, false, &cs);
-	if (nr < 0) {
-		return nr;
+	rc = tt_plan_call(&r->geo, kv, reqs, nr_reqs, false, &r->log, &cs, &nr);
+	if (rc < 0) {
+		return rc;
 	}
 	pthread_mutex_lock(&r->mover_mu);
 	rc = tt_remote_mover(r, kv, &mover, &mctx);
-	for (int64_t i = 0; i < nr; i++) {
-		const struct tt_remote_chunk *c = &cs[i];
+	for (uint32_t i = 0; i < nr; i++) {
+		const struct tt_chunk_plan *c = &cs[i];
 		char key[TT_REMOTE_KEY_STR_MAX];
 		struct tt_record_id id;
 		int64_t s = -1;

@@ -30,6 +30,7 @@
 #include "gpu/gpu.h"
 #include "layout/layout.h"
 #include "mover/mover.h"
+#include "plan/plan.h"
 #include "remote/record.h"
 #include "tutti/remote.h"
 
@@ -156,19 +157,6 @@ int tt_remote_run_job(struct tutti_remote *r, struct tt_remote_job *j, uint64_t 
 /* reads.c, under mu: a lookup or fetch ended (the caller counted it in reads_active). */
 void tt_remote_reads_end(struct tutti_remote *r);
 
-/* One chunk of a fetch or a publish: which blocks of its record go where. */
-struct tt_remote_chunk {
-	const struct tutti_request *req;
-	uint32_t key;      /* index in req->keys */
-	uint32_t id_off;   /* first entry of req->block_ids */
-	uint32_t nr_moved; /* blocks scattered */
-	uint32_t obj_skip; /* leading blocks of the record not scattered */
-};
-
-/* chunks.c: every chunk of \p reqs, in order (tt_free them), or a negative errno. */
-int64_t tt_remote_plan(const struct tutti_remote *r, const struct tutti_kv *kv,
-                       const struct tutti_request *reqs, uint32_t nr_reqs, bool load,
-                       struct tt_remote_chunk **out);
 /* chunks.c: the mover for \p kv: the CPU's for host memory, the handle's GPU context for
  * device memory (opened on first use). Under mover_mu. */
 int tt_remote_mover(struct tutti_remote *r, const struct tutti_kv *kv,

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The store module's interface to the rest of the library (the layerwise pipeline): what a
- * store is, the chunk plan of a call, and loads issued one layer at a time. The public API is
- * include/tutti/store.h; the handle's insides stay in store_impl.h.
+ * store is, and loads issued one layer at a time. The public API is include/tutti/store.h; the
+ * handle's insides stay in store_impl.h. (A call's requests are checked and cut into chunks by
+ * src/plan, which the pipeline uses directly.)
  */
 #ifndef TT_STORE_H
 #define TT_STORE_H
@@ -18,13 +19,6 @@
 const struct tt_geo *tt_store_geo(const struct tutti_store *st);
 uint32_t tt_store_key_bytes(const struct tutti_store *st);
 const struct tt_log *tt_store_log(const struct tutti_store *st);
-
-/* Check a call's requests against the store and \p kv, and cut them into chunks (one per key
- * moved, in request order; *out owned by the caller, tt_free). Returns 0, -EINVAL (the log says
- * why) or -ENOMEM. */
-int tt_plan_chunks(const struct tutti_store *st, const struct tutti_kv *kv,
-                   const struct tutti_request *reqs, uint32_t nr_reqs, bool load,
-                   struct tt_chunk_op **out, uint32_t *nr_out);
 
 /*
  * A load issued one layer at a time, for the layerwise pipeline. Open finds and pins every

@@ -37,6 +37,12 @@ struct tutti_store {
 	uint64_t next_seq; /* commit sequence for slot headers; under io_lock */
 };
 
+/* transfer.c: a call's requests checked against the store and \p kv and cut into chunks by
+ * src/plan (one per key moved, in request order), each with no slot yet; *out owned by the
+ * caller, tt_free. Returns 0, -EINVAL (the log says why) or -ENOMEM. */
+int tt_plan_chunks(const struct tutti_store *st, const struct tutti_kv *kv,
+                   const struct tutti_request *reqs, uint32_t nr_reqs, bool load,
+                   struct tt_chunk_op **out, uint32_t *nr_out);
 /* transfer.c: where each planned chunk of \p b lives, and its checksums: the slot's (load,
  * fsck) or, for a save, its row of \p save_csums (nr_chunks x nr_layers). */
 void tt_batch_locate(const struct tutti_store *st, struct tt_batch *b, uint64_t *save_csums);

@@ -8,91 +8,40 @@
 #include <string.h>
 
 #include "format/format.h"
+#include "plan/plan.h"
 #include "store/store_impl.h"
 
 /* ---- planning ---- */
-
-static int
-check_request(const struct tutti_store *st, const struct tutti_kv *kv,
-              const struct tutti_request *r, bool load, uint32_t *nr_chunks)
-{
-	uint64_t bpc = st->geo.blocks_per_chunk, moved, total;
-
-	if (r->size != sizeof(*r) || r->reserved != 0 || r->keys == NULL || r->nr_keys == 0 ||
-	    r->first_chunk >= r->nr_keys || r->nr_blocks == 0 || r->block_ids == NULL) {
-		return -EINVAL;
-	}
-	if (r->skip_blocks >= bpc || (!load && r->skip_blocks != 0)) {
-		return -EINVAL;
-	}
-	moved = r->nr_keys - r->first_chunk;
-	total = (uint64_t)r->skip_blocks + r->nr_blocks;
-	/* Every chunk but the last is whole; the last holds at least one block. */
-	if (total <= (moved - 1) * bpc || total > moved * bpc) {
-		tt_log_err(&st->log,
-		           "request of %u chunks from chunk %u has %u blocks (skip %u); "
-		           "%u blocks per chunk",
-		           r->nr_keys, r->first_chunk, r->nr_blocks, r->skip_blocks, (unsigned)bpc);
-		return -EINVAL;
-	}
-	for (uint32_t i = 0; i < r->nr_blocks; i++) {
-		if (r->block_ids[i] >= kv->nr_blocks) {
-			tt_log_err(&st->log, "block id %u is beyond the %u registered blocks",
-			           r->block_ids[i], kv->nr_blocks);
-			return -EINVAL;
-		}
-	}
-	*nr_chunks = (uint32_t)moved;
-	return 0;
-}
 
 int
 tt_plan_chunks(const struct tutti_store *st, const struct tutti_kv *kv,
                const struct tutti_request *reqs, uint32_t nr_reqs, bool load,
                struct tt_chunk_op **out, uint32_t *nr_out)
 {
-	uint64_t nr = 0, bpc = st->geo.blocks_per_chunk;
+	int64_t nr = tt_plan_check(&st->geo, kv, reqs, nr_reqs, load, &st->log);
 	struct tt_chunk_op *chunks;
+	struct tt_plan_iter it;
+	struct tt_chunk_plan p;
 	uint32_t c = 0;
 
-	if (kv == NULL || (reqs == NULL && nr_reqs > 0) || !tt_geo_equal(&kv->geo, &st->geo)) {
-		return -EINVAL;
+	if (nr < 0) {
+		return (int)nr;
 	}
-	for (uint32_t i = 0; i < nr_reqs; i++) {
-		uint32_t n;
-		int rc = check_request(st, kv, &reqs[i], load, &n);
-
-		if (rc < 0) {
-			return rc;
-		}
-		nr += n;
-	}
-	if (nr > UINT32_MAX) {
-		return -EINVAL;
-	}
-	chunks = tt_calloc(nr, sizeof(*chunks));
+	chunks = tt_calloc((size_t)nr, sizeof(*chunks));
 	if (chunks == NULL) {
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < nr_reqs; i++) {
-		const struct tutti_request *r = &reqs[i];
-		uint64_t total = (uint64_t)r->skip_blocks + r->nr_blocks;
-
-		for (uint32_t k = r->first_chunk; k < r->nr_keys; k++, c++) {
-			uint64_t start = (uint64_t)(k - r->first_chunk) * bpc;
-			uint64_t end = TT_MIN(start + bpc, total);
-			uint64_t from = TT_MAX(start, (uint64_t)r->skip_blocks);
-
-			chunks[c] = (struct tt_chunk_op){
-			    .req = r,
-			    .key = k,
-			    .slot = TT_NO_SLOT,
-			    .id_off = (uint32_t)(from - r->skip_blocks),
-			    .nr_moved = (uint32_t)(end - from),
-			    .obj_skip = (uint32_t)(from - start),
-			    .nr_blocks = (uint32_t)(end - start),
-			};
-		}
+	tt_plan_begin(&it, &st->geo, reqs, nr_reqs);
+	while (tt_plan_next(&it, &p)) {
+		chunks[c++] = (struct tt_chunk_op){
+		    .req = p.req,
+		    .key = p.key,
+		    .slot = TT_NO_SLOT,
+		    .id_off = p.id_off,
+		    .nr_moved = p.nr_moved,
+		    .obj_skip = p.obj_skip,
+		    .nr_blocks = p.nr_blocks,
+		};
 	}
 	*out = chunks;
 	*nr_out = c;
