@@ -594,7 +594,7 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 	if (g == NULL || ring == NULL || job == NULL || kv == NULL || kv->mem != TUTTI_MEM_CUDA ||
 	    kv->device != g->device || job->layer >= kv->geo.g.nr_layers || job->slots == 0 ||
 	    job->slots > ring->cq_entries || job->slot_bytes > UINT32_MAX ||
-	    job->slot_bytes % 16 != 0 || kv->geo.layer_block_bytes <= 240) {
+	    job->slot_bytes % 16 != 0 || kv->geo.layer_block_bytes <= TT_XXH3_MIDSIZE_MAX) {
 		return -EINVAL;
 	}
 	if (job->nr == 0) {
@@ -763,7 +763,8 @@ tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, struct 
 
 	if (g == NULL || kv == NULL || kv->mem != TUTTI_MEM_CUDA || kv->device != g->device ||
 	    layer >= kv->geo.g.nr_layers || slot_bytes % 16 != 0 ||
-	    kv->geo.layer_block_bytes <= 240 || (nr > 0 && (objs == NULL || mem == NULL))) {
+	    kv->geo.layer_block_bytes <= TT_XXH3_MIDSIZE_MAX ||
+	    (nr > 0 && (objs == NULL || mem == NULL))) {
 		return -EINVAL;
 	}
 	if (nr == 0) {
@@ -805,7 +806,7 @@ tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out)
 	uint64_t *d_out = NULL;
 	int rc;
 
-	if (g == NULL || p == NULL || out == NULL || len <= 240) {
+	if (g == NULL || p == NULL || out == NULL || len <= TT_XXH3_MIDSIZE_MAX) {
 		return -EINVAL;
 	}
 	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");

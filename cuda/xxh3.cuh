@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * XXH3-64 with a 192-byte secret, for inputs longer than 240 bytes, computed by one CUDA block:
- * the same value as libxxhash's XXH3_64bits_withSecret (tests/gpu checks them against each
- * other). Written for this project from the algorithm's description in the xxHash
- * specification; no code of the library is used.
+ * XXH3-64 with a 192-byte secret, for inputs longer than TT_XXH3_MIDSIZE_MAX (format/format.h)
+ * bytes, computed by one CUDA block: the same value as libxxhash's XXH3_64bits_withSecret
+ * (tests/gpu checks them against each other). Written for this project from the algorithm's
+ * description in the xxHash specification; no code of the library is used.
  *
  * Why it parallelises: the long path keeps 8 accumulators; each 64-byte stripe adds to
  * accumulator k the stripe's word k^1 and the 32x32->64 product of the halves of
@@ -119,8 +119,9 @@ struct xxh_shared {
 };
 
 /*
- * XXH3-64 of \p len (> 240) bytes at \p p, computed by all threads of team \p t (every one
- * must call it) in \p sh, the team's own shared memory. The result is valid in every thread.
+ * XXH3-64 of \p len (> TT_XXH3_MIDSIZE_MAX) bytes at \p p, computed by all threads of team \p t
+ * (every one must call it) in \p sh, the team's own shared memory. The result is valid in every
+ * thread.
  */
 __device__ static uint64_t
 xxh3_64_block(const uint8_t *p, uint64_t len, xxh_shared *sh, const team &t)

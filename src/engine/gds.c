@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "engine/engine_impl.h"
+#include "format/format.h"
 #include "gds/cufile.h"
 #include "tutti/store.h"
 
@@ -313,7 +314,7 @@ gds_transfer(struct tt_engine *e, struct tt_batch *b)
 	if (rc < 0) {
 		return rc;
 	}
-	if (e->geo->layer_block_bytes <= 240) {
+	if (e->geo->layer_block_bytes <= TT_XXH3_MIDSIZE_MAX) {
 		return tt_cpu_transfer(e, b); /* blocks below the GPU hash's size */
 	}
 	for (uint32_t i = 0; i < b->nr_chunks; i++) {

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "engine/engine_impl.h"
+#include "format/format.h"
 #include "gring/gring.h"
 #include "tutti/store.h"
 
@@ -439,7 +440,7 @@ gpu_transfer(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu)
 static bool
 kernels_take(const struct tt_engine *e, const struct tt_xfer *x)
 {
-	return x->mover == &tt_mover_cuda && e->geo->layer_block_bytes > 240;
+	return x->mover == &tt_mover_cuda && e->geo->layer_block_bytes > TT_XXH3_MIDSIZE_MAX;
 }
 
 static int
@@ -478,7 +479,8 @@ gpu_uring_launch_open(struct tt_engine *e, struct tt_batch *b, struct tt_list_me
 	struct tt_xfer x;
 	int rc;
 
-	if (g->broken || b->kv->mem != TUTTI_MEM_CUDA || e->geo->layer_block_bytes <= 240) {
+	if (g->broken || b->kv->mem != TUTTI_MEM_CUDA ||
+	    e->geo->layer_block_bytes <= TT_XXH3_MIDSIZE_MAX) {
 		return 0;
 	}
 	rc = tt_xfer_start(&x, e, b, false);

@@ -75,6 +75,14 @@ int tt_slot_decode(const uint8_t *buf, size_t len, struct tt_slot_header *out);
 
 /* ---- object checksums ---- */
 
+/*
+ * XXH3 hashes inputs of up to this many bytes with its short paths, and longer ones with its
+ * striped long path. The GPU's hash (cuda/xxh3.cuh) implements the long path only, so checksums
+ * are checked or computed on the GPU only where every payload is longer: layer blocks of more
+ * than TT_XXH3_MIDSIZE_MAX bytes. Smaller ones take the CPU's path.
+ */
+#define TT_XXH3_MIDSIZE_MAX 240u
+
 /* 192 bytes: XXH3's secret size, which gives the long path 16 stripes per block. */
 #define TT_CSUM_SECRET_WORDS 24u
 

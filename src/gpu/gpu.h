@@ -105,7 +105,8 @@ struct tt_gring_job {
  * Launch the driver kernel for one layer on the context's stream: the GPU submits every I/O of
  * the job into the ring, reaps the completions and moves the objects, checking (load) or
  * computing (save) their checksums; asynchronous, results valid after tt_gpu_sync. Layer blocks
- * must exceed 240 bytes (the hash's long path). Returns 0, -EINVAL, -ENOMEM or -EIO.
+ * must exceed TT_XXH3_MIDSIZE_MAX bytes (format/format.h: the GPU hashes with XXH3's long path
+ * only). Returns 0, -EINVAL, -ENOMEM or -EIO.
  */
 struct tt_gring_view;
 int tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
@@ -122,8 +123,9 @@ int tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks);
  * \p slot_bytes at mem + k * slot_bytes. Load (write false): check each object with status 0
  * against its csum (-EBADMSG on a mismatch, never scattered) and scatter it into the KV; save:
  * gather each object with status 0, hash it into csum and zero its padding. \p objs and \p ids
- * must be readable by the device (mapped host memory, say); results land in \p objs. One launch,
- * asynchronous on the context's stream. Returns 0, -EINVAL or -EIO.
+ * must be readable by the device (mapped host memory, say); results land in \p objs. Layer
+ * blocks must exceed TT_XXH3_MIDSIZE_MAX bytes. One launch, asynchronous on the context's stream.
+ * Returns 0, -EINVAL or -EIO.
  */
 int tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
                 struct tt_gring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
@@ -133,8 +135,8 @@ int tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
 int tt_gpu_mark(struct tt_gpu *g, unsigned i);
 int tt_gpu_wait_mark(struct tt_gpu *g, unsigned i);
 
-/* The object checksum (tt_csum) of \p len (> 240) bytes of device memory at \p p, computed on
- * the GPU; synchronous. For tests of the GPU hash against the CPU's. */
+/* The object checksum (tt_csum) of \p len (> TT_XXH3_MIDSIZE_MAX) bytes of device memory at \p p,
+ * computed on the GPU; synchronous. For tests of the GPU hash against the CPU's. */
 int tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out);
 
 /* ---- pipeline signals (cuda/signal.cu) ----

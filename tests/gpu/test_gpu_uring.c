@@ -56,7 +56,7 @@ test_gpu_checksum_equals_the_cpu_checksum(void **state)
 			         (unsigned long long)tt_csum(host, lens[i]));
 		}
 	}
-	assert_int_equal(tt_gpu_csum(g, dev, 240, &(uint64_t){0}), -EINVAL);
+	assert_int_equal(tt_gpu_csum(g, dev, TT_XXH3_MIDSIZE_MAX, &(uint64_t){0}), -EINVAL);
 	tt_gpu_dev_free(dev);
 	tt_gpu_close(g);
 	free(host);
