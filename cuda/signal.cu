@@ -158,8 +158,8 @@ tt_gpu_timer_offset(int device, int64_t *offset_ns)
 	}
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	if (rc == 0) {
-		int64_t host = ((int64_t)a.tv_sec * 1000000000 + a.tv_nsec +
-		                (int64_t)b.tv_sec * 1000000000 + b.tv_nsec) /
+		int64_t host = ((int64_t)a.tv_sec * (int64_t)TT_NS_PER_S + a.tv_nsec +
+		                (int64_t)b.tv_sec * (int64_t)TT_NS_PER_S + b.tv_nsec) /
 		               2;
 		*offset_ns = (int64_t) * (volatile uint64_t *)time - host;
 	}

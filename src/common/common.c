@@ -100,7 +100,7 @@ tt_now_ns(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return (uint64_t)ts.tv_sec * TT_NS_PER_S + (uint64_t)ts.tv_nsec;
 }
 
 const char *

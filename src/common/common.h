@@ -15,6 +15,11 @@
 #define TT_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TT_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* Times are nanoseconds inside the library; these convert the seconds and milliseconds of options
+ * and clocks. */
+#define TT_NS_PER_S 1000000000ull
+#define TT_NS_PER_MS 1000000ull
+
 /* Where a handle's log lines go. Every handle carries its own: there is no global logger. */
 struct tt_log {
 	tutti_log_fn fn;

@@ -560,11 +560,11 @@ tutti_pipeline_wait_layer(struct tutti_pipeline *p, uint32_t layer)
 	}
 	if (p->gpu) {
 		rc = tt_gpu_stream_wait(p->device, s->stream, &p->loaded[layer], s->seq,
-		                        (uint64_t)p->opts.wait_timeout_ms * 1000000,
+		                        (uint64_t)p->opts.wait_timeout_ms * TT_NS_PER_MS,
 		                        &s->wait_times[2 * layer]);
 	} else {
 		uint64_t t0 = tt_now_ns(),
-		         deadline = t0 + (uint64_t)p->opts.wait_timeout_ms * 1000000;
+		         deadline = t0 + (uint64_t)p->opts.wait_timeout_ms * TT_NS_PER_MS;
 
 		pthread_mutex_lock(&p->lock);
 		while ((int32_t)(tt_word_load_acquire(&p->loaded[layer]) - s->seq) < 0) {
@@ -572,7 +572,7 @@ tutti_pipeline_wait_layer(struct tutti_pipeline *p, uint32_t layer)
 				s->wait_times[2 * layer + 1] |= TT_PIPE_WAIT_TIMED_OUT;
 				break;
 			}
-			tt_pipe_cond_wait_ns(&p->done, &p->lock, 1000000);
+			tt_pipe_cond_wait_ns(&p->done, &p->lock, TT_NS_PER_MS);
 		}
 		s->wait_times[2 * layer] = t0;
 		s->wait_times[2 * layer + 1] |= tt_now_ns();

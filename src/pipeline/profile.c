@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +117,7 @@ tutti_profile_read(const char *path, struct tutti_profile *out)
 int
 tutti_profile_write(const char *path, const struct tutti_profile *prof)
 {
-	char tmp[4096];
+	char tmp[PATH_MAX];
 	FILE *f;
 	int n, rc = 0, fd;
 

@@ -489,11 +489,11 @@ tt_pipe_cond_wait_ns(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t ns)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts); /* the condition variables' default clock */
-	ts.tv_sec += (time_t)(ns / 1000000000);
-	ts.tv_nsec += (long)(ns % 1000000000);
-	if (ts.tv_nsec >= 1000000000) {
+	ts.tv_sec += (time_t)(ns / TT_NS_PER_S);
+	ts.tv_nsec += (long)(ns % TT_NS_PER_S);
+	if (ts.tv_nsec >= (long)TT_NS_PER_S) {
 		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
+		ts.tv_nsec -= (long)TT_NS_PER_S;
 	}
 	pthread_cond_timedwait(cond, lock, &ts);
 }

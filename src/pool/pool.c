@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -212,7 +213,7 @@ static int
 open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bool *created_out,
                uint64_t *uid_out)
 {
-	char path[4096];
+	char path[PATH_MAX];
 	struct tt_superblock sb;
 	bool created = false, fresh;
 	int fd, rc;
@@ -369,7 +370,7 @@ tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
 err:
 	/* A failed open leaves no preallocated file behind, however large. */
 	for (uint32_t d = 0; pool->dirs != NULL && d < conf->nr_dirs; d++) {
-		char path[4096];
+		char path[PATH_MAX];
 
 		if (pool->dirs[d].created && data_path(conf->dirs[d], path, sizeof(path)) == 0) {
 			unlink(path);
@@ -485,7 +486,7 @@ tt_pool_reset_free(struct tt_pool *pool, const uint8_t *used)
 int
 tt_pool_peek(const char *dir, struct tt_superblock *sb, const struct tt_log *log)
 {
-	char path[4096];
+	char path[PATH_MAX];
 	int fd, rc;
 
 	rc = data_path(dir, path, sizeof(path));

@@ -12,7 +12,7 @@
 #include "remote/remote_impl.h"
 
 /* How long the publish thread waits for reads in progress before it looks again. */
-#define PUBLISH_YIELD_NS 10000000ull
+#define PUBLISH_YIELD_NS (10 * TT_NS_PER_MS)
 
 static bool
 seen_has(const struct tutti_remote *r, uint64_t h)
@@ -228,8 +228,8 @@ tt_remote_publish_main(void *arg)
 			r->pub_busy--;
 		}
 		if (r->publish_rate > 0) {
-			r->next_put_ns = tt_now_ns() + (uint64_t)m * r->record_bytes *
-			                                   1000000000ull / r->publish_rate;
+			r->next_put_ns = tt_now_ns() + (uint64_t)m * r->record_bytes * TT_NS_PER_S /
+			                                   r->publish_rate;
 		}
 		pthread_cond_broadcast(&r->flush_cv);
 	}
@@ -246,7 +246,7 @@ tutti_remote_flush(struct tutti_remote *r, uint32_t timeout_ms)
 	if (r == NULL) {
 		return -EINVAL;
 	}
-	until = tt_remote_deadline((uint64_t)timeout_ms * 1000000ull);
+	until = tt_remote_deadline((uint64_t)timeout_ms * TT_NS_PER_MS);
 	pthread_mutex_lock(&r->mu);
 	while (r->fifo_len > 0 || r->pub_busy > 0) {
 		if (pthread_cond_timedwait(&r->flush_cv, &r->mu, &until) == ETIMEDOUT) {

@@ -47,9 +47,9 @@ tt_remote_deadline(uint64_t ns_from_now)
 	uint64_t t;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + ns_from_now;
-	ts.tv_sec = (time_t)(t / 1000000000ull);
-	ts.tv_nsec = (long)(t % 1000000000ull);
+	t = (uint64_t)ts.tv_sec * TT_NS_PER_S + (uint64_t)ts.tv_nsec + ns_from_now;
+	ts.tv_sec = (time_t)(t / TT_NS_PER_S);
+	ts.tv_nsec = (long)(t % TT_NS_PER_S);
 	return ts;
 }
 
@@ -205,8 +205,8 @@ tutti_remote_open(const struct tutti_geometry *geo, const struct tutti_remote_op
 		return -EINVAL;
 	}
 	r->record_bytes = r->geo.slot_bytes;
-	r->nr_ring = (uint32_t)TT_MIN(opts->ring_bytes / r->record_bytes, 1u << 16);
-	r->nr_pub = (uint32_t)TT_MIN(opts->publish_bytes / r->record_bytes, 1u << 16);
+	r->nr_ring = (uint32_t)TT_MIN(opts->ring_bytes / r->record_bytes, TT_REMOTE_MAX_SLOTS);
+	r->nr_pub = (uint32_t)TT_MIN(opts->publish_bytes / r->record_bytes, TT_REMOTE_MAX_SLOTS);
 	if (r->nr_ring == 0 || (opts->publish_bytes > 0 && r->nr_pub == 0)) {
 		tt_free(r);
 		return -EINVAL;
@@ -220,11 +220,11 @@ tutti_remote_open(const struct tutti_geometry *geo, const struct tutti_remote_op
 	r->rank = opts->rank;
 	r->nr_ranks = opts->nr_ranks;
 	r->tag = tt_record_tag(opts->ns, opts->ns_bytes, opts->rank, opts->nr_ranks);
-	r->timeout_ns = (uint64_t)opts->timeout_ms * 1000000ull;
-	r->lookup_timeout_ns = (uint64_t)opts->lookup_timeout_ms * 1000000ull;
+	r->timeout_ns = (uint64_t)opts->timeout_ms * TT_NS_PER_MS;
+	r->lookup_timeout_ns = (uint64_t)opts->lookup_timeout_ms * TT_NS_PER_MS;
 	r->publish_rate = opts->publish_rate;
 	r->breaker_faults = opts->breaker_faults;
-	r->first_open_ns = r->open_ns = (uint64_t)opts->breaker_open_ms * 1000000ull;
+	r->first_open_ns = r->open_ns = (uint64_t)opts->breaker_open_ms * TT_NS_PER_MS;
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_mutex_init(&r->mover_mu, NULL);
 	if (cond_init_monotonic(&r->read_cv) < 0 || cond_init_monotonic(&r->done_cv) < 0 ||

@@ -39,7 +39,9 @@
 #define TT_REMOTE_PREFIX_MAX 192u
 #define TT_REMOTE_KEY_STR_MAX (TT_REMOTE_PREFIX_MAX + 12u + 2u * TT_MAX_KEY_BYTES + 1u)
 /* The breaker's wait before a probe doubles up to this (the public header's 30 s). */
-#define TT_REMOTE_BREAKER_MAX_OPEN_NS (30ull * 1000000000ull)
+#define TT_REMOTE_BREAKER_MAX_OPEN_NS (30 * TT_NS_PER_S)
+/* Most records of fetch memory, and of publish memory: larger memories are used up to this. */
+#define TT_REMOTE_MAX_SLOTS 65536u
 /* Records the publish thread puts with one provider call. */
 #define TT_REMOTE_PUBLISH_BATCH 8u
 /* Remembered published keys (a lossy set). */

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,12 +48,12 @@ profile_usage(FILE *f)
 
 /* Open a scratch file of \p bytes in each directory; fds[] receive them. */
 static int
-open_scratch(char **dirs, uint32_t n, uint64_t bytes, int *fds, char paths[][4096])
+open_scratch(char **dirs, uint32_t n, uint64_t bytes, int *fds, char paths[][PATH_MAX])
 {
 	for (uint32_t i = 0; i < n; i++) {
-		int len = snprintf(paths[i], 4096, "%s/profile.scratch", dirs[i]);
+		int len = snprintf(paths[i], PATH_MAX, "%s/profile.scratch", dirs[i]);
 
-		if (len < 0 || len >= 4096) {
+		if (len < 0 || len >= PATH_MAX) {
 			return -ENAMETOOLONG;
 		}
 		fds[i] = open(paths[i], O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
@@ -82,7 +83,7 @@ cmd_profile(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	char *dirs[MAX_DIRS], out_default[4200], paths[MAX_DIRS][4096];
+	char *dirs[MAX_DIRS], out_default[PATH_MAX], paths[MAX_DIRS][PATH_MAX];
 	const char *out = NULL, *model = "llama-3-8b";
 	double mib = 1024, layer_ns = -1;
 	struct tutti_geometry geo;
@@ -147,7 +148,12 @@ cmd_profile(int argc, char **argv)
 		dirs[nr_dirs++] = "tutti-store";
 	}
 	if (out == NULL) {
-		snprintf(out_default, sizeof(out_default), "%s/tutti.profile", dirs[0]);
+		int len = snprintf(out_default, sizeof(out_default), "%s/tutti.profile", dirs[0]);
+
+		if (len < 0 || len >= (int)sizeof(out_default)) {
+			fprintf(stderr, "tutti profile: directory name too long: %s\n", dirs[0]);
+			return 2;
+		}
 		out = out_default;
 	}
 	prof.nr_layers = geo.nr_layers;
