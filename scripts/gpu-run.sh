@@ -205,16 +205,16 @@ serve-emulated | serve-disk)
 	# sweep of request rates, each system in a vLLM process of its own, the tier on /dev/shm
 	# (emulated NVMe) or on the disk holding the working tree. The disk runs only the systems
 	# that use storage (recompute and the DRAM tier ran with serve-emulated). SERVE_ARGS adds
-	# options; SERVE_DEADLINE bounds the step (default 450 s emulated, 270 s disk).
+	# options; SERVE_DEADLINE bounds the step (default 480 s emulated, 330 s disk).
 	storage=${step#serve-}
 	if [ ! -f build/vllm-prefix/env.sh ]; then
 		log "$step: no vLLM here (build/vllm-prefix/env.sh): run scripts/vllm-gpu-payload.sh install first"
 		continue
 	fi
 	if [ "$storage" = emulated ]; then
-		deadline=${SERVE_DEADLINE:-450} serve_systems=tutti,lmcache,offload-cpu,lmcache-min,recompute
+		deadline=${SERVE_DEADLINE:-480} serve_systems=tutti,lmcache,offload-cpu,recompute,lmcache-min
 	else
-		deadline=${SERVE_DEADLINE:-270} serve_systems=tutti,lmcache,lmcache-min
+		deadline=${SERVE_DEADLINE:-330} serve_systems=tutti,lmcache,lmcache-min
 	fi
 	log "$step: ${SERVE_ARGS:-defaults}, deadline $deadline s"
 	root=$PWD

@@ -5,10 +5,11 @@
 Steps: start the engine with the system's KV-transfer configuration; warm up by sending each
 document of the trace once, one at a time (this fills the tier, and times a full prefill on an
 idle engine); wait until the storage stops growing; then for each request rate, empty vLLM's
-GPU prefix cache and replay the trace with Poisson arrivals at that rate, every request
-streaming its tokens. Each rate's result is appended to the output as one JSON line as soon as
-it is known. A rate whose p90 TTFT exceeds --stop-above seconds ends the sweep (higher rates
-cannot do better), and so does the deadline (--deadline, seconds since the epoch).
+GPU prefix cache and replay the trace's first requests (about window_s seconds of them, at
+least min_requests) with Poisson arrivals at that rate, every request streaming its tokens.
+Each rate's result is appended to the output as one JSON line as soon as it is known. A rate
+whose p90 TTFT exceeds stop_above seconds ends the sweep (higher rates cannot do better), and
+so does the deadline (seconds since the epoch). The names are the spec's keys.
 
 Usage: run_system.py SPEC.json   (written by serve_bench.py)
 """
@@ -174,12 +175,19 @@ async def one_request(engine, prompt, max_tokens, start_at=None):
             "end": time.perf_counter(), "tokens": n, "itl": gaps, "cached": cached}
 
 
-async def run_rate(engine, trace, rate, timeout):
+def requests_at(trace, rate, window, minimum):
+    """The trace's first requests for one rate: about `window` seconds of arrivals, at least
+    `minimum` requests (so that low rates are not long), at most the whole trace."""
+    n = min(len(trace.requests), max(minimum, round(rate * window)))
+    return trace.requests[:n], trace.arrivals(rate)[:n]
+
+
+async def run_rate(engine, trace, reqs, arrivals, timeout):
     loop = asyncio.get_running_loop()
     t0 = loop.time() + 0.05
     tasks = [asyncio.create_task(one_request(engine, trace.prompt(r), r["output_tokens"],
                                              t0 + at))
-             for r, at in zip(trace.requests, trace.arrivals(rate))]
+             for r, at in zip(reqs, arrivals)]
     done, pending = await asyncio.wait(tasks, timeout=timeout)
     for t in pending:
         t.cancel()  # AsyncLLM aborts a request whose stream is cancelled
@@ -193,12 +201,12 @@ async def run_rate(engine, trace, rate, timeout):
     return results, len(pending), errors
 
 
-def summarise(results, unfinished, errors, trace):
+def summarise(results, unfinished, errors, nreq):
     ttft = [r["ttft"] for r in results if r["ttft"] is not None]
     itl = [g for r in results for g in r["itl"]]
     tpot = [(r["end"] - r["start"] - r["ttft"]) / (r["tokens"] - 1) for r in results
             if r["ttft"] is not None and r["tokens"] > 1]
-    out = {"requests": len(trace.requests), "completed": len(results),
+    out = {"requests": nreq, "completed": len(results),
            "unfinished": unfinished, "errors": errors[:3]}
     # Unfinished requests count as infinitely slow in the percentiles: they missed any SLO.
     slow = ttft + [math.inf] * (unfinished + len(errors))
@@ -301,7 +309,8 @@ async def main_async(spec):
               if spec["storage_dir"] else None,
               "host_memory": host_memory(tree_pids(me)), "gpu_memory_gib": gpu_memory_gib()})
         for rate in spec["rates"]:
-            span = trace.unit_times[-1] / rate
+            reqs, arrivals = requests_at(trace, rate, spec["window_s"], spec["min_requests"])
+            span = arrivals[-1]
             left = deadline - time.time()
             if left < span + 5:
                 emit({"phase": "rate", "rate": rate, "skipped": "deadline"})
@@ -310,13 +319,13 @@ async def main_async(spec):
             c0, pids = counters(), tree_pids(me)
             cpu0, w0 = cpu_seconds(pids), time.monotonic()
             results, unfinished, errors = await run_rate(
-                engine, trace, rate, min(left - 2, span + spec["drain_s"]))
+                engine, trace, reqs, arrivals, min(left - 2, span + spec["drain_s"]))
             pids = tree_pids(me)
             cpu = cpu_seconds(pids) - cpu0
             wall = time.monotonic() - w0
             c1 = counters()
             row = {"phase": "rate", "rate": rate}
-            row.update(summarise(results, unfinished, errors, trace))
+            row.update(summarise(results, unfinished, errors, len(reqs)))
             row.update(tier_counters({k: v - c0.get(k, 0.0) for k, v in c1.items()},
                                      spec["system"]))
             row.update({"cpu_s": round(cpu, 2), "cpu_cores": round(cpu / wall, 2),

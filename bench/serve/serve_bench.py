@@ -10,6 +10,9 @@ Every (system, storage, rate) is one JSON line in OUT/serve.jsonl, written as it
 a system that runs past its share of the deadline is stopped and keeps what it wrote.
 OUT/serve-summary.md is the table (table.py) of what ran.
 
+Each rate replays the trace's first requests: about a window of arrivals (8 s emulated, 12 s
+on the disk), at least 12 (8 on the disk), at most --requests.
+
 Usage: serve_bench.py --out DIR [--storage emulated,disk] [--systems S,...] [--rates R,...]
                       [--disk-rates R,...] [--requests N] [--docs D] [--deadline S] [--smoke]
 --smoke: a tiny model on vLLM's CPU build, small documents, two rates (recompute and tutti;
@@ -38,10 +41,13 @@ GPU = {
     # 64K tokens of GPU KV: room for the prefixes of three running requests, a quarter of the
     # trace's documents.
     "shape": "llama-3-8b", "block": 16, "gpu_blocks": 4096,
-    "trace": {"docs_min": 8192, "docs_max": 32768, "docs": 12, "requests": 20,
+    "trace": {"docs_min": 8192, "docs_max": 32768, "docs": 12, "requests": 40,
               "output": "fixed:16"},
-    "rates": {"emulated": [1, 2, 4, 6, 8, 12], "disk": [0.5, 1, 2]},
-    "disk_trace": {"docs": 6, "requests": 12, "docs_max": 16384},
+    "rates": {"emulated": [1, 2, 4, 8, 12], "disk": [0.5, 1, 2]},
+    # Per rate: about `window` seconds of arrivals, at least `min_requests` requests.
+    "window_s": {"emulated": 8, "disk": 12}, "min_requests": {"emulated": 12, "disk": 8},
+    "disk_trace": {"docs": 6, "requests": 24, "docs_max": 16384},
+    "reserve_s": 80,  # what a system needs at least: start, warm-up, a few rates
     "engine_args": dict(load_format="dummy", dtype="bfloat16", enforce_eager=True,
                         block_size=16, max_num_batched_tokens=8192, max_num_seqs=16,
                         gpu_memory_utilization=0.5, enable_prefix_caching=True,
@@ -53,7 +59,9 @@ CPU = {
     "trace": {"docs_min": 8192, "docs_max": 32768, "docs": 4, "requests": 6,
               "output": "fixed:4", "scale": 1 / 32, "vocab": (1, 509)},
     "rates": {"emulated": [0.5, 1], "disk": [0.5]},
+    "window_s": {"emulated": 8, "disk": 8}, "min_requests": {"emulated": 4, "disk": 4},
     "disk_trace": {},
+    "reserve_s": 60,
     "engine_args": dict(dtype="float32", enforce_eager=True, block_size=32, max_num_seqs=4,
                         enable_prefix_caching=True, disable_log_stats=False, seed=0),
     "stop_above": 60.0, "drain_s": 120,
@@ -78,7 +86,7 @@ def main():
     ap.add_argument("--storage", default="emulated,disk")
     ap.add_argument("--emulated-dir", default="/dev/shm/tutti-serve")
     ap.add_argument("--disk-dir", default=str(REPO / "build" / "serve-disk"))
-    ap.add_argument("--systems", default="tutti,lmcache,offload-cpu,lmcache-min,recompute",
+    ap.add_argument("--systems", default="tutti,lmcache,offload-cpu,recompute,lmcache-min",
                     help="in the order they run (the most wanted first, for the deadline)")
     ap.add_argument("--rates", default=None, help="emulated rates, requests/s")
     ap.add_argument("--disk-rates", default=None)
@@ -135,10 +143,11 @@ def main():
                 f.write(json.dumps(dict(record, skipped=why)) + "\n")
             print(f"serve_bench: {system} skipped: {why}", flush=True)
             continue
-        # This system's share of what is left: an equal part of the time for it and the ones
-        # after it, but never less than what it needs to start and warm up.
+        # This system's share of what is left: all of it but what the systems after it need
+        # at least (those that stop early leave their time to the later ones).
         left = t_end - time.time()
-        share = max(left / (len(plan) - n), min(left, 120))
+        later = sum(1 for (_, _, s) in plan[n + 1:] if not systems.unavailable(s, device))
+        share = max(left - later * P["reserve_s"], min(left, P["reserve_s"]))
         if left < 60:
             with open(jsonl, "a") as f:
                 f.write(json.dumps(dict(record, skipped="deadline")) + "\n")
@@ -162,6 +171,7 @@ def main():
                 "trace": trace_args, "rates": rates, "engine_args": engine_args,
                 "kv_transfer_config": kv, "system_config": info,
                 "stop_above": P["stop_above"], "drain_s": P["drain_s"],
+                "window_s": P["window_s"][storage], "min_requests": P["min_requests"][storage],
                 "deadline": time.time() + share - 15, "out": str(jsonl)}
         spec_path = work / f"{label}-{system}.spec.json"
         spec_path.write_text(json.dumps(spec))

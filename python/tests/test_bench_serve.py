@@ -56,6 +56,18 @@ def test_warmup_sends_each_document_once_and_scale_shrinks_lengths():
     assert loogle.config["preset"] == "longdep_qa" and len(loogle.requests) == 10
 
 
+def test_each_rate_replays_about_a_window_of_the_trace_and_at_least_a_minimum():
+    import run_system
+
+    t = Trace(docs=12, requests=40)
+    reqs, arr = run_system.requests_at(t, 1.0, 8, 12)
+    assert reqs == t.requests[:12] and arr == t.arrivals(1.0)[:12]
+    reqs, arr = run_system.requests_at(t, 4.0, 8, 12)
+    assert len(reqs) == 32 and arr == t.arrivals(4.0)[:32]
+    reqs, _ = run_system.requests_at(t, 100.0, 8, 12)
+    assert reqs == t.requests  # never more than the trace
+
+
 def test_lmcache_min_buffer_holds_the_longest_prefix_in_whole_chunks():
     kvpt = 131072  # Llama-3-8B, bf16
     # 31249 tokens: 123 chunks of 256 tokens, 32 MiB each.

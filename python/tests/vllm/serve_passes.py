@@ -56,8 +56,18 @@ def connector_info():
     if not has_kv_transfer_group():
         return {}
     conn = get_kv_transfer_group()
-    cfg = getattr(conn, "cfg", None)
-    store = getattr(conn, "store", None)
+    # The connector keeps its worker-side state on itself or on a worker object of its own.
+    parts = [conn, getattr(conn, "worker", None), getattr(conn, "ctx", None)]
+
+    def find(*names):
+        for part in parts:
+            for n in names:
+                v = getattr(part, n, None) if part is not None else None
+                if v is not None:
+                    return v
+        return None
+
+    cfg, store = find("cfg"), find("store")
     info = {"class": type(conn).__name__}
     for k in ("engine", "layerwise", "async_load", "chunk_tokens"):
         if cfg is not None and hasattr(cfg, k):
@@ -65,7 +75,7 @@ def connector_info():
     for k in ("engine", "engine_name"):
         if store is not None and isinstance(getattr(store, k, None), str):
             info["store_engine"] = getattr(store, k)
-    mem = getattr(conn, "_kv_mem", None)
+    mem = find("kv_mem", "_kv_mem")
     if isinstance(mem, str):
         info["kv_mem"] = mem
     return info
