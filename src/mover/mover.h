@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "common/common.h"
 #include "layout/layout.h"
 
 struct tt_mover_ops {
@@ -28,5 +29,19 @@ struct tt_mover_ops {
 /* Block ids are checked against kv->nr_blocks by the caller before any mover runs. */
 extern const struct tt_mover_ops tt_mover_cpu;  /* ctx unused; synchronous */
 extern const struct tt_mover_ops tt_mover_cuda; /* ctx: struct tt_gpu *; asynchronous */
+
+/* A mover with a context of its own, for modules that copy KV outside an engine (the layerwise
+ * pipeline's copies into its save staging). */
+struct tt_mover {
+	const struct tt_mover_ops *ops;
+	void *ctx;
+};
+
+/* The mover for \p kv's memory: the CPU mover for host KV; for GPU KV, the CUDA mover on a GPU
+ * context of the KV's device (launches on a normal-priority stream of its own). Returns 0,
+ * -EOPNOTSUPP (no CUDA), -ENODEV, -ENOMEM. */
+int tt_mover_open(const struct tutti_kv *kv, const struct tt_log *log, struct tt_mover *out);
+/* NULL ops (never opened) is allowed. */
+void tt_mover_close(struct tt_mover *m);
 
 #endif /* TT_MOVER_H */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * CUDA mover: the mover table over the GPU kernels of src/gpu (one launch per call). Without
- * CUDA support every call fails with -EOPNOTSUPP.
+ * CUDA mover: the mover table over the GPU kernels of src/gpu (one launch per call), and movers
+ * with a context of their own. Without CUDA support every call fails with -EOPNOTSUPP.
  */
 #include "gpu/gpu.h"
 #include "mover/mover.h"
@@ -32,3 +32,36 @@ const struct tt_mover_ops tt_mover_cuda = {
     .scatter = cuda_scatter,
     .sync = cuda_sync,
 };
+
+/* Paged blocks one launch of a mover's own context moves; larger calls are split. */
+#define MOVER_MAX_BLOCKS 65536u
+
+int
+tt_mover_open(const struct tutti_kv *kv, const struct tt_log *log, struct tt_mover *out)
+{
+	struct tt_gpu_conf conf = {.max_blocks = MOVER_MAX_BLOCKS, .log = log};
+	struct tt_gpu *g;
+	int rc;
+
+	*out = (struct tt_mover){.ops = &tt_mover_cpu};
+	if (kv->mem != TUTTI_MEM_CUDA) {
+		return 0;
+	}
+	conf.device = kv->device;
+	rc = tt_gpu_open(&conf, &g);
+	if (rc < 0) {
+		out->ops = NULL;
+		return rc;
+	}
+	*out = (struct tt_mover){.ops = &tt_mover_cuda, .ctx = g};
+	return 0;
+}
+
+void
+tt_mover_close(struct tt_mover *m)
+{
+	if (m->ops == &tt_mover_cuda) {
+		tt_gpu_close(m->ctx);
+	}
+	*m = (struct tt_mover){0};
+}

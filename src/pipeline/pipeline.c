@@ -7,8 +7,6 @@
 #include <errno.h>
 #include <string.h>
 
-#include "gpu/gpu.h"
-#include "mover/mover.h"
 #include "pipeline/pipeline_impl.h"
 #include "plan/plan.h"
 
@@ -49,17 +47,8 @@ alloc_signals(struct tutti_pipeline *p)
 	int rc = 0;
 
 	p->sig_bytes = words + TT_PIPE_KEEP * per_step;
-	if (p->gpu) {
-		rc = tt_gpu_host_alloc(p->sig_bytes, &p->sig_mem);
-		if (rc == 0) {
-			memset(p->sig_mem, 0, p->sig_bytes);
-		}
-	} else {
-		p->sig_mem = tt_calloc(1, p->sig_bytes);
-		rc = p->sig_mem == NULL ? -ENOMEM : 0;
-	}
+	rc = tt_pipe_mem_alloc(p, p->sig_bytes, &p->sig_mem);
 	if (rc < 0) {
-		p->sig_mem = NULL;
 		return rc;
 	}
 	p->loaded = p->sig_mem;
@@ -101,16 +90,9 @@ alloc_staging(struct tutti_pipeline *p)
 	}
 	layer_span = nr_blocks * geo->layer_block_bytes;
 	p->staging_bytes = layer_span * p->nr_layers;
-	if (p->gpu) {
-		/* Mapped pinned: the GPU's gather writes it across PCIe, and the store's host path
-		 * reads it. */
-		rc = tt_gpu_host_alloc(p->staging_bytes, (void **)&p->staging);
-	} else {
-		p->staging = tt_aligned_alloc(p->staging_bytes);
-		rc = p->staging == NULL ? -ENOMEM : 0;
-	}
+	/* GPU mode: the GPU's gather writes it across PCIe, and the store's host path reads it. */
+	rc = tt_pipe_mem_alloc(p, p->staging_bytes, (void **)&p->staging);
 	if (rc < 0) {
-		p->staging = NULL;
 		return rc;
 	}
 	segs = tt_calloc(p->nr_layers, sizeof(*segs));
@@ -219,14 +201,9 @@ tutti_pipeline_destroy(struct tutti_pipeline *p)
 		tt_free(p->steps[i].layer_stall);
 	}
 	tutti_kv_destroy(p->staging_kv);
-	if (p->gpu) {
-		tt_gpu_close(p->gpu_ctx);
-		tt_gpu_host_free(p->staging);
-		tt_gpu_host_free(p->sig_mem);
-	} else {
-		tt_aligned_free(p->staging);
-		tt_free(p->sig_mem);
-	}
+	tt_mover_close(&p->copier);
+	tt_pipe_mem_free(p, p->staging);
+	tt_pipe_mem_free(p, p->sig_mem);
 	tt_list_mem_free(&p->op_lists);
 	tt_free(p->free_slots);
 	tt_free(p->moves);
@@ -293,14 +270,9 @@ tutti_pipeline_create(struct tutti_store *st, const struct tutti_kv *kv,
 	if (rc == 0) {
 		rc = alloc_staging(p);
 	}
-	if (rc == 0 && p->gpu) {
-		struct tt_gpu_conf conf = {
-		    .device = p->device, .max_blocks = 65536, .log = &p->log};
-
-		rc = tt_gpu_open(&conf, &p->gpu_ctx);
-		if (rc == 0 && tt_gpu_timer_offset(p->device, &p->timer_offset) < 0) {
-			p->timer_offset = 0; /* the timeline's GPU spans are then only relative */
-		}
+	if (rc == 0) {
+		rc = tt_mover_open(kv, &p->log, &p->copier);
+		p->timer_offset = tt_pipe_clock_offset(p);
 	}
 	if (rc == 0) {
 		rc = -pthread_create(&p->worker, NULL, tt_pipe_worker, p);
@@ -559,9 +531,7 @@ tutti_pipeline_wait_layer(struct tutti_pipeline *p, uint32_t layer)
 		return 0;
 	}
 	if (p->gpu) {
-		rc = tt_gpu_stream_wait(p->device, s->stream, &p->loaded[layer], s->seq,
-		                        (uint64_t)p->opts.wait_timeout_ms * TT_NS_PER_MS,
-		                        &s->wait_times[2 * layer]);
+		rc = tt_pipe_stream_wait(p, s, layer);
 	} else {
 		uint64_t t0 = tt_now_ns(),
 		         deadline = t0 + (uint64_t)p->opts.wait_timeout_ms * TT_NS_PER_MS;
@@ -597,8 +567,7 @@ tutti_pipeline_save_layer(struct tutti_pipeline *p, uint32_t layer)
 	s = p->cur;
 	if (s->nr_saves_staged > 0) {
 		if (p->gpu) {
-			rc = tt_gpu_stream_signal(p->device, s->stream, &p->computed[layer], s->seq,
-			                          &s->save_times[layer]);
+			rc = tt_pipe_stream_signal(p, s, layer);
 		} else {
 			pthread_mutex_lock(&p->lock);
 			s->save_times[layer] = tt_now_ns();

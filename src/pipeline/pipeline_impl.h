@@ -14,6 +14,7 @@
 #include <stdbool.h>
 
 #include "common/common.h"
+#include "mover/mover.h"
 #include "store/store.h"
 #include "tutti/pipeline.h"
 
@@ -134,7 +135,7 @@ struct tutti_pipeline {
 	uint32_t nr_free;
 	struct tt_staged *staged_head, *staged_tail; /* FIFO, oldest first */
 	struct tt_move *moves;                       /* nr_slots: the worker's copy list */
-	struct tt_gpu *gpu_ctx;                      /* GPU mode: copies into staging */
+	struct tt_mover copier;                      /* copies into staging */
 	struct tt_list_mem op_lists; /* the worker's load ops' object lists (one op at a time) */
 
 	/* The scheduler's model: refined online. */
@@ -152,6 +153,17 @@ struct tutti_pipeline {
 /* pipeline.c: give a staged request's staging slots back and free it. NULL is allowed. Caller
  * holds the lock. */
 void tt_pipe_retire_staged(struct tutti_pipeline *p, struct tt_staged *s);
+
+/* stream.c: the pipeline's hooks on the GPU. Memory shared with the GPU in GPU mode (mapped
+ * pinned), aligned host memory otherwise; zeroed. */
+int tt_pipe_mem_alloc(const struct tutti_pipeline *p, uint64_t bytes, void **out);
+void tt_pipe_mem_free(const struct tutti_pipeline *p, void *mem);
+/* GPU mode: enqueue on the step's compute stream the wait for layer \p layer's load, and the
+ * signal that its new KV is computed. */
+int tt_pipe_stream_wait(struct tutti_pipeline *p, struct tt_pipe_step *s, uint32_t layer);
+int tt_pipe_stream_signal(struct tutti_pipeline *p, struct tt_pipe_step *s, uint32_t layer);
+/* GPU time minus host time in GPU mode, or 0. */
+int64_t tt_pipe_clock_offset(const struct tutti_pipeline *p);
 
 /* worker.c */
 void *tt_pipe_worker(void *arg);

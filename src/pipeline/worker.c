@@ -15,8 +15,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "gpu/gpu.h"
-#include "mover/mover.h"
 #include "pipeline/pipeline_impl.h"
 
 #define POLL_NS 50000ull
@@ -224,12 +222,8 @@ copy_layer(struct tutti_pipeline *p, struct tt_pipe_step *s)
 	n = staged_moves(p, s->id, l, p->moves, p->nr_slots);
 	pthread_mutex_unlock(&p->lock);
 	t0 = tt_now_ns();
-	if (p->gpu) {
-		rc = tt_gpu_gather(p->gpu_ctx, p->kv, l, p->moves, n);
-		rc = rc == 0 ? tt_gpu_sync(p->gpu_ctx) : rc;
-	} else {
-		rc = tt_mover_cpu.gather(NULL, p->kv, l, p->moves, n);
-	}
+	rc = p->copier.ops->gather(p->copier.ctx, p->kv, l, p->moves, n);
+	rc = rc == 0 ? p->copier.ops->sync(p->copier.ctx) : rc;
 	t1 = tt_now_ns();
 	pthread_mutex_lock(&p->lock);
 	tt_pipe_trace(p, TT_TRACK_COPIES, "copy to staging", s->id, l, t0, t1);
