@@ -170,7 +170,7 @@ tt_gpu_close(struct tt_gpu *g)
 	}
 	cudaFree(g->d_obj);
 	cudaFree(g->d_ids);
-	tt_gpu_gring_free(g);
+	tt_gpu_uring_free(g);
 	free(g);
 }
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * What cuda/gpu.cu and cuda/gring.cu share: the context and error conversion. CUDA-only.
+ * What cuda/gpu.cu and cuda/gpu_uring.cu share: the context and error conversion. CUDA-only.
  */
 #ifndef TT_CUDA_GPU_IMPL_CUH
 #define TT_CUDA_GPU_IMPL_CUH
@@ -28,9 +28,9 @@ struct tt_gpu {
 	uint32_t *d_ids;
 	uint64_t launches;
 	const struct tt_log *log;
-	/* gpu-uring driver state (cuda/gring.cu), made on first use */
-	struct tt_gring_dev *gring;
-	bool csum_secret_set; /* the checksum secret is in cuda/gring.cu's constant memory */
+	/* gpu-uring driver state (cuda/gpu_uring.cu), made on first use */
+	struct tt_gpu_uring_dev *uring;
+	bool csum_secret_set; /* the checksum secret is in cuda/gpu_uring.cu's constant memory */
 };
 
 /* A CUDA error as a negative errno. */
@@ -38,6 +38,6 @@ int cuda_errno(cudaError_t err);
 /* The same, logging \p what and the CUDA error's name. */
 int check(const struct tt_gpu *g, cudaError_t err, const char *what);
 /* Release the gpu-uring driver state of a context. */
-void tt_gpu_gring_free(struct tt_gpu *g);
+void tt_gpu_uring_free(struct tt_gpu *g);
 
 #endif /* TT_CUDA_GPU_IMPL_CUH */

@@ -17,7 +17,7 @@
 #include "gpu_impl.cuh"
 
 extern "C" {
-#include "gring/proto.h"
+#include "gpu_uring/proto.h"
 }
 
 __device__ static unsigned long long

@@ -325,7 +325,7 @@ struct tutti_fsck_report {
 	uint64_t bytes_checked;  /**< object bytes read and checksummed */
 	uint64_t corrupt_chunks; /**< chunks with a checksum mismatch or a read error */
 	uint64_t removed_chunks; /**< damaged chunks removed (TUTTI_FSCK_REPAIR) */
-	uint64_t ns;             /**< time taken */
+	uint64_t elapsed_ns;     /**< time taken */
 };
 
 /**

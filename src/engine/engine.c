@@ -13,7 +13,7 @@
 #include "gpu/gpu.h"
 #include "tutti/store.h"
 
-_Static_assert(TT_GPU_IO_GROUPS_PER_SM == TT_GRING_GROUPS_PER_BLOCK,
+_Static_assert(TT_GPU_IO_GROUPS_PER_SM == TT_GPU_URING_GROUPS_PER_BLOCK,
                "the default of gpu_io_workers packs groups as the layer kernel does");
 
 /* Indexed by enum tutti_engine. A new engine is a file of its own and one entry here. */

@@ -227,7 +227,7 @@ int tt_unit_scatter(const struct tt_xfer *x, const struct tt_unit *u, uint8_t *b
  * same memory).
  */
 struct tt_obj_lists {
-	struct tt_gring_obj *objs;
+	struct tt_gpu_uring_obj *objs;
 	uint32_t *ids;
 	int *failed;
 	uint32_t n, nr_ids, nr_layers;

@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "engine/engine_impl.h"
+#include "cufile/cufile.h"
 #include "format/format.h"
-#include "gds/cufile.h"
 #include "tutti/store.h"
 
 /* A wave's I/O that makes no progress for this long is given up on. */
@@ -76,7 +76,7 @@ wave_submit(struct gds_engine *gd, struct tt_obj_lists *lists, struct gds_wave *
 
 	w->submitted = 0;
 	for (uint32_t i = w->first; i < w->first + w->nr; i++) {
-		struct tt_gring_obj *o = &lists->objs[i];
+		struct tt_gpu_uring_obj *o = &lists->objs[i];
 		ssize_t r;
 
 		if (o->status != 0) {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Engine gpu-uring: loads and saves through the GPU-drivable ring (src/gring/).
+ * Engine gpu-uring: loads and saves through the GPU-drivable ring (src/gpu_uring/).
  *
  * A batch becomes one I/O program: every object of every chunk, layer by layer (the order in
  * which a layerwise load needs them), each read into or written from one object-sized bounce
@@ -18,28 +18,29 @@
 
 #include "engine/engine_impl.h"
 #include "format/format.h"
-#include "gring/gring.h"
+#include "gpu_uring/gpu_uring.h"
 #include "tutti/store.h"
 
 /* A ring that made no progress for this long is given up on. */
-#define GRING_TIMEOUT_MS 30000
+#define RING_TIMEOUT_MS 30000
 
 /* The ring: one bounce slot per object of staging, up to the CQ credit. Reads of
  * page-cache-backed files (tmpfs) get IOSQE_ASYNC: issued inline, their copies would all run on
  * the one SQ thread. */
-#define GRING_MAX_SLOTS 4096u
-#define GRING_SQ_IDLE_MS 100u
+#define RING_MAX_SLOTS 4096u
+#define RING_SQ_IDLE_MS 100u
 /* Those punted reads are published 4 us apart, so that each wakes an io-wq worker of its own
- * (gring/proto.h). On a 16-core H200 host 2 us apart read 27-38 GB/s, 5 and 20 us 31-50 GB/s
+ * (gpu_uring/proto.h). On a 16-core H200 host 2 us apart read 27-38 GB/s, 5 and 20 us 31-50 GB/s
  * (bench/results/README.md, "Paced submission"). */
-#define GRING_READ_PACE_NS 4000u
+#define RING_READ_PACE_NS 4000u
 
 struct gpu_uring_engine {
 	struct tt_engine base;
-	struct tt_gring *ring;
-	uint32_t slots; /* object-sized bounce slots of the staging: the in-flight window */
-	bool broken;    /* a ring-level failure: refuse further batches */
-	uint64_t ios;   /* I/Os driven through the ring */
+	struct tt_gpu_uring *ring;
+	bool ring_mapped; /* the ring's memory is pinned and mapped for the GPU */
+	uint32_t slots;   /* object-sized bounce slots of the staging: the in-flight window */
+	bool broken;      /* a ring-level failure: refuse further batches */
+	uint64_t ios;     /* I/Os driven through the ring */
 	uint64_t kernel_ns, block_ns;
 	/* Layer kernels of a launched load may still be running on the GPU context's stream,
 	 * using the staging's bounce slots: quiesce waits for them, then reads their per-layer
@@ -92,32 +93,59 @@ gpu_uring_attach(struct tt_engine *e)
 {
 	struct gpu_uring_engine *g = to_gu(e);
 	uint64_t slots = e->nr_staging * e->unit_bytes / e->geo->object_bytes;
-	struct tt_gring_conf conf;
+	struct tt_gpu_uring_conf conf;
 	uint32_t cq;
 	int rc;
 
-	g->slots = (uint32_t)TT_MIN(slots, (uint64_t)GRING_MAX_SLOTS);
+	g->slots = (uint32_t)TT_MIN(slots, (uint64_t)RING_MAX_SLOTS);
 	cq = 1;
 	while (cq < g->slots || cq < e->conf.queue_depth) {
 		cq <<= 1;
 	}
-	conf = (struct tt_gring_conf){
+	conf = (struct tt_gpu_uring_conf){
 	    .fds = e->fds,
 	    .nr_fds = e->nr_fds,
 	    .buf = e->staging,
 	    .buf_bytes = e->nr_staging * e->unit_bytes,
 	    .sq_entries = TT_MIN(cq, 1024u),
 	    .cq_entries = cq,
-	    .sq_idle_ms = GRING_SQ_IDLE_MS,
+	    .sq_idle_ms = RING_SQ_IDLE_MS,
 	    .async = e->page_cache,
-	    .read_pace_ns = e->page_cache ? GRING_READ_PACE_NS : 0,
+	    .read_pace_ns = e->page_cache ? RING_READ_PACE_NS : 0,
 	    .log = e->log,
 	};
-	rc = tt_gring_create(&conf, &g->ring);
+	rc = tt_gpu_uring_create(&conf, &g->ring);
 	if (rc < 0) {
 		tt_log_err(e->log, "engine gpu-uring: %s", tutti_strerror(rc));
 	}
 	return rc;
+}
+
+/* Pin and map the ring's memory for the GPU, once (the staging is mapped with the context). */
+static int
+map_ring(struct gpu_uring_engine *g)
+{
+	struct tt_gpu_uring_region reg[2];
+	int rc;
+
+	if (g->ring_mapped) {
+		return 0;
+	}
+	tt_gpu_uring_regions(g->ring, reg);
+	rc = tt_gpu_host_register(reg[0].base, reg[0].bytes);
+	if (rc == 0) {
+		rc = tt_gpu_host_register(reg[1].base, reg[1].bytes);
+		if (rc < 0) {
+			tt_gpu_host_unregister(reg[0].base);
+		}
+	}
+	if (rc < 0) {
+		tt_log_err(g->base.log, "gpu-uring: mapping the ring for the GPU: %s",
+		           tutti_strerror(rc));
+		return rc;
+	}
+	g->ring_mapped = true;
+	return 0;
 }
 
 static void
@@ -129,7 +157,14 @@ gpu_uring_close(struct tt_engine *e)
 	if (g->inflight) {
 		tt_gpu_sync(e->gpu); /* a launched load's kernels (an op left open is a bug) */
 	}
-	tt_gring_destroy(g->ring);
+	if (g->ring_mapped) {
+		struct tt_gpu_uring_region reg[2];
+
+		tt_gpu_uring_regions(g->ring, reg);
+		tt_gpu_host_unregister(reg[0].base);
+		tt_gpu_host_unregister(reg[1].base);
+	}
+	tt_gpu_uring_destroy(g->ring);
 	tt_engine_fini(e);
 	tt_free(g);
 }
@@ -143,7 +178,7 @@ gpu_uring_stats(struct tt_engine *e, struct tt_engine_stats *out)
 	/* System calls on the data path: for the ring only the host's wake-ups of its SQ thread,
 	 * never one per I/O. */
 	out->io_ops += g->ios;
-	out->io_submits += g->ring != NULL ? tt_gring_wakeups(g->ring) : 0;
+	out->io_submits += g->ring != NULL ? tt_gpu_uring_wakeups(g->ring) : 0;
 	out->gpu_io_kernel_ns += g->kernel_ns;
 	out->gpu_io_block_ns += g->block_ns;
 }
@@ -152,7 +187,7 @@ gpu_uring_stats(struct tt_engine *e, struct tt_engine_stats *out)
 
 struct twin_job {
 	struct tt_xfer *x;
-	struct tt_gring_io *ios;
+	struct tt_gpu_uring_io *ios;
 	uint32_t *chunk_of; /* per I/O */
 	uint32_t *layer_of; /* per I/O */
 	uint32_t slots;
@@ -236,7 +271,7 @@ build_program(struct twin_job *j)
 			if (op->status != 0) {
 				continue;
 			}
-			j->ios[n] = (struct tt_gring_io){
+			j->ios[n] = (struct tt_gpu_uring_io){
 			    .off = op->off + tt_geo_object_off(geo, l),
 			    .buf = (uint64_t)(uintptr_t)slot_buf(j->x->e, n, j->slots),
 			    .len = (uint32_t)geo->object_bytes,
@@ -257,7 +292,7 @@ twin_transfer(struct gpu_uring_engine *g, struct tt_xfer *x)
 	struct tt_batch *b = x->b;
 	uint64_t max = (uint64_t)b->nr_chunks * (b->layer_end - b->layer_begin);
 	struct twin_job j = {.x = x, .slots = g->slots};
-	struct tt_gring_program p;
+	struct tt_gpu_uring_program p;
 	int rc;
 
 	j.ios = tt_calloc(max ? max : 1, sizeof(*j.ios));
@@ -267,7 +302,7 @@ twin_transfer(struct gpu_uring_engine *g, struct tt_xfer *x)
 		rc = -ENOMEM;
 		goto out;
 	}
-	p = (struct tt_gring_program){
+	p = (struct tt_gpu_uring_program){
 	    .ios = j.ios,
 	    .nr = build_program(&j),
 	    .window = j.slots,
@@ -275,8 +310,8 @@ twin_transfer(struct gpu_uring_engine *g, struct tt_xfer *x)
 	    .complete = complete,
 	    .arg = &j,
 	};
-	tt_gring_kick(g->ring); /* once per program, never per I/O */
-	rc = tt_gring_twin_run(g->ring, &p, GRING_TIMEOUT_MS);
+	tt_gpu_uring_kick(g->ring); /* once per program, never per I/O */
+	rc = tt_gpu_uring_twin_run(g->ring, &p, RING_TIMEOUT_MS);
 	g->ios += p.nr;
 	if (rc == -ETIMEDOUT) {
 		g->broken = true; /* I/O may still be in flight into the bounce slots */
@@ -299,8 +334,8 @@ gpu_layer(struct gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *g
           const struct tt_obj_lists *lists, uint32_t l, uint64_t *trace)
 {
 	struct tt_engine *e = &g->base;
-	struct tt_gring_view view;
-	struct tt_gring_job job = {
+	struct tt_gpu_uring_view view;
+	struct tt_gpu_uring_job job = {
 	    .kv = b->kv,
 	    .layer = b->layer_begin + l,
 	    .objs = lists->objs + (size_t)l * lists->n,
@@ -313,14 +348,14 @@ gpu_layer(struct gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *g
 	    .write = b->kind == TT_BATCH_SAVE,
 	    .workers = e->conf.gpu_io_workers,
 	    .blocks = e->conf.gpu_io_sms,
-	    .timeout_ms = GRING_TIMEOUT_MS,
+	    .timeout_ms = RING_TIMEOUT_MS,
 	    .failed = &lists->failed[l],
 	    .trace = trace,
 	};
 
-	tt_gring_view(g->ring, &view);
-	tt_gring_kick(g->ring); /* at most one wake-up per layer launch */
-	return tt_gpu_gring_layer(gpu, &view, &job);
+	tt_gpu_uring_view(g->ring, &view);
+	tt_gpu_uring_kick(g->ring); /* at most one wake-up per layer launch */
+	return tt_gpu_uring_layer(gpu, &view, &job);
 }
 
 /* Add the GPU time of the layer kernels since the last fold to the stats (waits for the last). */
@@ -329,7 +364,7 @@ fold_elapsed(struct gpu_uring_engine *g, struct tt_gpu *gpu)
 {
 	uint64_t ns;
 	uint32_t blocks;
-	int rc = tt_gpu_gring_elapsed(gpu, &ns, &blocks);
+	int rc = tt_gpu_uring_elapsed(gpu, &ns, &blocks);
 
 	if (rc == 0) {
 		g->kernel_ns += ns;
@@ -364,7 +399,7 @@ gpu_finish(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu,
 	for (uint32_t l = 0; rc == 0 && l < launched; l++) {
 		if (lists->failed[l]) {
 			tt_log_err(g->base.log, "gpu-uring: layer %u made no progress for %u ms",
-			           b->layer_begin + l, GRING_TIMEOUT_MS);
+			           b->layer_begin + l, RING_TIMEOUT_MS);
 			g->broken = true;
 			rc = -ETIMEDOUT;
 		}
@@ -398,19 +433,19 @@ gpu_transfer(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu)
 		return rc;
 	}
 	L = lists.nr_layers;
-	rc = tt_gring_map_for_gpu(g->ring);
+	rc = map_ring(g);
 	if (rc < 0) {
 		return rc;
 	}
 	/* At debug level, each layer kernel stamps its milestones (logged after the call). */
 	if (e->log->level >= TUTTI_LOG_DEBUG &&
-	    tt_gpu_host_alloc((size_t)L * TT_GRING_TRACE_POINTS * sizeof(*trace), (void **)&trace) <
-	        0) {
+	    tt_gpu_host_alloc((size_t)L * TT_GPU_URING_TRACE_POINTS * sizeof(*trace),
+	                      (void **)&trace) < 0) {
 		trace = NULL;
 	}
 	for (; rc == 0 && launched < L; launched++) {
 		rc = gpu_layer(g, b, gpu, &lists, launched,
-		               trace != NULL ? trace + (size_t)launched * TT_GRING_TRACE_POINTS
+		               trace != NULL ? trace + (size_t)launched * TT_GPU_URING_TRACE_POINTS
 		                             : NULL);
 	}
 	if (rc == 0) {
@@ -419,7 +454,7 @@ gpu_transfer(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu)
 		tt_gpu_sync(gpu); /* what was launched must stop using the lists before they go */
 	}
 	for (uint32_t l = 0; rc == 0 && trace != NULL && l < L; l++) {
-		const uint64_t *tr = trace + (size_t)l * TT_GRING_TRACE_POINTS;
+		const uint64_t *tr = trace + (size_t)l * TT_GPU_URING_TRACE_POINTS;
 
 		tt_log_debug(
 		    e->log,
@@ -498,7 +533,7 @@ gpu_uring_launch_open(struct tt_engine *e, struct tt_batch *b, struct tt_list_me
 	l->gpu = x.mover_ctx;
 	rc = tt_obj_lists_make(b, mem, &l->lists);
 	if (rc == 0) {
-		rc = tt_gring_map_for_gpu(g->ring);
+		rc = map_ring(g);
 	}
 	if (rc < 0) {
 		tt_free(l);
@@ -521,7 +556,7 @@ gpu_uring_launch_layer(struct tt_engine *e, struct tt_launch *l, uint32_t layer,
 	for (uint32_t k = 0; k < l->launched && !g->broken; k++) {
 		if (l->lists.failed[k]) {
 			tt_log_err(e->log, "gpu-uring: load layer %u made no progress for %u ms", k,
-			           GRING_TIMEOUT_MS);
+			           RING_TIMEOUT_MS);
 			g->broken = true;
 		}
 	}

@@ -48,7 +48,7 @@ int
 tt_obj_lists_make(const struct tt_batch *t, struct tt_list_mem *mem, struct tt_obj_lists *out)
 {
 	uint32_t L = t->layer_end - t->layer_begin, n = 0, nr_ids = 0;
-	struct tt_gring_obj *objs;
+	struct tt_gpu_uring_obj *objs;
 	uint32_t *ids;
 	int rc;
 
@@ -82,7 +82,7 @@ tt_obj_lists_make(const struct tt_batch *t, struct tt_list_mem *mem, struct tt_o
 		for (uint32_t l = 0; l < L; l++) {
 			uint32_t layer = t->layer_begin + l;
 
-			objs[(size_t)l * n + k] = (struct tt_gring_obj){
+			objs[(size_t)l * n + k] = (struct tt_gpu_uring_obj){
 			    .off = op->off + tt_geo_object_off(&t->kv->geo, layer),
 			    .csum = t->kind == TT_BATCH_LOAD ? op->csums[layer] : 0,
 			    .file = op->file,
@@ -114,7 +114,7 @@ tt_obj_lists_results(struct tt_engine *e, struct tt_batch *t, const struct tt_ob
 			continue;
 		}
 		for (uint32_t l = 0; l < lists->nr_layers; l++) {
-			const struct tt_gring_obj *o = &lists->objs[(size_t)l * lists->n + k];
+			const struct tt_gpu_uring_obj *o = &lists->objs[(size_t)l * lists->n + k];
 
 			if (o->status == -EBADMSG) {
 				tt_log_err(e->log,

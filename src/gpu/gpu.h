@@ -58,10 +58,10 @@ int tt_gpu_sync(struct tt_gpu *g);
 /* Kernel launches made by the context so far. */
 uint64_t tt_gpu_launches(const struct tt_gpu *g);
 
-/* ---- the gpu-uring driver (cuda/gring.cu) ---- */
+/* ---- the gpu-uring driver (cuda/gpu_uring.cu) ---- */
 
 /* One object of a layer job. */
-struct tt_gring_obj {
+struct tt_gpu_uring_obj {
 	uint64_t off;     /* file offset of the object */
 	uint64_t csum;    /* load: the expected checksum; save: out, the checksum written */
 	uint32_t file;    /* index of the file in the ring */
@@ -74,13 +74,13 @@ struct tt_gring_obj {
 
 /* Groups (the controller's and the workers') that one block of a layer kernel holds at most;
  * the store sizes gpu_io_sms by it. */
-#define TT_GRING_GROUPS_PER_BLOCK 6u
+#define TT_GPU_URING_GROUPS_PER_BLOCK 6u
 
 /* One layer: every object read into (load) or written from (save) bounce slots. */
-struct tt_gring_job {
+struct tt_gpu_uring_job {
 	const struct tutti_kv *kv; /* TUTTI_MEM_CUDA */
 	uint32_t layer;
-	struct tt_gring_obj *objs; /* nr entries; statuses and checksums come back at sync */
+	struct tt_gpu_uring_obj *objs; /* nr entries; statuses and checksums come back at sync */
 	uint32_t nr;
 	const uint32_t *ids; /* block ids of every object */
 	uint32_t nr_ids;
@@ -93,13 +93,13 @@ struct tt_gring_job {
 	                      * 3 groups of 256 threads each, or up to 6 of 128; 0: one each */
 	uint32_t timeout_ms; /* a ring without progress for this long fails the layer */
 	int *failed;         /* out at sync: 1 when it did */
-	/* NULL, or TT_GRING_TRACE_POINTS GPU timestamps (ns, %globaltimer) in mapped host memory,
-	 * valid at sync: the kernel's start, the first submission published, the first and the
-	 * last completion reaped, and the last worker done. */
+	/* NULL, or TT_GPU_URING_TRACE_POINTS GPU timestamps (ns, %globaltimer) in mapped host
+	 * memory, valid at sync: the kernel's start, the first submission published, the first and
+	 * the last completion reaped, and the last worker done. */
 	uint64_t *trace;
 };
 
-#define TT_GRING_TRACE_POINTS 5
+#define TT_GPU_URING_TRACE_POINTS 5
 
 /*
  * Launch the driver kernel for one layer on the context's stream: the GPU submits every I/O of
@@ -108,15 +108,15 @@ struct tt_gring_job {
  * must exceed TT_XXH3_MIDSIZE_MAX bytes (format/format.h: the GPU hashes with XXH3's long path
  * only). Returns 0, -EINVAL, -ENOMEM or -EIO.
  */
-struct tt_gring_view;
-int tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
-                       const struct tt_gring_job *job);
+struct tt_gpu_uring_view;
+int tt_gpu_uring_layer(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
+                       const struct tt_gpu_uring_job *job);
 
 /* The GPU time of the layer kernels launched since the previous call (from the start of the
  * first to the end of the last; they run back to back), and the CUDA blocks they held (each
  * block a resident share of one SM for that time); zeros when none ran. Waits for the last
  * launch. Returns 0 or -EIO. */
-int tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks);
+int tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks);
 
 /*
  * Engine gds: \p nr objects of layer \p layer in device memory, object k in the slot of
@@ -128,7 +128,7 @@ int tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks);
  * Returns 0, -EINVAL or -EIO.
  */
 int tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
-                struct tt_gring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
+                struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
                 uint64_t slot_bytes, bool write);
 /* Two markers on the context's stream: tt_gpu_mark records marker \p i (0 or 1) after what is
  * launched so far; tt_gpu_wait_mark sleeps until it is passed. Returns 0, -EINVAL or -EIO. */

@@ -116,14 +116,14 @@ tt_gpu_device_of(const void *p, int *device)
 }
 
 int
-tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
-                   const struct tt_gring_job *job)
+tt_gpu_uring_layer(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
+                   const struct tt_gpu_uring_job *job)
 {
 	return -EOPNOTSUPP;
 }
 
 int
-tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
+tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
 {
 	*ns = 0;
 	*blocks = 0;
@@ -131,8 +131,9 @@ tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
 }
 
 int
-tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, struct tt_gring_obj *objs,
-            uint32_t nr, const uint32_t *ids, uint8_t *mem, uint64_t slot_bytes, bool write)
+tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
+            struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
+            uint64_t slot_bytes, bool write)
 {
 	return -EOPNOTSUPP;
 }

@@ -328,7 +328,7 @@ static int
 stage_request(struct tutti_pipeline *p, struct tt_pipe_step *step, const struct tutti_request *r,
               const struct tt_chunk_plan *chunks, uint32_t nr_chunks)
 {
-	uint32_t bpc = p->geo->blocks_per_chunk, kb = p->key_bytes, n, blocks = 0;
+	uint32_t per_chunk = p->geo->blocks_per_chunk, kb = p->key_bytes, n, blocks = 0;
 	struct tt_staged *s;
 
 	n = TT_MIN(nr_chunks, p->nr_free);
@@ -361,7 +361,7 @@ stage_request(struct tutti_pipeline *p, struct tt_pipe_step *step, const struct 
 		s->slots[i] = slot;
 		s->chunk_blocks[i] = chunks[i].nr_moved;
 		for (uint32_t b = 0; b < chunks[i].nr_moved; b++, blocks++) {
-			s->ids[blocks] = slot * bpc + b;
+			s->ids[blocks] = slot * per_chunk + b;
 			s->src_ids[blocks] = r->block_ids[chunks[i].id_off + b];
 		}
 	}

@@ -92,7 +92,7 @@ tutti_store_fsck(struct tutti_store *st, uint32_t flags, struct tutti_fsck_repor
 	out->bytes_checked = t.bytes_verified;
 	out->corrupt_chunks = nr_bad;
 	out->removed_chunks = repair && rc == 0 ? nr_bad : 0;
-	out->ns = tt_now_ns() - t0;
+	out->elapsed_ns = tt_now_ns() - t0;
 	tt_free(bad);
 	tt_free(t.chunks);
 	return rc;

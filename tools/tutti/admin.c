@@ -192,7 +192,7 @@ cmd_fsck(int argc, char **argv)
 	damaged = headers + rep.corrupt_chunks;
 	printf("checked    %llu chunks, %.2f GiB of objects in %.2f s\n",
 	       (unsigned long long)rep.chunks_checked, gib(rep.bytes_checked),
-	       (double)rep.ns / 1e9);
+	       (double)rep.elapsed_ns / 1e9);
 	printf("damaged    %llu chunks failed their checksums or could not be read; %llu damaged "
 	       "or foreign slot headers\n",
 	       (unsigned long long)rep.corrupt_chunks, (unsigned long long)headers);

@@ -10,27 +10,26 @@
  * Debian's liburing 2.3 cannot create such a ring (no io_uring_queue_init_mem, no NO_MMAP or
  * NO_SQARRAY in its headers), so set-up uses the raw system calls.
  */
-#ifndef TT_GRING_H
-#define TT_GRING_H
+#ifndef TT_GPU_URING_H
+#define TT_GPU_URING_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "common/common.h"
-#include "gring/proto.h"
+#include "gpu_uring/proto.h"
 
-struct tt_gring;
+struct tt_gpu_uring;
 
-struct tt_gring_conf {
+struct tt_gpu_uring_conf {
 	const int *fds;  /* the files I/O may name, by index; registered when possible */
-	uint32_t nr_fds; /* 1..TT_GRING_MAX_FILES */
+	uint32_t nr_fds; /* 1..TT_GPU_URING_MAX_FILES */
 	void *buf;       /* memory most I/O targets, registered as fixed buffer 0; may be NULL */
 	uint64_t buf_bytes;
 	uint32_t sq_entries; /* rounded up to a power of two */
 	uint32_t cq_entries; /* >= the most I/Os a driver keeps in flight */
 	uint32_t sq_idle_ms; /* how long the SQ thread spins before it sleeps */
 	bool async;          /* IOSQE_ASYNC on reads: for page-cache-backed files (tmpfs) */
-	bool map_for_gpu;    /* pin and map the rings for the GPU */
 	/* Publish reads one at a time, this many ns apart (proto.h says why); at most 1 ms. */
 	uint32_t read_pace_ns;
 	const struct tt_log *log;
@@ -41,28 +40,33 @@ struct tt_gring_conf {
  * -EPERM (io_uring unavailable or refused), -EOPNOTSUPP (the kernel lacks NO_MMAP or SQPOLL),
  * -ENOMEM, or the errno of a failing system call.
  */
-int tt_gring_create(const struct tt_gring_conf *conf, struct tt_gring **out);
+int tt_gpu_uring_create(const struct tt_gpu_uring_conf *conf, struct tt_gpu_uring **out);
 
 /* Stop the helper and tear the ring down. No driver may be running. NULL is allowed. */
-void tt_gring_destroy(struct tt_gring *r);
+void tt_gpu_uring_destroy(struct tt_gpu_uring *r);
 
 /* The view drivers use (pointers into the ring memory, valid until destroy). */
-void tt_gring_view(const struct tt_gring *r, struct tt_gring_view *v);
+void tt_gpu_uring_view(const struct tt_gpu_uring *r, struct tt_gpu_uring_view *v);
 
-/* Pin and map the rings for the GPU (once; later calls do nothing). Returns 0 or -errno. */
-int tt_gring_map_for_gpu(struct tt_gring *r);
+/* The memory a driver reads and writes: the SQEs, and the ring headers with the CQEs. A driver
+ * that must map memory before it can use it (the GPU) maps these; valid until destroy. */
+struct tt_gpu_uring_region {
+	void *base;
+	size_t bytes;
+};
+void tt_gpu_uring_regions(const struct tt_gpu_uring *r, struct tt_gpu_uring_region out[2]);
 
 /* Wake the SQ thread if it sleeps: call once before a launch that will queue I/O. */
-void tt_gring_kick(struct tt_gring *r);
+void tt_gpu_uring_kick(struct tt_gpu_uring *r);
 
 /* Doorbell helper activity, for tests and stats. */
-uint64_t tt_gring_wakeups(const struct tt_gring *r);
-uint64_t tt_gring_overflow_flushes(const struct tt_gring *r);
+uint64_t tt_gpu_uring_wakeups(const struct tt_gpu_uring *r);
+uint64_t tt_gpu_uring_overflow_flushes(const struct tt_gpu_uring *r);
 
 /* ---- the twin: a host thread that drives the ring as the GPU kernel does ---- */
 
-struct tt_gring_program {
-	const struct tt_gring_io *ios;
+struct tt_gpu_uring_program {
+	const struct tt_gpu_uring_io *ios;
 	uint32_t nr;
 	uint32_t window; /* most I/Os in flight (bounce slots); <= cq_entries */
 	/* Called before I/O i is submitted (a save fills its slot); a negative return fails it. */
@@ -79,6 +83,7 @@ struct tt_gring_program {
  * complete() call. Returns 0, or -ETIMEDOUT when the ring made no progress for \p timeout_ms
  * (every unfinished I/O is then completed with -ETIMEDOUT and the ring must be destroyed).
  */
-int tt_gring_twin_run(struct tt_gring *r, const struct tt_gring_program *p, uint32_t timeout_ms);
+int tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program *p,
+                          uint32_t timeout_ms);
 
-#endif /* TT_GRING_H */
+#endif /* TT_GPU_URING_H */

@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "gring/gring.h"
+#include "gpu_uring/gpu_uring.h"
 #include "t_util.h"
 
 #define IO_BYTES 4096u
@@ -35,7 +35,7 @@ struct fixture {
 };
 
 struct run {
-	struct tt_gring_io *ios;
+	struct tt_gpu_uring_io *ios;
 	uint32_t nr;
 	int32_t *res;
 	uint32_t *calls; /* complete() calls per I/O */
@@ -74,10 +74,10 @@ teardown(void **state)
 	return 0;
 }
 
-static struct tt_gring *
+static struct tt_gpu_uring *
 paced_ring(struct fixture *f, uint32_t sq, uint32_t cq, uint32_t idle_ms, uint32_t pace_ns)
 {
-	struct tt_gring_conf conf = {
+	struct tt_gpu_uring_conf conf = {
 	    .fds = &f->fd,
 	    .nr_fds = 1,
 	    .buf = f->buf,
@@ -87,13 +87,13 @@ paced_ring(struct fixture *f, uint32_t sq, uint32_t cq, uint32_t idle_ms, uint32
 	    .sq_idle_ms = idle_ms,
 	    .read_pace_ns = pace_ns,
 	};
-	struct tt_gring *r = NULL;
+	struct tt_gpu_uring *r = NULL;
 
-	assert_int_equal(tt_gring_create(&conf, &r), 0);
+	assert_int_equal(tt_gpu_uring_create(&conf, &r), 0);
 	return r;
 }
 
-static struct tt_gring *
+static struct tt_gpu_uring *
 ring(struct fixture *f, uint32_t sq, uint32_t cq, uint32_t idle_ms)
 {
 	return paced_ring(f, sq, cq, idle_ms, 0);
@@ -149,7 +149,7 @@ static void
 program(struct fixture *f, struct run *run, const uint32_t *perm, bool write)
 {
 	for (uint32_t i = 0; i < run->nr; i++) {
-		run->ios[i] = (struct tt_gring_io){
+		run->ios[i] = (struct tt_gpu_uring_io){
 		    .off = (uint64_t)(perm[i] % FILE_IOS) * IO_BYTES,
 		    .buf = (uint64_t)(uintptr_t)(f->buf + (uint64_t)(i % FILE_IOS) * IO_BYTES),
 		    .len = IO_BYTES,
@@ -159,9 +159,9 @@ program(struct fixture *f, struct run *run, const uint32_t *perm, bool write)
 }
 
 static int
-run_program(struct tt_gring *r, struct run *run, uint32_t window)
+run_program(struct tt_gpu_uring *r, struct run *run, uint32_t window)
 {
-	struct tt_gring_program p = {
+	struct tt_gpu_uring_program p = {
 	    .ios = run->ios,
 	    .nr = run->nr,
 	    .window = window,
@@ -171,7 +171,7 @@ run_program(struct tt_gring *r, struct run *run, uint32_t window)
 	    .cancel = &run->cancel,
 	};
 
-	return tt_gring_twin_run(r, &p, 5000);
+	return tt_gpu_uring_twin_run(r, &p, 5000);
 }
 
 static void
@@ -183,10 +183,10 @@ assert_each_completed_once(const struct run *run)
 }
 
 static void
-test_gring_writes_then_reads_back_the_same_bytes(void **state)
+test_ring_writes_then_reads_back_the_same_bytes(void **state)
 {
 	struct fixture *f = *state;
-	struct tt_gring *r = ring(f, 64, 128, 100);
+	struct tt_gpu_uring *r = ring(f, 64, 128, 100);
 	struct run *run = make_run(FILE_IOS);
 	uint32_t perm[FILE_IOS];
 	uint8_t *expect = malloc((size_t)FILE_IOS * IO_BYTES);
@@ -212,15 +212,15 @@ test_gring_writes_then_reads_back_the_same_bytes(void **state)
 	assert_memory_equal(f->buf, expect, (size_t)FILE_IOS * IO_BYTES);
 	free(expect);
 	free_run(run);
-	tt_gring_destroy(r);
+	tt_gpu_uring_destroy(r);
 }
 
 static void
-test_gring_small_ring_wraps_around_many_times(void **state)
+test_ring_small_ring_wraps_around_many_times(void **state)
 {
 	struct fixture *f = *state;
 	/* 4 SQEs, 8 CQEs, 5000 I/Os: every index wraps hundreds of times. */
-	struct tt_gring *r = ring(f, 4, 8, 100);
+	struct tt_gpu_uring *r = ring(f, 4, 8, 100);
 	struct run *run = make_run(5000);
 	uint32_t *perm = malloc(5000 * sizeof(*perm));
 
@@ -236,14 +236,14 @@ test_gring_small_ring_wraps_around_many_times(void **state)
 	}
 	free(perm);
 	free_run(run);
-	tt_gring_destroy(r);
+	tt_gpu_uring_destroy(r);
 }
 
 static void
-test_gring_window_larger_than_the_sq_fills_the_sq(void **state)
+test_ring_window_larger_than_the_sq_fills_the_sq(void **state)
 {
 	struct fixture *f = *state;
-	struct tt_gring *r = ring(f, 2, 64, 100);
+	struct tt_gpu_uring *r = ring(f, 2, 64, 100);
 	struct run *run = make_run(FILE_IOS);
 	uint32_t perm[FILE_IOS];
 
@@ -260,14 +260,14 @@ test_gring_window_larger_than_the_sq_fills_the_sq(void **state)
 	/* More than the CQ holds is refused: the CQ is the credit. */
 	assert_int_equal(run_program(r, run, 65), -EINVAL);
 	free_run(run);
-	tt_gring_destroy(r);
+	tt_gpu_uring_destroy(r);
 }
 
 static void
-test_gring_error_completions_reach_their_io(void **state)
+test_ring_error_completions_reach_their_io(void **state)
 {
 	struct fixture *f = *state;
-	struct tt_gring *r = ring(f, 8, 16, 100);
+	struct tt_gpu_uring *r = ring(f, 8, 16, 100);
 	struct run *run = make_run(4);
 	/* Kept mapped but inaccessible for the whole run: an unmapped range could be reused by
 	 * another mapping (the sanitizers' allocators do) before the I/O reaches it. */
@@ -287,15 +287,15 @@ test_gring_error_completions_reach_their_io(void **state)
 	assert_int_equal(run->res[3], -EBADF);
 	munmap(no_access, IO_BYTES);
 	free_run(run);
-	tt_gring_destroy(r);
+	tt_gpu_uring_destroy(r);
 }
 
 static void
-test_gring_sleeping_sq_thread_is_woken_by_the_doorbell(void **state)
+test_ring_sleeping_sq_thread_is_woken_by_the_doorbell(void **state)
 {
 	struct fixture *f = *state;
 	/* The SQ thread sleeps 1 ms after its last work; the twin never enters the kernel. */
-	struct tt_gring *r = ring(f, 16, 32, 1);
+	struct tt_gpu_uring *r = ring(f, 16, 32, 1);
 	struct run *run = make_run(64);
 	uint32_t perm[64];
 	struct timespec nap = {0, 30 * 1000 * 1000};
@@ -310,16 +310,16 @@ test_gring_sleeping_sq_thread_is_woken_by_the_doorbell(void **state)
 		assert_int_equal(run_program(r, run, 16), 0);
 		assert_each_completed_once(run);
 	}
-	assert_true(tt_gring_wakeups(r) >= 1);
+	assert_true(tt_gpu_uring_wakeups(r) >= 1);
 	free_run(run);
-	tt_gring_destroy(r);
+	tt_gpu_uring_destroy(r);
 }
 
 static void
-test_gring_cancel_completes_every_io_once(void **state)
+test_ring_cancel_completes_every_io_once(void **state)
 {
 	struct fixture *f = *state;
-	struct tt_gring *r = ring(f, 16, 32, 100);
+	struct tt_gpu_uring *r = ring(f, 16, 32, 100);
 	struct run *run = make_run(400);
 	uint32_t *perm = malloc(400 * sizeof(*perm));
 	uint32_t ok = 0, cancelled = 0;
@@ -341,17 +341,17 @@ test_gring_cancel_completes_every_io_once(void **state)
 	assert_true(cancelled > 0);
 	free(perm);
 	free_run(run);
-	tt_gring_destroy(r);
+	tt_gpu_uring_destroy(r);
 }
 
 /* Paced reads leave one at a time, the pace apart, even when the window would take them all at
  * once; the bytes are the same as unpaced. */
 static void
-test_gring_paced_reads_are_submitted_the_pace_apart(void **state)
+test_ring_paced_reads_are_submitted_the_pace_apart(void **state)
 {
 	enum { NR = 24, PACE_NS = 200000 };
 	struct fixture *f = *state;
-	struct tt_gring *r = paced_ring(f, 64, 64, 100, PACE_NS);
+	struct tt_gpu_uring *r = paced_ring(f, 64, 64, 100, PACE_NS);
 	struct run *run = make_run(NR);
 	uint32_t perm[NR];
 	uint8_t *expect = malloc((size_t)NR * IO_BYTES);
@@ -380,52 +380,53 @@ test_gring_paced_reads_are_submitted_the_pace_apart(void **state)
 	assert_true(elapsed >= (uint64_t)(NR - 1) * PACE_NS);
 	free(expect);
 	free_run(run);
-	tt_gring_destroy(r);
+	tt_gpu_uring_destroy(r);
 }
 
 static void
-test_gring_bad_configurations_are_einval(void **state)
+test_ring_bad_configurations_are_einval(void **state)
 {
 	struct fixture *f = *state;
-	struct tt_gring_conf conf = {.fds = &f->fd, .nr_fds = 1, .sq_entries = 8, .cq_entries = 4};
-	struct tt_gring *r = (struct tt_gring *)(uintptr_t)1;
+	struct tt_gpu_uring_conf conf = {
+	    .fds = &f->fd, .nr_fds = 1, .sq_entries = 8, .cq_entries = 4};
+	struct tt_gpu_uring *r = (struct tt_gpu_uring *)(uintptr_t)1;
 
-	assert_int_equal(tt_gring_create(&conf, &r), -EINVAL); /* CQ smaller than the SQ */
+	assert_int_equal(tt_gpu_uring_create(&conf, &r), -EINVAL); /* CQ smaller than the SQ */
 	conf.cq_entries = 16;
 	conf.nr_fds = 0;
-	assert_int_equal(tt_gring_create(&conf, &r), -EINVAL);
-	conf.nr_fds = TT_GRING_MAX_FILES + 1;
-	assert_int_equal(tt_gring_create(&conf, &r), -EINVAL);
+	assert_int_equal(tt_gpu_uring_create(&conf, &r), -EINVAL);
+	conf.nr_fds = TT_GPU_URING_MAX_FILES + 1;
+	assert_int_equal(tt_gpu_uring_create(&conf, &r), -EINVAL);
 	conf.nr_fds = 1;
 	conf.read_pace_ns = 1000001; /* more than a millisecond between reads */
-	assert_int_equal(tt_gring_create(&conf, &r), -EINVAL);
-	assert_int_equal(tt_gring_create(NULL, &r), -EINVAL);
-	tt_gring_destroy(NULL);
+	assert_int_equal(tt_gpu_uring_create(&conf, &r), -EINVAL);
+	assert_int_equal(tt_gpu_uring_create(NULL, &r), -EINVAL);
+	tt_gpu_uring_destroy(NULL);
 }
 
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_gring_writes_then_reads_back_the_same_bytes, setup,
+	    cmocka_unit_test_setup_teardown(test_ring_writes_then_reads_back_the_same_bytes, setup,
 	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_gring_small_ring_wraps_around_many_times, setup,
+	    cmocka_unit_test_setup_teardown(test_ring_small_ring_wraps_around_many_times, setup,
 	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_gring_window_larger_than_the_sq_fills_the_sq,
+	    cmocka_unit_test_setup_teardown(test_ring_window_larger_than_the_sq_fills_the_sq, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_ring_error_completions_reach_their_io, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_ring_sleeping_sq_thread_is_woken_by_the_doorbell,
 	                                    setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_gring_error_completions_reach_their_io, setup,
+	    cmocka_unit_test_setup_teardown(test_ring_cancel_completes_every_io_once, setup,
 	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_gring_sleeping_sq_thread_is_woken_by_the_doorbell,
+	    cmocka_unit_test_setup_teardown(test_ring_paced_reads_are_submitted_the_pace_apart,
 	                                    setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_gring_cancel_completes_every_io_once, setup,
-	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_gring_paced_reads_are_submitted_the_pace_apart,
-	                                    setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_gring_bad_configurations_are_einval, setup,
+	    cmocka_unit_test_setup_teardown(test_ring_bad_configurations_are_einval, setup,
 	                                    teardown),
 	};
-	struct tt_gring_conf probe_conf;
-	struct tt_gring *probe = NULL;
+	struct tt_gpu_uring_conf probe_conf;
+	struct tt_gpu_uring *probe = NULL;
 	int fd, rc;
 
 	if (!t_tmpdir_supports_odirect()) {
@@ -433,10 +434,10 @@ main(void)
 	}
 	/* Kernels without NO_MMAP/SQPOLL, or where io_uring is refused: skip, not fail. */
 	fd = open("/dev/null", O_RDONLY);
-	probe_conf = (struct tt_gring_conf){
+	probe_conf = (struct tt_gpu_uring_conf){
 	    .fds = &fd, .nr_fds = 1, .sq_entries = 2, .cq_entries = 4, .sq_idle_ms = 10};
-	rc = tt_gring_create(&probe_conf, &probe);
-	tt_gring_destroy(probe);
+	rc = tt_gpu_uring_create(&probe_conf, &probe);
+	tt_gpu_uring_destroy(probe);
 	close(fd);
 	if (rc == -EOPNOTSUPP || rc == -ENOSYS || rc == -EPERM) {
 		return 77;

@@ -12,15 +12,15 @@
  * mapped host memory, and a weak load of it may be served stale from L1. The GPU cannot do
  * atomic read-modify-writes on host memory, and needs none: each index has one writer.
  */
-#ifndef TT_GRING_PROTO_H
-#define TT_GRING_PROTO_H
+#ifndef TT_GPU_URING_PROTO_H
+#define TT_GPU_URING_PROTO_H
 
 #include <stdint.h>
 
 #if defined(__CUDACC__)
-#define TT_GRING_FN __device__ __forceinline__ static
+#define TT_GPU_URING_FN __device__ __forceinline__ static
 
-TT_GRING_FN uint32_t
+TT_GPU_URING_FN uint32_t
 tt_ld_acquire(const uint32_t *p)
 {
 	uint32_t v;
@@ -29,14 +29,14 @@ tt_ld_acquire(const uint32_t *p)
 	return v;
 }
 
-TT_GRING_FN void
+TT_GPU_URING_FN void
 tt_st_release(uint32_t *p, uint32_t v)
 {
 	asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 /* A strong (uncached) load of a CQE field. */
-TT_GRING_FN uint64_t
+TT_GPU_URING_FN uint64_t
 tt_ld_relaxed64(const uint64_t *p)
 {
 	uint64_t v;
@@ -45,21 +45,21 @@ tt_ld_relaxed64(const uint64_t *p)
 	return v;
 }
 #else
-#define TT_GRING_FN static inline
+#define TT_GPU_URING_FN static inline
 
-TT_GRING_FN uint32_t
+TT_GPU_URING_FN uint32_t
 tt_ld_acquire(const uint32_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
 
-TT_GRING_FN void
+TT_GPU_URING_FN void
 tt_st_release(uint32_t *p, uint32_t v)
 {
 	__atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
-TT_GRING_FN uint64_t
+TT_GPU_URING_FN uint64_t
 tt_ld_relaxed64(const uint64_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_RELAXED);
@@ -79,10 +79,10 @@ tt_ld_relaxed64(const uint64_t *p)
 #define TT_SQ_NEED_WAKEUP (1u << 0)
 #define TT_SQ_CQ_OVERFLOW (1u << 1)
 
-#define TT_GRING_MAX_FILES 64
+#define TT_GPU_URING_MAX_FILES 64
 
 /* One I/O of a program, as the driver turns it into an SQE. user_data is its index. */
-struct tt_gring_io {
+struct tt_gpu_uring_io {
 	uint64_t off;
 	uint64_t buf; /* host virtual address (the kernel pins it) */
 	uint32_t len;
@@ -92,7 +92,7 @@ struct tt_gring_io {
 };
 
 /* Everything a driver needs to use a ring: plain data, passed by value to kernels. */
-struct tt_gring_view {
+struct tt_gpu_uring_view {
 	uint32_t *sq_head; /* written by the kernel */
 	uint32_t *sq_tail; /* written by the driver */
 	uint32_t *sq_flags;
@@ -113,20 +113,20 @@ struct tt_gring_view {
 	 * bench/results/README.md, "Paced submission"). */
 	uint32_t read_pace_ns;
 	uint64_t buf_base, buf_bytes;
-	int32_t fds[TT_GRING_MAX_FILES];
+	int32_t fds[TT_GPU_URING_MAX_FILES];
 };
 
 /* SQ slots free for a producer whose own tail is \p tail. */
-TT_GRING_FN uint32_t
-tt_gring_sq_space(const struct tt_gring_view *v, uint32_t tail)
+TT_GPU_URING_FN uint32_t
+tt_gpu_uring_sq_space(const struct tt_gpu_uring_view *v, uint32_t tail)
 {
 	return v->sq_entries - (tail - tt_ld_acquire(v->sq_head));
 }
 
 /* Write the SQE for \p io (index \p tag) at the producer's \p tail; not yet visible. */
-TT_GRING_FN void
-tt_gring_put(const struct tt_gring_view *v, uint32_t tail, const struct tt_gring_io *io,
-             uint64_t tag)
+TT_GPU_URING_FN void
+tt_gpu_uring_put(const struct tt_gpu_uring_view *v, uint32_t tail, const struct tt_gpu_uring_io *io,
+                 uint64_t tag)
 {
 	uint64_t *s = v->sqes + (uint64_t)(tail & v->sq_mask) * 8;
 	int fixed_buf = v->fixed_buf && io->buf >= v->buf_base &&
@@ -150,22 +150,22 @@ tt_gring_put(const struct tt_gring_view *v, uint32_t tail, const struct tt_gring
 }
 
 /* Make every SQE before \p tail visible to the kernel. */
-TT_GRING_FN void
-tt_gring_publish(const struct tt_gring_view *v, uint32_t tail)
+TT_GPU_URING_FN void
+tt_gpu_uring_publish(const struct tt_gpu_uring_view *v, uint32_t tail)
 {
 	tt_st_release(v->sq_tail, tail);
 }
 
 /* CQEs ready for a consumer whose own head is \p head. */
-TT_GRING_FN uint32_t
-tt_gring_cq_ready(const struct tt_gring_view *v, uint32_t head)
+TT_GPU_URING_FN uint32_t
+tt_gpu_uring_cq_ready(const struct tt_gpu_uring_view *v, uint32_t head)
 {
 	return tt_ld_acquire(v->cq_tail) - head;
 }
 
-/* Read the CQE at \p head (after tt_gring_cq_ready said it is there). */
-TT_GRING_FN void
-tt_gring_cqe(const struct tt_gring_view *v, uint32_t head, uint64_t *tag, int32_t *res)
+/* Read the CQE at \p head (after tt_gpu_uring_cq_ready said it is there). */
+TT_GPU_URING_FN void
+tt_gpu_uring_cqe(const struct tt_gpu_uring_view *v, uint32_t head, uint64_t *tag, int32_t *res)
 {
 	const uint64_t *c = v->cqes + (uint64_t)(head & v->cq_mask) * 2;
 
@@ -174,10 +174,10 @@ tt_gring_cqe(const struct tt_gring_view *v, uint32_t head, uint64_t *tag, int32_
 }
 
 /* Hand CQ slots before \p head back to the kernel. */
-TT_GRING_FN void
-tt_gring_cq_release(const struct tt_gring_view *v, uint32_t head)
+TT_GPU_URING_FN void
+tt_gpu_uring_cq_release(const struct tt_gpu_uring_view *v, uint32_t head)
 {
 	tt_st_release(v->cq_head, head);
 }
 
-#endif /* TT_GRING_PROTO_H */
+#endif /* TT_GPU_URING_PROTO_H */

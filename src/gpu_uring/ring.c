@@ -13,8 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpu/gpu.h"
-#include "gring/gring.h"
+#include "gpu_uring/gpu_uring.h"
 
 /* Not in Debian 12's kernel headers (6.1). */
 #define TT_IORING_SETUP_NO_MMAP (1u << 14)
@@ -24,17 +23,16 @@
  * enough to take a negligible share of a core. */
 #define DOORBELL_NS 50000
 /* A pace above this is a mistake, not a tuning: it would hold a layer's reads for milliseconds. */
-#define GRING_MAX_PACE_NS 1000000u
+#define MAX_PACE_NS 1000000u
 
-struct tt_gring {
+struct tt_gpu_uring {
 	int fd;
-	struct tt_gring_view view;
+	struct tt_gpu_uring_view view;
 	uint8_t *sq_region; /* the SQEs */
 	size_t sq_bytes;
 	uint8_t
 	    *ring_region; /* struct io_rings and the CQEs (and the SQ array without NO_SQARRAY) */
 	size_t ring_bytes;
-	bool gpu_mapped;
 	pthread_t helper;
 	bool helper_started;
 	uint32_t stop;             /* atomic */
@@ -92,7 +90,7 @@ region_alloc(size_t bytes)
 /* ---- the doorbell helper ---- */
 
 static void
-doorbell(struct tt_gring *r)
+doorbell(struct tt_gpu_uring *r)
 {
 	uint32_t flags = tt_ld_acquire(r->view.sq_flags);
 
@@ -112,7 +110,7 @@ doorbell(struct tt_gring *r)
 static void *
 helper_main(void *arg)
 {
-	struct tt_gring *r = arg;
+	struct tt_gpu_uring *r = arg;
 	struct timespec pause = {0, DOORBELL_NS};
 
 	while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
@@ -123,7 +121,7 @@ helper_main(void *arg)
 }
 
 void
-tt_gring_kick(struct tt_gring *r)
+tt_gpu_uring_kick(struct tt_gpu_uring *r)
 {
 	if (tt_ld_acquire(r->view.sq_flags) & TT_SQ_NEED_WAKEUP) {
 		sys_enter(r->fd, IORING_ENTER_SQ_WAKEUP);
@@ -132,13 +130,13 @@ tt_gring_kick(struct tt_gring *r)
 }
 
 uint64_t
-tt_gring_wakeups(const struct tt_gring *r)
+tt_gpu_uring_wakeups(const struct tt_gpu_uring *r)
 {
 	return __atomic_load_n(&r->wakeups, __ATOMIC_RELAXED);
 }
 
 uint64_t
-tt_gring_overflow_flushes(const struct tt_gring *r)
+tt_gpu_uring_overflow_flushes(const struct tt_gpu_uring *r)
 {
 	return __atomic_load_n(&r->overflow_flushes, __ATOMIC_RELAXED);
 }
@@ -157,7 +155,7 @@ set_user_addr(void *offsets, const void *region)
 }
 
 static int
-setup_ring(struct tt_gring *r, const struct tt_gring_conf *conf, struct io_uring_params *p)
+setup_ring(struct tt_gpu_uring *r, const struct tt_gpu_uring_conf *conf, struct io_uring_params *p)
 {
 	uint32_t flags = TT_IORING_SETUP_NO_MMAP | IORING_SETUP_SQPOLL | IORING_SETUP_CQSIZE |
 	                 TT_IORING_SETUP_NO_SQARRAY;
@@ -197,9 +195,10 @@ setup_ring(struct tt_gring *r, const struct tt_gring_conf *conf, struct io_uring
 }
 
 static void
-fill_view(struct tt_gring *r, const struct tt_gring_conf *conf, const struct io_uring_params *p)
+fill_view(struct tt_gpu_uring *r, const struct tt_gpu_uring_conf *conf,
+          const struct io_uring_params *p)
 {
-	struct tt_gring_view *v = &r->view;
+	struct tt_gpu_uring_view *v = &r->view;
 	uint8_t *rr = r->ring_region;
 
 	v->sq_head = (uint32_t *)(rr + p->sq_off.head);
@@ -221,7 +220,7 @@ fill_view(struct tt_gring *r, const struct tt_gring_conf *conf, const struct io_
 }
 
 static void
-register_resources(struct tt_gring *r, const struct tt_gring_conf *conf)
+register_resources(struct tt_gpu_uring *r, const struct tt_gpu_uring_conf *conf)
 {
 	int rc = sys_register(r->fd, IORING_REGISTER_FILES, conf->fds, conf->nr_fds);
 
@@ -245,17 +244,17 @@ register_resources(struct tt_gring *r, const struct tt_gring_conf *conf)
 }
 
 int
-tt_gring_create(const struct tt_gring_conf *conf, struct tt_gring **out)
+tt_gpu_uring_create(const struct tt_gpu_uring_conf *conf, struct tt_gpu_uring **out)
 {
 	struct io_uring_params p;
-	struct tt_gring *r;
+	struct tt_gpu_uring *r;
 	uint32_t sq, cq;
 	int rc;
 
 	if (conf == NULL || out == NULL || conf->fds == NULL || conf->nr_fds == 0 ||
-	    conf->nr_fds > TT_GRING_MAX_FILES || conf->sq_entries == 0 ||
+	    conf->nr_fds > TT_GPU_URING_MAX_FILES || conf->sq_entries == 0 ||
 	    conf->sq_entries > 32768 || conf->cq_entries < conf->sq_entries ||
-	    conf->cq_entries > 65536 || conf->read_pace_ns > GRING_MAX_PACE_NS) {
+	    conf->cq_entries > 65536 || conf->read_pace_ns > MAX_PACE_NS) {
 		return -EINVAL;
 	}
 	*out = NULL;
@@ -283,12 +282,6 @@ tt_gring_create(const struct tt_gring_conf *conf, struct tt_gring **out)
 	}
 	fill_view(r, conf, &p);
 	register_resources(r, conf);
-	if (conf->map_for_gpu) {
-		rc = tt_gring_map_for_gpu(r);
-		if (rc < 0) {
-			goto err;
-		}
-	}
 	rc = -pthread_create(&r->helper, NULL, helper_main, r);
 	if (rc < 0) {
 		goto err;
@@ -298,12 +291,12 @@ tt_gring_create(const struct tt_gring_conf *conf, struct tt_gring **out)
 	return 0;
 
 err:
-	tt_gring_destroy(r);
+	tt_gpu_uring_destroy(r);
 	return rc;
 }
 
 void
-tt_gring_destroy(struct tt_gring *r)
+tt_gpu_uring_destroy(struct tt_gpu_uring *r)
 {
 	if (r == NULL) {
 		return;
@@ -317,10 +310,6 @@ tt_gring_destroy(struct tt_gring *r)
 	if (r->fd >= 0) {
 		close(r->fd);
 	}
-	if (r->gpu_mapped) {
-		tt_gpu_host_unregister(r->sq_region);
-		tt_gpu_host_unregister(r->ring_region);
-	}
 	if (r->sq_region != NULL) {
 		munmap(r->sq_region, r->sq_bytes);
 	}
@@ -330,32 +319,15 @@ tt_gring_destroy(struct tt_gring *r)
 	tt_free(r);
 }
 
-int
-tt_gring_map_for_gpu(struct tt_gring *r)
+void
+tt_gpu_uring_regions(const struct tt_gpu_uring *r, struct tt_gpu_uring_region out[2])
 {
-	int rc;
-
-	if (r->gpu_mapped) {
-		return 0;
-	}
-	rc = tt_gpu_host_register(r->sq_region, r->sq_bytes);
-	if (rc == 0) {
-		rc = tt_gpu_host_register(r->ring_region, r->ring_bytes);
-		if (rc < 0) {
-			tt_gpu_host_unregister(r->sq_region);
-		}
-	}
-	if (rc < 0) {
-		tt_log_err(r->log, "gpu-uring: mapping the rings for the GPU: %s",
-		           tutti_strerror(rc));
-		return rc;
-	}
-	r->gpu_mapped = true;
-	return 0;
+	out[0] = (struct tt_gpu_uring_region){.base = r->sq_region, .bytes = r->sq_bytes};
+	out[1] = (struct tt_gpu_uring_region){.base = r->ring_region, .bytes = r->ring_bytes};
 }
 
 void
-tt_gring_view(const struct tt_gring *r, struct tt_gring_view *v)
+tt_gpu_uring_view(const struct tt_gpu_uring *r, struct tt_gpu_uring_view *v)
 {
 	*v = r->view;
 }
@@ -370,7 +342,7 @@ now_ms(void)
 
 /* Normalise a read or write result: the whole length, or a negative errno. */
 static int32_t
-io_result(const struct tt_gring_io *io, int32_t res)
+io_result(const struct tt_gpu_uring_io *io, int32_t res)
 {
 	if (res < 0) {
 		return res;
@@ -379,9 +351,10 @@ io_result(const struct tt_gring_io *io, int32_t res)
 }
 
 int
-tt_gring_twin_run(struct tt_gring *r, const struct tt_gring_program *p, uint32_t timeout_ms)
+tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program *p,
+                      uint32_t timeout_ms)
 {
-	const struct tt_gring_view *v = &r->view;
+	const struct tt_gpu_uring_view *v = &r->view;
 	uint32_t tail = tt_ld_acquire(v->sq_tail), head = tt_ld_acquire(v->cq_head);
 	uint32_t next = 0, done = 0, window = p->window;
 	uint8_t *completed; /* per I/O */
@@ -403,7 +376,7 @@ tt_gring_twin_run(struct tt_gring *r, const struct tt_gring_program *p, uint32_t
 		                          __atomic_load_n(p->cancel, __ATOMIC_ACQUIRE) != 0);
 		/* Submit what the window (I/O i reuses the slot of I/O i - window), the SQ and
 		 * the program allow. */
-		while (!cancelled && next < p->nr && tt_gring_sq_space(v, tail) > 0 &&
+		while (!cancelled && next < p->nr && tt_gpu_uring_sq_space(v, tail) > 0 &&
 		       (next < window || completed[next - window])) {
 			int prc;
 
@@ -420,21 +393,21 @@ tt_gring_twin_run(struct tt_gring *r, const struct tt_gring_program *p, uint32_t
 				done++;
 				continue;
 			}
-			tt_gring_put(v, tail++, &p->ios[next], next);
+			tt_gpu_uring_put(v, tail++, &p->ios[next], next);
 			next++;
 			queued++;
 		}
 		if (queued > 0) {
-			tt_gring_publish(v, tail); /* once per batch */
+			tt_gpu_uring_publish(v, tail); /* once per batch */
 			published_ns = tt_now_ns();
 		}
 		/* Reap what completed. */
-		ready = tt_gring_cq_ready(v, head);
+		ready = tt_gpu_uring_cq_ready(v, head);
 		for (uint32_t k = 0; k < ready; k++, head++) {
 			uint64_t tag;
 			int32_t res;
 
-			tt_gring_cqe(v, head, &tag, &res);
+			tt_gpu_uring_cqe(v, head, &tag, &res);
 			if (tag >= p->nr || completed[tag]) {
 				continue; /* not ours: a ring is used by one program at a time */
 			}
@@ -443,7 +416,7 @@ tt_gring_twin_run(struct tt_gring *r, const struct tt_gring_program *p, uint32_t
 			done++;
 		}
 		if (ready > 0) {
-			tt_gring_cq_release(v, head);
+			tt_gpu_uring_cq_release(v, head);
 		}
 		if (cancelled && next == done) {
 			/* Nothing in flight any more: what was never submitted is cancelled. */

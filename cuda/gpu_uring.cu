@@ -32,7 +32,7 @@
 
 extern "C" {
 #include "format/format.h"
-#include "gring/proto.h"
+#include "gpu_uring/proto.h"
 }
 
 /* Threads of one worker (and of the controller's group), and of the other kernels' blocks. */
@@ -41,7 +41,7 @@ extern "C" {
  * (1024 would cap it at 64). Its groups are of GROUP threads, or of half as many when more than
  * 3 must share a block: a block holds at most BLOCK_THREADS / (GROUP / 2) = MAX_GROUPS. */
 #define BLOCK_THREADS 768
-#define MAX_GROUPS TT_GRING_GROUPS_PER_BLOCK
+#define MAX_GROUPS TT_GPU_URING_GROUPS_PER_BLOCK
 static_assert(BLOCK_THREADS / (GROUP / 2) == MAX_GROUPS, "the store packs by this count");
 
 /* What one group keeps in shared memory. */
@@ -50,14 +50,14 @@ struct group_shared {
 	int ok; /* wait_flag's verdict for the group */
 };
 
-struct tt_gring_dev {
-	struct tt_gring_obj *objs; /* device copy of a layer's objects */
+struct tt_gpu_uring_dev {
+	struct tt_gpu_uring_obj *objs; /* device copy of a layer's objects */
 	uint32_t nr_objs_cap;
 	uint32_t *ids;
 	uint32_t nr_ids_cap;
 	uint8_t *scratch; /* one object per worker */
 	uint64_t scratch_bytes;
-	/* The GPU time of the layer kernels launched since the last tt_gpu_gring_elapsed(): from
+	/* The GPU time of the layer kernels launched since the last tt_gpu_uring_elapsed(): from
 	 * before the first launch to after the last (they run back to back on the stream). */
 	cudaEvent_t span_begin, span_end;
 	bool span_open;
@@ -78,10 +78,10 @@ struct seg_param {
 };
 
 struct job_param {
-	struct tt_gring_view ring;
+	struct tt_gpu_uring_view ring;
 	seg_param seg[TT_MAX_SEGS_PER_LAYER];
 	unsigned nr_segs;
-	uint64_t lbb;    /* layer block bytes */
+	uint64_t layer_block_bytes;
 	uint8_t *bounce; /* slots, mapped host memory (host address = device address) */
 	uint64_t slot_bytes;
 	uint32_t slots;
@@ -184,20 +184,20 @@ team_copy(const team &t, uint8_t *dst, const uint8_t *src, uint64_t bytes)
 
 /* Move an object's blocks between \p obj (canonical layout) and the paged KV. */
 __device__ static void
-move_blocks(const team &t, const job_param &p, const uint32_t *ids, uint32_t n, uint8_t *obj,
+move_blocks(const team &t, const job_param &param, const uint32_t *ids, uint32_t n, uint8_t *obj,
             bool gather)
 {
 	for (uint32_t b = 0; b < n; b++) {
-		for (unsigned s = 0; s < p.nr_segs; s++) {
-			uint8_t *kv =
-			    reinterpret_cast<uint8_t *>(p.seg[s].base + ids[b] * p.seg[s].stride);
+		for (unsigned s = 0; s < param.nr_segs; s++) {
+			uint8_t *kv = reinterpret_cast<uint8_t *>(param.seg[s].base +
+			                                          ids[b] * param.seg[s].stride);
 
 			if (gather) {
-				team_copy(t, obj, kv, p.seg[s].bytes);
+				team_copy(t, obj, kv, param.seg[s].bytes);
 			} else {
-				team_copy(t, kv, obj, p.seg[s].bytes);
+				team_copy(t, kv, obj, param.seg[s].bytes);
 			}
-			obj += p.seg[s].bytes;
+			obj += param.seg[s].bytes;
 		}
 	}
 }
@@ -205,45 +205,48 @@ move_blocks(const team &t, const job_param &p, const uint32_t *ids, uint32_t n, 
 /* ---- the controller ---- */
 
 __device__ static void
-controller(const job_param &p, struct tt_gring_obj *objs, unsigned long long *ready,
+controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long long *ready,
            unsigned long long *freed, int *failed)
 {
-	const struct tt_gring_view *v = &p.ring;
-	uint32_t tail = *(volatile uint32_t *)v->sq_tail, head = *(volatile uint32_t *)v->cq_head;
+	const struct tt_gpu_uring_view *ring = &param.ring;
+	uint32_t tail = *(volatile uint32_t *)ring->sq_tail,
+	         head = *(volatile uint32_t *)ring->cq_head;
 	uint32_t next = 0, done = 0;
 	uint64_t progress = now_ns(), published_ns = 0;
 	/* Reads go out one at a time, read_pace_ns apart, where the ring asks for it (proto.h). */
-	uint32_t pace_ns = p.write ? 0 : v->read_pace_ns;
+	uint32_t pace_ns = param.write ? 0 : ring->read_pace_ns;
 	unsigned back_off = 32;
 	bool published = false;
 
-	if (p.trace != NULL) {
-		p.trace[0] = progress;
+	if (param.trace != NULL) {
+		param.trace[0] = progress;
 	}
-	while (done < p.nr) {
-		uint32_t queued = 0, ready_n;
+	while (done < param.nr) {
+		uint32_t queued = 0, nr_ready;
 
 		/* Submit: slot free (its previous I/O consumed), save data gathered, SQ space. */
-		while (next < p.nr && tt_gring_sq_space(v, tail) > 0) {
-			uint32_t slot = next % p.slots;
-			unsigned long long want = p.epoch << 32 | (unsigned long long)(next + 1);
-			struct tt_gring_io io;
+		while (next < param.nr && tt_gpu_uring_sq_space(ring, tail) > 0) {
+			uint32_t slot = next % param.slots;
+			unsigned long long want =
+			    param.epoch << 32 | (unsigned long long)(next + 1);
+			struct tt_gpu_uring_io io;
 
 			if (pace_ns != 0 && (queued > 0 || now_ns() - published_ns < pace_ns)) {
 				break;
 			}
-			if (next >= p.slots && ld_acquire_gpu(&freed[slot]) !=
-			                           (p.epoch << 32 | (next - p.slots + 1))) {
+			if (next >= param.slots &&
+			    ld_acquire_gpu(&freed[slot]) !=
+			        (param.epoch << 32 | (next - param.slots + 1))) {
 				break;
 			}
 			/* A save's data must be in the slot: its worker says so through ready. */
-			if (p.write && ld_acquire_gpu(&ready[slot]) != want) {
+			if (param.write && ld_acquire_gpu(&ready[slot]) != want) {
 				break;
 			}
 			if (objs[next].status != 0) {
 				/* Nothing to write for a failed gather: its completion is its
 				 * status. */
-				if (!p.write) {
+				if (!param.write) {
 					st_release_gpu(&ready[slot], want);
 				}
 				st_release_gpu(&freed[slot], want);
@@ -252,64 +255,64 @@ controller(const job_param &p, struct tt_gring_obj *objs, unsigned long long *re
 				continue;
 			}
 			io.off = objs[next].off;
-			io.buf =
-			    reinterpret_cast<uint64_t>(p.bounce + (uint64_t)slot * p.slot_bytes);
-			io.len = (uint32_t)p.slot_bytes;
+			io.buf = reinterpret_cast<uint64_t>(param.bounce +
+			                                    (uint64_t)slot * param.slot_bytes);
+			io.len = (uint32_t)param.slot_bytes;
 			io.file = (uint16_t)objs[next].file;
-			io.write = (uint8_t)p.write;
-			tt_gring_put(v, tail++, &io, next);
+			io.write = (uint8_t)param.write;
+			tt_gpu_uring_put(ring, tail++, &io, next);
 			next++;
 			queued++;
 		}
 		if (queued > 0) {
-			tt_gring_publish(v, tail); /* one release per batch */
+			tt_gpu_uring_publish(ring, tail); /* one release per batch */
 			published_ns = now_ns();
-			if (p.trace != NULL && !published) {
-				p.trace[1] = published_ns;
+			if (param.trace != NULL && !published) {
+				param.trace[1] = published_ns;
 			}
 			published = true;
 		}
 		/* Reap. */
-		ready_n = tt_gring_cq_ready(v, head);
-		for (uint32_t k = 0; k < ready_n; k++, head++) {
+		nr_ready = tt_gpu_uring_cq_ready(ring, head);
+		for (uint32_t k = 0; k < nr_ready; k++, head++) {
 			uint64_t tag;
 			int32_t res;
 
-			tt_gring_cqe(v, head, &tag, &res);
-			if (tag >= p.nr) {
+			tt_gpu_uring_cqe(ring, head, &tag, &res);
+			if (tag >= param.nr) {
 				continue;
 			}
-			if (res >= 0 && (uint32_t)res != (uint32_t)p.slot_bytes) {
+			if (res >= 0 && (uint32_t)res != (uint32_t)param.slot_bytes) {
 				res = -EIO; /* short: the file ends inside the object */
 			}
 			if (res < 0) {
 				objs[tag].status = res;
 			}
-			if (p.write) {
+			if (param.write) {
 				/* The write is done: the slot is free for I/O tag + S. */
-				st_release_gpu(&freed[tag % p.slots],
-				               p.epoch << 32 | (unsigned long long)(tag + 1));
+				st_release_gpu(&freed[tag % param.slots],
+				               param.epoch << 32 | (unsigned long long)(tag + 1));
 			} else {
-				st_release_gpu(&ready[tag % p.slots],
-				               p.epoch << 32 | (unsigned long long)(tag + 1));
+				st_release_gpu(&ready[tag % param.slots],
+				               param.epoch << 32 | (unsigned long long)(tag + 1));
 			}
 			done++;
 		}
-		if (ready_n > 0) {
-			tt_gring_cq_release(v, head);
-			if (p.trace != NULL) {
+		if (nr_ready > 0) {
+			tt_gpu_uring_cq_release(ring, head);
+			if (param.trace != NULL) {
 				uint64_t t = now_ns();
 
-				if (p.trace[2] == 0) {
-					p.trace[2] = t;
+				if (param.trace[2] == 0) {
+					param.trace[2] = t;
 				}
-				p.trace[3] = t;
+				param.trace[3] = t;
 			}
 		}
-		if (queued > 0 || ready_n > 0) {
+		if (queued > 0 || nr_ready > 0) {
 			progress = now_ns();
 			back_off = 32;
-		} else if (now_ns() - progress > p.timeout_ns) {
+		} else if (now_ns() - progress > param.timeout_ns) {
 			atomicExch(failed, 1);
 			return;
 		} else {
@@ -323,52 +326,55 @@ controller(const job_param &p, struct tt_gring_obj *objs, unsigned long long *re
 
 /* Wait for \p flag to reach \p want; false on a timeout (or when another group failed). */
 __device__ static bool
-wait_flag(const team &t, group_shared *sh, const unsigned long long *flag, unsigned long long want,
-          uint64_t timeout_ns, int *failed)
+wait_flag(const team &t, group_shared *group_mem, const unsigned long long *flag,
+          unsigned long long want, uint64_t timeout_ns, int *failed)
 {
 	if (t.lane == 0) {
 		uint64_t start = now_ns();
 
-		sh->ok = 1;
+		group_mem->ok = 1;
 		while (ld_acquire_gpu(flag) != want) {
 			if (*(volatile int *)failed || now_ns() - start > timeout_ns) {
 				atomicExch(failed, 1);
-				sh->ok = 0;
+				group_mem->ok = 0;
 				break;
 			}
 			__nanosleep(256);
 		}
 	}
 	team_sync(t);
-	return sh->ok != 0;
+	return group_mem->ok != 0;
 }
 
 __device__ static void
-worker(const team &t, group_shared *sh, const job_param &p, struct tt_gring_obj *objs,
-       const uint32_t *ids, uint8_t *scratch, unsigned long long *ready, unsigned long long *freed,
-       int *failed, uint32_t w)
+worker(const team &t, group_shared *group_mem, const job_param &param,
+       struct tt_gpu_uring_obj *objs, const uint32_t *ids, uint8_t *scratch,
+       unsigned long long *ready, unsigned long long *freed, int *failed, uint32_t w)
 {
-	for (uint32_t i = w; i < p.nr; i += p.workers) {
-		struct tt_gring_obj *o = &objs[i];
-		uint32_t slot = i % p.slots;
-		unsigned long long mine = p.epoch << 32 | (unsigned long long)(i + 1);
-		uint8_t *bounce = p.bounce + (uint64_t)slot * p.slot_bytes;
-		uint64_t stored = (uint64_t)o->stored * p.lbb,
-		         moved = (uint64_t)o->nr_moved * p.lbb;
+	for (uint32_t i = w; i < param.nr; i += param.workers) {
+		struct tt_gpu_uring_obj *obj = &objs[i];
+		uint32_t slot = i % param.slots;
+		unsigned long long mine = param.epoch << 32 | (unsigned long long)(i + 1);
+		uint8_t *bounce = param.bounce + (uint64_t)slot * param.slot_bytes;
+		uint64_t stored = (uint64_t)obj->stored * param.layer_block_bytes,
+		         moved = (uint64_t)obj->nr_moved * param.layer_block_bytes;
 
-		if (p.write) {
+		if (param.write) {
 			/* Save: the slot is ours once I/O i - S is written. */
-			if (i >= p.slots &&
-			    !wait_flag(t, sh, &freed[slot], p.epoch << 32 | (i - p.slots + 1),
-			               p.timeout_ns, failed)) {
+			if (i >= param.slots &&
+			    !wait_flag(t, group_mem, &freed[slot],
+			               param.epoch << 32 | (i - param.slots + 1), param.timeout_ns,
+			               failed)) {
 				return;
 			}
-			if (o->status == 0) {
-				move_blocks(t, p, ids + o->ids_off, o->nr_moved, scratch, true);
+			if (obj->status == 0) {
+				move_blocks(t, param, ids + obj->ids_off, obj->nr_moved, scratch,
+				            true);
 				team_sync(t);
-				o->csum = xxh3_64_block(scratch, moved, &sh->xxh, t);
+				obj->csum = xxh3_64_block(scratch, moved, &group_mem->xxh, t);
 				team_copy(t, bounce, scratch, moved);
-				for (uint64_t b = moved + t.lane; b < p.slot_bytes; b += t.size) {
+				for (uint64_t b = moved + t.lane; b < param.slot_bytes;
+				     b += t.size) {
 					bounce[b] = 0; /* padding is zero, never stale */
 				}
 			}
@@ -380,42 +386,43 @@ worker(const team &t, group_shared *sh, const job_param &p, struct tt_gring_obj 
 			continue;
 		}
 		/* Load: wait for the read, take the object, give the slot back. */
-		if (!wait_flag(t, sh, &ready[slot], mine, p.timeout_ns, failed)) {
+		if (!wait_flag(t, group_mem, &ready[slot], mine, param.timeout_ns, failed)) {
 			return;
 		}
-		if (o->status == 0) {
+		if (obj->status == 0) {
 			team_copy_from_host(t, scratch, bounce, stored);
 		}
 		team_sync(t);
 		if (t.lane == 0) {
 			st_release_gpu(&freed[slot], mine);
 		}
-		if (o->status != 0) {
+		if (obj->status != 0) {
 			continue;
 		}
-		if (xxh3_64_block(scratch, stored, &sh->xxh, t) != o->csum) {
+		if (xxh3_64_block(scratch, stored, &group_mem->xxh, t) != obj->csum) {
 			if (t.lane == 0) {
-				o->status = -EBADMSG;
+				obj->status = -EBADMSG;
 			}
 			continue; /* never scattered */
 		}
-		move_blocks(t, p, ids + o->ids_off, o->nr_moved,
-		            scratch + (uint64_t)o->skip * p.lbb, false);
+		move_blocks(t, param, ids + obj->ids_off, obj->nr_moved,
+		            scratch + (uint64_t)obj->skip * param.layer_block_bytes, false);
 		team_sync(t);
 	}
 }
 
 /* Group 0 (the first of block 0) is the controller, groups 1..W the workers; each block holds
- * blockDim.x / p.group_threads groups, each synchronising on its own named barrier. */
+ * blockDim.x / param.group_threads groups, each synchronising on its own named barrier. */
 __global__ static void
 __launch_bounds__(BLOCK_THREADS)
-    gring_kernel(job_param p, struct tt_gring_obj *objs, const uint32_t *ids, uint8_t *scratch,
-                 unsigned long long *ready, unsigned long long *freed, int *failed)
+    gpu_uring_kernel(job_param param, struct tt_gpu_uring_obj *objs, const uint32_t *ids,
+                     uint8_t *scratch, unsigned long long *ready, unsigned long long *freed,
+                     int *failed)
 {
 	__shared__ group_shared shared[MAX_GROUPS];
-	unsigned local = threadIdx.x / p.group_threads;
-	uint32_t group = blockIdx.x * (blockDim.x / p.group_threads) + local;
-	team t = {threadIdx.x % p.group_threads, p.group_threads, 1 + local};
+	unsigned local = threadIdx.x / param.group_threads;
+	uint32_t group = blockIdx.x * (blockDim.x / param.group_threads) + local;
+	team t = {threadIdx.x % param.group_threads, param.group_threads, 1 + local};
 	int *broken = failed + 2;
 
 	if (*(volatile int *)broken) {
@@ -426,50 +433,50 @@ __launch_bounds__(BLOCK_THREADS)
 	}
 	if (group == 0) {
 		if (t.lane == 0) {
-			controller(p, objs, ready, freed, failed);
+			controller(param, objs, ready, freed, failed);
 			if (*(volatile int *)failed) {
 				atomicExch(broken, 1);
 			}
 		}
 		return;
 	}
-	if (group > p.workers) {
+	if (group > param.workers) {
 		return; /* the last block's spare groups */
 	}
-	worker(t, &shared[local], p, objs, ids, scratch + (uint64_t)(group - 1) * p.slot_bytes,
-	       ready, freed, failed, group - 1);
+	worker(t, &shared[local], param, objs, ids,
+	       scratch + (uint64_t)(group - 1) * param.slot_bytes, ready, freed, failed, group - 1);
 	if (t.lane == 0 && *(volatile int *)failed) {
 		atomicExch(broken, 1);
 	}
-	if (p.trace != NULL && t.lane == 0 && atomicSub(p.workers_left, 1) == 1) {
-		p.trace[4] = now_ns();
+	if (param.trace != NULL && t.lane == 0 && atomicSub(param.workers_left, 1) == 1) {
+		param.trace[4] = now_ns();
 	}
 }
 
 /* ---- host side ---- */
 
 void
-tt_gpu_gring_free(struct tt_gpu *g)
+tt_gpu_uring_free(struct tt_gpu *g)
 {
-	struct tt_gring_dev *d = g->gring;
+	struct tt_gpu_uring_dev *dev = g->uring;
 
-	if (d == NULL) {
+	if (dev == NULL) {
 		return;
 	}
-	cudaFree(d->objs);
-	cudaFree(d->ids);
-	cudaFree(d->scratch);
-	cudaFree(d->ready);
-	cudaFree(d->freed);
-	cudaFree(d->failed);
-	if (d->span_begin != NULL) {
-		cudaEventDestroy(d->span_begin);
+	cudaFree(dev->objs);
+	cudaFree(dev->ids);
+	cudaFree(dev->scratch);
+	cudaFree(dev->ready);
+	cudaFree(dev->freed);
+	cudaFree(dev->failed);
+	if (dev->span_begin != NULL) {
+		cudaEventDestroy(dev->span_begin);
 	}
-	if (d->span_end != NULL) {
-		cudaEventDestroy(d->span_end);
+	if (dev->span_end != NULL) {
+		cudaEventDestroy(dev->span_end);
 	}
-	free(d);
-	g->gring = NULL;
+	free(dev);
+	g->uring = NULL;
 }
 
 /* Grow a device buffer to hold \p need bytes (buffers are reused across launches). Stream-
@@ -508,45 +515,45 @@ secret_set(struct tt_gpu *g)
 	return rc;
 }
 
-/* The segments of \p layer of \p kv into \p p. */
+/* The segments of \p layer of \p kv into \p param. */
 static void
-layer_segs(job_param *p, const struct tutti_kv *kv, uint32_t layer)
+layer_segs(job_param *param, const struct tutti_kv *kv, uint32_t layer)
 {
 	const struct tutti_segment *segs = tt_kv_layer_segs(kv, layer);
 
-	p->nr_segs = kv->segs_per_layer;
+	param->nr_segs = kv->segs_per_layer;
 	for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
-		p->seg[s].base = segs[s].base;
-		p->seg[s].stride = segs[s].block_stride;
-		p->seg[s].bytes = segs[s].bytes;
+		param->seg[s].base = segs[s].base;
+		param->seg[s].stride = segs[s].block_stride;
+		param->seg[s].bytes = segs[s].bytes;
 	}
-	p->lbb = kv->geo.layer_block_bytes;
+	param->layer_block_bytes = kv->geo.layer_block_bytes;
 }
 
 static int
-prepare_dev(struct tt_gpu *g, const struct tt_gring_job *job, uint32_t workers)
+prepare_dev(struct tt_gpu *g, const struct tt_gpu_uring_job *job, uint32_t workers)
 {
-	struct tt_gring_dev *d = g->gring;
+	struct tt_gpu_uring_dev *dev = g->uring;
 	uint64_t caps[5];
 	int rc;
 
-	if (d == NULL) {
-		d = static_cast<struct tt_gring_dev *>(calloc(1, sizeof(*d)));
-		if (d == NULL) {
+	if (dev == NULL) {
+		dev = static_cast<struct tt_gpu_uring_dev *>(calloc(1, sizeof(*dev)));
+		if (dev == NULL) {
 			return -ENOMEM;
 		}
-		g->gring = d;
+		g->uring = dev;
 		/* failed, the workers-left counter of the trace, the sticky broken word */
-		rc = check(g, cudaMalloc(&d->failed, 3 * sizeof(int)), "cudaMalloc");
+		rc = check(g, cudaMalloc(&dev->failed, 3 * sizeof(int)), "cudaMalloc");
 		if (rc == 0) {
-			rc = check(g, cudaMemsetAsync(d->failed, 0, 3 * sizeof(int), g->stream),
+			rc = check(g, cudaMemsetAsync(dev->failed, 0, 3 * sizeof(int), g->stream),
 			           "cudaMemset");
 		}
 		if (rc == 0) {
-			rc = check(g, cudaEventCreate(&d->span_begin), "cudaEventCreate");
+			rc = check(g, cudaEventCreate(&dev->span_begin), "cudaEventCreate");
 		}
 		if (rc == 0) {
-			rc = check(g, cudaEventCreate(&d->span_end), "cudaEventCreate");
+			rc = check(g, cudaEventCreate(&dev->span_end), "cudaEventCreate");
 		}
 		if (rc < 0) {
 			return rc;
@@ -556,39 +563,42 @@ prepare_dev(struct tt_gpu *g, const struct tt_gring_job *job, uint32_t workers)
 	if (rc < 0) {
 		return rc;
 	}
-	caps[0] = (uint64_t)d->nr_objs_cap * sizeof(*d->objs);
-	caps[1] = (uint64_t)d->nr_ids_cap * sizeof(*d->ids);
-	caps[2] = d->scratch_bytes;
-	caps[3] = caps[4] = (uint64_t)d->nr_slots_cap * sizeof(*d->ready);
-	if (reserve(g, (void **)&d->objs, &caps[0], (uint64_t)job->nr * sizeof(*d->objs)) < 0 ||
-	    reserve(g, (void **)&d->ids, &caps[1], (uint64_t)job->nr_ids * sizeof(*d->ids)) < 0 ||
-	    reserve(g, (void **)&d->scratch, &caps[2], (uint64_t)workers * job->slot_bytes) < 0) {
+	caps[0] = (uint64_t)dev->nr_objs_cap * sizeof(*dev->objs);
+	caps[1] = (uint64_t)dev->nr_ids_cap * sizeof(*dev->ids);
+	caps[2] = dev->scratch_bytes;
+	caps[3] = caps[4] = (uint64_t)dev->nr_slots_cap * sizeof(*dev->ready);
+	if (reserve(g, (void **)&dev->objs, &caps[0], (uint64_t)job->nr * sizeof(*dev->objs)) < 0 ||
+	    reserve(g, (void **)&dev->ids, &caps[1], (uint64_t)job->nr_ids * sizeof(*dev->ids)) <
+	        0 ||
+	    reserve(g, (void **)&dev->scratch, &caps[2], (uint64_t)workers * job->slot_bytes) < 0) {
 		return -ENOMEM;
 	}
-	if (caps[3] < (uint64_t)job->slots * sizeof(*d->ready)) {
+	if (caps[3] < (uint64_t)job->slots * sizeof(*dev->ready)) {
 		/* Flags start at zero: epochs start at 1, so no old value ever matches. */
-		if (reserve(g, (void **)&d->ready, &caps[3], job->slots * sizeof(*d->ready)) < 0 ||
-		    reserve(g, (void **)&d->freed, &caps[4], job->slots * sizeof(*d->freed)) < 0 ||
-		    cudaMemsetAsync(d->ready, 0, caps[3], g->stream) != cudaSuccess ||
-		    cudaMemsetAsync(d->freed, 0, caps[4], g->stream) != cudaSuccess) {
+		if (reserve(g, (void **)&dev->ready, &caps[3], job->slots * sizeof(*dev->ready)) <
+		        0 ||
+		    reserve(g, (void **)&dev->freed, &caps[4], job->slots * sizeof(*dev->freed)) <
+		        0 ||
+		    cudaMemsetAsync(dev->ready, 0, caps[3], g->stream) != cudaSuccess ||
+		    cudaMemsetAsync(dev->freed, 0, caps[4], g->stream) != cudaSuccess) {
 			return -ENOMEM;
 		}
-		d->nr_slots_cap = job->slots;
+		dev->nr_slots_cap = job->slots;
 	}
-	d->nr_objs_cap = (uint32_t)(caps[0] / sizeof(*d->objs));
-	d->nr_ids_cap = (uint32_t)(caps[1] / sizeof(*d->ids));
-	d->scratch_bytes = caps[2];
+	dev->nr_objs_cap = (uint32_t)(caps[0] / sizeof(*dev->objs));
+	dev->nr_ids_cap = (uint32_t)(caps[1] / sizeof(*dev->ids));
+	dev->scratch_bytes = caps[2];
 	return 0;
 }
 
 extern "C" int
-tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
-                   const struct tt_gring_job *job)
+tt_gpu_uring_layer(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
+                   const struct tt_gpu_uring_job *job)
 {
 	const struct tutti_kv *kv = job->kv;
-	struct tt_gring_dev *d;
+	struct tt_gpu_uring_dev *dev;
 	uint32_t workers, groups, blocks, per_block, group_threads;
-	job_param p;
+	job_param param;
 	int rc;
 
 	if (g == NULL || ring == NULL || job == NULL || kv == NULL || kv->mem != TUTTI_MEM_CUDA ||
@@ -617,67 +627,68 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 	if (rc < 0) {
 		return rc;
 	}
-	d = g->gring;
-	memset(&p, 0, sizeof(p));
-	p.ring = *ring;
-	layer_segs(&p, kv, job->layer);
-	p.bounce = job->bounce;
-	p.slot_bytes = job->slot_bytes;
-	p.slots = job->slots;
-	p.nr = job->nr;
-	p.workers = workers;
-	p.group_threads = group_threads;
-	p.write = job->write;
-	p.epoch = ++d->epoch;
-	p.timeout_ns = (uint64_t)job->timeout_ms * 1000000ull;
+	dev = g->uring;
+	memset(&param, 0, sizeof(param));
+	param.ring = *ring;
+	layer_segs(&param, kv, job->layer);
+	param.bounce = job->bounce;
+	param.slot_bytes = job->slot_bytes;
+	param.slots = job->slots;
+	param.nr = job->nr;
+	param.workers = workers;
+	param.group_threads = group_threads;
+	param.write = job->write;
+	param.epoch = ++dev->epoch;
+	param.timeout_ns = (uint64_t)job->timeout_ms * 1000000ull;
 	rc = check(g,
-	           cudaMemcpyAsync(d->objs, job->objs, job->nr * sizeof(*job->objs),
+	           cudaMemcpyAsync(dev->objs, job->objs, job->nr * sizeof(*job->objs),
 	                           cudaMemcpyHostToDevice, g->stream),
 	           "cudaMemcpyAsync");
 	if (rc == 0 && job->nr_ids > 0) {
 		rc = check(g,
-		           cudaMemcpyAsync(d->ids, job->ids, job->nr_ids * sizeof(*job->ids),
+		           cudaMemcpyAsync(dev->ids, job->ids, job->nr_ids * sizeof(*job->ids),
 		                           cudaMemcpyHostToDevice, g->stream),
 		           "cudaMemcpyAsync");
 	}
 	if (rc == 0) {
-		rc = check(g, cudaMemsetAsync(d->failed, 0, sizeof(int), g->stream), "cudaMemset");
+		rc =
+		    check(g, cudaMemsetAsync(dev->failed, 0, sizeof(int), g->stream), "cudaMemset");
 	}
 	if (rc == 0 && job->trace != NULL) {
-		p.trace = job->trace;
-		p.workers_left = reinterpret_cast<unsigned *>(d->failed + 1);
-		memset(job->trace, 0, TT_GRING_TRACE_POINTS * sizeof(*job->trace));
+		param.trace = job->trace;
+		param.workers_left = reinterpret_cast<unsigned *>(dev->failed + 1);
+		memset(job->trace, 0, TT_GPU_URING_TRACE_POINTS * sizeof(*job->trace));
 		rc = check(g,
-		           cudaMemcpyAsync(p.workers_left, &workers, sizeof(workers),
+		           cudaMemcpyAsync(param.workers_left, &workers, sizeof(workers),
 		                           cudaMemcpyHostToDevice, g->stream),
 		           "cudaMemcpyAsync");
 	}
-	if (rc == 0 && !d->span_open) {
-		rc = check(g, cudaEventRecord(d->span_begin, g->stream), "cudaEventRecord");
-		d->span_open = rc == 0;
-		d->span_blocks = 0;
+	if (rc == 0 && !dev->span_open) {
+		rc = check(g, cudaEventRecord(dev->span_begin, g->stream), "cudaEventRecord");
+		dev->span_open = rc == 0;
+		dev->span_blocks = 0;
 	}
 	if (rc < 0) {
 		return rc;
 	}
-	gring_kernel<<<blocks, per_block * group_threads, 0, g->stream>>>(
-	    p, d->objs, d->ids, d->scratch, d->ready, d->freed, d->failed);
+	gpu_uring_kernel<<<blocks, per_block * group_threads, 0, g->stream>>>(
+	    param, dev->objs, dev->ids, dev->scratch, dev->ready, dev->freed, dev->failed);
 	g->launches++;
-	d->span_blocks = d->span_blocks > blocks ? d->span_blocks : blocks;
+	dev->span_blocks = dev->span_blocks > blocks ? dev->span_blocks : blocks;
 	rc = check(g, cudaGetLastError(), "gpu-uring kernel launch");
 	if (rc == 0) {
-		rc = check(g, cudaEventRecord(d->span_end, g->stream), "cudaEventRecord");
+		rc = check(g, cudaEventRecord(dev->span_end, g->stream), "cudaEventRecord");
 	}
 	if (rc == 0) {
 		/* Statuses and save checksums back to the caller's array, on the stream. */
 		rc = check(g,
-		           cudaMemcpyAsync(job->objs, d->objs, job->nr * sizeof(*job->objs),
+		           cudaMemcpyAsync(job->objs, dev->objs, job->nr * sizeof(*job->objs),
 		                           cudaMemcpyDeviceToHost, g->stream),
 		           "cudaMemcpyAsync");
 	}
 	if (rc == 0) {
 		rc = check(g,
-		           cudaMemcpyAsync(job->failed, d->failed, sizeof(int),
+		           cudaMemcpyAsync(job->failed, dev->failed, sizeof(int),
 		                           cudaMemcpyDeviceToHost, g->stream),
 		           "cudaMemcpyAsync");
 	}
@@ -685,28 +696,28 @@ tt_gpu_gring_layer(struct tt_gpu *g, const struct tt_gring_view *ring,
 }
 
 extern "C" int
-tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
+tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
 {
-	struct tt_gring_dev *d = g != NULL ? g->gring : NULL;
+	struct tt_gpu_uring_dev *dev = g != NULL ? g->uring : NULL;
 	float ms = 0;
 	int rc;
 
 	*ns = 0;
 	*blocks = 0;
-	if (d == NULL || !d->span_open) {
+	if (dev == NULL || !dev->span_open) {
 		return 0;
 	}
-	d->span_open = false;
-	rc = check(g, cudaEventSynchronize(d->span_end), "cudaEventSynchronize");
+	dev->span_open = false;
+	rc = check(g, cudaEventSynchronize(dev->span_end), "cudaEventSynchronize");
 	if (rc == 0) {
-		rc = check(g, cudaEventElapsedTime(&ms, d->span_begin, d->span_end),
+		rc = check(g, cudaEventElapsedTime(&ms, dev->span_begin, dev->span_end),
 		           "cudaEventElapsedTime");
 	}
 	if (rc < 0) {
 		return rc;
 	}
 	*ns = (uint64_t)((double)ms * 1e6);
-	*blocks = d->span_blocks;
+	*blocks = dev->span_blocks;
 	return 0;
 }
 
@@ -716,28 +727,28 @@ tt_gpu_gring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
  * hashes it (zeroing the slot's padding). */
 __global__ static void
 __launch_bounds__(GROUP)
-    objs_kernel(job_param p, struct tt_gring_obj *objs, const uint32_t *ids, uint8_t *mem)
+    objs_kernel(job_param param, struct tt_gpu_uring_obj *objs, const uint32_t *ids, uint8_t *mem)
 {
-	__shared__ xxh_shared sh;
-	__shared__ struct tt_gring_obj
-	    o; /* the descriptor lives in mapped host memory: read once */
-	uint8_t *slot = mem + (uint64_t)blockIdx.x * p.slot_bytes;
+	__shared__ xxh_shared block_mem;
+	__shared__ struct tt_gpu_uring_obj
+	    obj; /* the descriptor lives in mapped host memory: read once */
+	uint8_t *slot = mem + (uint64_t)blockIdx.x * param.slot_bytes;
 	const team t = {threadIdx.x, GROUP, 0};
 
 	if (threadIdx.x == 0) {
-		o = objs[blockIdx.x];
+		obj = objs[blockIdx.x];
 	}
 	__syncthreads();
-	if (o.status != 0) {
+	if (obj.status != 0) {
 		return;
 	}
-	if (p.write) {
-		uint64_t moved = (uint64_t)o.nr_moved * p.lbb, h;
+	if (param.write) {
+		uint64_t moved = (uint64_t)obj.nr_moved * param.layer_block_bytes, h;
 
-		move_blocks(t, p, ids + o.ids_off, o.nr_moved, slot, true);
+		move_blocks(t, param, ids + obj.ids_off, obj.nr_moved, slot, true);
 		__syncthreads();
-		h = xxh3_64_block(slot, moved, &sh, t);
-		for (uint64_t b = moved + threadIdx.x; b < p.slot_bytes; b += GROUP) {
+		h = xxh3_64_block(slot, moved, &block_mem, t);
+		for (uint64_t b = moved + threadIdx.x; b < param.slot_bytes; b += GROUP) {
 			slot[b] = 0; /* padding is zero, never stale */
 		}
 		if (threadIdx.x == 0) {
@@ -745,20 +756,23 @@ __launch_bounds__(GROUP)
 		}
 		return;
 	}
-	if (xxh3_64_block(slot, (uint64_t)o.stored * p.lbb, &sh, t) != o.csum) {
+	if (xxh3_64_block(slot, (uint64_t)obj.stored * param.layer_block_bytes, &block_mem, t) !=
+	    obj.csum) {
 		if (threadIdx.x == 0) {
 			objs[blockIdx.x].status = -EBADMSG;
 		}
 		return; /* never scattered */
 	}
-	move_blocks(t, p, ids + o.ids_off, o.nr_moved, slot + (uint64_t)o.skip * p.lbb, false);
+	move_blocks(t, param, ids + obj.ids_off, obj.nr_moved,
+	            slot + (uint64_t)obj.skip * param.layer_block_bytes, false);
 }
 
 extern "C" int
-tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, struct tt_gring_obj *objs,
-            uint32_t nr, const uint32_t *ids, uint8_t *mem, uint64_t slot_bytes, bool write)
+tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
+            struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
+            uint64_t slot_bytes, bool write)
 {
-	job_param p;
+	job_param param;
 	int rc;
 
 	if (g == NULL || kv == NULL || kv->mem != TUTTI_MEM_CUDA || kv->device != g->device ||
@@ -777,11 +791,11 @@ tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, struct 
 	if (rc < 0) {
 		return rc;
 	}
-	memset(&p, 0, sizeof(p));
-	layer_segs(&p, kv, layer);
-	p.slot_bytes = slot_bytes;
-	p.write = write;
-	objs_kernel<<<nr, GROUP, 0, g->stream>>>(p, objs, ids, mem);
+	memset(&param, 0, sizeof(param));
+	layer_segs(&param, kv, layer);
+	param.slot_bytes = slot_bytes;
+	param.write = write;
+	objs_kernel<<<nr, GROUP, 0, g->stream>>>(param, objs, ids, mem);
 	g->launches++;
 	return check(g, cudaGetLastError(), "objects kernel launch");
 }
@@ -791,9 +805,9 @@ tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, struct 
 __global__ static void
 __launch_bounds__(GROUP) csum_kernel(const uint8_t *p, uint64_t len, uint64_t *out)
 {
-	__shared__ xxh_shared sh;
+	__shared__ xxh_shared block_mem;
 	const team t = {threadIdx.x, GROUP, 0};
-	uint64_t h = xxh3_64_block(p, len, &sh, t);
+	uint64_t h = xxh3_64_block(p, len, &block_mem, t);
 
 	if (threadIdx.x == 0) {
 		*out = h;
