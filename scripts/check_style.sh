@@ -35,6 +35,45 @@ for h in include/tutti/*.h; do
 	grep -nE '#include <(cuda|liburing|Python)' "$h" && report "$h: public headers include only libc headers"
 done
 
+# Modules (HACKING.md, "Rules"): a file of src/<m>/ (or cuda/, the GPU layer's implementation)
+# includes of another module only its interface, src/<other>/<other>.h; a module's own files
+# share src/<m>/<m>_impl.h, which no other module includes. The public API (include/tutti/) is
+# open to all. Exceptions, each with its reason:
+#   gpu_uring/proto.h in cuda/: the ring's protocol, which the GPU's driver speaks;
+#   format/le.h in src/remote/: the byte-order helpers of every on-disk encoder.
+include_allowed() { # file, included path
+	local file=$1 inc=$2 mod other
+	case "$file" in
+	cuda/*) mod=cuda ;;
+	*) mod=$(echo "$file" | cut -d/ -f2) ;;
+	esac
+	other=${inc%%/*}
+	[ "$other" = tutti ] || [ "$other" = "$mod" ] || [ "$inc" = "$other/$other.h" ] && return 0
+	case "$mod:$inc" in
+	cuda:gpu_uring/proto.h | remote:format/le.h) return 0 ;;
+	esac
+	return 1
+}
+for f in "${c_files[@]}"; do
+	case "$f" in src/*/* | cuda/*) ;; *) continue ;; esac
+	while read -r inc; do
+		include_allowed "$f" "$inc" ||
+			report "$f includes $inc: other modules include only src/<module>/<module>.h"
+	done < <(sed -nE 's/^#include "([a-z0-9_]+\/[a-z0-9_]+\.h)".*/\1/p' "$f")
+done
+
+# The GPU layer (src/gpu/gpu.h) is called by the engines, the movers and the GPU layer itself,
+# and outside them only where HACKING.md names why: the pipeline's stream hooks
+# (src/pipeline/stream.c), KV registration asking where memory lives (src/layout/layout.c), and
+# the remote tier's transfer buffers (src/remote/).
+gpu_calls=$(grep -oE '\btt_gpu_[a-z0-9_]+\(' src/gpu/gpu.h | tr -d '(' | sort -u | paste -sd'|')
+if [ -n "$gpu_calls" ] &&
+	grep -rnE "\b($gpu_calls)\(" src --include='*.c' |
+	grep -vE '^src/(gpu|engine|mover|remote)/|^src/pipeline/stream\.c:|^src/layout/layout\.c:' |
+	head -5 | grep . >&2; then
+	report "GPU layer calls outside the engines, movers and named hooks (see HACKING.md)"
+fi
+
 # CUDA stays in cuda/: the C library and its public headers name no CUDA type.
 grep -rnE 'cuda_runtime|cudaStream_t' src include >/dev/null && report "CUDA identifiers outside cuda/"
 
