@@ -122,9 +122,9 @@ st_release_gpu(unsigned long long *p, unsigned long long v)
 }
 
 /* Loads each thread keeps in flight while copying: a load from host memory takes a microsecond
- * or more and one from HBM most of one, so one at a time leaves a group latency-bound (about
- * 256 x 16 B per round trip: a 1 MiB object's scatter took ~0.2 ms that way, and few workers
- * could not keep up with the storage), and slower still when a prefill shares the SM. */
+ * or more and one from HBM most of one, so one at a time leaves a group latency-bound, and few
+ * workers then fall behind the storage (more so when a prefill shares the SM). Eight 16-byte
+ * loads a thread keep a block's copies at the PCIe link's limit (docs/results.md, row F2). */
 #define LOADS_IN_FLIGHT 8
 
 /* Copy \p n 16-byte vectors with every thread of team \p t, LOADS_IN_FLIGHT loads at a time;

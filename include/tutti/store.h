@@ -108,10 +108,9 @@ struct tutti_store_opts {
 	 *  one; so this must be at least (gpu_io_workers + 1) / 6 rounded up, which is what 0
 	 *  (the default) gives: 5 SMs for the default 29 workers. gpu_io_workers + 1 gives every
 	 *  worker an SM of its own. Every SM the I/O holds is one the compute's GEMMs cannot use
-	 *  while the step's loads last, and the cost is steep: on an H200 (132 SMs), a Llama-3-8B
-	 *  prefill of 2K tokens ran 10% slower beside 4 idle resident blocks and 26% beside 6,
-	 *  while 2 SMs already read host memory at the PCIe limit (bench/io_footprint.py,
-	 *  bench/results/README.md). */
+	 *  while the step's loads last, and each costs a prefill beside it far more than its share
+	 *  of the GPU, while two already read host memory at the PCIe link's limit: hold as few
+	 *  as keep pace with the storage (docs/results.md, rows F1, F2 and L7). */
 	uint32_t gpu_io_sms;
 };
 

@@ -90,6 +90,11 @@ void tt_io_state_start(struct tt_io_state *st, const struct tt_io *io);
 /* Account \p bytes transferred; returns true when the I/O is complete. */
 bool tt_io_state_advance(struct tt_io_state *st, uint32_t bytes);
 
+/* I/O that makes no progress for this long is given up on, and the path it ran on is taken out
+ * of service (it may still land in the staging): far beyond any device's worst latency, short
+ * enough that a stalled engine fails its calls instead of hanging them. */
+#define TT_ENGINE_STALL_MS 30000u
+
 /* ---- the engine table ---- */
 
 /* The bit of enum tutti_mem \p mem in an engine's kv_mems. */

@@ -24,8 +24,6 @@
 #include "format/format.h"
 #include "tutti/store.h"
 
-/* A wave's I/O that makes no progress for this long is given up on. */
-#define GDS_TIMEOUT_S 30
 /* Objects in a wave (a batch handle's entries), at most: half the staging's objects otherwise. */
 #define GDS_MAX_BATCH 128u
 
@@ -132,7 +130,7 @@ wave_wait(struct gds_engine *gd, struct tt_obj_lists *lists, struct gds_wave *w)
 	uint32_t left = w->submitted;
 
 	while (left > 0) {
-		struct timespec timeout = {GDS_TIMEOUT_S, 0};
+		struct timespec timeout = {TT_ENGINE_STALL_MS / 1000, 0};
 		unsigned nr = left;
 		struct tt_cufile_error e =
 		    cf->batch_status(gd->batch[w->half], left, &nr, gd->events, &timeout);
@@ -141,9 +139,9 @@ wave_wait(struct gds_engine *gd, struct tt_obj_lists *lists, struct gds_wave *w)
 		if (e.err != 0 || nr == 0) {
 			tt_log_err(
 			    gd->base.log,
-			    "engine gds: no completion for %d s (cuFile error %d); the engine "
+			    "engine gds: no completion for %u s (cuFile error %d); the engine "
 			    "is out of service",
-			    GDS_TIMEOUT_S, e.err);
+			    TT_ENGINE_STALL_MS / 1000, e.err);
 			gd->broken = true;
 			return -ETIMEDOUT;
 		}

@@ -21,17 +21,17 @@
 #include "gpu_uring/gpu_uring.h"
 #include "tutti/store.h"
 
-/* A ring that made no progress for this long is given up on. */
-#define RING_TIMEOUT_MS 30000
-
 /* The ring: one bounce slot per object of staging, up to the CQ credit. Reads of
  * page-cache-backed files (tmpfs) get IOSQE_ASYNC: issued inline, their copies would all run on
  * the one SQ thread. */
 #define RING_MAX_SLOTS 4096u
+/* The SQ holds what the controller publishes in one batch, which the CQ credit bounds anyway. */
+#define RING_MAX_SQ_ENTRIES 1024u
+/* An idle SQ thread sleeps after this long; the host wakes it once per launch. */
 #define RING_SQ_IDLE_MS 100u
-/* Those punted reads are published 4 us apart, so that each wakes an io-wq worker of its own
- * (gpu_uring/proto.h). On a 16-core H200 host 2 us apart read 27-38 GB/s, 5 and 20 us 31-50 GB/s
- * (bench/results/README.md, "Paced submission"). */
+/* Those punted reads are published a few microseconds apart, so that each wakes an io-wq
+ * worker of its own (gpu_uring/proto.h): long enough apart for a woken worker to leave io-wq's
+ * free list, short next to a read's own time (docs/results.md, row I1). */
 #define RING_READ_PACE_NS 4000u
 
 struct gpu_uring_engine {
@@ -107,7 +107,7 @@ gpu_uring_attach(struct tt_engine *e)
 	    .nr_fds = e->nr_fds,
 	    .buf = e->staging,
 	    .buf_bytes = e->nr_staging * e->unit_bytes,
-	    .sq_entries = TT_MIN(cq, 1024u),
+	    .sq_entries = TT_MIN(cq, RING_MAX_SQ_ENTRIES),
 	    .cq_entries = cq,
 	    .sq_idle_ms = RING_SQ_IDLE_MS,
 	    .async = e->page_cache,
@@ -311,7 +311,7 @@ twin_transfer(struct gpu_uring_engine *g, struct tt_xfer *x)
 	    .arg = &j,
 	};
 	tt_gpu_uring_kick(g->ring); /* once per program, never per I/O */
-	rc = tt_gpu_uring_twin_run(g->ring, &p, RING_TIMEOUT_MS);
+	rc = tt_gpu_uring_twin_run(g->ring, &p, TT_ENGINE_STALL_MS);
 	g->ios += p.nr;
 	if (rc == -ETIMEDOUT) {
 		g->broken = true; /* I/O may still be in flight into the bounce slots */
@@ -348,7 +348,7 @@ gpu_layer(struct gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *g
 	    .write = b->kind == TT_BATCH_SAVE,
 	    .workers = e->conf.gpu_io_workers,
 	    .blocks = e->conf.gpu_io_sms,
-	    .timeout_ms = RING_TIMEOUT_MS,
+	    .timeout_ms = TT_ENGINE_STALL_MS,
 	    .failed = &lists->failed[l],
 	    .trace = trace,
 	};
@@ -399,7 +399,7 @@ gpu_finish(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu,
 	for (uint32_t l = 0; rc == 0 && l < launched; l++) {
 		if (lists->failed[l]) {
 			tt_log_err(g->base.log, "gpu-uring: layer %u made no progress for %u ms",
-			           b->layer_begin + l, RING_TIMEOUT_MS);
+			           b->layer_begin + l, TT_ENGINE_STALL_MS);
 			g->broken = true;
 			rc = -ETIMEDOUT;
 		}
@@ -556,7 +556,7 @@ gpu_uring_launch_layer(struct tt_engine *e, struct tt_launch *l, uint32_t layer,
 	for (uint32_t k = 0; k < l->launched && !g->broken; k++) {
 		if (l->lists.failed[k]) {
 			tt_log_err(e->log, "gpu-uring: load layer %u made no progress for %u ms", k,
-			           RING_TIMEOUT_MS);
+			           TT_ENGINE_STALL_MS);
 			g->broken = true;
 		}
 	}

@@ -108,9 +108,8 @@ struct tt_gpu_uring_view {
 	/* Reads are published one SQE at a time, at least this many ns apart (0: in batches).
 	 * Punted reads run on io-wq, which wakes one idle worker per enqueue and counts a woken
 	 * worker as free until it runs: a batch of reads enqueued at once wakes one or two
-	 * workers, which then copy the whole batch alone (10.9-14.8 GB/s from tmpfs on a 16-core
-	 * host), while reads enqueued 2-20 us apart each wake their own (27-50 GB/s;
-	 * bench/results/README.md, "Paced submission"). */
+	 * workers, which then copy the whole batch alone, while reads enqueued a few
+	 * microseconds apart each wake their own (docs/results.md, row I1). */
 	uint32_t read_pace_ns;
 	uint64_t buf_base, buf_bytes;
 	int32_t fds[TT_GPU_URING_MAX_FILES];
@@ -134,8 +133,8 @@ tt_gpu_uring_put(const struct tt_gpu_uring_view *v, uint32_t tail, const struct 
 	uint32_t op = io->write ? (fixed_buf ? TT_OP_WRITE_FIXED : TT_OP_WRITE)
 	                        : (fixed_buf ? TT_OP_READ_FIXED : TT_OP_READ);
 	/* Only reads are punted: writes to one page-cache-backed file serialize on its inode lock,
-	 * and punted they only make io-wq workers spin on it (2.4 s of CPU per GB stored on tmpfs,
-	 * against 0.25 s issued inline, at the same bandwidth). */
+	 * and punted they only make io-wq workers spin on it, at many times the CPU of writes
+	 * issued inline for the same bandwidth. */
 	uint32_t flags = (io->write ? 0 : v->sqe_flags) | (v->fixed_files ? TT_SQE_FIXED_FILE : 0);
 	int32_t fd = v->fixed_files ? (int32_t)io->file : v->fds[io->file];
 
