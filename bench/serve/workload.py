@@ -93,7 +93,8 @@ def leval_docs(preset, path=LEVAL_CSV):
                          "doc_tokens": int(r["doc_tokens"]),
                          "prefix_overhead": LEVAL_PREFIX_OVERHEAD.get(r["task"],
                                                                       LEVAL_PREFIX_DEFAULT),
-                         "questions": [(q, LEVAL_SUFFIX_OVERHEAD, a) for q, a in zip(qs, ans)]})
+                         "questions": [(q, LEVAL_SUFFIX_OVERHEAD, a)
+                                       for q, a in zip(qs, ans, strict=True)]})
     return docs
 
 
@@ -234,7 +235,7 @@ def main():
     print(json.dumps({"config": t.config, "summary": t.summary()}))
     if a.jsonl:
         with open(a.jsonl, "w") as f:
-            for r, at in zip(t.requests, t.arrivals(a.rate)):
+            for r, at in zip(t.requests, t.arrivals(a.rate), strict=True):
                 f.write(json.dumps({"id": r["id"], "doc_id": r["doc_id"],
                                     "prompt_tokens": len(t.prompt(r)),
                                     "output_tokens": r["output_tokens"],

@@ -37,8 +37,8 @@ def test_questions_share_their_document_prefix_and_the_rate_changes_only_the_tim
     again = Trace(docs=6, requests=40, seed=3)
     assert again.docs == t.docs and again.requests == t.requests
     a1, a4 = t.arrivals(1.0), t.arrivals(4.0)
-    assert a1[0] == 0 and all(abs(x - 4 * y) < 1e-9 for x, y in zip(a1, a4))
-    gaps = [b - a for a, b in zip(a1, a1[1:])]
+    assert a1[0] == 0 and all(abs(x - 4 * y) < 1e-9 for x, y in zip(a1, a4, strict=True))
+    gaps = [b - a for a, b in zip(a1, a1[1:], strict=False)]
     assert 0.5 < statistics.fmean(gaps) < 1.6  # exponential gaps of mean 1 (Poisson)
     assert Trace(docs=6, requests=40, seed=4).docs != t.docs
     with pytest.raises(ValueError, match="no leval/qa document"):
@@ -115,7 +115,7 @@ def test_serve_bench_cpu_smoke(tmp_path):
     rates = {(r["system"], r["rate"]): r for r in rows if r.get("phase") == "rate"
              and not r.get("skipped")}
     assert {s for s, _ in rates} == {"tutti", "recompute"}, rows
-    for (system, rate), r in rates.items():
+    for (system, _), r in rates.items():
         assert r["completed"] == r["requests"] and r["ttft_p50_s"] > 0, r
         assert r["itl_mean_s"] > 0 and r["throughput_rps"] > 0 and r["cpu_s"] > 0, r
         if system == "tutti":

