@@ -133,11 +133,17 @@ TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
  * \return 0, or a negative errno:
  *         -EINVAL bad geometry or options (sizes zero or out of range, capacity below one slot,
  *                 staging below one object, unknown flags);
- *         -ENOENT a directory or store file is missing and TUTTI_OPEN_CREATE is not set;
+ *         -ENOENT a directory or store file is missing (or empty) and TUTTI_OPEN_CREATE is
+ *                 not set;
  *         -EEXIST the directory holds a store of another geometry, key size or namespace;
- *         -EPROTO the data file is not a Tutti store or has an unknown format version;
+ *         -EPROTO the data file is not a Tutti store, has an unknown format version, or is
+ *                 not a regular file;
+ *         -EMLINK the data file has other hard links;
+ *         -ENOTDIR a store directory is not a directory;
  *         -EBADMSG the data file's superblock is damaged (checksum mismatch);
- *         -EBUSY another handle (in this or another process) has the store open;
+ *         -EBUSY another live handle (in this or another process) has the store open; a store
+ *                 whose owner was killed is waited for (at most 5 s) while the kernel
+ *                 finishes the dead owner's I/O, and then opens;
  *         -EOPNOTSUPP the filesystem refuses O_DIRECT or needs an alignment above 4 KiB;
  *         -ENOSPC the filesystem cannot hold the requested capacity;
  *         -EACCES, -EROFS, -ENOMEM, or the errno of the failing system call.

@@ -15,6 +15,7 @@
 #include "pool/pool.h"
 
 struct pool_dir {
+	int dir_fd; /* the store directory, holding the owner lock (lock_owner) */
 	int fd;
 	uint64_t uid;   /* the store id in this directory's superblock */
 	bool created;   /* by this open: removed again if the open fails */
@@ -33,31 +34,192 @@ struct tt_pool {
 
 /* ---- opening one directory ---- */
 
-static int
-ensure_dir(const char *dir, bool create, const struct tt_log *log)
-{
-	struct stat st;
+/*
+ * How long an open waits for a data file whose directory nobody holds but whose own lock is
+ * still taken. That is the I/O ring of an owner that was killed: the kernel tears a ring down
+ * after its process is gone, and until its exit work has run the ring holds the file (and the
+ * lock on it) and may still complete the dead owner's last writes. Waiting for the lock means
+ * that nothing of the dead owner lands after the new owner starts. The wait is typically well
+ * under a second; the bound only matters when a process of an older Tutti, which locks the data
+ * file alone, has the store open.
+ */
+#define DATA_LOCK_WAIT_MS 5000u
+#define DATA_LOCK_POLL_US 2000u
 
-	if (lstat(dir, &st) == 0) {
-		if (!S_ISDIR(st.st_mode)) {
-			tt_log_err(log, "%s: not a directory", dir);
-			return -ENOTDIR;
+/*
+ * Open the store directory (following a symbolic link to a directory, as any path does),
+ * creating it when asked. The directory's descriptor carries the owner lock and is the base of
+ * every path inside the store.
+ */
+static int
+open_store_dir(const char *dir, bool create, const struct tt_log *log, int *out)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0 && errno == ENOENT && create) {
+		if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+			int rc = -errno;
+
+			tt_log_err(log, "cannot create store directory %s: %s", dir,
+			           tutti_strerror(rc));
+			return rc;
 		}
+		fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (fd < 0) {
+		int rc = -errno;
+
+		if (rc == -ENOTDIR) {
+			tt_log_err(log, "%s: not a directory", dir);
+		} else {
+			tt_log_err(log, "%s: %s", dir, tutti_strerror(rc));
+		}
+		return rc;
+	}
+	*out = fd;
+	return 0;
+}
+
+/*
+ * The owner lock: an exclusive flock on the store directory. No I/O ring ever sees this
+ * descriptor, so the lock goes with the process that holds it, at exit or at a kill, and every
+ * step that creates or removes the data file runs under it: two processes creating one store
+ * are serialised here, before either touches the file.
+ */
+static int
+lock_owner(int dir_fd, const char *dir, const struct tt_log *log)
+{
+	int rc;
+
+	if (flock(dir_fd, LOCK_EX | LOCK_NB) == 0) {
 		return 0;
 	}
-	if (errno != ENOENT || !create) {
-		int rc = -errno;
-
-		tt_log_err(log, "%s: %s", dir, tutti_strerror(rc));
-		return rc;
+	rc = -errno;
+	if (rc == -EWOULDBLOCK) {
+		tt_log_err(log, "%s is in use by another store handle or process", dir);
+		return -EBUSY;
 	}
-	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-		int rc = -errno;
+	if (rc == -EBADF || rc == -ENOLCK || rc == -EOPNOTSUPP || rc == -EINVAL) {
+		/* A filesystem that cannot lock directories (NFS emulates flock with write
+		 * locks): the data file's lock alone guards the store, as it did before. */
+		tt_log_info(log,
+		            "%s: the directory cannot be locked (%s); the data file's lock "
+		            "alone guards the store",
+		            dir, tutti_strerror(rc));
+		return 0;
+	}
+	tt_log_err(log, "%s: locking the store directory: %s", dir, tutti_strerror(rc));
+	return rc;
+}
 
-		tt_log_err(log, "cannot create store directory %s: %s", dir, tutti_strerror(rc));
-		return rc;
+/*
+ * Lock the data file itself: older builds lock only this, and a killed owner's I/O ring holds
+ * it until the kernel has finished with the ring (DATA_LOCK_WAIT_MS says why it is waited for).
+ */
+static int
+lock_data_file(int fd, const char *path, const struct tt_log *log)
+{
+	uint64_t t0 = tt_now_ns();
+	bool waited = false;
+
+	while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		if (errno != EWOULDBLOCK) {
+			int rc = -errno;
+
+			tt_log_err(log, "%s: locking the data file: %s", path, tutti_strerror(rc));
+			return rc;
+		}
+		if (tt_now_ns() - t0 > (uint64_t)DATA_LOCK_WAIT_MS * 1000000u) {
+			tt_log_err(log,
+			           "%s is in use by another store handle or process: still locked "
+			           "after %u ms (a process of an older Tutti, or a killed owner "
+			           "whose I/O the kernel has not finished)",
+			           path, DATA_LOCK_WAIT_MS);
+			return -EBUSY;
+		}
+		waited = true;
+		usleep(DATA_LOCK_POLL_US);
+	}
+	if (waited) {
+		tt_log_info(log, "%s: waited %.3f s for a previous owner's I/O to finish", path,
+		            (double)(tt_now_ns() - t0) / 1e9);
 	}
 	return 0;
+}
+
+/*
+ * Open (or, with \p create, create) the data file in the directory \p dir_fd without following
+ * a symbolic link and without blocking (a FIFO in its place would block an open for reading
+ * until a writer came), and check that it is a regular file; when \p writable, also that it has
+ * no other hard link, whose file every write of the store would change too. *created says
+ * whether this call created it. Returns the descriptor or -errno, having logged why.
+ */
+static int
+open_data_fd(int dir_fd, const char *path, bool writable, bool create, bool *created,
+             const struct tt_log *log)
+{
+	int flags = (writable ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+	int fd = openat(dir_fd, TT_POOL_FILE_NAME, flags);
+	struct stat st;
+	int rc;
+
+	*created = false;
+	if (fd < 0 && errno == ENOENT && create) {
+		fd = openat(dir_fd, TT_POOL_FILE_NAME, flags | O_CREAT | O_EXCL, 0600);
+		*created = fd >= 0;
+		if (fd < 0 && errno == EEXIST) {
+			/* Made meanwhile by a process that does not take the owner lock (an older
+			 * build): it is not ours to initialise or remove, only to open. */
+			fd = openat(dir_fd, TT_POOL_FILE_NAME, flags);
+		}
+	}
+	/* O_DIRECT is refused by a FIFO, a socket or a device: say what the file is instead. */
+	if (fd < 0 && errno == EINVAL &&
+	    fstatat(dir_fd, TT_POOL_FILE_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+		tt_log_err(log, "%s is not a regular file (file type 0%o): not a Tutti store", path,
+		           (unsigned)(st.st_mode & S_IFMT) >> 12);
+		return -EPROTO;
+	}
+	if (fd < 0) {
+		rc = errno == EINVAL ? -EOPNOTSUPP : -errno;
+		tt_log_err(log, "cannot open %s: %s%s", path, tutti_strerror(rc),
+		           rc == -EOPNOTSUPP ? " (the filesystem refuses O_DIRECT)"
+		           : rc == -ELOOP    ? " (a symbolic link: refused inside a store)"
+		                             : "");
+		return rc;
+	}
+	if (fstat(fd, &st) != 0) {
+		rc = -errno;
+		goto err;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		tt_log_err(log, "%s is not a regular file (file type 0%o): not a Tutti store", path,
+		           (unsigned)(st.st_mode & S_IFMT) >> 12);
+		rc = -EPROTO;
+		goto err;
+	}
+	if (writable && st.st_nlink != 1) {
+		tt_log_err(log,
+		           "%s has %ju hard links: the store would also write the file of every "
+		           "other name; remove the other links",
+		           path, (uintmax_t)st.st_nlink);
+		rc = -EMLINK;
+		goto err;
+	}
+	/* Regular files ignore O_NONBLOCK; dropped so that no later call sees it. */
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+		rc = -errno;
+		goto err;
+	}
+	return fd;
+
+err:
+	close(fd);
+	if (*created) {
+		unlinkat(dir_fd, TT_POOL_FILE_NAME, 0);
+	}
+	return rc;
 }
 
 /* O_DIRECT needs buffers, offsets and lengths aligned to the device; we align to TUTTI_ALIGN. */
@@ -209,36 +371,28 @@ new_store_uid(uint64_t *uid)
 	return 0;
 }
 
+/*
+ * Open, lock and (when new or resized) initialise the data file of the directory \p pd->dir_fd,
+ * whose owner lock is held.
+ */
 static int
-open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bool *created_out,
-               uint64_t *uid_out)
+open_data_file(const char *dir, const struct tt_pool_conf *conf, struct pool_dir *pd)
 {
 	char path[PATH_MAX];
 	struct tt_superblock sb;
-	bool created = false, fresh;
+	bool created, fresh;
 	int fd, rc;
 
 	rc = data_path(dir, path, sizeof(path));
 	if (rc < 0) {
 		return rc;
 	}
-	fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0 && errno == ENOENT && conf->create) {
-		fd =
-		    open(path, O_RDWR | O_DIRECT | O_CLOEXEC | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
-		created = fd >= 0;
-	}
+	fd = open_data_fd(pd->dir_fd, path, true, conf->create, &created, conf->log);
 	if (fd < 0) {
-		rc = errno == EINVAL ? -EOPNOTSUPP : -errno;
-		tt_log_err(conf->log, "cannot open %s: %s%s", path, tutti_strerror(rc),
-		           rc == -EOPNOTSUPP ? " (the filesystem refuses O_DIRECT)"
-		           : rc == -ELOOP    ? " (a symbolic link: refused inside a store)"
-		                             : "");
-		return rc;
+		return fd;
 	}
-	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		tt_log_err(conf->log, "%s is in use by another store handle or process", path);
+	rc = lock_data_file(fd, path, conf->log);
+	if (rc < 0) {
 		goto err_close;
 	}
 	rc = check_dio_alignment(fd, path, conf->log);
@@ -265,13 +419,20 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bo
 	}
 	if (fresh) {
 		rc = new_store_uid(&sb.store_uid);
+		/* A file someone else made empty (touch, a copy) gets the mode of one made here. */
+		if (rc == 0 && !created && fchmod(fd, 0600) != 0) {
+			rc = -errno;
+			tt_log_err(conf->log,
+			           "%s: cannot make the empty file private (mode 0600): %s", path,
+			           tutti_strerror(rc));
+		}
 	} else {
 		rc = sb_matches(&sb, conf, path);
 	}
 	if (rc < 0) {
 		goto err_close;
 	}
-	*uid_out = sb.store_uid;
+	pd->uid = sb.store_uid;
 	memset(&sb, 0, sizeof(sb));
 	sb.version = TT_SB_VERSION;
 	sb.geo = conf->geo->g;
@@ -280,7 +441,7 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bo
 	sb.slot_bytes = conf->geo->slot_bytes;
 	sb.data_off = TT_POOL_DATA_OFF;
 	sb.nr_slots = conf->slots_per_dir;
-	sb.store_uid = *uid_out;
+	sb.store_uid = pd->uid;
 	/*
 	 * A new store gets its superblock before its size, a resized one after: a process killed
 	 * in between leaves an empty file or a valid superblock (a short file is sized again at the
@@ -299,13 +460,15 @@ open_data_file(const char *dir, const struct tt_pool_conf *conf, int *fd_out, bo
 		           tutti_strerror(rc));
 		goto err_close;
 	}
-	*fd_out = fd;
-	*created_out = created;
+	pd->fd = fd;
+	pd->created = created;
 	return 0;
 
 err_close:
+	/* Only a file this open created, under the owner lock it still holds: the one it removes
+	 * is the one it made, and nobody else can have started using it. */
 	if (created) {
-		unlink(path);
+		unlinkat(pd->dir_fd, TT_POOL_FILE_NAME, 0);
 	}
 	close(fd);
 	return rc;
@@ -339,16 +502,18 @@ tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
 		goto err;
 	}
 	for (uint32_t d = 0; d < conf->nr_dirs; d++) {
-		pool->dirs[d].fd = pool->fds[d] = -1;
+		pool->dirs[d].fd = pool->fds[d] = pool->dirs[d].dir_fd = -1;
 	}
 	for (uint32_t d = 0; d < conf->nr_dirs; d++) {
 		struct pool_dir *pd = &pool->dirs[d];
 
-		rc = ensure_dir(conf->dirs[d], conf->create, conf->log);
-		if (rc < 0) {
-			goto err;
+		rc = open_store_dir(conf->dirs[d], conf->create, conf->log, &pd->dir_fd);
+		if (rc == 0) {
+			rc = lock_owner(pd->dir_fd, conf->dirs[d], conf->log);
 		}
-		rc = open_data_file(conf->dirs[d], conf, &pd->fd, &pd->created, &pd->uid);
+		if (rc == 0) {
+			rc = open_data_file(conf->dirs[d], conf, pd);
+		}
 		if (rc < 0) {
 			goto err;
 		}
@@ -368,12 +533,11 @@ tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
 	return 0;
 
 err:
-	/* A failed open leaves no preallocated file behind, however large. */
+	/* A failed open leaves no preallocated file behind, however large: each was created
+	 * by this open under the owner lock, which is still held. */
 	for (uint32_t d = 0; pool->dirs != NULL && d < conf->nr_dirs; d++) {
-		char path[PATH_MAX];
-
-		if (pool->dirs[d].created && data_path(conf->dirs[d], path, sizeof(path)) == 0) {
-			unlink(path);
+		if (pool->dirs[d].created) {
+			unlinkat(pool->dirs[d].dir_fd, TT_POOL_FILE_NAME, 0);
 		}
 	}
 	tt_pool_close(pool);
@@ -392,6 +556,10 @@ tt_pool_close(struct tt_pool *pool)
 			 * torn down) must not keep the store locked after close. */
 			flock(pool->dirs[d].fd, LOCK_UN);
 			close(pool->dirs[d].fd);
+		}
+		/* The owner lock last: the data file is released before another opener may go. */
+		if (pool->dirs[d].dir_fd >= 0) {
+			close(pool->dirs[d].dir_fd);
 		}
 		tt_free(pool->dirs[d].free);
 	}
@@ -487,26 +655,34 @@ int
 tt_pool_peek(const char *dir, struct tt_superblock *sb, const struct tt_log *log)
 {
 	char path[PATH_MAX];
-	int fd, rc;
+	bool created;
+	int dir_fd, fd, rc;
 
 	rc = data_path(dir, path, sizeof(path));
+	if (rc == 0) {
+		rc = open_store_dir(dir, false, log, &dir_fd);
+	}
 	if (rc < 0) {
 		return rc;
 	}
-	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
+	fd = open_data_fd(dir_fd, path, false, false, &created, log);
+	close(dir_fd);
 	if (fd < 0) {
-		rc = -errno;
-		tt_log_err(log, "cannot open %s: %s", path, tutti_strerror(rc));
-		return rc;
+		return fd;
 	}
 	rc = read_superblock(fd, sb, path, log);
 	close(fd);
 	if (rc == 1) {
-		rc = -ENOENT; /* an empty file: no store was ever written here */
-	}
-	if (rc < 0) {
-		tt_log_err(log, "%s: not a Tutti store of this version, or damaged: %s", path,
-		           tutti_strerror(rc));
+		tt_log_err(log,
+		           "%s is empty: no store was ever written here (a process killed while "
+		           "creating it leaves this; opening with TUTTI_OPEN_CREATE makes a store "
+		           "of it)",
+		           path);
+		rc = -ENOENT;
+	} else if (rc < 0 && rc != -EPROTO) {
+		tt_log_err(log, "%s: not a Tutti store, or damaged: %s", path, tutti_strerror(rc));
+	} else if (rc == -EPROTO) {
+		tt_log_err(log, "%s: not a Tutti store of this version", path);
 	}
 	return rc;
 }

@@ -353,23 +353,16 @@ check_chains(struct verifier *v, const uint32_t *ids, uint32_t n, bool reported)
 	}
 }
 
-/* Open once a killed child's lock is gone (its ring may hold the file a moment); 0 or -errno. */
+/* Open right after a child was killed and reaped, as a supervisor restarting a server does: one
+ * attempt, which must not fail because the dead child's I/O ring still holds the file. */
 static int
 reopen_rc(const struct tutti_geometry *g, const char *dir, uint32_t engine, uint32_t durability,
           uint32_t flags, uint64_t slots, struct tutti_store **st)
 {
-	int rc = -EBUSY;
-
-	for (int i = 0; i < 500 && rc == -EBUSY; i++) {
-		if (i > 0) {
-			usleep(10000);
-		}
-		rc = open_slots(g, dir, engine, durability, flags, slots, st);
-	}
-	return rc;
+	return open_slots(g, dir, engine, durability, flags, slots, st);
 }
 
-/* Open the store once the killed child's lock is gone (its ring may keep the file a moment). */
+/* Open the store right after a kill (reopen_rc). */
 static struct tutti_store *
 reopen(const struct tutti_geometry *g, const char *dir, uint32_t engine, uint32_t durability,
        uint32_t flags)

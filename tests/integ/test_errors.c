@@ -91,32 +91,6 @@ open_expect(struct fixture *f, int want)
 	return st;
 }
 
-/*
- * Like open_expect(), for a reopen right after a close in tests about something else: waits
- * out a lock that close did not release at once, which
- * test_open_second_handle_is_ebusy_until_the_first_closes reports on its own.
- */
-static struct tutti_store *
-reopen_expect(struct fixture *f, int want)
-{
-	struct tutti_store *st = (struct tutti_store *)(uintptr_t)1;
-	int rc = -EBUSY;
-
-	for (int i = 0; i < 400 && rc == -EBUSY; i++) {
-		if (i > 0) {
-			usleep(5000);
-		}
-		t_log_reset(&f->rec);
-		rc = tutti_store_open(&f->geo, &f->opts, &st);
-	}
-	assert_int_equal(rc, want);
-	if (want != 0) {
-		assert_null(st);
-		assert_true(f->rec.nr_err > 0);
-	}
-	return st;
-}
-
 static char *
 data_file(const struct fixture *f)
 {
@@ -142,7 +116,7 @@ test_open_missing_directory_without_create_is_enoent(void **state)
 	f->opts.flags = TUTTI_OPEN_CREATE;
 	tutti_store_close(open_expect(f, 0));
 	f->opts.flags = 0;
-	tutti_store_close(reopen_expect(f, 0));
+	tutti_store_close(open_expect(f, 0));
 	free(file);
 }
 
@@ -404,7 +378,7 @@ test_open_staging_of_exactly_one_object_is_enough(void **state)
 	f->opts.staging_bytes = tutti_geometry_object_bytes(&f->geo);
 	tutti_store_close(open_expect(f, 0));
 	f->opts.max_io_bytes = f->opts.staging_bytes;
-	tutti_store_close(reopen_expect(f, 0));
+	tutti_store_close(open_expect(f, 0));
 }
 
 /* The fewest SMs that hold the workers and the ring's driver, 6 to an SM, are accepted. */
@@ -418,7 +392,7 @@ test_open_gpu_io_sms_at_the_packing_bound_is_accepted(void **state)
 	tutti_store_close(open_expect(f, 0));
 	f->opts.gpu_io_workers = 1;
 	f->opts.gpu_io_sms = 1;
-	tutti_store_close(reopen_expect(f, 0));
+	tutti_store_close(open_expect(f, 0));
 }
 
 static void
@@ -489,7 +463,7 @@ test_open_other_geometry_key_size_or_namespace_is_eexist(void **state)
 	f->opts.ns_bytes = 16;
 	tutti_store_close(open_expect(f, 0));
 	f->geo.nr_kv_heads = 4;
-	reopen_expect(f, -EEXIST);
+	open_expect(f, -EEXIST);
 	f->geo = tiny;
 	f->geo.chunk_tokens = 32;
 	open_expect(f, -EEXIST);
@@ -510,7 +484,7 @@ test_open_other_geometry_key_size_or_namespace_is_eexist(void **state)
 	/* The right identity still opens, and the capacity may change. */
 	f->opts.ns_bytes = 16;
 	f->opts.capacity_bytes *= 2;
-	tutti_store_close(reopen_expect(f, 0));
+	tutti_store_close(open_expect(f, 0));
 }
 
 static void
@@ -741,7 +715,7 @@ test_log_level_filters_what_log_fn_receives(void **state)
 	tutti_store_close(open_expect(f, 0));
 	assert_int_equal(f->rec.nr, 0);
 	f->opts.log_level = TUTTI_LOG_DEBUG;
-	tutti_store_close(reopen_expect(f, 0));
+	tutti_store_close(open_expect(f, 0));
 	assert_true(f->rec.nr > 0);
 	assert_int_equal(f->rec.nr_err, 0);
 	/* Errors are logged at ERR with their reason. */
