@@ -190,8 +190,9 @@ TUTTI_API int tutti_pipeline_get_stats(struct tutti_pipeline *p, struct tutti_pi
 /**
  * Write the kept timeline (layer reads, waits, compute, copies into staging, writes) as Chrome
  * trace JSON, viewable in Perfetto (ui.perfetto.dev) or chrome://tracing. GPU-measured spans are
- * placed on the host clock. \return 0, -EINVAL, -ENODATA (no timeline kept), or the errno of the
- * write.
+ * placed on the host clock. \p path is created or truncated, never through a symbolic link.
+ * \return 0, -EINVAL, -ENODATA (no timeline kept), -ELOOP (\p path is a symbolic link), or the
+ * errno of the write.
  */
 TUTTI_API int tutti_pipeline_write_trace(struct tutti_pipeline *p, const char *path);
 
@@ -216,7 +217,11 @@ struct tutti_profile {
  */
 TUTTI_API int tutti_profile_read(const char *path, struct tutti_profile *out);
 
-/** Write \p prof to \p path (replaced atomically). \return 0, -EINVAL or the errno. */
+/**
+ * Write \p prof to \p path, mode 0644, replaced atomically: written under a new temporary name
+ * beside it (created exclusively, so nothing planted there receives it) and renamed over \p path
+ * (a symbolic link at \p path is replaced, not followed). \return 0, -EINVAL or the errno.
+ */
 TUTTI_API int tutti_profile_write(const char *path, const struct tutti_profile *prof);
 
 /**

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -125,13 +126,22 @@ tutti_profile_write(const char *path, const struct tutti_profile *prof)
 	    (prof->nr_layers > 0 && prof->layer_ns_per_token == NULL)) {
 		return -EINVAL;
 	}
-	n = snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+	/* A new name, created exclusively: a symbolic link planted under a predictable temporary
+	 * name cannot redirect the write. The profile is then renamed over \p path, which replaces
+	 * whatever stands there (a link included) rather than writing through it. */
+	n = snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
 	if (n < 0 || (size_t)n >= sizeof(tmp)) {
 		return -ENAMETOOLONG;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0) {
 		return -errno;
+	}
+	if (fchmod(fd, 0644) != 0) {
+		rc = -errno;
+		close(fd);
+		unlink(tmp);
+		return rc;
 	}
 	f = fdopen(fd, "w");
 	if (f == NULL) {

@@ -4,8 +4,10 @@
  * ("traceEvents" of complete events, times in microseconds), which Perfetto opens.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "pipeline/pipeline_impl.h"
 
@@ -38,7 +40,7 @@ tutti_pipeline_write_trace(struct tutti_pipeline *p, const char *path)
 {
 	uint64_t first, n, base = UINT64_MAX;
 	FILE *f;
-	int rc = 0;
+	int fd, rc = 0;
 
 	if (p == NULL || path == NULL) {
 		return -EINVAL;
@@ -48,9 +50,15 @@ tutti_pipeline_write_trace(struct tutti_pipeline *p, const char *path)
 		pthread_mutex_unlock(&p->lock);
 		return -ENODATA;
 	}
-	f = fopen(path, "we");
+	/* Not through a symbolic link: a link planted at a trace path in a shared directory would
+	 * otherwise have a file of its choosing truncated. */
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	f = fd >= 0 ? fdopen(fd, "w") : NULL;
 	if (f == NULL) {
 		rc = -errno;
+		if (fd >= 0) {
+			close(fd);
+		}
 		pthread_mutex_unlock(&p->lock);
 		return rc;
 	}

@@ -412,6 +412,42 @@ test_pipeline_missing_chunks_are_per_chunk_load_errors(void **state)
 	free(stored);
 }
 
+#define VICTIM_TEXT "a file worth keeping\n"
+
+/* tmp/victim holding VICTIM_TEXT, and a symbolic link to it at \p path, or (\p tmp_name) at
+ * the name "\p path.tmp.<pid>" that a writer could once be predicted to use. */
+static void
+plant_link_to_victim(struct fixture *f, const char *path, bool tmp_name)
+{
+	char *victim = t_path_join(f->tmp, "victim"), link_path[4096];
+	FILE *fp = fopen(victim, "w");
+
+	assert_non_null(fp);
+	fputs(VICTIM_TEXT, fp);
+	fclose(fp);
+	if (tmp_name) {
+		snprintf(link_path, sizeof(link_path), "%s.tmp.%ld", path, (long)getpid());
+	} else {
+		snprintf(link_path, sizeof(link_path), "%s", path);
+	}
+	unlink(link_path);
+	assert_int_equal(symlink(victim, link_path), 0);
+	free(victim);
+}
+
+static void
+assert_victim_untouched(struct fixture *f)
+{
+	char *victim = t_path_join(f->tmp, "victim"), buf[64] = {0};
+	FILE *fp = fopen(victim, "r");
+
+	assert_non_null(fp);
+	assert_true(fread(buf, 1, sizeof(buf) - 1, fp) > 0);
+	fclose(fp);
+	assert_string_equal(buf, VICTIM_TEXT);
+	free(victim);
+}
+
 static void
 test_pipeline_profile_round_trips_and_sets_the_window(void **state)
 {
@@ -439,7 +475,10 @@ test_pipeline_profile_round_trips_and_sets_the_window(void **state)
 	for (uint32_t l = 0; l < LAYERS; l++) {
 		ns[l] = 100.0 + l;
 	}
+	/* A link planted where a temporary name could be guessed receives nothing. */
+	plant_link_to_victim(f, path, true);
 	assert_int_equal(tutti_profile_write(path, &prof), 0);
+	assert_victim_untouched(f);
 	assert_int_equal(tutti_profile_read(path, &got), 0);
 	assert_true(got.read_bytes_per_s == 1e12 && got.write_bytes_per_s == 5e11);
 	for (uint32_t l = 0; l < LAYERS; l++) {
@@ -514,6 +553,10 @@ test_pipeline_writes_a_chrome_trace(void **state)
 	assert_non_null(strstr(buf, "\"read L7\""));
 	assert_non_null(strstr(buf, "\"stall L7\""));
 	assert_non_null(strstr(buf, "\"compute L6\""));
+	/* A symbolic link at the path is refused, not written through. */
+	plant_link_to_victim(f, path, false);
+	assert_int_equal(tutti_pipeline_write_trace(p, path), -ELOOP);
+	assert_victim_untouched(f);
 	tutti_pipeline_destroy(p);
 	free(path);
 	free(keys);
