@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "benchutil.h"
+#include "cliarg.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -83,15 +84,11 @@ bu_fill_random(uint8_t *p, uint64_t bytes, uint64_t seed)
 }
 
 uint64_t
-bu_number(const char *prog, const char *s)
+bu_number(const char *prog, const char *opt, const char *s, uint64_t min, uint64_t max)
 {
-	char *end = NULL;
-	unsigned long long v;
+	uint64_t v;
 
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0 || end == s || *end != 0 || s[0] == '-') {
-		fprintf(stderr, "%s: '%s' is not a number\n", prog, s);
+	if (cliarg_u64(prog, opt, s, min, max, &v) < 0) {
 		exit(2);
 	}
 	return v;

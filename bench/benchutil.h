@@ -23,8 +23,8 @@ uint64_t bu_splitmix(uint64_t *x);
 void bu_shuffle(uint32_t *ids, uint32_t n, uint64_t seed);
 /* Fill \p bytes (a multiple of 8) at \p p from the generator state \p seed. */
 void bu_fill_random(uint8_t *p, uint64_t bytes, uint64_t seed);
-/* A decimal number of a command line: the whole of \p s, or an error on stderr naming \p prog
- * and the text, and exit status 2 (a usage error). */
-uint64_t bu_number(const char *prog, const char *s);
+/* The value \p s of option \p opt: a whole decimal number in [min, max] (tools/common/cliarg.h),
+ * or an error on stderr naming \p prog, the option and the range, and exit status 2. */
+uint64_t bu_number(const char *prog, const char *opt, const char *s, uint64_t min, uint64_t max);
 
 #endif /* TUTTI_BENCH_BENCHUTIL_H */

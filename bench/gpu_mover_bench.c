@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cliarg.h"
 #include "gpu/gpu.h"
 #include "mover/mover.h"
 
@@ -196,9 +197,15 @@ main(int argc, char **argv)
 		if (strcmp(argv[i], "--json") == 0) {
 			b.json = true;
 		} else if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) {
-			b.repeats = (uint32_t)strtoul(argv[++i], NULL, 10);
+			if (cliarg_u32("tutti-gpu-bench", "--repeats", argv[++i], 1, MAX_REPEATS,
+			               &b.repeats) < 0) {
+				return 2;
+			}
 		} else if (strcmp(argv[i], "--blocks") == 0 && i + 1 < argc) {
-			b.nr_blocks = (uint32_t)strtoul(argv[++i], NULL, 10);
+			if (cliarg_u32("tutti-gpu-bench", "--blocks", argv[++i], 64, 1u << 24,
+			               &b.nr_blocks) < 0) {
+				return 2;
+			}
 		} else {
 			fprintf(stderr,
 			        "usage: tutti-gpu-bench [--repeats N] [--blocks N] [--json]\n");

@@ -734,9 +734,9 @@ usage(void)
 }
 
 static uint64_t
-number(const char *s)
+number(const char *opt, const char *s, uint64_t min, uint64_t max)
 {
-	return bu_number("tutti-gpu-store-bench", s);
+	return bu_number("tutti-gpu-store-bench", opt, s, min, max);
 }
 
 static void
@@ -756,7 +756,7 @@ parse_list(const char *s, struct conf *c, bool contexts)
 		bool ok = false;
 
 		if (contexts && c->nr_contexts < MAX_CONTEXTS) {
-			c->contexts[c->nr_contexts++] = number(t);
+			c->contexts[c->nr_contexts++] = number("--contexts", t, 1, 1ull << 28);
 			ok = true;
 		}
 		for (int p = 0; !contexts && p < NR_PATHS; p++) {
@@ -803,13 +803,13 @@ parse(int argc, char **argv, struct conf *c)
 		} else if (strcmp(a, "--paths") == 0) {
 			parse_list(v, c, false);
 		} else if (strcmp(a, "--repeats") == 0) {
-			c->repeats = (uint32_t)number(v);
+			c->repeats = (uint32_t)number(a, v, 1, MAX_REPEATS);
 		} else if (strcmp(a, "--threads") == 0) {
-			c->threads = (uint32_t)number(v);
+			c->threads = (uint32_t)number(a, v, 1, 256);
 		} else if (strcmp(a, "--staging-mib") == 0) {
-			c->staging_bytes = number(v) << 20;
+			c->staging_bytes = number(a, v, 1, 1u << 20) << 20;
 		} else if (strcmp(a, "--raw-gib") == 0) {
-			c->raw_bytes = number(v) << 30;
+			c->raw_bytes = number(a, v, 1, 1u << 14) << 30;
 		} else if (strcmp(a, "--model") == 0) {
 			c->model = v;
 		} else if (strcmp(a, "--json") == 0) {
@@ -892,7 +892,8 @@ main(int argc, char **argv)
 		/* The baseline's file, also the raw I/O's: one request's layer blocks. */
 		b.raw_file_bytes = arena;
 		snprintf(b.raw_path, sizeof(b.raw_path), "%s/baseline.data", b.c.dir);
-		b.raw_fd = open(b.raw_path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
+		b.raw_fd =
+		    open(b.raw_path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0644);
 		if (b.raw_fd < 0) {
 			die(b.raw_path, -errno);
 		}

@@ -52,21 +52,15 @@ usage(void)
 	exit(2);
 }
 
-/* A number of the command line, at most 2^20 (a count, not a size). */
+/* A count of the command line (of \p opt), \p min..2^20. */
 static uint32_t
-number(const char *s)
+number(const char *opt, const char *s, uint32_t min)
 {
-	uint64_t v = bu_number("tutti-iowq-burst", s);
-
-	if (v > 1u << 20) {
-		fprintf(stderr, "tutti-iowq-burst: %s is too large\n", s);
-		usage();
-	}
-	return (uint32_t)v;
+	return (uint32_t)bu_number("tutti-iowq-burst", opt, s, min, 1u << 20);
 }
 
 static void
-parse_list(const char *s, struct list *l)
+parse_list(const char *opt, const char *s, uint32_t min, struct list *l)
 {
 	char buf[256], *save = NULL;
 
@@ -78,7 +72,7 @@ parse_list(const char *s, struct list *l)
 		if (l->n == MAX_LIST) {
 			usage();
 		}
-		l->v[l->n++] = number(t);
+		l->v[l->n++] = number(opt, t, min);
 	}
 	if (l->n == 0) {
 		usage();
@@ -101,15 +95,15 @@ parse(int argc, char **argv, struct conf *c)
 		if (strcmp(a, "--dir") == 0) {
 			c->dir = v;
 		} else if (strcmp(a, "--layer-objects") == 0) {
-			parse_list(v, &c->objects);
+			parse_list(a, v, 1, &c->objects);
 		} else if (strcmp(a, "--windows") == 0) {
-			parse_list(v, &c->windows);
+			parse_list(a, v, 1, &c->windows);
 		} else if (strcmp(a, "--gaps-us") == 0) {
-			parse_list(v, &c->gaps);
+			parse_list(a, v, 0, &c->gaps);
 		} else if (strcmp(a, "--layers") == 0) {
-			c->layers = number(v);
+			c->layers = number(a, v, 1);
 		} else if (strcmp(a, "--rounds") == 0) {
-			c->rounds = number(v);
+			c->rounds = number(a, v, 1);
 		} else {
 			usage();
 		}
@@ -282,7 +276,7 @@ main(int argc, char **argv)
 	if (snprintf(path, sizeof(path), "%s/iowq-burst.data", c.dir) >= (int)sizeof(path)) {
 		usage();
 	}
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	fill = malloc(OBJ_BYTES);
 	if (fd < 0 || fill == NULL) {
 		fprintf(stderr, "tutti-iowq-burst: %s: %s\n", path, strerror(errno));

@@ -718,6 +718,9 @@ static int
 plan_workload(struct bench *b, const struct kvbench_conf *conf)
 {
 	uint32_t bs = conf->geo.block_tokens;
+	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGE_SIZE);
+	uint64_t logical;
+	double kv_bytes;
 
 	b->geo = conf->geo;
 	if (tutti_geometry_check(&b->geo) != 0 || conf->requests == 0 || conf->repeats == 0 ||
@@ -739,7 +742,20 @@ plan_workload(struct bench *b, const struct kvbench_conf *conf)
 	b->shared_blocks = (uint32_t)(conf->shared_tokens / conf->geo.chunk_tokens) * b->bpc;
 	b->uniq_per_req = b->blocks_per_req - b->shared_blocks;
 	b->chunks_per_req = (b->blocks_per_req + b->bpc - 1) / b->bpc;
-	b->nr_logical = b->shared_blocks + conf->requests * b->uniq_per_req;
+	logical = b->shared_blocks + (uint64_t)conf->requests * b->uniq_per_req;
+	/* The source KV of every request and the destination of one are allocated up front:
+	 * refuse what the machine cannot hold rather than fault it in until the OOM killer
+	 * comes. */
+	kv_bytes = ((double)logical + b->blocks_per_req) * b->geo.nr_layers * (double)b->page_bytes;
+	if (logical > UINT32_MAX || kv_bytes > (double)ram) {
+		fprintf(stderr,
+		        "tutti: the workload needs %.1f GiB of host KV memory (%llu blocks of %u "
+		        "layers); this machine has %.1f GiB\n",
+		        kv_bytes / (1 << 30), (unsigned long long)logical, b->geo.nr_layers,
+		        (double)ram / (1 << 30));
+		return -ENOMEM;
+	}
+	b->nr_logical = (uint32_t)logical;
 	return 0;
 }
 

@@ -519,9 +519,9 @@ usage(void)
 }
 
 static uint64_t
-number(const char *s)
+number(const char *opt, const char *s, uint64_t min, uint64_t max)
 {
-	return bu_number("tutti-stripe-bench", s);
+	return bu_number("tutti-stripe-bench", opt, s, min, max);
 }
 
 /* A comma-separated list of directory counts (ns) or engine names. */
@@ -548,7 +548,7 @@ parse_list(const char *s, struct conf *c, bool engines)
 			}
 			c->engines[c->nr_engines++] = (uint32_t)e;
 		} else {
-			uint64_t v = number(t);
+			uint64_t v = number("--dirs", t, 1, TT_POOL_MAX_DIRS);
 
 			if (v == 0 || v > TT_POOL_MAX_DIRS || c->nr_ns == MAX_NS) {
 				fprintf(stderr, "tutti-stripe-bench: bad directory count '%s'\n",
@@ -600,13 +600,13 @@ parse(int argc, char **argv, struct conf *c)
 		} else if (strcmp(a, "--model") == 0) {
 			c->model = v;
 		} else if (strcmp(a, "--tokens") == 0) {
-			c->tokens = number(v);
+			c->tokens = number(a, v, 1, 1ull << 28);
 		} else if (strcmp(a, "--repeats") == 0) {
-			c->repeats = (uint32_t)number(v);
+			c->repeats = (uint32_t)number(a, v, 1, MAX_REPEATS);
 		} else if (strcmp(a, "--staging-mib") == 0) {
-			c->staging_bytes = number(v) << 20;
+			c->staging_bytes = number(a, v, 1, 1u << 20) << 20;
 		} else if (strcmp(a, "--sweep-mib") == 0) {
-			c->sweep_bytes = number(v) << 20;
+			c->sweep_bytes = number(a, v, 1, 1u << 24) << 20;
 		} else if (strcmp(a, "--json") == 0) {
 			c->json = v;
 		} else if (strcmp(a, "--csv") == 0) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "admin.h"
+#include "cliarg.h"
 #include "format/format.h"
 #include "kvbench.h"
 
@@ -55,34 +56,12 @@ usage(FILE *f)
 	    "  --page-threads N     threads of the page-granular baseline (default 16)\n"
 	    "  --no-raw --no-baseline   skip those measurements\n"
 	    "  --seed N             workload seed (default 42)\n"
-	    "  --json               print one JSON object instead of the table\n");
-}
-
-static int
-parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno != 0 || end == s || *end != '\0' || s[0] == '-') {
-		return -EINVAL;
-	}
-	*out = v;
-	return 0;
-}
-
-static int
-parse_u32(const char *s, uint32_t *out)
-{
-	uint64_t v;
-
-	if (parse_u64(s, &v) < 0 || v > UINT32_MAX) {
-		return -EINVAL;
-	}
-	*out = (uint32_t)v;
-	return 0;
+	    "  --json               print one JSON object instead of the table\n"
+	    "\n"
+	    "Numbers are plain decimals, checked against each option's range (--requests\n"
+	    "1..65536, --staging-mib 1..1048576, --io-kib 4..1048576, --queue-depth 1..4096,\n"
+	    "--repeats 1..64); a workload needing more host memory than the machine has is\n"
+	    "refused before anything is allocated.\n");
 }
 
 enum {
@@ -158,11 +137,27 @@ parse_layout(const char *s, uint32_t *out)
 	return -EINVAL;
 }
 
+/*
+ * The numeric options and their ranges. Geometry fields are bounded by what a store can hold
+ * (the library checks how they combine); workload sizes by what a benchmark on one machine can
+ * allocate (kvbench_run checks the host memory the whole workload needs).
+ */
+#define MAX_CONTEXT_TOKENS (1ull << 28)
+#define MAX_REQUESTS 65536u
+#define MAX_STAGING_MIB (1u << 20) /* 1 TiB */
+#define MAX_IO_KIB (1u << 20)      /* 1 GiB: one I/O's length is 32-bit */
+
+static int
+bench_u32(const char *opt, const char *arg, uint32_t min, uint32_t max, uint32_t *out)
+{
+	return cliarg_u32("tutti bench", opt, arg, min, max, out);
+}
+
 /* Apply one option; returns 0, 1 for --help, or -EINVAL. */
 static int
 apply_option(int opt, const char *arg, struct kvbench_conf *c, bool *json, bool *dir_given)
 {
-	uint64_t mib;
+	uint64_t n;
 	int rc = 0;
 
 	switch (opt) {
@@ -170,23 +165,25 @@ apply_option(int opt, const char *arg, struct kvbench_conf *c, bool *json, bool 
 		c->model = arg;
 		return tutti_geometry_preset(arg, &c->geo) == 0 ? 0 : -EINVAL;
 	case OPT_LAYERS:
-		return parse_u32(arg, &c->geo.nr_layers);
+		return bench_u32("--layers", arg, 1, 4096, &c->geo.nr_layers);
 	case OPT_HEADS:
-		return parse_u32(arg, &c->geo.nr_kv_heads);
+		return bench_u32("--kv-heads", arg, 1, 4096, &c->geo.nr_kv_heads);
 	case OPT_HEAD_DIM:
-		return parse_u32(arg, &c->geo.head_dim);
+		return bench_u32("--head-dim", arg, 1, 4096, &c->geo.head_dim);
 	case OPT_ELEM:
-		return parse_u32(arg, &c->geo.elem_bytes);
+		return bench_u32("--elem-bytes", arg, 1, 8, &c->geo.elem_bytes);
 	case OPT_BLOCK:
-		return parse_u32(arg, &c->geo.block_tokens);
+		return bench_u32("--block-tokens", arg, 1, 1u << 16, &c->geo.block_tokens);
 	case OPT_CHUNK:
-		return parse_u32(arg, &c->geo.chunk_tokens);
+		return bench_u32("--chunk-tokens", arg, 1, 1u << 20, &c->geo.chunk_tokens);
 	case OPT_CONTEXT:
-		return parse_u64(arg, &c->context_tokens);
+		return cliarg_u64("tutti bench", "--context", arg, 1, MAX_CONTEXT_TOKENS,
+		                  &c->context_tokens);
 	case OPT_REQUESTS:
-		return parse_u32(arg, &c->requests);
+		return bench_u32("--requests", arg, 1, MAX_REQUESTS, &c->requests);
 	case OPT_SHARED:
-		return parse_u64(arg, &c->shared_tokens);
+		return cliarg_u64("tutti bench", "--shared", arg, 0, MAX_CONTEXT_TOKENS,
+		                  &c->shared_tokens);
 	case OPT_ENGINE:
 		rc = tutti_engine_parse(arg);
 		if (rc >= 0) {
@@ -209,7 +206,7 @@ apply_option(int opt, const char *arg, struct kvbench_conf *c, bool *json, bool 
 		c->layerwise = true;
 		return 0;
 	case OPT_SAVE_CHUNKS:
-		return parse_u32(arg, &c->save_chunks);
+		return bench_u32("--save-chunks", arg, 0, UINT32_MAX, &c->save_chunks);
 	case OPT_DURABILITY:
 		if (strcmp(arg, "fast") == 0 || strcmp(arg, "durable") == 0) {
 			c->durability =
@@ -218,23 +215,23 @@ apply_option(int opt, const char *arg, struct kvbench_conf *c, bool *json, bool 
 		}
 		return -EINVAL;
 	case OPT_REPEATS:
-		return parse_u32(arg, &c->repeats);
+		return bench_u32("--repeats", arg, 1, KVBENCH_MAX_REPEATS, &c->repeats);
 	case OPT_STAGING:
-		rc = parse_u64(arg, &mib);
+		rc = cliarg_u64("tutti bench", "--staging-mib", arg, 1, MAX_STAGING_MIB, &n);
 		if (rc == 0) {
-			c->staging_bytes = mib << 20;
+			c->staging_bytes = n << 20;
 		}
 		return rc;
 	case OPT_IO:
-		rc = parse_u64(arg, &mib);
+		rc = cliarg_u64("tutti bench", "--io-kib", arg, 4, MAX_IO_KIB, &n);
 		if (rc == 0) {
-			c->max_io_bytes = mib << 10;
+			c->max_io_bytes = n << 10;
 		}
 		return rc;
 	case OPT_QD:
-		return parse_u32(arg, &c->queue_depth);
+		return bench_u32("--queue-depth", arg, 1, 4096, &c->queue_depth);
 	case OPT_PAGE_THREADS:
-		return parse_u32(arg, &c->page_threads);
+		return bench_u32("--page-threads", arg, 1, 1024, &c->page_threads);
 	case OPT_NO_RAW:
 		c->skip_raw = true;
 		return 0;
@@ -242,7 +239,7 @@ apply_option(int opt, const char *arg, struct kvbench_conf *c, bool *json, bool 
 		c->skip_page = true;
 		return 0;
 	case OPT_SEED:
-		return parse_u64(arg, &c->seed);
+		return cliarg_u64("tutti bench", "--seed", arg, 0, UINT64_MAX, &c->seed);
 	case OPT_JSON:
 		*json = true;
 		return 0;

@@ -10,26 +10,25 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "admin.h"
+#include "cliarg.h"
 #include "kvbench.h"
 #include "tutti/tutti.h"
 
 #define MAX_DIRS 16
 
-static int
-parse_pos(const char *s, double *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtod(s, &end);
-	return errno == 0 && end != s && *end == '\0' && *out >= 0 ? 0 : -EINVAL;
-}
+/* The sweep measures 6 points of up to 4 MiB I/Os, each over its share of the bytes: below
+ * 6 x 4 MiB some points would not run and the figure would not be the storage's. */
+#define MIN_MIB 24u
+#define MAX_MIB (1u << 24)
+/* A layer's compute per token: far above any model's, far below what a typo gives. */
+#define MAX_LAYER_NS_PER_TOKEN 1e9
 
 static void
 profile_usage(FILE *f)
@@ -40,27 +39,43 @@ profile_usage(FILE *f)
 	        "  --dir DIR   a store directory (repeat for several disks; default tutti-store)\n"
 	        "  --out FILE  the profile to write (default DIR/tutti.profile of the first)\n"
 	        "  --model     geometry preset giving the layer count (default llama-3-8b)\n"
-	        "  --mib N     MiB written and read per directory (default 1024)\n"
-	        "  --layer-ns-per-token X   compute time of every layer per token (default: kept\n"
+	        "  --mib N     MiB written and read per directory, 24..16777216 (default 1024)\n"
+	        "  --layer-ns-per-token X   compute time of every layer per token, 0..1e9 "
+	        "(default: kept\n"
 	        "              from FILE if it exists, else unknown and measured online)\n"
 	        "  --async     reads with IOSQE_ASYNC (page-cache backed storage such as tmpfs)\n");
 }
 
-/* Open a scratch file of \p bytes in each directory; fds[] receive them. */
+/*
+ * Open a scratch file of \p bytes in each directory; fds[] receive them. The files have no name
+ * (O_TMPFILE): nothing planted under a name in the directory (a symbolic link to a file worth
+ * keeping) can receive the writes, and a killed run leaves nothing behind. Where the filesystem
+ * has no O_TMPFILE, a new name is created exclusively and removed at once.
+ */
 static int
-open_scratch(char **dirs, uint32_t n, uint64_t bytes, int *fds, char paths[][PATH_MAX])
+open_scratch(char **dirs, uint32_t n, uint64_t bytes, int *fds)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		int len = snprintf(paths[i], PATH_MAX, "%s/profile.scratch", dirs[i]);
+		int rc;
 
-		if (len < 0 || len >= PATH_MAX) {
-			return -ENAMETOOLONG;
+		fds[i] = open(dirs[i], O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+		if (fds[i] < 0 && (errno == EOPNOTSUPP || errno == EISDIR)) {
+			char path[PATH_MAX];
+			int len =
+			    snprintf(path, sizeof(path), "%s/profile.scratch.XXXXXX", dirs[i]);
+
+			if (len < 0 || len >= (int)sizeof(path)) {
+				return -ENAMETOOLONG;
+			}
+			fds[i] = mkostemp(path, O_CLOEXEC | O_DIRECT);
+			if (fds[i] >= 0) {
+				unlink(path);
+			}
 		}
-		fds[i] = open(paths[i], O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
 		if (fds[i] < 0) {
-			int rc = -errno;
-
-			fprintf(stderr, "tutti profile: %s: %s\n", paths[i], strerror(-rc));
+			rc = -errno;
+			fprintf(stderr, "tutti profile: a scratch file in %s: %s\n", dirs[i],
+			        strerror(-rc));
 			return rc;
 		}
 		if (ftruncate(fds[i], (off_t)bytes) != 0) {
@@ -83,9 +98,10 @@ cmd_profile(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	char *dirs[MAX_DIRS], out_default[PATH_MAX], paths[MAX_DIRS][PATH_MAX];
+	char *dirs[MAX_DIRS], out_default[PATH_MAX];
 	const char *out = NULL, *model = "llama-3-8b";
-	double mib = 1024, layer_ns = -1;
+	double layer_ns = -1;
+	uint64_t mib = 1024;
 	struct tutti_geometry geo;
 	struct rawbw_point wr, rd;
 	struct rawbw_target t = {0};
@@ -113,15 +129,14 @@ cmd_profile(int argc, char **argv)
 			model = optarg;
 			break;
 		case 'b':
-			if (parse_pos(optarg, &mib) < 0 || mib < 1 || mib > (1 << 24)) {
-				fprintf(stderr, "tutti profile: bad --mib %s\n", optarg);
+			if (cliarg_u64("tutti profile", "--mib", optarg, MIN_MIB, MAX_MIB, &mib) <
+			    0) {
 				return 2;
 			}
 			break;
 		case 'l':
-			if (parse_pos(optarg, &layer_ns) < 0) {
-				fprintf(stderr, "tutti profile: bad --layer-ns-per-token %s\n",
-				        optarg);
+			if (cliarg_double("tutti profile", "--layer-ns-per-token", optarg, 0,
+			                  MAX_LAYER_NS_PER_TOKEN, &layer_ns) < 0) {
 				return 2;
 			}
 			break;
@@ -179,11 +194,11 @@ cmd_profile(int argc, char **argv)
 		}
 	}
 
-	bytes = (uint64_t)(mib * (1 << 20)) / 4096 * 4096;
+	bytes = mib << 20;
 	for (uint32_t i = 0; i < nr_dirs; i++) {
 		fds[i] = -1;
 	}
-	rc = open_scratch(dirs, nr_dirs, bytes, fds, paths);
+	rc = open_scratch(dirs, nr_dirs, bytes, fds);
 	if (rc == 0) {
 		t.fds = fds;
 		t.nr_fds = nr_dirs;
@@ -199,11 +214,15 @@ cmd_profile(int argc, char **argv)
 	for (uint32_t i = 0; i < nr_dirs; i++) {
 		if (fds[i] >= 0) {
 			close(fds[i]);
-			unlink(paths[i]);
 		}
 	}
+	if (rc == 0 && !(rd.gbps > 0 && wr.gbps > 0 && isfinite(rd.gbps) && isfinite(wr.gbps))) {
+		rc = -EIO; /* no point of the sweep ran: there is no figure to plan with */
+	}
 	if (rc < 0) {
-		fprintf(stderr, "tutti profile: measuring the storage failed: %s\n", strerror(-rc));
+		fprintf(stderr,
+		        "tutti profile: measuring the storage failed: %s; %s is left as it was\n",
+		        strerror(-rc), out);
 		free(prof.layer_ns_per_token);
 		return 1;
 	}

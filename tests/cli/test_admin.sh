@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Description: the tutti CLI as an operator meets it: inspect and fsck on things that are not a
+# healthy store (a FIFO or an empty file where the data file should be) answer at once with a
+# message that says what is there; profile never writes through a symbolic link and never
+# replaces a good profile with a failed measurement; every numeric option takes a plain decimal
+# number in its range and nothing else.
+set -euo pipefail
+tutti=$1
+dir=$(mktemp -d "${TMPDIR:-/tmp}/tutti-cli-admin.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# expect CODE PATTERN CMD...: CMD exits with CODE within 20 s and its stderr matches PATTERN.
+expect() {
+	local code=$1 pattern=$2 rc=0
+	shift 2
+	timeout 20 "$@" >"$dir/out" 2>"$dir/err" || rc=$?
+	[ "$rc" -ne 124 ] || fail "hung: $*"
+	[ "$rc" -eq "$code" ] || fail "exit $rc, not $code: $* ($(cat "$dir/err"))"
+	grep -q -- "$pattern" "$dir/err" || fail "no '$pattern' from: $* ($(cat "$dir/err"))"
+}
+
+# ---- what stands where the data file should be ----
+mkdir "$dir/fifo"
+mkfifo "$dir/fifo/tutti.data"
+expect 1 "not a regular file" "$tutti" inspect "$dir/fifo"
+expect 8 "not a regular file" "$tutti" fsck "$dir/fifo"
+expect 8 "not a regular file" "$tutti" fsck --repair "$dir/fifo"
+[ -p "$dir/fifo/tutti.data" ] || fail "the FIFO was replaced"
+
+mkdir "$dir/empty"
+: >"$dir/empty/tutti.data"
+expect 1 "is empty: no store was ever written here" "$tutti" inspect "$dir/empty"
+expect 8 "is empty" "$tutti" fsck "$dir/empty"
+[ ! -s "$dir/empty/tutti.data" ] || fail "inspect or fsck wrote to an empty file"
+
+expect 1 "No such file or directory" "$tutti" inspect "$dir/none"
+
+# ---- profile and symbolic links ----
+mkdir "$dir/prof"
+echo "a file worth keeping" >"$dir/victim"
+for name in profile.scratch tutti.profile.tmp; do
+	ln -s "$dir/victim" "$dir/prof/$name"
+done
+"$tutti" profile --dir "$dir/prof" --out "$dir/prof/tutti.profile" --mib 24 \
+	--layer-ns-per-token 10 >/dev/null || fail "profile"
+[ "$(cat "$dir/victim")" = "a file worth keeping" ] || fail "profile wrote through a link"
+grep -qx "tutti-profile 1" "$dir/prof/tutti.profile" || fail "no profile written"
+ls "$dir/prof" | grep -q "scratch\.\|\.tmp\." && fail "profile left a scratch file: $(ls "$dir/prof")"
+
+# A measurement that cannot be made leaves the existing profile as it was.
+cp "$dir/prof/tutti.profile" "$dir/good"
+expect 2 "outside 24" "$tutti" profile --dir "$dir/prof" --out "$dir/prof/tutti.profile" --mib 1
+expect 1 "left as it was" "$tutti" profile --dir "$dir/none" --out "$dir/prof/tutti.profile" \
+	--mib 24
+cmp -s "$dir/good" "$dir/prof/tutti.profile" || fail "a failed profile replaced the good one"
+
+# ---- numbers ----
+for bad in " -1" "-1" "+3" "3 " "0x10" "1e3" "" "abc" "18446744073709551616"; do
+	expect 2 "is not a whole number\|is outside" "$tutti" bench --staging-mib "$bad"
+	expect 2 "is not a whole number\|is outside" "$tutti" profile --mib "$bad"
+done
+expect 2 "outside 1..1048576" "$tutti" bench --staging-mib 17592186044416
+expect 2 "outside 4..1048576" "$tutti" bench --io-kib 0
+expect 2 "outside 1..65536" "$tutti" bench --requests 4294967295
+expect 2 "outside 1..4096" "$tutti" bench --queue-depth 0
+expect 2 "outside 1..64" "$tutti" bench --repeats 65
+for bad in inf nan -1 1e400 2e9 " 5"; do
+	expect 2 "layer-ns-per-token" "$tutti" profile --layer-ns-per-token "$bad"
+done
+# In range but more than the machine can hold: refused before anything is allocated.
+expect 1 "GiB of host KV memory" "$tutti" bench --requests 65536 --context 1048576 --no-raw \
+	--no-baseline --dir "$dir/big"
+[ ! -e "$dir/big" ] || fail "a refused benchmark created its store"
+
+echo PASS

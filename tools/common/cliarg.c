@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Strict command-line numbers (cliarg.h).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cliarg.h"
+
+static int
+is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+int
+cliarg_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (s == NULL || !is_digit(s[0])) {
+		return -EINVAL; /* also refuses the sign and spaces strtoull would skip */
+	}
+	for (const char *p = s; *p != '\0'; p++) {
+		if (!is_digit(*p)) {
+			return -EINVAL;
+		}
+		if (v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10) {
+			return -ERANGE;
+		}
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (v < min || v > max) {
+		return -ERANGE;
+	}
+	*out = v;
+	return 0;
+}
+
+int
+cliarg_parse_double(const char *s, double min, double max, double *out)
+{
+	char *end;
+	double v;
+
+	/* A digit or a point first: no sign, no spaces, no "inf" or "nan". */
+	if (s == NULL || !(is_digit(s[0]) || (s[0] == '.' && is_digit(s[1])))) {
+		return -EINVAL;
+	}
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || *end != '\0') {
+		return -EINVAL;
+	}
+	if (errno == ERANGE || !isfinite(v) || v < min || v > max) {
+		return -ERANGE;
+	}
+	*out = v;
+	return 0;
+}
+
+int
+cliarg_u64(const char *prog, const char *opt, const char *s, uint64_t min, uint64_t max,
+           uint64_t *out)
+{
+	int rc = cliarg_parse_u64(s, min, max, out);
+
+	if (rc == -EINVAL) {
+		fprintf(stderr, "%s: %s: '%s' is not a whole number\n", prog, opt, s ? s : "");
+	} else if (rc < 0) {
+		fprintf(stderr, "%s: %s: %s is outside %llu..%llu\n", prog, opt, s,
+		        (unsigned long long)min, (unsigned long long)max);
+	}
+	return rc;
+}
+
+int
+cliarg_u32(const char *prog, const char *opt, const char *s, uint32_t min, uint32_t max,
+           uint32_t *out)
+{
+	uint64_t v;
+	int rc = cliarg_u64(prog, opt, s, min, max, &v);
+
+	if (rc == 0) {
+		*out = (uint32_t)v;
+	}
+	return rc;
+}
+
+int
+cliarg_double(const char *prog, const char *opt, const char *s, double min, double max, double *out)
+{
+	int rc = cliarg_parse_double(s, min, max, out);
+
+	if (rc == -EINVAL) {
+		fprintf(stderr, "%s: %s: '%s' is not a number\n", prog, opt, s ? s : "");
+	} else if (rc < 0) {
+		fprintf(stderr, "%s: %s: %s is outside %g..%g\n", prog, opt, s, min, max);
+	}
+	return rc;
+}

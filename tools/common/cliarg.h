@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Numbers on the command line, one parser for every program of tools/ and bench/. An option's
+ * value is accepted only when the whole of it is one plain decimal number (no sign, no spaces,
+ * no other base) within the option's range; otherwise the program says which option and why on
+ * stderr, and the caller exits with a usage error. strtoull alone would take " -1" as 2^64-1 and
+ * a shift of a huge MiB count would wrap to 0.
+ */
+#ifndef TUTTI_TOOLS_CLIARG_H
+#define TUTTI_TOOLS_CLIARG_H
+
+#include <stdint.h>
+
+/* Parse \p s into *out when it is a whole number in [min, max]; 0 or -EINVAL (not a number)
+ * or -ERANGE (outside the range). Prints nothing. */
+int cliarg_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+/* The same for a finite decimal number (fraction and exponent allowed, no inf or nan). */
+int cliarg_parse_double(const char *s, double min, double max, double *out);
+
+/* Parse the value \p s of option \p opt of program \p prog; on failure print
+ * "prog: opt: ..." with the range and return the error. *out is set only on success. */
+int cliarg_u64(const char *prog, const char *opt, const char *s, uint64_t min, uint64_t max,
+               uint64_t *out);
+int cliarg_u32(const char *prog, const char *opt, const char *s, uint32_t min, uint32_t max,
+               uint32_t *out);
+int cliarg_double(const char *prog, const char *opt, const char *s, double min, double max,
+                  double *out);
+
+#endif /* TUTTI_TOOLS_CLIARG_H */
