@@ -65,8 +65,11 @@ class Pipeline(_Handle):
         if wait_timeout_ms is not None:
             o.wait_timeout_ms = wait_timeout_ms
         self._h = ctypes.c_void_p()
-        _check(lib.tutti_pipeline_create(store._h, kv._h, ctypes.byref(o), ctypes.byref(self._h)),
-               "tutti_pipeline_create")
+        with store._call(), kv._call():
+            _check(lib.tutti_pipeline_create(store._h, kv._h, ctypes.byref(o),
+                                             ctypes.byref(self._h)), "tutti_pipeline_create")
+        # The pipeline calls the store and reads the KV in C: closing either closes it first.
+        self._depends_on(store, kv)
         self._keep = []
         self._nr_loads = {}
 
@@ -77,19 +80,23 @@ class Pipeline(_Handle):
         cs = (L.Request * max(1, len(saves)))(*[r.c(kb) for r in saves])
         step = L.Step(ctypes.sizeof(L.Step), len(loads), cl, len(saves), cs, compute_tokens, 0,
                       stream or None)
-        sid = _check(L.lib().tutti_pipeline_begin_step(self._h, ctypes.byref(step)),
-                     "tutti_pipeline_begin_step")
+        with self._call():
+            sid = _check(L.lib().tutti_pipeline_begin_step(self._h, ctypes.byref(step)),
+                         "tutti_pipeline_begin_step")
         self._nr_loads[int(sid)] = sum(len(r.keys) - r.first_chunk for r in loads)
         return int(sid)
 
     def wait_layer(self, layer):
-        _check(L.lib().tutti_pipeline_wait_layer(self._h, layer), "tutti_pipeline_wait_layer")
+        with self._call():
+            _check(L.lib().tutti_pipeline_wait_layer(self._h, layer), "tutti_pipeline_wait_layer")
 
     def save_layer(self, layer):
-        _check(L.lib().tutti_pipeline_save_layer(self._h, layer), "tutti_pipeline_save_layer")
+        with self._call():
+            _check(L.lib().tutti_pipeline_save_layer(self._h, layer), "tutti_pipeline_save_layer")
 
     def end_step(self):
-        _check(L.lib().tutti_pipeline_end_step(self._h), "tutti_pipeline_end_step")
+        with self._call():
+            _check(L.lib().tutti_pipeline_end_step(self._h), "tutti_pipeline_end_step")
 
     def result(self, step):
         """The step's result as a dict (with 'status' per chunk and 'layer_stall_ns'), or None
@@ -99,7 +106,8 @@ class Pipeline(_Handle):
         n = self._nr_loads.get(step, 0)
         status = (L.c_i32 * max(1, n))()
         stall = (L.c_u64 * self.store.geometry.nr_layers)()
-        rc = L.lib().tutti_pipeline_step_result(self._h, step, ctypes.byref(res), status, stall)
+        with self._call():
+            rc = L.lib().tutti_pipeline_step_result(self._h, step, ctypes.byref(res), status, stall)
         if rc == -errno.EAGAIN:
             return None
         _check(rc, "tutti_pipeline_step_result")
@@ -109,27 +117,31 @@ class Pipeline(_Handle):
         return out
 
     def flush(self):
-        _check(L.lib().tutti_pipeline_flush(self._h), "tutti_pipeline_flush")
+        with self._call():
+            _check(L.lib().tutti_pipeline_flush(self._h), "tutti_pipeline_flush")
 
     def stats(self):
         s = L.PipelineStats()
         s.size = ctypes.sizeof(L.PipelineStats)
-        _check(L.lib().tutti_pipeline_get_stats(self._h, ctypes.byref(s)),
-               "tutti_pipeline_get_stats")
+        with self._call():
+            _check(L.lib().tutti_pipeline_get_stats(self._h, ctypes.byref(s)),
+                   "tutti_pipeline_get_stats")
         out = {"readahead": int(s.readahead)}
         out.update({name: int(getattr(s, name)) for name in L.PIPELINE_STATS_U64})
         out.update({name: float(getattr(s, name)) for name in L.PIPELINE_STATS_F64})
         return out
 
     def write_trace(self, path):
-        _check(L.lib().tutti_pipeline_write_trace(self._h, str(path).encode()),
-               "tutti_pipeline_write_trace")
+        with self._call():
+            _check(L.lib().tutti_pipeline_write_trace(self._h, str(path).encode()),
+                   "tutti_pipeline_write_trace")
 
     def profile(self):
         """The profile as refined online (a ``Profile``)."""
         nl = self.store.geometry.nr_layers
         prof = Profile(nl)
         c, arr = prof._c()
-        _check(L.lib().tutti_pipeline_get_profile(self._h, ctypes.byref(c)),
-               "tutti_pipeline_get_profile")
+        with self._call():
+            _check(L.lib().tutti_pipeline_get_profile(self._h, ctypes.byref(c)),
+                   "tutti_pipeline_get_profile")
         return Profile(nl, c.read_bytes_per_s, c.write_bytes_per_s, list(arr))

@@ -148,14 +148,16 @@ class Remote(_Handle):
     def lookup(self, keys, first=0):
         """Chunks of the chain ``keys`` from ``first`` on that the pool holds for every rank."""
         buf = ctypes.create_string_buffer(b"".join(keys), max(1, len(keys) * self.key_bytes))
-        return int(_check(_lib().tutti_remote_lookup(self._h, buf, len(keys), first),
-                          "tutti_remote_lookup"))
+        with self._call():
+            return int(_check(_lib().tutti_remote_lookup(self._h, buf, len(keys), first),
+                              "tutti_remote_lookup"))
 
     def _call(self, fn, kv, reqs, what):
         creqs = (L.Request * len(reqs))(*[r.c(self.key_bytes) for r in reqs])
         total = sum(len(r.keys) - r.first_chunk for r in reqs)
         status = (L.c_i32 * max(1, total))()
-        n = _check(fn(self._h, kv._h, creqs, len(reqs), status), what)
+        with self._call(), kv._call():
+            n = _check(fn(self._h, kv._h, creqs, len(reqs), status), what)
         return int(n), list(status)[:total]
 
     def fetch(self, kv, reqs):
@@ -168,7 +170,8 @@ class Remote(_Handle):
 
     def flush(self, timeout_ms=10000):
         """Wait for the publish queue to drain; False when it did not within the timeout."""
-        rc = _lib().tutti_remote_flush(self._h, int(timeout_ms))
+        with self._call():
+            rc = _lib().tutti_remote_flush(self._h, int(timeout_ms))
         if rc == -errno.ETIMEDOUT:
             return False
         _check(rc, "tutti_remote_flush")
@@ -177,7 +180,9 @@ class Remote(_Handle):
     def stats(self):
         s = RemoteStats()
         s.size = ctypes.sizeof(RemoteStats)
-        _check(_lib().tutti_remote_get_stats(self._h, ctypes.byref(s)), "tutti_remote_get_stats")
+        with self._call():
+            _check(_lib().tutti_remote_get_stats(self._h, ctypes.byref(s)),
+                   "tutti_remote_get_stats")
         out = {n: int(getattr(s, n)) for n in STATS_FIELDS}
         out["up"] = int(s.up)
         return out

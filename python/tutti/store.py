@@ -2,8 +2,12 @@
 """The store API in Python: ``Store``, ``KV`` and ``ChunkRequest``. Errors raise ``OSError``
 with the library's errno and message; nothing here depends on torch."""
 
+import contextlib
 import ctypes
+import errno
 import logging
+import threading
+import weakref
 from dataclasses import dataclass, field
 
 from tutti import _lib as L
@@ -57,16 +61,67 @@ class Geometry:
         return int(L.lib().tutti_geometry_slot_bytes(ctypes.byref(self.c())))
 
 
+class _InFlight:
+    """The calls in flight on one handle. ctypes releases the GIL for the length of a C call,
+    so another thread may close the handle while a call runs; close() waits for them."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.calls = 0
+        self.closing = False
+        self.closed = False
+
+
 class _Handle:
     """A library handle in ``self._h``, released by the C function named ``_release`` on
-    ``close()``, at the end of a ``with`` block, or when the object is collected."""
+    ``close()``, at the end of a ``with`` block, or when the object is collected.
+
+    Every C call on the handle runs inside ``_call()``: ``close()`` marks the handle closing
+    (new calls raise ``OSError(EBADF)``), closes the handles that depend on it (a pipeline over
+    a store), waits until the calls in flight have returned, and only then releases it."""
 
     _release = None
 
+    def _in_flight(self):
+        return self.__dict__.setdefault("_flight", _InFlight())
+
+    @contextlib.contextmanager
+    def _call(self):
+        f = self._in_flight()
+        with f.cond:
+            if f.closing or not getattr(self, "_h", None):
+                raise OSError(errno.EBADF, f"{type(self).__name__} is closed")
+            f.calls += 1
+        try:
+            yield
+        finally:
+            with f.cond:
+                f.calls -= 1
+                if f.calls == 0:
+                    f.cond.notify_all()
+
+    def _depends_on(self, *owners):
+        """Close this handle before any of ``owners`` is closed: it uses them in C."""
+        for o in owners:
+            o.__dict__.setdefault("_dependents", weakref.WeakSet()).add(self)
+
     def close(self):
+        f = self._in_flight()
+        with f.cond:
+            if f.closing:
+                f.cond.wait_for(lambda: f.closed)  # another thread is closing it
+                return
+            f.closing = True
+        for d in list(self.__dict__.get("_dependents", ())):
+            d.close()
+        with f.cond:
+            f.cond.wait_for(lambda: f.calls == 0)
         if getattr(self, "_h", None):
             getattr(L.lib(), self._release)(self._h)
             self._h = ctypes.c_void_p()
+        with f.cond:
+            f.closed = True
+            f.cond.notify_all()
 
     def __enter__(self):
         return self
@@ -75,7 +130,8 @@ class _Handle:
         self.close()
 
     def __del__(self):
-        self.close()
+        with contextlib.suppress(Exception):  # also at interpreter exit
+            self.close()
 
 
 class KV(_Handle):
@@ -121,7 +177,8 @@ class ChunkRequest:
 
 
 class Store(_Handle):
-    """An open store (``tutti_store_open``). Thread-safe, as the C handle is."""
+    """An open store (``tutti_store_open``). Thread-safe, as the C handle is, close() included:
+    it waits for calls in flight on other threads, and calls after it raise OSError(EBADF)."""
 
     _release = "tutti_store_close"
 
@@ -169,8 +226,9 @@ class Store(_Handle):
         """(leading chunks stored, paged blocks they hold) for the key chain ``keys``."""
         buf = ctypes.create_string_buffer(b"".join(keys), max(1, len(keys) * self.key_bytes))
         blocks = L.c_u64()
-        n = _check(L.lib().tutti_store_lookup(self._h, buf, len(keys), ctypes.byref(blocks)),
-                   "tutti_store_lookup")
+        with self._call():
+            n = _check(L.lib().tutti_store_lookup(self._h, buf, len(keys),
+                                                  ctypes.byref(blocks)), "tutti_store_lookup")
         return int(n), int(blocks.value)
 
     def keys(self, batch=4096):
@@ -180,8 +238,9 @@ class Store(_Handle):
         keys = ctypes.create_string_buffer(batch * self.key_bytes)
         blocks = (L.c_u32 * batch)()
         while True:
-            n = _check(L.lib().tutti_store_list(self._h, ctypes.byref(cursor), keys, blocks,
-                                                batch), "tutti_store_list")
+            with self._call():
+                n = _check(L.lib().tutti_store_list(self._h, ctypes.byref(cursor), keys, blocks,
+                                                    batch), "tutti_store_list")
             if n == 0:
                 return out
             raw = keys.raw
@@ -200,20 +259,24 @@ class Store(_Handle):
             layer_end = self.geometry.nr_layers
         creqs = (L.Request * len(reqs))(*[r.c(self.key_bytes) for r in reqs])
         status = (L.c_i32 * max(1, self._chunks(reqs)))()
-        n = _check(L.lib().tutti_store_load(self._h, kv._h, creqs, len(reqs), layer_begin,
-                                            layer_end, status), "tutti_store_load")
+        with self._call(), kv._call():
+            n = _check(L.lib().tutti_store_load(self._h, kv._h, creqs, len(reqs), layer_begin,
+                                                layer_end, status), "tutti_store_load")
         return int(n), list(status)[: self._chunks(reqs)]
 
     def save(self, kv, reqs):
         """Save; returns (chunks written, per-chunk status: 0 stored, 1 present, or -errno)."""
         creqs = (L.Request * len(reqs))(*[r.c(self.key_bytes) for r in reqs])
         status = (L.c_i32 * max(1, self._chunks(reqs)))()
-        n = _check(L.lib().tutti_store_save(self._h, kv._h, creqs, len(reqs), status),
-                   "tutti_store_save")
+        with self._call(), kv._call():
+            n = _check(L.lib().tutti_store_save(self._h, kv._h, creqs, len(reqs), status),
+                       "tutti_store_save")
         return int(n), list(status)[: self._chunks(reqs)]
 
     def stats(self):
         s = L.Stats()
         s.size = ctypes.sizeof(L.Stats)
-        _check(L.lib().tutti_store_get_stats(self._h, ctypes.byref(s)), "tutti_store_get_stats")
+        with self._call():
+            _check(L.lib().tutti_store_get_stats(self._h, ctypes.byref(s)),
+                   "tutti_store_get_stats")
         return {name: int(getattr(s, name)) for name in L.STATS_FIELDS}
