@@ -14,7 +14,8 @@
 # (bench/layerwise_ttft.py with LAYERWISE_ARGS), footprint (bench/io_footprint.py with
 # FOOTPRINT_ARGS), iowq (tutti-iowq-burst with IOWQ_ARGS), vllm-gpu (outputs with Tutti
 # identical to vLLM's, inside vLLM), serve-emulated and serve-disk (bench/serve/serve_bench.py
-# with SERVE_ARGS); default: test mover.
+# with SERVE_ARGS), lmcache-micro (LMCache's store and retrieve beside tutti-gpu-store-bench,
+# bench/lmcache_micro.py with LMCACHE_MICRO_ARGS); default: test mover.
 # BENCH_ARGS adds arguments to tutti-gpu-store-bench; STRIPE_ARGS to tutti-stripe-bench
 # (STRIPE_ENGINES, STRIPE_SHM_TOKENS and STRIPE_DISK_TOKENS change its defaults).
 set -uo pipefail
@@ -232,6 +233,35 @@ serve-emulated | serve-disk)
 	cat "$OUT/serve-$storage/serve-summary.md" >> "$OUT/summary.txt" 2>/dev/null ||
 		tail -30 "$OUT/serve-$storage.log" >> "$OUT/summary.txt"
 	rm -rf /dev/shm/tutti-serve build/serve-disk build/serve-work
+	;;
+lmcache-micro)
+	# LMCache's store and retrieve of the same request beside ours (bench/lmcache_micro.py,
+	# LMCACHE_MICRO_ARGS), on the same geometry and in the same directory right after the store
+	# bench there, emulated (/dev/shm) and disk; needs the payload (vllm-gpu-payload.sh install).
+	if [ -f build/vllm-prefix/env.sh ]; then
+		# shellcheck disable=SC1091
+		. build/vllm-prefix/env.sh
+	else
+		log "lmcache-micro: no build/vllm-prefix/env.sh (run scripts/vllm-gpu-payload.sh install): LMCache will be missing"
+	fi
+	for where in emulated disk; do
+		if [ $where = emulated ]; then dir=/dev/shm/tutti-lmcache; else dir=$PWD/build/tutti-lmcache; fi
+		rm -rf "$dir" && mkdir -p "$dir"
+		df -h "$dir" >> "$OUT/summary.txt"
+		log "lmcache-micro ($where) in $dir: tutti-gpu-store-bench, then LMCache"
+		timeout "${BENCH_TIMEOUT:-900}" build/gpu/tutti-gpu-store-bench --dir "$dir" --contexts 32768,131072 \
+			--paths gpu-uring,uring --repeats 3 --json "$OUT/lmcache-micro-tutti-$where.jsonl" \
+			> "$OUT/lmcache-micro-tutti-$where.txt" 2>&1
+		log "store bench exit $?"
+		grep -E "tok " "$OUT/lmcache-micro-tutti-$where.txt" | tee -a "$OUT/summary.txt"
+		# shellcheck disable=SC2086
+		timeout "${BENCH_TIMEOUT:-900}" python3 bench/lmcache_micro.py --dir "$dir" --contexts 32768,131072 \
+			--repeats 3 --tutti-json "$OUT/lmcache-micro-tutti-$where.jsonl" \
+			--json "$OUT/lmcache-micro.jsonl" ${LMCACHE_MICRO_ARGS:-} > "$OUT/lmcache-micro-$where.log" 2>&1
+		log "lmcache-micro ($where) exit $? (77: skipped)"
+		grep -E "^(#|emulated|disk)|skipped|Error" "$OUT/lmcache-micro-$where.log" | tail -12 | tee -a "$OUT/summary.txt"
+		rm -rf "$dir"
+	done
 	;;
 *)
 	log "unknown step $step"
