@@ -152,7 +152,11 @@ class Bench:
             local_cpu=False,
             max_local_cpu_size=math.ceil(request_gb) + 1,
             local_disk=self.lmcache_dir + "/",
-            max_local_disk_size=math.ceil(request_gb) + 1,
+            # An accounting limit, not space used: rounds are removed as they are replaced,
+            # but LocalDiskBackend.remove() does not lower the size it counts, so the limit
+            # covers every store of the run.
+            max_local_disk_size=math.ceil(
+                sum(c * TOKEN_BYTES for c in self.a.contexts) * self.a.repeats / (1 << 30)) + 1,
         )
         cfg.extra_config = extra
         meta = LMCacheMetadata(
@@ -187,7 +191,9 @@ class Bench:
                 raise TimeoutError(
                     f"LMCache's disk back end did not hold all {len(tokens)} tokens after "
                     f"{timeout} s (see its log above)")
-            time.sleep(0.001)
+            # Each lookup hashes the whole request under the GIL that LMCache's writer
+            # threads share: poll gently.
+            time.sleep(0.005)
 
     def context(self, tokens):
         torch, R = self.torch, self.a.repeats
