@@ -57,8 +57,6 @@
 #define LAYER_SHIFT 4160u
 #define RAW_MEM_BYTES (256ull << 20)
 
-static const char *const engine_names[] = {"uring", "posix", "gpu-uring", "gds"};
-
 struct conf {
 	const char *bases[MAX_BASES];
 	uint32_t nr_bases;
@@ -118,7 +116,9 @@ ok(int rc, const char *what)
 static const char *
 engine_name(uint32_t e)
 {
-	return e < sizeof(engine_names) / sizeof(engine_names[0]) ? engine_names[e] : "?";
+	const char *name = tutti_engine_name(e);
+
+	return name != NULL ? name : "?";
 }
 
 /* ---- KV memory: device memory through the library's GPU layer, or plain host memory ---- */

@@ -255,6 +255,12 @@ tt_gpu_device(const struct tt_gpu *g)
 	return g->device;
 }
 
+extern "C" int
+tt_gpu_sms(const struct tt_gpu *g)
+{
+	return g->nr_sms;
+}
+
 extern "C" uint64_t
 tt_gpu_launches(const struct tt_gpu *g)
 {

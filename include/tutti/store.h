@@ -41,13 +41,26 @@ enum tutti_engine {
 	 *  -EOPNOTSUPP where libcufile is not installed or refuses the store's files, -EIO where
 	 *  its driver does not open. */
 	TUTTI_ENGINE_GDS = 3,
+	/** The engine for where the KV lives: gpu-uring for GPU KV, the CPU-driven uring for host
+	 *  KV (posix where io_uring is refused). gpu-uring is set up at the first call with GPU KV;
+	 *  where it cannot be (no CUDA device, layer blocks of at most 240 bytes, a GPU with no
+	 *  more SMs than gpu_io_sms, no SQPOLL io_uring, memory that cannot be mapped for the GPU)
+	 *  GPU KV moves through the CPU-driven engine too, and one line of the log (level WARN)
+	 *  says why. tutti_store_engine() tells which engine moves a kv. */
+	TUTTI_ENGINE_AUTO = 4,
 };
 
 /**
- * Parse an engine name ("uring", "posix", "gpu-uring" or "gds").
+ * Parse an engine name ("uring", "posix", "gpu-uring", "gds" or "auto").
  * \return the enum tutti_engine value, or -EINVAL for an unknown name or NULL.
  */
 TUTTI_API int tutti_engine_parse(const char *name);
+
+/**
+ * The name of engine \p engine (enum tutti_engine), as tutti_engine_parse() takes it.
+ * \return a static string, or NULL for an unknown value.
+ */
+TUTTI_API const char *tutti_engine_name(uint32_t engine);
 
 /** Create missing directories (mode 0700) and store files; without it a missing store is -ENOENT.
  */
@@ -319,6 +332,16 @@ TUTTI_API int tutti_store_get_stats(struct tutti_store *st, struct tutti_stats *
  * \return 0 or -EINVAL.
  */
 TUTTI_API int tutti_store_geometry(struct tutti_store *st, struct tutti_geometry *out);
+
+/**
+ * The engine that moves \p kv's KV through \p st: the one the store was opened with, the
+ * CPU-driven engine for KV an engine does not take itself (gds with host KV: uring), or what
+ * TUTTI_ENGINE_AUTO chose. For auto with GPU KV this sets gpu-uring up if no load or save has
+ * yet (so a fallback's log line may come from this call).
+ * \return an enum tutti_engine value other than TUTTI_ENGINE_AUTO, or -EINVAL (NULL arguments,
+ *         a kv of another geometry).
+ */
+TUTTI_API int tutti_store_engine(struct tutti_store *st, const struct tutti_kv *kv);
 
 /** tutti_store_fsck: remove damaged chunks and erase their headers. */
 #define TUTTI_FSCK_REPAIR 0x1u

@@ -110,6 +110,21 @@ def test_a_second_open_is_ebusy_and_a_reopen_finds_the_chunks(tmp_path):
     assert e.value.errno == errno.EEXIST
 
 
+def test_auto_moves_host_kv_through_the_cpu_engine_and_says_so(tmp_path, caplog):
+    src, src_kv = host_kv(GEO, NR_BLOCKS, 1)
+    dst, dst_kv = host_kv(GEO, NR_BLOCKS, 2)
+    ks = keys(2)
+    with Store([tmp_path / "s"], GEO, capacity_bytes=16 * GEO.slot_bytes, engine="auto") as st:
+        assert st.engine_for(src_kv) in ("uring", "posix")  # posix where io_uring is refused
+        assert st.save(src_kv, [ChunkRequest(ks, [1, 2, 3, 4])]) == (2, [0, 0])
+        assert st.load(dst_kv, [ChunkRequest(ks, [5, 6, 7, 8])]) == (2, [0, 0])
+        for layer in range(GEO.nr_layers):
+            assert np.array_equal(dst[layer][[5, 6, 7, 8]], src[layer][[1, 2, 3, 4]])
+        assert st.stats()["gpu_io_kernel_ns"] == 0
+    # Host KV never tries gpu-uring, so there is no fallback to warn about.
+    assert not [r for r in caplog.records if "gpu-uring" in r.getMessage()]
+
+
 def test_library_not_found_says_how_to_fix_it(monkeypatch, tmp_path):
     import tutti._lib as lib
 

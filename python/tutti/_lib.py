@@ -180,7 +180,7 @@ OPEN_EXISTING = 0x2
 OPEN_REPAIR = 0x4
 MEM_HOST = 0
 MEM_CUDA = 1
-ENGINES = {"uring": 0, "posix": 1, "gpu-uring": 2, "gds": 3}
+ENGINES = {"uring": 0, "posix": 1, "gpu-uring": 2, "gds": 3, "auto": 4}
 DURABILITY = {"fast": 0, "durable": 1}
 
 
@@ -262,6 +262,7 @@ def _declare(lib):
         "tutti_geometry_object_bytes": (c_u64, [p(Geometry)]),
         "tutti_geometry_slot_bytes": (c_u64, [p(Geometry)]),
         "tutti_engine_parse": (ctypes.c_int, [ctypes.c_char_p]),
+        "tutti_engine_name": (ctypes.c_char_p, [c_u32]),
         "tutti_store_opts_init": (None, [ctypes.c_void_p]),
         "tutti_store_open": (ctypes.c_int, [p(Geometry), p(StoreOpts), p(ctypes.c_void_p)]),
         "tutti_store_close": (None, [ctypes.c_void_p]),
@@ -282,6 +283,7 @@ def _declare(lib):
             [ctypes.c_void_p, ctypes.c_void_p, p(Request), c_u32, p(c_i32)],
         ),
         "tutti_store_get_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
+        "tutti_store_engine": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
         "tutti_pipeline_opts_init": (None, [p(PipelineOpts)]),
         "tutti_pipeline_create": (
             ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, p(PipelineOpts), p(ctypes.c_void_p)]),

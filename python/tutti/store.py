@@ -178,7 +178,11 @@ class ChunkRequest:
 
 class Store(_Handle):
     """An open store (``tutti_store_open``). Thread-safe, as the C handle is, close() included:
-    it waits for calls in flight on other threads, and calls after it raise OSError(EBADF)."""
+    it waits for calls in flight on other threads, and calls after it raise OSError(EBADF).
+
+    ``engine`` is "uring" (the default), "posix", "gpu-uring", "gds" or "auto": gpu-uring for KV
+    in GPU memory where it can be set up, the CPU-driven engine otherwise (a fallback logs one
+    warning saying why); ``engine_for(kv)`` says which moves a KV."""
 
     _release = "tutti_store_close"
 
@@ -272,6 +276,14 @@ class Store(_Handle):
             n = _check(L.lib().tutti_store_save(self._h, kv._h, creqs, len(reqs), status),
                        "tutti_store_save")
         return int(n), list(status)[: self._chunks(reqs)]
+
+    def engine_for(self, kv):
+        """The engine that moves ``kv``'s KV (``tutti_store_engine``): the one the store was
+        opened with, or what ``auto`` chose for it ("gpu-uring" for GPU KV where it could be
+        set up, else "uring", or "posix" where io_uring is refused)."""
+        with self._call(), kv._call():
+            kind = _check(L.lib().tutti_store_engine(self._h, kv._h), "tutti_store_engine")
+        return L.lib().tutti_engine_name(kind).decode()
 
     def stats(self):
         s = L.Stats()

@@ -18,10 +18,9 @@ _Static_assert(TT_GPU_IO_GROUPS_PER_SM == TT_GPU_URING_GROUPS_PER_BLOCK,
 
 /* Indexed by enum tutti_engine. A new engine is a file of its own and one entry here. */
 static const struct tt_engine_ops *const engines[] = {
-    [TUTTI_ENGINE_URING] = &tt_engine_uring,
-    [TUTTI_ENGINE_POSIX] = &tt_engine_posix,
-    [TUTTI_ENGINE_GPU_URING] = &tt_engine_gpu_uring,
-    [TUTTI_ENGINE_GDS] = &tt_engine_gds,
+    [TUTTI_ENGINE_URING] = &tt_engine_uring,         [TUTTI_ENGINE_POSIX] = &tt_engine_posix,
+    [TUTTI_ENGINE_GPU_URING] = &tt_engine_gpu_uring, [TUTTI_ENGINE_GDS] = &tt_engine_gds,
+    [TUTTI_ENGINE_AUTO] = &tt_engine_auto,
 };
 
 const struct tt_engine_ops *
@@ -36,6 +35,12 @@ tt_engine_kind_name(uint32_t kind)
 	const struct tt_engine_ops *ops = tt_engine_ops_for(kind);
 
 	return ops != NULL ? ops->name : NULL;
+}
+
+const char *
+tutti_engine_name(uint32_t engine)
+{
+	return tt_engine_kind_name(engine);
 }
 
 int

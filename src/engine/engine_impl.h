@@ -134,6 +134,7 @@ extern const struct tt_engine_ops tt_engine_uring;
 extern const struct tt_engine_ops tt_engine_posix;
 extern const struct tt_engine_ops tt_engine_gpu_uring;
 extern const struct tt_engine_ops tt_engine_gds;
+extern const struct tt_engine_ops tt_engine_auto;
 
 /* The entry for enum tutti_engine \p kind, or NULL. */
 const struct tt_engine_ops *tt_engine_ops_for(uint32_t kind);

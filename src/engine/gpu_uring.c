@@ -12,8 +12,14 @@
  * for the GPU hash: the twin (a host thread following the GPU's protocol) drives the program;
  * checksums are checked per object before it is scattered, and computed per object as it is
  * gathered.
+ *
+ * Engine auto is this engine for GPU KV only, set up on first use: host KV goes through its
+ * CPU path (io_uring, or a thread pool where io_uring is refused), and where the ring cannot be
+ * set up for the GPU (no CUDA device, layer blocks too small for the GPU hash, too few SMs, no
+ * SQPOLL ring, no mapped memory) GPU KV does too, and one line of the log says why.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/engine_impl.h"
@@ -34,8 +40,16 @@
  * free list, short next to a read's own time (docs/results.md, row I1). */
 #define RING_READ_PACE_NS 4000u
 
+/* Engine auto's ring, set up on first use with GPU KV. */
+enum auto_state {
+	AUTO_UNTRIED = 0,
+	AUTO_RING,     /* gpu-uring moves GPU KV */
+	AUTO_CPU_PATH, /* it could not be set up: the CPU path does */
+};
+
 struct gpu_uring_engine {
 	struct tt_engine base;
+	enum auto_state auto_state;
 	struct tt_gpu_uring *ring;
 	bool ring_mapped; /* the ring's memory is pinned and mapped for the GPU */
 	uint32_t slots;   /* object-sized bounce slots of the staging: the in-flight window */
@@ -69,7 +83,7 @@ to_gu(struct tt_engine *e)
 /* ---- open and close ---- */
 
 static int
-gpu_uring_open(const struct tt_engine_conf *conf, struct tt_engine **out)
+open_as(const struct tt_engine_ops *ops, const struct tt_engine_conf *conf, struct tt_engine **out)
 {
 	struct gpu_uring_engine *g = tt_calloc(1, sizeof(*g));
 	int rc;
@@ -77,8 +91,10 @@ gpu_uring_open(const struct tt_engine_conf *conf, struct tt_engine **out)
 	if (g == NULL) {
 		return -ENOMEM;
 	}
-	/* The uring queue carries control I/O (recovery, headers, flushes) and fsck. */
-	rc = tt_engine_init(&g->base, &tt_engine_gpu_uring, conf, &tt_ioq_uring);
+	/* The uring queue carries control I/O (recovery, headers, flushes) and fsck; for auto
+	 * also host KV, on a thread pool where io_uring is refused. */
+	rc = tt_engine_init(&g->base, ops, conf, &tt_ioq_uring);
+	g->base.ioq_fallback = ops == &tt_engine_auto;
 	if (rc < 0) {
 		tt_engine_fini(&g->base);
 		tt_free(g);
@@ -89,13 +105,26 @@ gpu_uring_open(const struct tt_engine_conf *conf, struct tt_engine **out)
 }
 
 static int
-gpu_uring_attach(struct tt_engine *e)
+gpu_uring_open(const struct tt_engine_conf *conf, struct tt_engine **out)
 {
-	struct gpu_uring_engine *g = to_gu(e);
+	return open_as(&tt_engine_gpu_uring, conf, out);
+}
+
+static int
+auto_open(const struct tt_engine_conf *conf, struct tt_engine **out)
+{
+	return open_as(&tt_engine_auto, conf, out);
+}
+
+/* The ring on the data files, with the staging as its bounce slots. Returns 0 or -errno, the
+ * caller logging it. */
+static int
+ring_create(struct gpu_uring_engine *g)
+{
+	struct tt_engine *e = &g->base;
 	uint64_t slots = e->nr_staging * e->unit_bytes / e->geo->object_bytes;
 	struct tt_gpu_uring_conf conf;
 	uint32_t cq;
-	int rc;
 
 	g->slots = (uint32_t)TT_MIN(slots, (uint64_t)RING_MAX_SLOTS);
 	cq = 1;
@@ -114,9 +143,19 @@ gpu_uring_attach(struct tt_engine *e)
 	    .read_pace_ns = e->page_cache ? RING_READ_PACE_NS : 0,
 	    .log = e->log,
 	};
-	rc = tt_gpu_uring_create(&conf, &g->ring);
+	return tt_gpu_uring_create(&conf, &g->ring);
+}
+
+static int
+gpu_uring_attach(struct tt_engine *e)
+{
+	int rc = ring_create(to_gu(e));
+
 	if (rc < 0) {
-		tt_log_err(e->log, "engine gpu-uring: %s", tutti_strerror(rc));
+		tt_log_err(e->log,
+		           "engine gpu-uring: no SQPOLL io_uring on the library's own memory "
+		           "(NO_MMAP): %s",
+		           tutti_strerror(rc));
 	}
 	return rc;
 }
@@ -631,6 +670,98 @@ gpu_uring_quiesce(struct tt_engine *e)
 	}
 }
 
+/* ---- engine auto ---- */
+
+/* Set the ring up for GPU KV on \p device, or say in \p why why it cannot be. */
+static int
+auto_setup(struct gpu_uring_engine *g, int device, char *why, size_t len)
+{
+	struct tt_engine *e = &g->base;
+	struct tt_gpu *gpu;
+	int rc, n = tt_gpu_device_count();
+
+	if (e->geo->layer_block_bytes <= TT_XXH3_MIDSIZE_MAX) {
+		snprintf(why, len,
+		         "layer blocks of %llu bytes: the GPU hash needs more than %u (XXH3's long "
+		         "path)",
+		         (unsigned long long)e->geo->layer_block_bytes, TT_XXH3_MIDSIZE_MAX);
+		return -EINVAL;
+	}
+	if (n <= 0) {
+		snprintf(why, len, "no CUDA device (%s)", n < 0 ? tutti_strerror(n) : "none");
+		return n < 0 ? n : -ENODEV;
+	}
+	rc = tt_engine_gpu(e, device, &gpu);
+	if (rc < 0) {
+		snprintf(why, len, "GPU %d: %s", device, tutti_strerror(rc));
+		return rc;
+	}
+	/* A layer kernel's blocks wait on each other, so all must be resident at once; and the
+	 * compute beside the loads needs an SM at least. */
+	n = tt_gpu_sms(gpu);
+	if (n >= 0 && (uint32_t)n <= e->conf.gpu_io_sms) {
+		snprintf(why, len,
+		         "GPU %d has %d SMs: the layer kernel holds %u at once, and compute needs "
+		         "more",
+		         device, n, e->conf.gpu_io_sms);
+		return -ENODEV;
+	}
+	rc = ring_create(g);
+	if (rc < 0) {
+		snprintf(why, len, "no SQPOLL io_uring on the library's own memory (NO_MMAP): %s",
+		         tutti_strerror(rc));
+		return rc;
+	}
+	rc = map_ring(g);
+	if (rc < 0) {
+		snprintf(why, len, "the ring's memory cannot be mapped for the GPU: %s",
+		         tutti_strerror(rc));
+		tt_gpu_uring_destroy(g->ring);
+		g->ring = NULL;
+	}
+	return rc;
+}
+
+/* Whether gpu-uring moves GPU KV of \p device: set up on the first call, which logs one line
+ * when it cannot be (every later batch then takes the CPU path without a word). */
+static bool
+auto_ring(struct gpu_uring_engine *g, int device)
+{
+	char why[192];
+
+	if (g->auto_state == AUTO_UNTRIED) {
+		if (auto_setup(g, device, why, sizeof(why)) == 0) {
+			g->auto_state = AUTO_RING;
+			tt_log_info(g->base.log, "engine auto: gpu-uring moves GPU KV");
+		} else {
+			g->auto_state = AUTO_CPU_PATH;
+			tt_log_warn(g->base.log, "engine auto: %s moves GPU KV, not gpu-uring: %s",
+			            tt_engine_kind_name(g->base.cpu_kind), why);
+		}
+	}
+	return g->auto_state == AUTO_RING;
+}
+
+static int
+auto_transfer(struct tt_engine *e, struct tt_batch *b)
+{
+	return auto_ring(to_gu(e), b->kv->device) ? gpu_uring_transfer(e, b)
+	                                          : tt_cpu_transfer(e, b);
+}
+
+static uint32_t
+auto_moved_by(struct tt_engine *e, const struct tutti_kv *kv)
+{
+	return auto_ring(to_gu(e), kv->device) ? TUTTI_ENGINE_GPU_URING : e->cpu_kind;
+}
+
+static int
+auto_launch_open(struct tt_engine *e, struct tt_batch *b, struct tt_list_mem *mem,
+                 struct tt_launch **out)
+{
+	return auto_ring(to_gu(e), b->kv->device) ? gpu_uring_launch_open(e, b, mem, out) : 0;
+}
+
 const struct tt_engine_ops tt_engine_gpu_uring = {
     .name = "gpu-uring",
     .kind = TUTTI_ENGINE_GPU_URING,
@@ -643,6 +774,24 @@ const struct tt_engine_ops tt_engine_gpu_uring = {
     .flush = tt_cpu_flush,
     .stats = gpu_uring_stats,
     .launch_open = gpu_uring_launch_open,
+    .launch_layer = gpu_uring_launch_layer,
+    .launch_idle = gpu_uring_launch_idle,
+    .launch_finish = gpu_uring_launch_finish,
+    .quiesce = gpu_uring_quiesce,
+};
+
+/* gpu-uring for GPU KV where it can be set up, the CPU path for the rest. */
+const struct tt_engine_ops tt_engine_auto = {
+    .name = "auto",
+    .kind = TUTTI_ENGINE_AUTO,
+    .kv_mems = TT_KV_MEM(TUTTI_MEM_CUDA),
+    .open = auto_open,
+    .close = gpu_uring_close,
+    .transfer = auto_transfer,
+    .flush = tt_cpu_flush,
+    .stats = gpu_uring_stats,
+    .moved_by = auto_moved_by,
+    .launch_open = auto_launch_open,
     .launch_layer = gpu_uring_launch_layer,
     .launch_idle = gpu_uring_launch_idle,
     .launch_finish = gpu_uring_launch_finish,

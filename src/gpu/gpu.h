@@ -41,6 +41,8 @@ int tt_gpu_device_count(void);
 int tt_gpu_open(const struct tt_gpu_conf *conf, struct tt_gpu **out);
 void tt_gpu_close(struct tt_gpu *g);
 int tt_gpu_device(const struct tt_gpu *g);
+/* The streaming multiprocessors of the context's device. */
+int tt_gpu_sms(const struct tt_gpu *g);
 
 /*
  * Gather: copy, for every move, its blocks of layer \p layer of \p kv (device memory) into

@@ -33,6 +33,12 @@ tt_gpu_device(const struct tt_gpu *g)
 }
 
 int
+tt_gpu_sms(const struct tt_gpu *g)
+{
+	return -EOPNOTSUPP;
+}
+
+int
 tt_gpu_gather(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
               const struct tt_move *moves, uint32_t nr_moves)
 {

@@ -38,7 +38,7 @@ struct tt_gpu_uring_conf {
 /*
  * Create the ring and start its doorbell helper. Returns 0, -EINVAL (bad sizes), -ENOSYS or
  * -EPERM (io_uring unavailable or refused), -EOPNOTSUPP (the kernel lacks NO_MMAP or SQPOLL),
- * -ENOMEM, or the errno of a failing system call.
+ * -ENOMEM, or the errno of a failing system call; the caller logs it.
  */
 int tt_gpu_uring_create(const struct tt_gpu_uring_conf *conf, struct tt_gpu_uring **out);
 

@@ -176,10 +176,9 @@ setup_ring(struct tt_gpu_uring *r, const struct tt_gpu_uring_conf *conf, struct 
 		flags &= ~TT_IORING_SETUP_NO_SQARRAY; /* kernels before 6.6 */
 	}
 	if (r->fd < 0) {
+		/* -EINVAL: a kernel without NO_MMAP (6.5) or SQPOLL for this caller. */
 		int rc = r->fd == -EINVAL ? -EOPNOTSUPP : r->fd;
 
-		tt_log_err(conf->log, "io_uring with NO_MMAP and SQPOLL: %s",
-		           tutti_strerror(r->fd));
 		r->fd = -1;
 		return rc;
 	}

@@ -410,6 +410,20 @@ tutti_store_geometry(struct tutti_store *st, struct tutti_geometry *out)
 	return 0;
 }
 
+int
+tutti_store_engine(struct tutti_store *st, const struct tutti_kv *kv)
+{
+	uint32_t kind;
+
+	if (st == NULL || kv == NULL || !tt_geo_equal(&kv->geo, &st->geo)) {
+		return -EINVAL;
+	}
+	tt_io_lock(st);
+	kind = tt_engine_moved_by(st->engine, kv);
+	pthread_mutex_unlock(&st->io_lock);
+	return (int)kind;
+}
+
 void
 tt_io_lock(struct tutti_store *st)
 {

@@ -260,7 +260,7 @@ dir_entry_empty(struct fixture *f, struct tutti_store_opts *o)
 static void
 unknown_engine(struct fixture *f, struct tutti_store_opts *o)
 {
-	o->engine = TUTTI_ENGINE_GDS + 1;
+	o->engine = TUTTI_ENGINE_AUTO + 1;
 }
 
 static void

@@ -42,7 +42,7 @@ usage(FILE *f)
 	    "  --context N          tokens per request (default 32768)\n"
 	    "  --requests N         requests sharing the prefix (default 1)\n"
 	    "  --shared N           shared prefix tokens (default 0)\n"
-	    "  --engine NAME        uring (default) or posix\n"
+	    "  --engine NAME        uring (default), posix or auto\n"
 	    "  --dir DIR            store directory; repeat for several disks (default "
 	    "tutti-store)\n"
 	    "  --layout NAME        kv-first (default), packed or cross-layer\n"
@@ -283,9 +283,9 @@ print_raw(const char *what, double gbps, uint32_t bs, uint32_t qd)
 static const char *
 engine_name(uint32_t e)
 {
-	static const char *const names[] = {"uring", "posix", "gpu-uring", "gds"};
+	const char *name = tutti_engine_name(e);
 
-	return e < sizeof(names) / sizeof(names[0]) ? names[e] : "unknown";
+	return name != NULL ? name : "unknown";
 }
 
 static const char *

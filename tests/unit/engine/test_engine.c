@@ -276,17 +276,21 @@ test_engine_kinds_and_names(void **state)
 	assert_ptr_equal(tt_engine_ops_for(TUTTI_ENGINE_POSIX), &tt_engine_posix);
 	assert_ptr_equal(tt_engine_ops_for(TUTTI_ENGINE_GPU_URING), &tt_engine_gpu_uring);
 	assert_ptr_equal(tt_engine_ops_for(TUTTI_ENGINE_GDS), &tt_engine_gds);
-	assert_null(tt_engine_ops_for(TUTTI_ENGINE_GDS + 1));
+	assert_ptr_equal(tt_engine_ops_for(TUTTI_ENGINE_AUTO), &tt_engine_auto);
+	assert_null(tt_engine_ops_for(TUTTI_ENGINE_AUTO + 1));
 	assert_null(tt_engine_ops_for(UINT32_MAX));
-	for (uint32_t k = TUTTI_ENGINE_URING; k <= TUTTI_ENGINE_GDS; k++) {
+	for (uint32_t k = TUTTI_ENGINE_URING; k <= TUTTI_ENGINE_AUTO; k++) {
 		assert_int_equal(tt_engine_ops_for(k)->kind, k);
 		assert_int_equal(tutti_engine_parse(tt_engine_kind_name(k)), (int)k);
 	}
-	assert_null(tt_engine_kind_name(TUTTI_ENGINE_GDS + 1));
+	assert_null(tt_engine_kind_name(TUTTI_ENGINE_AUTO + 1));
+	assert_string_equal(tutti_engine_name(TUTTI_ENGINE_AUTO), "auto");
+	assert_null(tutti_engine_name(UINT32_MAX));
 	assert_int_equal(tutti_engine_parse("uring"), TUTTI_ENGINE_URING);
 	assert_int_equal(tutti_engine_parse("posix"), TUTTI_ENGINE_POSIX);
 	assert_int_equal(tutti_engine_parse("gpu-uring"), TUTTI_ENGINE_GPU_URING);
 	assert_int_equal(tutti_engine_parse("gds"), TUTTI_ENGINE_GDS);
+	assert_int_equal(tutti_engine_parse("auto"), TUTTI_ENGINE_AUTO);
 	assert_int_equal(tutti_engine_parse("io_uring"), -EINVAL);
 	assert_int_equal(tutti_engine_parse(""), -EINVAL);
 	assert_int_equal(tutti_engine_parse("POSIX"), -EINVAL);
