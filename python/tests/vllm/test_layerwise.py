@@ -17,7 +17,7 @@ import torch  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
 
 from tutti.store import ChunkRequest, Geometry  # noqa: E402
-from tutti.vllm import connector  # noqa: E402
+from tutti.vllm import stores  # noqa: E402
 from tutti.vllm.connector import (  # noqa: E402
     LoadSpec,
     TuttiConfig,
@@ -58,7 +58,8 @@ def worker(model_dir, tmp_path):
 
 def store_chunks(w, nr_chunks, tag=b"p"):
     keys = [chunk_key(tag + bytes([c])) for c in range(nr_chunks)]
-    n, _ = w.store.save(w._kv, [ChunkRequest(keys, list(range(SRC, SRC + 2 * nr_chunks)))])
+    n, _ = w.worker.store.save(w.worker.kv,
+                               [ChunkRequest(keys, list(range(SRC, SRC + 2 * nr_chunks)))])
     assert n == nr_chunks
     return keys
 
@@ -105,13 +106,13 @@ def test_gpu_io_footprint_keys_are_checked_and_reach_the_store(tmp_path):
     assert TuttiConfig.from_extra(extra(tmp_path), BS).gpu_io_sms == 0
     geo = Geometry(nr_layers=2, nr_kv_heads=2, head_dim=64, elem_bytes=2, block_tokens=16,
                    chunk_tokens=CHUNK)
-    key, _ = connector._acquire_store(cfg, cfg.dirs, geo, b"footprint")
-    connector._release_store(key)
+    key, _ = stores.acquire_store(cfg, cfg.dirs, geo, b"footprint")
+    stores.release_store(key)
     # The library checks the packing it is given: 11 workers and the ring's driver do not fit
     # in 1 SM (6 groups at most).
     cfg = TuttiConfig.from_extra(extra(tmp_path, gpu_io_workers=11, gpu_io_sms=1), BS)
     with pytest.raises(OSError) as e:
-        connector._acquire_store(cfg, cfg.dirs, geo, b"footprint")
+        stores.acquire_store(cfg, cfg.dirs, geo, b"footprint")
     assert e.value.errno == errno.EINVAL
 
 
@@ -184,7 +185,7 @@ def test_a_refused_step_loads_before_the_forward_and_a_failed_wait_fails_the_ste
 
     # The pipeline refuses the step: the loads complete in start_load_kv instead.
     with monkeypatch.context() as m:
-        m.setattr(worker._pipe, "begin_step", refuse)
+        m.setattr(worker.worker.layerwise.pipe, "begin_step", refuse)
         errors, st = step(worker, [LoadSpec("r0", keys, 0, 0, [0, 1, 2, 3])], [])
     assert errors == set() and st["load_tokens"] == 4 * BS
     assert st.get("pipeline_steps", 0) == 0
@@ -197,7 +198,7 @@ def test_a_refused_step_loads_before_the_forward_and_a_failed_wait_fails_the_ste
         raise OSError(errno.EIO, "wait failed")
 
     with monkeypatch.context() as m:
-        m.setattr(worker._pipe, "wait_layer", fail)
+        m.setattr(worker.worker.layerwise.pipe, "wait_layer", fail)
         errors, st = step(worker, [LoadSpec("r1", keys, 0, 0, [4, 5, 6, 7])], LAYERS)
     assert errors == {4, 5, 6, 7} and st["load_errors"] == 2
     errors, st = step(worker, [LoadSpec("r2", keys, 0, 0, [8, 9, 10, 11])], LAYERS)

@@ -18,6 +18,7 @@ from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 from tutti.store import KV, ChunkRequest  # noqa: E402
 from tutti.vllm.connector import TuttiConnectorMetadata, chunk_key  # noqa: E402
+
 from vllm_configs import kv_cache_config, tutti_vllm_config  # noqa: E402
 
 BS = 32  # tokens per block
@@ -51,13 +52,13 @@ def prompt(n, seed=1):
 
 def populate(connector, req, nr_chunks):
     """Store the first ``nr_chunks`` chunks of ``req`` (KV bytes do not matter here)."""
-    geo = connector.geo
+    geo = connector.ctx.geo
     pages = np.zeros((geo.nr_layers, NUM_BLOCKS, geo.layer_block_bytes), dtype=np.uint8)
     segs = [(pages[i].ctypes.data, geo.layer_block_bytes, geo.layer_block_bytes)
             for i in range(geo.nr_layers)]
     kv = KV(geo, segs, 1, NUM_BLOCKS)
     keys = [chunk_key(req.block_hashes[(c + 1) * 2 - 1]) for c in range(nr_chunks)]
-    n, _ = connector.store.save(kv, [ChunkRequest(keys, list(range(nr_chunks * 2)))])
+    n, _ = connector.scheduler.store.save(kv, [ChunkRequest(keys, list(range(nr_chunks * 2)))])
     assert n == nr_chunks
     kv.close()
 

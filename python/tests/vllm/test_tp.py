@@ -27,6 +27,7 @@ from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 from tutti.store import KV, ChunkRequest, Geometry, Store  # noqa: E402
 from tutti.vllm import ranks  # noqa: E402
 from tutti.vllm.connector import TuttiConnector, chunk_key  # noqa: E402
+
 from vllm_configs import kv_cache_config as group_config  # noqa: E402
 from vllm_configs import tutti_vllm_config  # noqa: E402
 
@@ -59,7 +60,7 @@ class Rig:
         self.sched = Scheduler(vllm_config=cfg, kv_cache_config=kv_cache_config(),
                                structured_output_manager=StructuredOutputManager(cfg),
                                block_size=BS, log_stats=True)
-        assert self.sched.connector.store is None  # the scheduler holds no store
+        assert self.sched.connector.scheduler.store is None  # the scheduler holds no store
         self.workers, self.kv = [], []
         for rank in range(2):
             w = TuttiConnector(vllm_config(model_dir, ext, rank=rank), KVConnectorRole.WORKER,
@@ -123,7 +124,7 @@ SRC = 100  # populate() saves from blocks SRC, SRC + 1, ... (the scheduler alloc
 def populate(worker, req, nr_chunks):
     """Store the first ``nr_chunks`` chunks of ``req`` in one rank's store, from its KV."""
     keys = [chunk_key(req.block_hashes[(c + 1) * 2 - 1]) for c in range(nr_chunks)]
-    n, _ = worker.store.save(worker._kv, [ChunkRequest(
+    n, _ = worker.worker.store.save(worker.worker.kv, [ChunkRequest(
         keys, list(range(SRC, SRC + nr_chunks * 2)))])
     assert n == nr_chunks
 
@@ -203,7 +204,7 @@ def test_a_rank_that_never_lists_its_store_delays_requests_only_so_long(model_di
     tokens = prompt(300, seed=5)
     for w in rig.workers:
         populate(w, request(tokens), 2)
-    rig.sched.connector.VIEW_WAIT_S = 0.0  # give up waiting at once
+    rig.sched.connector.scheduler.VIEW_WAIT_S = 0.0  # give up waiting at once
     req = request(tokens)
     rig.sched.add_request(req)
     out, _ = rig.step()
@@ -227,12 +228,12 @@ def test_a_load_failing_on_one_rank_fails_its_blocks_for_all_and_becomes_a_miss(
         populate(w, request(tokens), 3)
     rig.step()  # the listings: the scheduler believes both ranks hold all three chunks
     # Rank 1's copies are damaged on disk behind the scheduler's back.
-    w1 = rig.workers[1]
+    w1 = rig.workers[1].worker
     data = tmp_path / "r1" / "tutti.data"
     w1.store.close()  # damage with the store closed, then reopen it
-    w1.store = Store([tmp_path / "r1"], w1.geo, capacity_bytes=int(0.05 * 2**30), ns=w1.ns,
-                     key_bytes=32)
-    w1._reporter.store = w1.store
+    w1.store = Store([tmp_path / "r1"], w1.geo, capacity_bytes=int(0.05 * 2**30),
+                     ns=w1.ctx.ns, key_bytes=32)
+    w1.reporter.store = w1.store
     slot = Geometry(nr_layers=2, nr_kv_heads=1, head_dim=32, elem_bytes=4, block_tokens=32,
                     chunk_tokens=CHUNK).slot_bytes
     with open(data, "r+b") as f:
@@ -253,18 +254,18 @@ def test_a_load_failing_on_one_rank_fails_its_blocks_for_all_and_becomes_a_miss(
     # them although rank 0 still holds them.
     gone = agg.kv_connector_worker_meta.reports[1].removed
     assert gone
-    hit, _ = rig.sched.connector._view.lookup(
+    hit, _ = rig.sched.connector.scheduler.view.lookup(
         [chunk_key(req.block_hashes[b]) for b in (1, 3, 5)], 2)
     assert hit < 3
     keys = [chunk_key(req.block_hashes[b]) for b in (1, 3, 5)]
-    assert rig.workers[0].store.lookup(keys)[0] == 3
+    assert rig.workers[0].worker.store.lookup(keys)[0] == 3
     # The recomputed chunks are stored again from the first bad one: rank 1 has them again.
     out, agg = rig.step()
     (save,) = [sv for sv in out.kv_connector_metadata.saves if sv.req_id == req.request_id]
     first_bad = min(ids.index(b) for b in bad) // 2
     assert save.first_chunk == first_bad and save.keys[:3] == keys
-    assert rig.workers[1].store.lookup(keys)[0] == 3
-    assert rig.sched.connector._view.lookup(keys, 2)[0] == 3
+    assert rig.workers[1].worker.store.lookup(keys)[0] == 3
+    assert rig.sched.connector.scheduler.view.lookup(keys, 2)[0] == 3
     rig.close()
 
 
@@ -282,10 +283,10 @@ def test_layerwise_loads_run_per_rank(model_dir, tmp_path):
     assert out.scheduled_new_reqs[0].num_computed_tokens == 6 * BS
     ids = out.scheduled_new_reqs[0].block_ids[0][:6]
     assert not kv_out.invalid_block_ids
-    for w, layers in zip(rig.workers, rig.kv):
+    for w, layers in zip(rig.workers, rig.kv, strict=True):
         for t in layers.values():
             assert torch.equal(t[ids], t[SRC:SRC + 6])  # each rank's own content
-        st = w._pipe.stats()
+        st = w.worker.layerwise.pipe.stats()
         assert st["steps"] == 1 and st["layers_loaded"] == 2 and st["load_errors"] == 0
     rig.close()
 

@@ -28,17 +28,23 @@ failing rank also reports the chunk as gone, so the next lookup misses it, and t
 has the recomputed chunks stored again (``TuttiConnector._after_failed_loads``).
 """
 
+from __future__ import annotations
+
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorWorkerMetadata
+
+from tutti.store import Store
 
 RANK_FIELD = "{rank}"
 
 
-def rank_dirs(dirs, rank):
+def rank_dirs(dirs: Sequence[Any], rank: int) -> list[str]:
     """The directories of one rank: ``dirs`` is a list of paths (``{rank}`` in them is replaced
     by the rank) or a list with one list of paths per rank."""
     if dirs and all(isinstance(d, (list, tuple)) for d in dirs):
@@ -52,10 +58,10 @@ def rank_dirs(dirs, rank):
     return [str(d).replace(RANK_FIELD, str(rank)) for d in dirs]
 
 
-def check_disjoint(dirs, nr_ranks):
+def check_disjoint(dirs: Sequence[Any], nr_ranks: int) -> None:
     """Refuse a configuration in which two ranks would open the same directory: a store admits
     one opener, and the ranks hold different shares of the KV."""
-    owner = {}
+    owner: dict[str, int] = {}
     for rank in range(nr_ranks):
         mine = rank_dirs(dirs, rank)
         if not mine:
@@ -77,17 +83,17 @@ class RankReport:
 
     seq: int  # counts the rank's reports: 0, 1, 2, ...
     full: bool = False  # ``added`` is everything the store holds: forget the rest
-    added: dict = field(default_factory=dict)  # key -> paged blocks of the chunk
-    removed: list = field(default_factory=list)
+    added: dict[bytes, int] = field(default_factory=dict)  # key -> paged blocks of the chunk
+    removed: list[bytes] = field(default_factory=list)
 
 
 @dataclass
 class TuttiWorkerMetadata(KVConnectorWorkerMetadata):
     """Worker -> scheduler: the store reports of the ranks of one step, keyed by rank."""
 
-    reports: dict = field(default_factory=dict)  # rank -> RankReport
+    reports: dict[int, RankReport] = field(default_factory=dict)  # rank -> RankReport
 
-    def aggregate(self, other):
+    def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
         # One report per rank and step is expected; should a rank appear twice, the later
         # report wins and the view sees the gap and asks that rank for a full listing.
         for rank, rep in getattr(other, "reports", {}).items():
@@ -102,14 +108,15 @@ class RankView:
 
     A key is a hit only where every rank reported it; a rank not heard from yet holds nothing."""
 
-    def __init__(self, nr_ranks):
+    def __init__(self, nr_ranks: int) -> None:
         self.nr_ranks = nr_ranks
-        self.held = [dict() for _ in range(nr_ranks)]  # per rank: key -> blocks
-        self.next_seq = [None] * nr_ranks  # None: waiting for a full listing
+        self.held: list[dict[bytes, int]] = [{} for _ in range(nr_ranks)]  # key -> blocks
+        # None: waiting for a full listing
+        self.next_seq: list[int | None] = [None] * nr_ranks
         self.listed = [False] * nr_ranks  # a full listing received once
-        self.resync = set()  # ranks asked for a full listing, not yet received
+        self.resync: set[int] = set()  # ranks asked for a full listing, not yet received
 
-    def apply(self, reports):
+    def apply(self, reports: dict[int, RankReport]) -> None:
         """Fold in one step's reports; a rank whose reports have a gap is asked to resync."""
         for rank, rep in reports.items():
             if not 0 <= rank < self.nr_ranks:
@@ -131,16 +138,16 @@ class RankView:
             held.update(rep.added)
             self.next_seq[rank] = rep.seq + 1
 
-    def ready(self):
+    def ready(self) -> bool:
         """Every rank has sent the listing of its store."""
         return all(self.listed)
 
-    def take_resync(self):
+    def take_resync(self) -> set[int]:
         """Ranks to ask for a full listing in the next step (each asked once per gap)."""
         asked, self.resync = self.resync, set()
         return asked
 
-    def lookup(self, keys, blocks_per_chunk):
+    def lookup(self, keys: Sequence[bytes], blocks_per_chunk: int) -> tuple[int, int]:
         """Like ``Store.lookup``: (leading chunks every rank holds, paged blocks they hold); a
         chunk of fewer blocks than a full one ends the chain."""
         hit = blocks = 0
@@ -165,24 +172,26 @@ class StoreReporter:
     than keeps their time under ``relist_share`` of the worker's time (a large store takes
     a while to list, and the worker lists it between two steps)."""
 
-    def __init__(self, rank, store, relist_s=1.0, relist_share=0.02):
+    def __init__(self, rank: int, store: Store, relist_s: float = 1.0,
+                 relist_share: float = 0.02) -> None:
         self.rank, self.store = rank, store
         self.relist_s, self.relist_share = relist_s, relist_share
         self.relist_cost = 0.0  # seconds the last listing took
         self.seq = 0
-        self.mirror = {}  # what the scheduler was told this store holds
-        self.added, self.removed = {}, set()
+        self.mirror: dict[bytes, int] = {}  # what the scheduler was told this store holds
+        self.added: dict[bytes, int] = {}
+        self.removed: set[bytes] = set()
         self.full = True  # the first report lists the whole store
-        self.evictions = None
+        self.evictions: int | None = None
         self.last_relist = float("-inf")
         self.lock = threading.Lock()
 
-    def saved(self, key, blocks):
+    def saved(self, key: bytes, blocks: int) -> None:
         with self.lock:
             self.added[key] = blocks
             self.removed.discard(key)
 
-    def failed(self, key):
+    def failed(self, key: bytes) -> None:
         """A load of ``key`` failed: report what the store holds under it now."""
         try:
             n, blocks = self.store.lookup([key])
@@ -196,11 +205,11 @@ class StoreReporter:
                 self.added.pop(key, None)
                 self.removed.add(key)
 
-    def request_full(self):
+    def request_full(self) -> None:
         with self.lock:
             self.full = True
 
-    def report(self):
+    def report(self) -> RankReport | None:
         """This step's RankReport, or None when there is nothing to say."""
         with self.lock:
             evictions = self.store.stats()["evictions"]

@@ -8,13 +8,20 @@ and the rule that decides whether a remote hit is worth fetching.
      "metadata": "http://10.0.0.1:27080/metadata", "local_hostname": "10.0.0.2"}
 """
 
+from __future__ import annotations
+
 import logging
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 from tutti.remote import Remote, key_prefix
+from tutti.store import Geometry
+
+if TYPE_CHECKING:
+    from tutti.mooncake import MooncakeProvider
 
 log = logging.getLogger("tutti.vllm")
 
@@ -45,7 +52,7 @@ class RemoteConfig:
     setup_timeout_ms: int = 5000
 
     @classmethod
-    def from_extra(cls, extra):
+    def from_extra(cls, extra: Any) -> RemoteConfig | None:
         if extra is None:
             return None
         if not isinstance(extra, dict):
@@ -55,38 +62,50 @@ class RemoteConfig:
         if engine != "mooncake":
             raise ValueError(f"TuttiConnector: remote engine {engine!r} is not supported "
                              "(\"mooncake\")")
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(extra) - known)
+        defaults: dict[str, Any] = {f.name: f.default for f in fields(cls)}
+        unknown = sorted(set(extra) - set(defaults))
         if unknown:
             raise ValueError(f"TuttiConnector: unknown remote keys {unknown}; known: "
-                             f"{sorted(known | {'engine'})}")
+                             f"{sorted(set(defaults) | {'engine'})}")
         for req in ("master", "local_hostname"):
             if not extra.get(req):
                 raise ValueError(f"TuttiConnector: remote needs \"{req}\"")
-        cfg = cls(**{k: type(cls.__dataclass_fields__[k].default)(v)
-                     if k not in ("master", "local_hostname") else str(v)
-                     for k, v in extra.items()})
+        # Every value is converted to its default's type (master and local_hostname: text).
+        values: dict[str, Any] = {k: type(defaults[k])(v)
+                                  if k not in ("master", "local_hostname") else str(v)
+                                  for k, v in extra.items()}
+        cfg = cls(**values)
         if cfg.publish not in _PUBLISH:
             raise ValueError(f"TuttiConnector: remote publish must be one of {_PUBLISH}")
         if cfg.accept not in ("cost", "always"):
             raise ValueError("TuttiConnector: remote accept must be \"cost\" or \"always\"")
-        if cfg.timeout_ms <= 0 or cfg.lookup_timeout_ms <= 0 or cfg.ring_mb <= 0 or cfg.fetch_gbps <= 0 or \
-                cfg.prefill_tokens_per_s <= 0:
+        if cfg.timeout_ms <= 0 or cfg.lookup_timeout_ms <= 0 or cfg.ring_mb <= 0 or \
+                cfg.fetch_gbps <= 0 or cfg.prefill_tokens_per_s <= 0:
             raise ValueError("TuttiConnector: remote timeout_ms, lookup_timeout_ms, ring_mb, "
-                             "fetch_gbps and "
-                             "prefill_tokens_per_s must be positive")
+                             "fetch_gbps and prefill_tokens_per_s must be positive")
         return cfg
 
 
 # One handle per process and configuration, shared by the scheduler and the worker when they
 # run in one process (as the store is): it is one Mooncake client.
+HandleKey = tuple[RemoteConfig, Geometry, bytes, int, int]
 _lock = threading.Lock()
-_handles = {}
-_failed = {}  # configuration -> when connecting last failed (not retried for RETRY_S)
+
+
+@dataclass
+class _Entry:
+    remote: Remote
+    provider: MooncakeProvider
+    users: int = 0
+
+
+_handles: dict[HandleKey, _Entry] = {}
+# configuration -> when connecting last failed, and how (not retried for RETRY_S)
+_failed: dict[RemoteConfig, tuple[float, Exception]] = {}
 RETRY_S = 60
 
 
-def _connect(cfg):
+def _connect(cfg: RemoteConfig) -> MooncakeProvider:
     """A Mooncake client, or an error within setup_timeout_ms: Mooncake's own setup retries a
     missing master for about a minute and a half. A client that connects after we gave up is
     closed by its thread."""
@@ -101,11 +120,11 @@ def _connect(cfg):
                                      timeout=cfg.connect_timeout_ms / 1000).close()
         except OSError as e:
             raise ConnectionError(f"Mooncake master {cfg.master} unreachable: {e}") from None
-    state = {"gave_up": False}
+    state: dict[str, Any] = {"gave_up": False}
     lock = threading.Lock()
     done = threading.Event()
 
-    def setup():
+    def setup() -> None:
         try:
             p = MooncakeProvider(cfg.local_hostname, cfg.master, cfg.metadata, cfg.protocol,
                                  cfg.device, rpc_timeout_ms=cfg.rpc_timeout_ms,
@@ -127,12 +146,14 @@ def _connect(cfg):
             state["gave_up"] = True
             raise TimeoutError(f"Mooncake master {cfg.master} not reached within "
                                f"{cfg.setup_timeout_ms} ms")
-    if state["provider"] is None:
+    provider: MooncakeProvider | None = state["provider"]
+    if provider is None:
         raise state["error"]
-    return state["provider"]
+    return provider
 
 
-def acquire(cfg, geo, ns, rank=0, nr_ranks=1, tp=1, pp=1):
+def acquire(cfg: RemoteConfig, geo: Geometry, ns: bytes, rank: int = 0, nr_ranks: int = 1,
+            tp: int = 1, pp: int = 1) -> tuple[HandleKey, Remote]:
     key = (cfg, geo, ns, rank, nr_ranks)
     with _lock:
         entry = _handles.get(key)
@@ -158,29 +179,29 @@ def acquire(cfg, geo, ns, rank=0, nr_ranks=1, tp=1, pp=1):
             except Exception:
                 provider.close()
                 raise
-            entry = _handles[key] = [remote, provider, 0]
+            entry = _handles[key] = _Entry(remote, provider)
             log.info("tutti: remote tier on Mooncake master %s as %s (%s)", cfg.master,
                      cfg.local_hostname, key_prefix(ns, tp, pp))
-        entry[2] += 1
-        return key, entry[0]
+        entry.users += 1
+        return key, entry.remote
 
 
-def release(key, flush_ms=0):
+def release(key: HandleKey, flush_ms: int = 0) -> None:
     with _lock:
         entry = _handles.get(key)
         if entry is None:
             return
-        entry[2] -= 1
-        if entry[2] == 0:
-            remote, provider, _ = entry
-            if flush_ms and remote.publish_enabled:
-                remote.flush(flush_ms)
-            remote.close()
-            provider.close()
+        entry.users -= 1
+        if entry.users == 0:
+            if flush_ms and entry.remote.publish_enabled:
+                entry.remote.flush(flush_ms)
+            entry.remote.close()
+            entry.provider.close()
             del _handles[key]
 
 
-def worth_fetching(cfg, remote, chunks, tokens, record_bytes):
+def worth_fetching(cfg: RemoteConfig, remote: Remote, chunks: int, tokens: int,
+                   record_bytes: int) -> bool:
     """Whether fetching ``chunks`` records is estimated faster than recomputing ``tokens``
     tokens: bytes over the measured fetch bandwidth (the configured one until a fetch ran), plus
     the measured lookup round trip, against tokens over the prefill rate."""

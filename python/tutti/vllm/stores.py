@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The handles a connector holds: one store handle per process and store, which the scheduler
+side and the worker side of one engine share when they run in one process, and the remote tier's
+(tutti/vllm/remote_tier.py).
+
+A store file admits one opener (it is locked at open), so when vLLM runs its scheduler and its
+worker in one process both sides must use one handle. The table is process-wide because the
+file lock is; it is keyed by what the store was opened with and counts its users."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from tutti.remote import Remote
+from tutti.store import Geometry, Store
+from tutti.vllm import remote_tier
+from tutti.vllm.config import ConnectorContext, TuttiConfig
+from tutti.vllm.data import KEY_BYTES
+
+log = logging.getLogger("tutti.vllm")
+
+StoreKey = tuple[tuple[str, ...], Geometry, bytes, str, str]
+RemoteKey = remote_tier.HandleKey
+
+
+@dataclass
+class _Entry:
+    store: Store
+    users: int = 0
+
+
+_lock = threading.Lock()
+_stores: dict[StoreKey, _Entry] = {}
+
+
+def acquire_store(cfg: TuttiConfig, dirs: list[str], geo: Geometry,
+                  ns: bytes) -> tuple[StoreKey, Store]:
+    """The process's handle of the store in ``dirs``, opened (created if missing) by the first
+    user; give it back with ``release_store(key)``."""
+    key = (tuple(dirs), geo, ns, cfg.engine, cfg.durability)
+    with _lock:
+        entry = _stores.get(key)
+        if entry is None:
+            store = Store(dirs, geo, capacity_bytes=cfg.capacity_bytes, ns=ns,
+                          engine=cfg.engine, durability=cfg.durability, key_bytes=KEY_BYTES,
+                          staging_bytes=cfg.staging_bytes, gpu_io_workers=cfg.gpu_io_workers,
+                          gpu_io_sms=cfg.gpu_io_sms)
+            entry = _stores[key] = _Entry(store)
+            log.info("tutti: store %s opened (%s)", dirs, ns.decode())
+        entry.users += 1
+        return key, entry.store
+
+
+def release_store(key: StoreKey) -> None:
+    """One user fewer; the last one closes the store."""
+    with _lock:
+        entry = _stores.get(key)
+        if entry is None:
+            return
+        entry.users -= 1
+        if entry.users == 0:
+            entry.store.close()
+            del _stores[key]
+
+
+def acquire_remote(ctx: ConnectorContext) -> tuple[RemoteKey | None, Remote | None]:
+    """The process's handle of the remote tier when ``remote`` is configured, or (None, None)
+    when it is not or cannot be reached: the cluster is a cache, the local store serves on."""
+    rcfg = ctx.cfg.remote
+    if rcfg is None:
+        return None, None
+    pc = ctx.vllm_config.parallel_config
+    try:
+        return remote_tier.acquire(rcfg, ctx.geo, ctx.namespace(with_rank=False),
+                                   rank=getattr(pc, "rank", 0),
+                                   nr_ranks=pc.tensor_parallel_size * pc.pipeline_parallel_size,
+                                   tp=pc.tensor_parallel_size, pp=pc.pipeline_parallel_size)
+    except Exception as e:
+        log.warning("tutti: remote tier unavailable (%s); serving from the local store only", e)
+        return None, None
+
+
+def release_remote(ctx: ConnectorContext, key: RemoteKey | None) -> None:
+    if key is not None and ctx.cfg.remote is not None:
+        remote_tier.release(key, ctx.cfg.remote.flush_on_exit_ms)

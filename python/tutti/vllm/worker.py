@@ -1,0 +1,399 @@
+# SPDX-License-Identifier: Apache-2.0
+"""TuttiConnector's worker side: moves KV between vLLM's paged KV tensors and the store.
+
+- ``register_kv_caches`` registers every layer's paged tensor with the library.
+- Loads, in one of three modes: before the step's forward pass, all layers, every chunk checked
+  against its checksum (the default); on a loader thread while the request waits and other
+  requests compute, reported done through ``get_finished`` (``async_load``); or layer by layer
+  behind the forward through the library's pipeline (``layerwise``, tutti/vllm/layerwise.py).
+- Saves run in ``wait_for_save``, after the step's forward wrote the KV and while the blocks
+  still belong to their request.
+- A chunk that cannot be loaded (evicted, damaged, I/O error) is reported through
+  ``get_block_ids_with_load_errors``: with ``kv_load_failure_policy="recompute"`` vLLM
+  recomputes it, and no error reaches the user.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from tutti.remote import Remote
+from tutti.store import KV, ChunkRequest
+from tutti.vllm import ranks
+from tutti.vllm.config import ConnectorContext
+from tutti.vllm.data import LoadSpec, SaveSpec, TuttiConnectorMetadata
+from tutti.vllm.layerwise import LayerwiseLoads
+from tutti.vllm.metrics import TuttiConnectorStats
+from tutti.vllm.stores import (
+    RemoteKey,
+    StoreKey,
+    acquire_remote,
+    acquire_store,
+    release_remote,
+    release_store,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger("tutti.vllm")
+
+
+class TuttiWorker:
+    """The worker side of one connector (one per worker process, i.e. per rank)."""
+
+    def __init__(self, ctx: ConnectorContext) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.cfg
+        self.geo = ctx.geo
+        self.block_size = ctx.block_size
+        self.bpc = ctx.blocks_per_chunk
+        self.rank = ctx.rank
+        self._store_key: StoreKey | None
+        self._store_key, self.store = acquire_store(ctx.cfg, ctx.dirs, ctx.geo, ctx.ns)
+        self._remote_key: RemoteKey | None
+        self.remote: Remote | None
+        self._remote_key, self.remote = acquire_remote(ctx)
+        self.reporter = ranks.StoreReporter(self.rank, self.store) if ctx.tp > 1 else None
+        # With several ranks, rank 0 alone counts tokens (each rank moves its share of the
+        # same tokens); bytes, times and errors are counted by every rank.
+        self._count_tokens = self.rank == 0
+        self._remote_seen: dict[str, int] = {}  # the remote handle's counters already reported
+        self.kv: KV | None = None
+        self.kv_mem = "host"
+        self.layerwise: LayerwiseLoads | None = None
+        # Loads may finish on the loader thread: what they report is kept under this lock.
+        self._lock = threading.Lock()
+        self._stats = TuttiConnectorStats()
+        self._load_errors: set[int] = set()
+        # asynchronous loads: one thread moves them; finished ids and their errors are handed
+        # to vLLM together (errors no later than the step that reports the request done)
+        self._loader: ThreadPoolExecutor | None = None
+        self._loads_done: set[str] = set()
+
+    # -- registration --
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        """Each layer's paged tensor as segments: (B, ...) tensors are one segment per layer,
+        K/V-first (2, B, ...) tensors two."""
+        segs: list[tuple[int, int, int]] = []
+        per_layer: int | None = None
+        mem = "host"
+        num_blocks = self.ctx.num_blocks
+        if len(kv_caches) != self.geo.nr_layers:
+            raise ValueError(f"TuttiConnector: {len(kv_caches)} KV tensors for "
+                             f"{self.geo.nr_layers} layers")
+        page = self.geo.layer_block_bytes
+        for name, t in kv_caches.items():
+            item = t.element_size()
+            if t.shape[0] == num_blocks:
+                layer = [(t.data_ptr(), t.stride(0) * item, page)]
+            elif t.shape[0] == 2 and t.shape[1] == num_blocks:
+                layer = [(t[i].data_ptr(), t.stride(1) * item, page // 2) for i in range(2)]
+            else:
+                raise ValueError(f"TuttiConnector: layer {name}: KV tensor of shape "
+                                 f"{tuple(t.shape)} is neither (blocks, ...) nor (2, blocks, ...)"
+                                 f" with {num_blocks} blocks")
+            block = t[0] if len(layer) == 1 else t[0][0]
+            if not block.is_contiguous() or block.numel() * item != layer[0][2]:
+                raise ValueError(f"TuttiConnector: layer {name}: a block of shape "
+                                 f"{tuple(block.shape)} is not one contiguous page")
+            if per_layer not in (None, len(layer)):
+                raise ValueError("TuttiConnector: layers with different KV layouts")
+            per_layer = len(layer)
+            mem = "cuda" if t.is_cuda else "host"
+            segs.extend(layer)
+        assert per_layer is not None
+        self.kv = KV(self.geo, segs, per_layer, num_blocks, mem=mem)
+        self.kv_mem = mem
+        log.info("tutti: registered %d layers, %d blocks of %d bytes (%s, %d segment%s/layer)",
+                 self.geo.nr_layers, num_blocks, page, mem, per_layer,
+                 "s" if per_layer > 1 else "")
+        if self.cfg.layerwise:
+            self.layerwise = LayerwiseLoads(self.store, self.kv, list(kv_caches),
+                                            self.ctx.layer_names, mem)
+
+    # -- loads --
+
+    def start_load_kv(self, meta: TuttiConnectorMetadata) -> None:
+        if self.reporter is not None and self.rank in meta.resync:
+            self.reporter.request_full()
+        if self.layerwise is not None and not self.layerwise.broken:
+            self._start_layerwise(self.layerwise, meta)
+            return
+        for spec in meta.loads:
+            if self.cfg.async_load:
+                if self._loader is None:
+                    self._loader = ThreadPoolExecutor(1, thread_name_prefix="tutti-load")
+                self._loader.submit(self._load_async, spec)
+            else:
+                failed = self._load(spec)
+                with self._lock:
+                    self._load_errors.update(failed)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        # Without layerwise, loads complete in start_load_kv.
+        if self.layerwise is not None:
+            self.layerwise.wait(layer_name)
+
+    def _chunk_blocks(self, spec: LoadSpec, index: int) -> list[int]:
+        """Block ids of chunk ``spec.first_chunk + index`` within the spec's block list."""
+        start = 0 if index == 0 else self.bpc - spec.skip_blocks + (index - 1) * self.bpc
+        length = self.bpc - spec.skip_blocks if index == 0 else self.bpc
+        return spec.block_ids[start:start + length]
+
+    def _load(self, spec: LoadSpec) -> set[int]:
+        """One request's load; returns the block ids that could not be loaded."""
+        assert self.kv is not None
+        t0 = time.perf_counter_ns()
+        try:
+            if spec.remote_from >= 0 and self.remote is not None:
+                status = self._load_with_remote(self.remote, self.kv, spec)
+            else:
+                _, status = self.store.load(self.kv, [ChunkRequest(
+                    spec.keys, spec.block_ids, spec.first_chunk, spec.skip_blocks)])
+        except OSError as e:
+            log.warning("tutti: load of %s failed: %s; vLLM recomputes it", spec.req_id, e)
+            status = [-(e.errno or errno.EIO)] * (len(spec.keys) - spec.first_chunk)
+        return self._account_load(spec, status, time.perf_counter_ns() - t0)
+
+    def _account_load(self, spec: LoadSpec, status: list[int], ns: int) -> set[int]:
+        """Count one request's load (``status``: one entry per chunk, 0 or -errno); returns
+        the block ids that could not be loaded."""
+        failed: set[int] = set()
+        with self._lock:
+            self._stats.add("load_ns", ns)
+            for i, rc in enumerate(status):
+                blocks = self._chunk_blocks(spec, i)
+                if rc != 0:
+                    failed.update(blocks)
+                    self._stats.add("load_errors", 1)
+                else:
+                    if self._count_tokens:
+                        self._stats.add("load_tokens", len(blocks) * self.block_size)
+                    self._stats.add("load_bytes", len(blocks) * self.geo.layer_block_bytes
+                                    * self.geo.nr_layers)
+        if self.reporter is not None:
+            for i, rc in enumerate(status):
+                if rc != 0:
+                    self.reporter.failed(spec.keys[spec.first_chunk + i])
+        return failed
+
+    def _load_async(self, spec: LoadSpec) -> None:
+        failed = self._load(spec)
+        with self._lock:
+            self._load_errors.update(failed)
+            self._loads_done.add(spec.req_id)
+
+    # -- layerwise loads --
+    #
+    # Requests with chunks from the remote tier load before the forward, as without layerwise.
+    # Saves keep the wait_for_save path: it reports per chunk what was stored, which the
+    # tensor-parallel reporter and the metrics need, and a chunk is complete only once every
+    # layer is written.
+
+    def _start_layerwise(self, layerwise: LayerwiseLoads, meta: TuttiConnectorMetadata) -> None:
+        self._finish_layerwise()  # a step left open by a forward that never ended
+        piped: list[LoadSpec] = []
+        others: list[LoadSpec] = []
+        for spec in meta.loads:
+            remote = spec.remote_from >= 0 and self.remote is not None
+            (others if remote else piped).append(spec)
+        if piped and not layerwise.begin(piped, meta.compute_tokens):
+            others = meta.loads
+        for spec in others:
+            failed = self._load(spec)
+            with self._lock:
+                self._load_errors.update(failed)
+
+    def _finish_layerwise(self) -> None:
+        """End the layerwise step in flight, if any, and account its loads."""
+        if self.layerwise is None:
+            return
+        done = self.layerwise.finish()
+        if done is None:
+            return
+        at = 0
+        for spec in done.specs:
+            n = len(spec.keys) - spec.first_chunk
+            status = done.status[at:at + n] if done.status is not None else [-errno.EIO] * n
+            failed = self._account_load(spec, status, done.load_ns if at == 0 else 0)
+            at += n
+            with self._lock:
+                self._load_errors.update(failed)
+
+    # -- saves --
+
+    def wait_for_save(self, meta: TuttiConnectorMetadata) -> None:
+        # The forward pass is over: every layer of the step's loads has been read by now.
+        self._finish_layerwise()
+        assert self.kv is not None or not meta.saves
+        for spec in meta.saves:
+            assert self.kv is not None
+            cut = self._without_failed_loads(spec)
+            if cut is None:
+                continue
+            spec = cut
+            t0 = time.perf_counter_ns()
+            try:
+                _, status = self.store.save(self.kv, [ChunkRequest(
+                    spec.keys, spec.block_ids, spec.first_chunk)])
+            except OSError as e:
+                log.warning("tutti: save of %s failed: %s", spec.req_id, e)
+                status = [-(e.errno or errno.EIO)] * (len(spec.keys) - spec.first_chunk)
+            with self._lock:
+                self._stats.add("save_ns", time.perf_counter_ns() - t0)
+                for i, rc in enumerate(status):
+                    nb = min(self.bpc, len(spec.block_ids) - i * self.bpc)
+                    if rc >= 0 and self.reporter is not None:
+                        self.reporter.saved(spec.keys[spec.first_chunk + i], nb)
+                    if rc == 0:
+                        if self._count_tokens:
+                            self._stats.add("save_tokens", nb * self.block_size)
+                        self._stats.add("save_bytes", nb * self.geo.layer_block_bytes
+                                        * self.geo.nr_layers)
+                    elif rc < 0:
+                        self._stats.add("save_errors", 1)
+            if self.remote is not None and self.remote.publish_enabled:
+                self._publish(self.remote, self.kv, spec, status)
+
+    def _without_failed_loads(self, spec: SaveSpec) -> SaveSpec | None:
+        """The save spec cut before its first chunk holding a block whose load failed in this
+        step: such a block holds no verified KV yet (vLLM recomputes it later), and must not be
+        stored under the chunk's key."""
+        with self._lock:
+            bad = set(self._load_errors)
+        if not bad:
+            return spec
+        for i in range(len(spec.keys) - spec.first_chunk):
+            if bad.intersection(spec.block_ids[i * self.bpc:(i + 1) * self.bpc]):
+                if i == 0:
+                    return None
+                return SaveSpec(spec.req_id, spec.keys[:spec.first_chunk + i],
+                                spec.first_chunk, spec.block_ids[:i * self.bpc])
+        return spec
+
+    # -- what the worker reports after each step --
+
+    def build_connector_worker_meta(self) -> ranks.TuttiWorkerMetadata | None:
+        if self.reporter is None:
+            return None
+        rep = self.reporter.report()
+        if rep is None:
+            return None
+        return ranks.TuttiWorkerMetadata({self.rank: rep})
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        # vLLM calls this before wait_for_save when it defers that call past a draft model's
+        # forward (speculative decoding): a step's failed chunks are still reported with it.
+        self._finish_layerwise()
+        with self._lock:
+            errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None,
+                                                               set[str] | None]:
+        # Saves finish within their step; asynchronous loads finish here.
+        with self._lock:
+            done, self._loads_done = self._loads_done, set()
+        return None, (done or None)
+
+    def take_stats(self) -> TuttiConnectorStats | None:
+        self._remote_stats()
+        counts = self.layerwise.take_counts() if self.layerwise is not None else {}
+        with self._lock:
+            for name, value in counts.items():
+                self._stats.add(name, value)
+            if self._stats.is_empty():
+                return None
+            out, self._stats = self._stats, TuttiConnectorStats()
+        return out
+
+    def shutdown(self) -> None:
+        if self._loader is not None:
+            self._loader.shutdown(wait=True)  # no load may run into freed memory
+            self._loader = None
+        if self.layerwise is not None:
+            self._finish_layerwise()
+            self.layerwise.close()  # before the KV and the store it uses
+            self.layerwise = None
+        # Before the KV: the remote tier's publish thread reads it until flushed.
+        release_remote(self.ctx, self._remote_key)
+        self._remote_key, self.remote = None, None
+        if self.kv is not None:
+            self.kv.close()
+            self.kv = None
+        if self._store_key is not None:
+            release_store(self._store_key)
+            self._store_key = None
+
+    # -- the remote tier (docs/cluster.md) --
+
+    def _load_with_remote(self, remote: Remote, kv: KV, spec: LoadSpec) -> list[int]:
+        """Chunks before spec.remote_from from the local store, the others from the remote
+        tier (fetched, verified, scattered); one status per chunk."""
+        split = max(spec.remote_from, spec.first_chunk)
+        nr_local = len(spec.keys[spec.first_chunk:split])
+        local_blocks = 0 if nr_local == 0 else self.bpc - spec.skip_blocks + \
+            (nr_local - 1) * self.bpc
+        status: list[int] = []
+        if nr_local:
+            _, status = self.store.load(kv, [ChunkRequest(
+                spec.keys[:split], spec.block_ids[:local_blocks], spec.first_chunk,
+                spec.skip_blocks)])
+        t0 = time.perf_counter_ns()
+        _, remote_status = remote.fetch(kv, [ChunkRequest(
+            spec.keys, spec.block_ids[local_blocks:], split,
+            spec.skip_blocks if nr_local == 0 else 0)])
+        with self._lock:
+            self._stats.add("remote_load_ns", time.perf_counter_ns() - t0)
+            for i, rc in enumerate(remote_status):
+                if rc == 0:
+                    blocks = len(self._chunk_blocks(spec, nr_local + i))
+                    self._stats.add("remote_load_tokens", blocks * self.block_size)
+                    self._stats.add("remote_load_bytes", remote.record_bytes)
+                else:
+                    self._stats.add("remote_load_errors", 1)
+        if any(rc != 0 for rc in remote_status):
+            log.info("tutti: %d of %d remote chunks of %s failed to load (%s); vLLM "
+                     "recomputes them", sum(rc != 0 for rc in remote_status),
+                     len(remote_status), spec.req_id, remote_status)
+        return list(status) + list(remote_status)
+
+    def _publish(self, remote: Remote, kv: KV, spec: SaveSpec, status: list[int]) -> None:
+        """Queue the chunks of a save that are in the local store (stored or already present)
+        for the remote tier, up to the first that is not."""
+        ok = 0
+        while ok < len(status) and status[ok] >= 0:
+            ok += 1
+        if ok == 0:
+            return
+        try:
+            remote.publish(kv, [ChunkRequest(
+                spec.keys[:spec.first_chunk + ok], spec.block_ids[:ok * self.bpc],
+                spec.first_chunk)])
+        except OSError as e:
+            log.debug("tutti: publishing %s failed: %s", spec.req_id, e)
+
+    def _remote_stats(self) -> None:
+        """Fold the remote handle's counters (publish thread, verification) into the stats.
+        The worker does it: a scheduler in the same process shares the handle."""
+        if self.remote is None or self.kv is None:
+            return
+        st = self.remote.stats()
+        with self._lock:
+            for name, src in (("remote_publish_chunks", "publish_chunks"),
+                              ("remote_publish_bytes", "publish_bytes"),
+                              ("remote_publish_dropped", "publish_dropped"),
+                              ("remote_verify_failures", "verify_failures"),
+                              ("remote_timeouts", "timeouts"),
+                              ("remote_breaker_trips", "breaker_trips")):
+                delta = st[src] - self._remote_seen.get(src, 0)
+                if delta > 0:
+                    self._stats.add(name, delta)
+                    self._remote_seen[src] = st[src]
