@@ -5,11 +5,15 @@ The structures mirror the C ones field for field; the library checks the ``size`
 versioned structure, and ``check_abi`` compares the sizes the library writes with ours.
 """
 
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import errno
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 c_u32 = ctypes.c_uint32
 c_u64 = ctypes.c_uint64
@@ -233,7 +237,7 @@ class RemoteStats(ctypes.Structure):
     _fields_ = [("size", c_u32), ("up", c_u32)] + [(n, c_u64) for n in REMOTE_STATS_FIELDS]
 
 
-def _candidates():
+def _candidates() -> Iterator[Path]:
     """Where libtutti may be: $TUTTI_LIBRARY, next to this package, the repository's build."""
     env = os.environ.get("TUTTI_LIBRARY")
     if env:
@@ -249,9 +253,9 @@ def _candidates():
         yield Path(found)
 
 
-def _declare(lib):
+def _declare(lib: ctypes.CDLL) -> None:
     p = ctypes.POINTER
-    sigs = {
+    sigs: dict[str, tuple[Any, list[Any]]] = {
         "tutti_version": (ctypes.c_char_p, []),
         "tutti_strerror": (ctypes.c_char_p, [ctypes.c_int]),
         "tutti_geometry_init": (None, [p(Geometry)]),
@@ -319,7 +323,7 @@ def _declare(lib):
         fn.argtypes = args
 
 
-def check_abi(lib):
+def check_abi(lib: ctypes.CDLL) -> None:
     """Our structure sizes against the library's (it writes its own sizeof into ``size``)."""
     buf = (ctypes.c_uint8 * (4 * ctypes.sizeof(StoreOpts)))()
     lib.tutti_store_opts_init(buf)
@@ -343,10 +347,10 @@ def check_abi(lib):
                       f"{ctypes.sizeof(RemoteOpts)}: the binding does not match the library")
 
 
-_lib = None
+_lib: ctypes.CDLL | None = None
 
 
-def lib():
+def lib() -> ctypes.CDLL:
     """The loaded library (once per process)."""
     global _lib
     if _lib is not None:

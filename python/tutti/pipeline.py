@@ -3,18 +3,24 @@
 every step and layer. ``stream`` is a raw CUDA stream handle (``torch.cuda.Stream.cuda_stream``)
 in GPU mode; nothing here imports torch."""
 
+from __future__ import annotations
+
 import ctypes
 import errno
+from collections.abc import Sequence
+from os import PathLike
+from typing import Any
 
 from tutti import _lib as L
-from tutti.store import _check, _Handle
+from tutti.store import KV, ChunkRequest, Store, _check, _Handle
 
 
 class Profile:
     """Storage bandwidths and per-layer compute (ns per token) the scheduler plans with."""
 
-    def __init__(self, nr_layers, read_bytes_per_s=0.0, write_bytes_per_s=0.0,
-                 layer_ns_per_token=None):
+    def __init__(self, nr_layers: int, read_bytes_per_s: float = 0.0,
+                 write_bytes_per_s: float = 0.0,
+                 layer_ns_per_token: Sequence[float] | None = None) -> None:
         self.nr_layers = nr_layers
         self.read_bytes_per_s = float(read_bytes_per_s)
         self.write_bytes_per_s = float(write_bytes_per_s)
@@ -22,19 +28,19 @@ class Profile:
         if len(self.layer_ns_per_token) != nr_layers:
             raise OSError(22, f"{len(self.layer_ns_per_token)} layer entries for {nr_layers}")
 
-    def _c(self):
+    def _c(self) -> tuple[L.Profile, ctypes.Array[ctypes.c_double]]:
         arr = (ctypes.c_double * self.nr_layers)(*self.layer_ns_per_token)
         c = L.Profile(ctypes.sizeof(L.Profile), self.nr_layers, self.read_bytes_per_s,
                       self.write_bytes_per_s, arr)
         return c, arr
 
-    def write(self, path):
+    def write(self, path: str | PathLike[str]) -> None:
         c, _arr = self._c()
         _check(L.lib().tutti_profile_write(str(path).encode(), ctypes.byref(c)),
                "tutti_profile_write")
 
     @classmethod
-    def read(cls, path, nr_layers):
+    def read(cls, path: str | PathLike[str], nr_layers: int) -> Profile:
         prof = cls(nr_layers)
         c, arr = prof._c()
         _check(L.lib().tutti_profile_read(str(path).encode(), ctypes.byref(c)),
@@ -48,8 +54,10 @@ class Pipeline(_Handle):
 
     _release = "tutti_pipeline_destroy"
 
-    def __init__(self, store, kv, readahead_layers=0, save_staging_bytes=None, profile=None,
-                 trace_events=None, write_batch_chunks=0, wait_timeout_ms=None):
+    def __init__(self, store: Store, kv: KV, readahead_layers: int = 0,
+                 save_staging_bytes: int | None = None,
+                 profile: str | PathLike[str] | None = None, trace_events: int | None = None,
+                 write_batch_chunks: int = 0, wait_timeout_ms: int | None = None) -> None:
         lib = L.lib()
         self.store, self.kv = store, kv
         o = L.PipelineOpts()
@@ -70,10 +78,10 @@ class Pipeline(_Handle):
                                              ctypes.byref(self._h)), "tutti_pipeline_create")
         # The pipeline calls the store and reads the KV in C: closing either closes it first.
         self._depends_on(store, kv)
-        self._keep = []
-        self._nr_loads = {}
+        self._nr_loads: dict[int, int] = {}
 
-    def begin_step(self, loads=(), saves=(), compute_tokens=0, stream=None):
+    def begin_step(self, loads: Sequence[ChunkRequest] = (), saves: Sequence[ChunkRequest] = (),
+                   compute_tokens: int = 0, stream: int | None = None) -> int:
         """Declare a step (``ChunkRequest`` lists) and start its reads; returns the step id."""
         kb = self.store.key_bytes
         cl = (L.Request * max(1, len(loads)))(*[r.c(kb) for r in loads])
@@ -86,19 +94,19 @@ class Pipeline(_Handle):
         self._nr_loads[int(sid)] = sum(len(r.keys) - r.first_chunk for r in loads)
         return int(sid)
 
-    def wait_layer(self, layer):
+    def wait_layer(self, layer: int) -> None:
         with self._call():
             _check(L.lib().tutti_pipeline_wait_layer(self._h, layer), "tutti_pipeline_wait_layer")
 
-    def save_layer(self, layer):
+    def save_layer(self, layer: int) -> None:
         with self._call():
             _check(L.lib().tutti_pipeline_save_layer(self._h, layer), "tutti_pipeline_save_layer")
 
-    def end_step(self):
+    def end_step(self) -> None:
         with self._call():
             _check(L.lib().tutti_pipeline_end_step(self._h), "tutti_pipeline_end_step")
 
-    def result(self, step):
+    def result(self, step: int) -> dict[str, Any] | None:
         """The step's result as a dict (with 'status' per chunk and 'layer_stall_ns'), or None
         while it is not final."""
         res = L.StepResult()
@@ -111,32 +119,32 @@ class Pipeline(_Handle):
         if rc == -errno.EAGAIN:
             return None
         _check(rc, "tutti_pipeline_step_result")
-        out = {name: int(getattr(res, name)) for name in L.STEP_RESULT_FIELDS}
+        out: dict[str, Any] = {name: int(getattr(res, name)) for name in L.STEP_RESULT_FIELDS}
         out.update(readahead=int(res.readahead), timed_out=int(res.timed_out),
                    status=list(status)[:n], layer_stall_ns=list(stall))
         return out
 
-    def flush(self):
+    def flush(self) -> None:
         with self._call():
             _check(L.lib().tutti_pipeline_flush(self._h), "tutti_pipeline_flush")
 
-    def stats(self):
+    def stats(self) -> dict[str, int | float]:
         s = L.PipelineStats()
         s.size = ctypes.sizeof(L.PipelineStats)
         with self._call():
             _check(L.lib().tutti_pipeline_get_stats(self._h, ctypes.byref(s)),
                    "tutti_pipeline_get_stats")
-        out = {"readahead": int(s.readahead)}
+        out: dict[str, int | float] = {"readahead": int(s.readahead)}
         out.update({name: int(getattr(s, name)) for name in L.PIPELINE_STATS_U64})
         out.update({name: float(getattr(s, name)) for name in L.PIPELINE_STATS_F64})
         return out
 
-    def write_trace(self, path):
+    def write_trace(self, path: str | PathLike[str]) -> None:
         with self._call():
             _check(L.lib().tutti_pipeline_write_trace(self._h, str(path).encode()),
                    "tutti_pipeline_write_trace")
 
-    def profile(self):
+    def profile(self) -> Profile:
         """The profile as refined online (a ``Profile``)."""
         nl = self.store.geometry.nr_layers
         prof = Profile(nl)

@@ -13,13 +13,17 @@ per-object results (or raising, which the tier counts as a fault):
 from its own threads, through ctypes callbacks (which take the GIL for the duration of a call).
 """
 
+from __future__ import annotations
+
 import ctypes
 import errno
 import hashlib
 import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from tutti import _lib as L
-from tutti.store import _check, _Handle
+from tutti.store import KV, ChunkRequest, Geometry, _check, _Handle
 
 log = logging.getLogger("tutti.remote")
 _LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
@@ -33,11 +37,25 @@ RemoteOps, RemoteOpts, RemoteStats = L.RemoteOps, L.RemoteOpts, L.RemoteStats
 STATS_FIELDS = L.REMOTE_STATS_FIELDS
 
 
-def _lib():
+class Provider(Protocol):
+    """What the remote tier calls (the module's docstring says what each returns)."""
+
+    def exists(self, keys: list[str]) -> Sequence[int]: ...
+
+    def get_into(self, keys: list[str], addrs: list[int], lens: list[int]) -> Sequence[int]: ...
+
+    def put_from(self, keys: list[str], addrs: list[int], lens: list[int]) -> Sequence[int]: ...
+
+    def register(self, addr: int, length: int) -> int: ...
+
+    def unregister(self, addr: int, length: int) -> int: ...
+
+
+def _lib() -> ctypes.CDLL:
     return L.lib()
 
 
-def key_prefix(ns, tp_size=1, pp_size=1):
+def key_prefix(ns: bytes, tp_size: int = 1, pp_size: int = 1) -> str:
     """``tutti/1/<ns>/<tp>.<pp>/``: <ns> is 16 hex digits of SHA-256 of the store namespace
     (model, dtype, layout, block and chunk sizes, hash settings, user namespace), so chunks of
     different models, layouts or parallel shapes never share a key. The rank and the chunk key
@@ -46,7 +64,7 @@ def key_prefix(ns, tp_size=1, pp_size=1):
     return f"tutti/{KEY_FORMAT_VERSION}/{digest}/{int(tp_size)}.{int(pp_size)}/"
 
 
-def _errno_of(e):
+def _errno_of(e: BaseException) -> int:
     return -(e.errno or errno.EIO) if isinstance(e, OSError) else -errno.EIO
 
 
@@ -55,9 +73,11 @@ class Remote(_Handle):
 
     _release = "tutti_remote_close"
 
-    def __init__(self, geometry, provider, prefix, ns=b"", rank=0, nr_ranks=1, key_bytes=32,
-                 timeout_ms=1000, ring_bytes=64 << 20, publish_bytes=64 << 20, publish_rate=0,
-                 breaker_faults=3, breaker_open_ms=1000, lookup_timeout_ms=50):
+    def __init__(self, geometry: Geometry, provider: Provider, prefix: str, ns: bytes = b"",
+                 rank: int = 0, nr_ranks: int = 1, key_bytes: int = 32, timeout_ms: int = 1000,
+                 ring_bytes: int = 64 << 20, publish_bytes: int = 64 << 20,
+                 publish_rate: int = 0, breaker_faults: int = 3, breaker_open_ms: int = 1000,
+                 lookup_timeout_ms: int = 50) -> None:
         lib = _lib()
         self.geometry = geometry
         self.key_bytes = key_bytes
@@ -95,7 +115,7 @@ class Remote(_Handle):
 
     # -- provider callbacks (library threads; never raise into C) --
 
-    def _exists(self, _ctx, keys, n, present):
+    def _exists(self, _ctx: Any, keys: Any, n: int, present: Any) -> int:
         try:
             res = self.provider.exists([keys[i].decode() for i in range(n)])
             for i in range(n):
@@ -105,7 +125,7 @@ class Remote(_Handle):
             log.debug("remote exists failed: %s", e)
             return _errno_of(e)
 
-    def _get_into(self, _ctx, keys, bufs, lens, n, got):
+    def _get_into(self, _ctx: Any, keys: Any, bufs: Any, lens: Any, n: int, got: Any) -> int:
         try:
             res = self.provider.get_into([keys[i].decode() for i in range(n)],
                                          [bufs[i] for i in range(n)],
@@ -117,7 +137,7 @@ class Remote(_Handle):
             log.debug("remote get failed: %s", e)
             return _errno_of(e)
 
-    def _put_from(self, _ctx, keys, bufs, lens, n, out):
+    def _put_from(self, _ctx: Any, keys: Any, bufs: Any, lens: Any, n: int, out: Any) -> int:
         try:
             res = self.provider.put_from([keys[i].decode() for i in range(n)],
                                          [bufs[i] for i in range(n)],
@@ -129,14 +149,14 @@ class Remote(_Handle):
             log.debug("remote put failed: %s", e)
             return _errno_of(e)
 
-    def _register(self, _ctx, addr, length):
+    def _register(self, _ctx: Any, addr: int, length: int) -> int:
         try:
             return int(self.provider.register(addr, length))
         except Exception as e:
             log.warning("remote tier: registering %d bytes failed: %s", length, e)
             return _errno_of(e)
 
-    def _unregister(self, _ctx, addr, length):
+    def _unregister(self, _ctx: Any, addr: int, length: int) -> int:
         try:
             return int(self.provider.unregister(addr, length))
         except Exception as e:
@@ -145,14 +165,15 @@ class Remote(_Handle):
 
     # -- the API --
 
-    def lookup(self, keys, first=0):
+    def lookup(self, keys: Sequence[bytes], first: int = 0) -> int:
         """Chunks of the chain ``keys`` from ``first`` on that the pool holds for every rank."""
         buf = ctypes.create_string_buffer(b"".join(keys), max(1, len(keys) * self.key_bytes))
         with self._call():
             return int(_check(_lib().tutti_remote_lookup(self._h, buf, len(keys), first),
                               "tutti_remote_lookup"))
 
-    def _call(self, fn, kv, reqs, what):
+    def _call(self, fn: Callable[..., int], kv: KV, reqs: Sequence[ChunkRequest],
+              what: str) -> tuple[int, list[int]]:
         creqs = (L.Request * len(reqs))(*[r.c(self.key_bytes) for r in reqs])
         total = sum(len(r.keys) - r.first_chunk for r in reqs)
         status = (L.c_i32 * max(1, total))()
@@ -160,15 +181,15 @@ class Remote(_Handle):
             n = _check(fn(self._h, kv._h, creqs, len(reqs), status), what)
         return int(n), list(status)[:total]
 
-    def fetch(self, kv, reqs):
+    def fetch(self, kv: KV, reqs: Sequence[ChunkRequest]) -> tuple[int, list[int]]:
         """Fetch, verify, scatter; (chunks loaded, per-chunk status: 0 or -errno)."""
         return self._call(_lib().tutti_remote_fetch, kv, reqs, "tutti_remote_fetch")
 
-    def publish(self, kv, reqs):
+    def publish(self, kv: KV, reqs: Sequence[ChunkRequest]) -> tuple[int, list[int]]:
         """Queue for publishing; (chunks queued, per-chunk status: 0 queued, 1 known, -errno)."""
         return self._call(_lib().tutti_remote_publish, kv, reqs, "tutti_remote_publish")
 
-    def flush(self, timeout_ms=10000):
+    def flush(self, timeout_ms: int = 10000) -> bool:
         """Wait for the publish queue to drain; False when it did not within the timeout."""
         with self._call():
             rc = _lib().tutti_remote_flush(self._h, int(timeout_ms))
@@ -177,7 +198,7 @@ class Remote(_Handle):
         _check(rc, "tutti_remote_flush")
         return True
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         s = RemoteStats()
         s.size = ctypes.sizeof(RemoteStats)
         with self._call():

@@ -2,13 +2,18 @@
 """The store API in Python: ``Store``, ``KV`` and ``ChunkRequest``. Errors raise ``OSError``
 with the library's errno and message; nothing here depends on torch."""
 
+from __future__ import annotations
+
 import contextlib
 import ctypes
 import errno
 import logging
 import threading
 import weakref
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from os import PathLike
+from typing import Any
 
 from tutti import _lib as L
 
@@ -16,14 +21,14 @@ _log = logging.getLogger("tutti")
 _LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 
 
-def _check(rc, what):
+def _check(rc: int, what: str) -> int:
     if rc < 0:
         msg = L.lib().tutti_strerror(int(rc)).decode()
         raise OSError(-int(rc), f"{what}: {msg}")
     return rc
 
 
-def version():
+def version() -> str:
     return L.lib().tutti_version().decode()
 
 
@@ -39,7 +44,7 @@ class Geometry:
     block_tokens: int = 16
     chunk_tokens: int = 256
 
-    def c(self):
+    def c(self) -> L.Geometry:
         g = L.Geometry()
         L.lib().tutti_geometry_init(ctypes.byref(g))
         for name in ("nr_layers", "nr_kv_heads", "head_dim", "elem_bytes", "kv_planes",
@@ -49,15 +54,15 @@ class Geometry:
         return g
 
     @property
-    def layer_block_bytes(self):
+    def layer_block_bytes(self) -> int:
         return int(L.lib().tutti_geometry_layer_block_bytes(ctypes.byref(self.c())))
 
     @property
-    def blocks_per_chunk(self):
+    def blocks_per_chunk(self) -> int:
         return self.chunk_tokens // self.block_tokens
 
     @property
-    def slot_bytes(self):
+    def slot_bytes(self) -> int:
         return int(L.lib().tutti_geometry_slot_bytes(ctypes.byref(self.c())))
 
 
@@ -65,7 +70,7 @@ class _InFlight:
     """The calls in flight on one handle. ctypes releases the GIL for the length of a C call,
     so another thread may close the handle while a call runs; close() waits for them."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.cond = threading.Condition()
         self.calls = 0
         self.closing = False
@@ -80,13 +85,14 @@ class _Handle:
     (new calls raise ``OSError(EBADF)``), closes the handles that depend on it (a pipeline over
     a store), waits until the calls in flight have returned, and only then releases it."""
 
-    _release = None
+    _release: str = ""
+    _h: ctypes.c_void_p
 
-    def _in_flight(self):
+    def _in_flight(self) -> _InFlight:
         return self.__dict__.setdefault("_flight", _InFlight())
 
     @contextlib.contextmanager
-    def _call(self):
+    def _call(self) -> Iterator[None]:
         f = self._in_flight()
         with f.cond:
             if f.closing or not getattr(self, "_h", None):
@@ -100,12 +106,12 @@ class _Handle:
                 if f.calls == 0:
                     f.cond.notify_all()
 
-    def _depends_on(self, *owners):
+    def _depends_on(self, *owners: _Handle) -> None:
         """Close this handle before any of ``owners`` is closed: it uses them in C."""
         for o in owners:
             o.__dict__.setdefault("_dependents", weakref.WeakSet()).add(self)
 
-    def close(self):
+    def close(self) -> None:
         f = self._in_flight()
         with f.cond:
             if f.closing:
@@ -123,13 +129,13 @@ class _Handle:
             f.closed = True
             f.cond.notify_all()
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         with contextlib.suppress(Exception):  # also at interpreter exit
             self.close()
 
@@ -141,7 +147,8 @@ class KV(_Handle):
 
     _release = "tutti_kv_destroy"
 
-    def __init__(self, geometry, segments, segs_per_layer, nr_blocks, mem="host"):
+    def __init__(self, geometry: Geometry, segments: Sequence[tuple[int, int, int]],
+                 segs_per_layer: int, nr_blocks: int, mem: str = "host") -> None:
         n = len(segments)
         arr = (L.Segment * n)(*[L.Segment(int(b), int(s), int(c)) for b, s, c in segments])
         self._h = ctypes.c_void_p()
@@ -159,13 +166,13 @@ class ChunkRequest:
     """Chunks [first_chunk, len(keys)) of the key chain ``keys`` (root first), moved to or from
     ``block_ids``; a load may skip the first ``skip_blocks`` blocks of chunk ``first_chunk``."""
 
-    keys: list
-    block_ids: list
+    keys: list[bytes]
+    block_ids: list[int]
     first_chunk: int = 0
     skip_blocks: int = 0
-    _keep: list = field(default_factory=list, repr=False)
+    _keep: list[Any] = field(default_factory=list, repr=False)
 
-    def c(self, key_bytes):
+    def c(self, key_bytes: int) -> L.Request:
         for k in self.keys:
             if len(k) != key_bytes:
                 raise OSError(22, f"keys are {key_bytes} bytes, got one of {len(k)}")
@@ -186,9 +193,11 @@ class Store(_Handle):
 
     _release = "tutti_store_close"
 
-    def __init__(self, dirs, geometry, capacity_bytes, ns=b"", engine="uring", durability="fast",
-                 create=True, key_bytes=32, staging_bytes=0, queue_depth=0, repair=False,
-                 gpu_io_workers=0, gpu_io_sms=None):
+    def __init__(self, dirs: Sequence[str | PathLike[str]], geometry: Geometry,
+                 capacity_bytes: int, ns: bytes = b"", engine: str = "uring",
+                 durability: str = "fast", create: bool = True, key_bytes: int = 32,
+                 staging_bytes: int = 0, queue_depth: int = 0, repair: bool = False,
+                 gpu_io_workers: int = 0, gpu_io_sms: int | None = None) -> None:
         lib = L.lib()
         self.geometry = geometry
         self.key_bytes = key_bytes
@@ -226,7 +235,7 @@ class Store(_Handle):
         _check(lib.tutti_store_open(ctypes.byref(geometry.c()), ctypes.byref(o),
                                     ctypes.byref(self._h)), "tutti_store_open")
 
-    def lookup(self, keys):
+    def lookup(self, keys: Sequence[bytes]) -> tuple[int, int]:
         """(leading chunks stored, paged blocks they hold) for the key chain ``keys``."""
         buf = ctypes.create_string_buffer(b"".join(keys), max(1, len(keys) * self.key_bytes))
         blocks = L.c_u64()
@@ -235,9 +244,9 @@ class Store(_Handle):
                                                   ctypes.byref(blocks)), "tutti_store_lookup")
         return int(n), int(blocks.value)
 
-    def keys(self, batch=4096):
+    def keys(self, batch: int = 4096) -> dict[bytes, int]:
         """Every stored chunk: {key: paged blocks it holds} (``tutti_store_list``)."""
-        out = {}
+        out: dict[bytes, int] = {}
         cursor = L.c_u64(0)
         keys = ctypes.create_string_buffer(batch * self.key_bytes)
         blocks = (L.c_u32 * batch)()
@@ -251,13 +260,14 @@ class Store(_Handle):
             for i in range(n):
                 out[raw[i * self.key_bytes:(i + 1) * self.key_bytes]] = int(blocks[i])
 
-    def _chunks(self, reqs):
+    def _chunks(self, reqs: Sequence[ChunkRequest]) -> int:
         total = 0
         for r in reqs:
             total += len(r.keys) - r.first_chunk
         return total
 
-    def load(self, kv, reqs, layer_begin=0, layer_end=None):
+    def load(self, kv: KV, reqs: Sequence[ChunkRequest], layer_begin: int = 0,
+             layer_end: int | None = None) -> tuple[int, list[int]]:
         """Load; returns (chunks loaded, per-chunk status list: 0 or a negative errno)."""
         if layer_end is None:
             layer_end = self.geometry.nr_layers
@@ -268,7 +278,7 @@ class Store(_Handle):
                                                 layer_end, status), "tutti_store_load")
         return int(n), list(status)[: self._chunks(reqs)]
 
-    def save(self, kv, reqs):
+    def save(self, kv: KV, reqs: Sequence[ChunkRequest]) -> tuple[int, list[int]]:
         """Save; returns (chunks written, per-chunk status: 0 stored, 1 present, or -errno)."""
         creqs = (L.Request * len(reqs))(*[r.c(self.key_bytes) for r in reqs])
         status = (L.c_i32 * max(1, self._chunks(reqs)))()
@@ -277,15 +287,15 @@ class Store(_Handle):
                        "tutti_store_save")
         return int(n), list(status)[: self._chunks(reqs)]
 
-    def engine_for(self, kv):
+    def engine_for(self, kv: KV) -> str:
         """The engine that moves ``kv``'s KV (``tutti_store_engine``): the one the store was
         opened with, or what ``auto`` chose for it ("gpu-uring" for GPU KV where it could be
         set up, else "uring", or "posix" where io_uring is refused)."""
         with self._call(), kv._call():
             kind = _check(L.lib().tutti_store_engine(self._h, kv._h), "tutti_store_engine")
-        return L.lib().tutti_engine_name(kind).decode()
+        return str(L.lib().tutti_engine_name(kind).decode())
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         s = L.Stats()
         s.size = ctypes.sizeof(L.Stats)
         with self._call():
