@@ -172,7 +172,7 @@ class Remote(_Handle):
             return int(_check(_lib().tutti_remote_lookup(self._h, buf, len(keys), first),
                               "tutti_remote_lookup"))
 
-    def _call(self, fn: Callable[..., int], kv: KV, reqs: Sequence[ChunkRequest],
+    def _transfer(self, fn: Callable[..., int], kv: KV, reqs: Sequence[ChunkRequest],
               what: str) -> tuple[int, list[int]]:
         creqs = (L.Request * len(reqs))(*[r.c(self.key_bytes) for r in reqs])
         total = sum(len(r.keys) - r.first_chunk for r in reqs)
@@ -183,11 +183,11 @@ class Remote(_Handle):
 
     def fetch(self, kv: KV, reqs: Sequence[ChunkRequest]) -> tuple[int, list[int]]:
         """Fetch, verify, scatter; (chunks loaded, per-chunk status: 0 or -errno)."""
-        return self._call(_lib().tutti_remote_fetch, kv, reqs, "tutti_remote_fetch")
+        return self._transfer(_lib().tutti_remote_fetch, kv, reqs, "tutti_remote_fetch")
 
     def publish(self, kv: KV, reqs: Sequence[ChunkRequest]) -> tuple[int, list[int]]:
         """Queue for publishing; (chunks queued, per-chunk status: 0 queued, 1 known, -errno)."""
-        return self._call(_lib().tutti_remote_publish, kv, reqs, "tutti_remote_publish")
+        return self._transfer(_lib().tutti_remote_publish, kv, reqs, "tutti_remote_publish")
 
     def flush(self, timeout_ms: int = 10000) -> bool:
         """Wait for the publish queue to drain; False when it did not within the timeout."""
