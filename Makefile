@@ -65,8 +65,11 @@ test-remote-asan: test-asan
 		ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1 \
 		../$(VENV)/bin/python -m pytest -q tests/remote/test_cluster.py
 
+# C (clang-format, the rules of HACKING.md) and Python (ruff, mypy: installed with the vLLM
+# environment, whose vLLM and torch mypy checks the package against).
 style: deps
-	bash scripts/check_style.sh
+	bash scripts/setup-vllm-venv.sh $(VENV)
+	TUTTI_VENV=$(VENV) bash scripts/check_style.sh
 
 test: style test-release test-asan fuzz test-python test-remote-asan
 

@@ -88,4 +88,17 @@ if [ -n "$lib" ]; then
 	done < <(nm -D --defined-only "$lib" | awk '$2 ~ /[TDBR]/ {print $3}' | sed 's/@.*//')
 fi
 
+# Python: ruff (lint, import order) over the package and its tests, and mypy (every function
+# typed; settings in python/pyproject.toml) over the package. Both come pinned with the vLLM
+# environment (scripts/setup-vllm-venv.sh), since mypy reads vLLM's and torch's types.
+venv=$(realpath -m "${TUTTI_VENV:-.venv-vllm}")
+if [ -x "$venv/bin/ruff" ] && [ -x "$venv/bin/mypy" ]; then
+	(cd python && "$venv/bin/ruff" check --quiet tutti tests) ||
+		report "ruff: fix the findings above (ruff check --fix fixes the mechanical ones)"
+	(cd python && "$venv/bin/mypy" --cache-dir ../build/mypy-cache) ||
+		report "mypy: fix the type errors above"
+else
+	report "ruff and mypy are missing from $venv: run bash scripts/setup-vllm-venv.sh (make style does)"
+fi
+
 exit $fail

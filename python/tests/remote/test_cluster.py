@@ -114,7 +114,7 @@ def test_capacity_pressure_evicts_without_errors(nodes, cluster):
     b = nodes(1, geometry=big, nr_blocks=256, capacity_mb=64, ring_mb=32)
     newest = b.call("fetch", seed=100 + rounds - 1, chunks=4)
     assert all(s in (0, -2, -125) for s in newest["status"])
-    assert all(e for e, s in zip(newest["exact"], newest["status"]) if s == 0)
+    assert all(e for e, s in zip(newest["exact"], newest["status"], strict=True) if s == 0)
     oldest = b.call("lookup", seed=100, chunks=per_round)
     assert 0 <= oldest["remote"] < per_round
     assert b.call("stats")["remote"]["up"] == 1
@@ -136,10 +136,10 @@ def test_client_killed_during_fetch_gives_load_errors_not_a_hang(nodes, cluster)
             killed = True
         got = b.call("fetch", seed=200 + i % 3, chunks=8, timeout=20)
         results.append((killed, got))
-    for was_killed, got in results:
+    for _, got in results:
         assert got["seconds"] < 1.5 + 1.0, got["seconds"]  # bounded by the timeout
-        assert all(e for e, s in zip(got["exact"], got["status"]) if s == 0)
-        assert all(u for u, s in zip(got["untouched"], got["status"]) if s != 0)
+        assert all(e for e, s in zip(got["exact"], got["status"], strict=True) if s == 0)
+        assert all(u for u, s in zip(got["untouched"], got["status"], strict=True) if s != 0)
     assert all(g["loaded"] == 8 for k, g in results if not k), results
     after = [g for k, g in results if k]
     assert any(g["loaded"] < 8 for g in after)  # load errors, not stale or partial data

@@ -5,7 +5,6 @@ cluster: engine A computes and publishes; engine B, with an empty local store on
 connector. With the master dead, a third engine answers the same by computing."""
 
 import json
-import os
 import random
 import subprocess
 import sys
