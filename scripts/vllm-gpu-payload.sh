@@ -28,7 +28,8 @@
 #   It links libcudart.so.13, libc10 and libtorch*, all from the torch there.
 #
 # Environment: PAYLOAD_PART_MIB caps a part (default: 62 MiB less the working tree git would
-# carry, less 1 MiB); PIP_FIND_LINKS may name a folder that already holds some of the wheels.
+# carry, less 1 MiB for the manifest that travels with every part); PIP_FIND_LINKS may name a
+# folder that already holds some of the wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -45,6 +46,14 @@ VLLM_REQUIREMENTS=(
 	cachetools==8.0.2 pybase64==1.5.1 partial-json-parser==0.2.1.1.post7 blake3==1.0.11
 	setproctitle==1.3.8 depyf==0.20.0 compressed-tensors==0.17.0 python-json-logger==4.2.0
 	llguidance==1.7.6 xgrammar==0.2.7 apache-tvm-ffi==0.1.10
+)
+
+# What vLLM imports on the paths we use (vllm, its KV connectors, its OpenAI server) beyond the
+# list above that a torch + transformers image lacks; the GPU machine had them when vLLM ran
+# there, so these are unpacked only where its Python lacks them (see LMCACHE_REQUIREMENTS).
+VLLM_IMAGE_REQUIREMENTS=(
+	sniffio==1.3.1 distro==1.9.0 cloudpickle==3.1.3 uvloop==0.23.0 uvicorn==0.54.0
+	watchfiles==1.3.0 model-hosting-container-standards==0.1.16 jmespath==1.1.0
 )
 
 # What LMCache's engine, storage backends and vLLM adapter import that a torch + transformers
@@ -94,7 +103,8 @@ prepare() {
 
 	echo "== downloading wheels for CPython $PY_VERSION, manylinux x86_64 up to glibc 2.39"
 	"${pip[@]}" download --no-deps "${target[@]}" -d "$wheels" "vllm==$VLLM_VERSION" \
-		"lmcache==$LMCACHE_VERSION" "${VLLM_REQUIREMENTS[@]}" "${LMCACHE_REQUIREMENTS[@]}"
+		"lmcache==$LMCACHE_VERSION" "${VLLM_REQUIREMENTS[@]}" "${VLLM_IMAGE_REQUIREMENTS[@]}" \
+		"${LMCACHE_REQUIREMENTS[@]}"
 
 	# One folder per distribution, each installed alone from its wheel: the unit of what
 	# install may skip.
@@ -104,11 +114,13 @@ prepare() {
 	local spec name whl policy
 	: > "$WORK/packages.tsv"
 	for spec in "vllm==$VLLM_VERSION" "lmcache==$LMCACHE_VERSION" "${VLLM_REQUIREMENTS[@]}" \
-		"${LMCACHE_REQUIREMENTS[@]}"; do
+		"${VLLM_IMAGE_REQUIREMENTS[@]}" "${LMCACHE_REQUIREMENTS[@]}"; do
 		name=${spec%%==*}
 		whl=$("$PYTHON" scripts/vllm_payload.py find-wheel "$wheels" "$spec")
 		policy=always
-		for s in "${LMCACHE_REQUIREMENTS[@]}"; do [ "$s" = "$spec" ] && policy=if-missing; done
+		for s in "${VLLM_IMAGE_REQUIREMENTS[@]}" "${LMCACHE_REQUIREMENTS[@]}"; do
+			[ "$s" = "$spec" ] && policy=if-missing
+		done
 		"${pip[@]}" install --no-deps --no-compile --quiet "${target[@]}" \
 			--target "$stage/$name" "$whl"
 		printf '%s\t%s\t%s\t%s\n' "$name" "${spec#*==}" "$policy" "$(basename "$whl")" \

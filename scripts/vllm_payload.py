@@ -112,9 +112,10 @@ def find_wheel(args):
 
 
 def pruned(rel):
+    """The PRUNE rule that leaves rel out, or None."""
     for pattern, why in PRUNE:
         if fnmatch.fnmatch(rel, pattern):
-            return why
+            return pattern, why
     return None
 
 
@@ -133,9 +134,16 @@ def make_units(name, root, pruned_log):
     for rel in dist_files(root):
         path = os.path.join(root, rel)
         size = os.lstat(path).st_size
-        why = pruned(rel)
-        if why is not None:
-            pruned_log.append({"dist": name, "path": rel, "bytes": size, "why": why})
+        rule = pruned(rel)
+        if rule is not None:
+            # One entry per rule and distribution: a manifest listing every header would
+            # travel with every call.
+            e = pruned_log.setdefault((name, rule[0]), {
+                "dist": name, "pattern": rule[0], "why": rule[1], "files": 0, "bytes": 0})
+            e["files"] += 1
+            e["bytes"] += size
+            if e["files"] == 1:
+                e["example"] = rel
             continue
         if size >= UNIT_RAW_BYTES:
             units.append([rel])
@@ -216,7 +224,7 @@ def pack(args):
                              "wheel": wheel,
                              "wheel_sha256": sha256_file(os.path.join(args.wheels, wheel))})
     os.makedirs(args.units, exist_ok=True)
-    pruned_log, jobs = [], []
+    pruned_log, jobs = {}, []
     for p in packages:
         root = os.path.join(args.stage, p["name"])
         for k, files in enumerate(make_units(p["name"], root, pruned_log)):
@@ -274,7 +282,7 @@ def pack(args):
         "payload_id": payload_id,
         "target": "CPython 3.12, manylinux x86_64 (glibc 2.39)",
         "packages": packages,
-        "pruned": pruned_log,
+        "pruned": list(pruned_log.values()),
         "units": units,
         "parts": parts,
         "part_bytes": cap,
@@ -284,7 +292,7 @@ def pack(args):
     with open(os.path.join(args.out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     raw = sum(u["raw_bytes"] for u in units)
-    cut = sum(p["bytes"] for p in pruned_log)
+    cut = sum(p["bytes"] for p in pruned_log.values())
     print(f"== {len(packages)} distributions, {mib(raw)} unpacked "
           f"({mib(cut)} pruned), {len(parts)} parts, "
           f"{mib(sum(p['bytes'] for p in parts))} in all")

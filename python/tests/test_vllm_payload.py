@@ -61,8 +61,9 @@ def packed(tmp_path):
 
 def test_pack_limits_prunes_and_checksums(tmp_path):
     out, m = packed(tmp_path)
-    assert {p["path"] for p in m["pruned"]} == {
+    assert {p["example"] for p in m["pruned"]} == {
         "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "bin/vllm"}
+    assert sum(p["bytes"] for p in m["pruned"]) == 4096 + len(b"#!/usr/bin/python3\n")
     for p in m["parts"]:
         data = (out / p["file"]).read_bytes()
         assert len(data) == p["bytes"] <= 1 * MIB
