@@ -18,11 +18,16 @@
  *  - baseline: what CPU-centric tiers do: a pool of threads, each moving one paged block of one
  *    layer at a time with one pread (pwrite) and one cudaMemcpyAsync, double-buffered, in file
  *    order (the order most favourable to it). Its file holds layer blocks back to back.
- *  - raw: sequential O_DIRECT io_uring reads (writes) of a file in the same directory into
- *    pinned host memory, at the best block size and depth of a sweep made once per context;
- *    every round of every path is paired with one raw round of up to --raw-gib GiB, and the
- *    ratios are median over median. A tmpfs directory is labelled emulated, and its raw I/O is
- *    issued with IOSQE_ASYNC, as the store's is.
+ *
+ * The limit (bench/ceiling.h), measured once at the start in the same directory: retrieve
+ * (SSD -> HBM) rows are divided by min(the O_DIRECT read ceiling of a sweep over threads x I/O
+ * size x files, the pinned host-to-device copy), store rows by min(the write ceiling, the pinned
+ * device-to-host copy); --ceiling-s bounds the sweep's time. The old reference stays as a column,
+ * never a denominator: raw, sequential O_DIRECT io_uring reads (writes) of one file in the same
+ * directory into pinned host memory at the best block size and depth of a short sweep made once
+ * per context, one raw round of up to --raw-gib GiB beside every round of every path (a
+ * drifting disk shows there). A tmpfs directory is labelled emulated, and its raw I/O is issued
+ * with IOSQE_ASYNC, as the store's is.
  *
  * CPU time: the process's user + system seconds (getrusage: every thread, the kernel's io_uring
  * threads included) per GB moved, and the part of it spent by io_uring's kernel threads
@@ -31,7 +36,8 @@
  *
  * Usage: tutti-gpu-store-bench --dir DIR [--contexts 8192,32768,131072]
  *            [--paths gpu-uring,uring,gds,baseline] [--repeats N] [--threads N]
- *            [--staging-mib N] [--raw-gib N] [--model NAME] [--json FILE] [--trace]
+ *            [--staging-mib N] [--raw-gib N] [--ceiling-s X] [--model NAME] [--json FILE]
+ *            [--trace]
  */
 #include <cuda_runtime.h>
 #include <dirent.h>
@@ -49,6 +55,8 @@
 #include <unistd.h>
 
 #include "benchutil.h"
+#include "ceiling.h"
+#include "cliarg.h"
 #include "kvbench.h"
 #include "tutti/tutti.h"
 
@@ -73,6 +81,7 @@ struct conf {
 	bool paths[NR_PATHS];
 	uint32_t repeats, threads;
 	uint64_t staging_bytes, raw_bytes;
+	double ceiling_s;
 	const char *json;
 	bool trace; /* the store's debug log (per-layer kernel milestones) to stderr */
 };
@@ -99,7 +108,8 @@ struct bench {
 	char raw_path[4096];
 	uint64_t raw_file_bytes;
 	struct rawbw_point raw_read, raw_write;
-	struct base_thread *base; /* c.threads */
+	struct ceiling_result ceiling; /* the limit */
+	struct base_thread *base;      /* c.threads */
 	FILE *json;
 	uint64_t nonce;
 };
@@ -625,29 +635,35 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	double cpu = bu_median(ph->cpu_s, R), iot = bu_median(ph->io_thread_s, R);
 	double sm_share =
 	    ph->wall_s > 0 && b->sms > 0 ? (double)ph->block_ns / 1e9 / ph->wall_s / b->sms : 0;
+	bool store = strcmp(op, "store") == 0;
+	double limit =
+	    store ? ceiling_write_limit(&b->ceiling, true) : ceiling_read_limit(&b->ceiling, true);
 
-	printf("%-9s %7llu tok %-8s %-9s %6.2f GB/s  raw %6.2f  x%.2f  cpu %.3f s/GB "
-	       "(io threads %.3f)  syscalls/layer %.1f  kernel %.1f ms  SM share %.3f  %s\n",
+	printf("%-9s %7llu tok %-8s %-9s %6.2f GB/s  x%.2f of limit %.2f  (one-ring raw %.2f)  "
+	       "cpu %.3f s/GB (io threads %.3f)  syscalls/layer %.1f  kernel %.1f ms  SM share "
+	       "%.3f  %s\n",
 	       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, op,
-	       path_names[path], gbps, raw, gbps / raw, cpu, iot, (double)ph->submits / b->L,
-	       (double)ph->kernel_ns / 1e6, sm_share, mismatches == 0 ? "bit-exact" : "MISMATCH");
+	       path_names[path], gbps, limit > 0 ? gbps / limit : 0, limit, raw, cpu, iot,
+	       (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
+	       mismatches == 0 ? "bit-exact" : "MISMATCH");
 	fflush(stdout);
 	if (b->json == NULL) {
 		return;
 	}
 	fprintf(b->json,
 	        "{\"storage\":\"%s\",\"model\":\"%s\",\"context_tokens\":%llu,\"op\":\"%s\","
-	        "\"path\":\"%s\",\"bytes\":%llu,\"repeats\":%u,\"gbps\":%.3f,\"raw_gbps\":%.3f,"
+	        "\"path\":\"%s\",\"bytes\":%llu,\"repeats\":%u,\"gbps\":%.3f,"
+	        "\"limit_gbps\":%.3f,\"ratio_to_limit\":%.3f,\"raw_gbps\":%.3f,"
 	        "\"ratio_to_raw\":%.3f,\"raw_bs\":%u,\"raw_qd\":%u,\"cpu_s_per_gb\":%.4f,"
 	        "\"io_thread_cpu_s_per_gb\":%.4f,\"syscalls_per_layer\":%.2f,"
 	        "\"io_kernel_ms\":%.3f,\"io_kernel_sm_share\":%.4f,\"wall_s\":%.4f,"
 	        "\"bit_exact\":%s,\"rounds_gbps\":[",
 	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, (unsigned long long)x->tokens,
-	        op, path_names[path], (unsigned long long)x->bytes, R, gbps, raw, gbps / raw,
-	        strcmp(op, "store") == 0 ? b->raw_write.bs : b->raw_read.bs,
-	        strcmp(op, "store") == 0 ? b->raw_write.qd : b->raw_read.qd, cpu, iot,
-	        (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share, ph->wall_s,
-	        mismatches == 0 ? "true" : "false");
+	        op, path_names[path], (unsigned long long)x->bytes, R, gbps, limit,
+	        limit > 0 ? gbps / limit : 0, raw, gbps / raw,
+	        store ? b->raw_write.bs : b->raw_read.bs, store ? b->raw_write.qd : b->raw_read.qd,
+	        cpu, iot, (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
+	        ph->wall_s, mismatches == 0 ? "true" : "false");
 	for (uint32_t r = 0; r < R; r++) {
 		fprintf(b->json, "%s%.3f", r ? "," : "", ph->gbps[r]);
 	}
@@ -729,7 +745,7 @@ usage(void)
 	fprintf(stderr, "usage: tutti-gpu-store-bench --dir DIR [--contexts T1,T2,...] "
 	                "[--paths gpu-uring,uring,gds,baseline]\n"
 	                "       [--repeats N] [--threads N] [--staging-mib N] [--raw-gib N] "
-	                "[--model NAME] [--json FILE]\n");
+	                "[--ceiling-s X] [--model NAME] [--json FILE]\n");
 	exit(2);
 }
 
@@ -784,6 +800,7 @@ parse(int argc, char **argv, struct conf *c)
 	    .threads = 16,
 	    .staging_bytes = 256ull << 20,
 	    .raw_bytes = 4ull << 30,
+	    .ceiling_s = 8,
 	};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -810,6 +827,11 @@ parse(int argc, char **argv, struct conf *c)
 			c->staging_bytes = number(a, v, 1, 1u << 20) << 20;
 		} else if (strcmp(a, "--raw-gib") == 0) {
 			c->raw_bytes = number(a, v, 1, 1u << 14) << 30;
+		} else if (strcmp(a, "--ceiling-s") == 0) {
+			if (cliarg_double("tutti-gpu-store-bench", a, v, 0.1, 3600, &c->ceiling_s) <
+			    0) {
+				usage();
+			}
 		} else if (strcmp(a, "--model") == 0) {
 			c->model = v;
 		} else if (strcmp(a, "--json") == 0) {
@@ -917,6 +939,29 @@ main(int argc, char **argv)
 			if (gbps < 0) {
 				die("pre-write", (int)gbps);
 			}
+		}
+	}
+	{
+		struct ceiling_conf cc;
+
+		ceiling_conf_init(&cc, &b.c.dir, 1);
+		cc.budget_s = b.c.ceiling_s;
+		cc.gpu = 0;
+		rc = ceiling_measure(&cc, &b.ceiling);
+		if (rc < 0) {
+			die("ceiling", rc);
+		}
+		ceiling_print(stdout, "# ", &b.ceiling);
+		printf("# limits: retrieve (SSD -> HBM) %.2f GB/s, store (HBM -> SSD) %.2f GB/s\n",
+		       ceiling_read_limit(&b.ceiling, true), ceiling_write_limit(&b.ceiling, true));
+		if (b.json != NULL) {
+			fprintf(b.json,
+			        "{\"storage\":\"%s\",\"model\":\"%s\",\"op\":\"ceiling\","
+			        "\"ceiling\":",
+			        b.emulated ? "emulated-tmpfs" : "disk", b.c.model);
+			ceiling_json(b.json, &b.ceiling);
+			fprintf(b.json, "}\n");
+			fflush(b.json);
 		}
 	}
 	base_threads_make(&b);

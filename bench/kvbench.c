@@ -63,6 +63,7 @@ kvbench_conf_init(struct kvbench_conf *conf)
 	conf->queue_depth = 32;
 	conf->page_threads = 16;
 	conf->seed = 42;
+	conf->ceiling_s = 4.0;
 }
 
 /* ---- workload ---- */
@@ -845,6 +846,28 @@ raw_setup(struct bench *b, struct kvbench_result *res)
 	return 0;
 }
 
+/* The limit: the ceiling sweep in the store's directories, its scratch files sized to the
+ * workload (a quarter of the stored bytes per directory, 16..128 MiB each), so that a small
+ * run stays small. */
+static int
+ceiling_setup(struct bench *b, struct kvbench_result *res)
+{
+	const struct kvbench_conf *c = b->conf;
+	uint64_t stored = res->unique_chunks * tutti_geometry_slot_bytes(&b->geo);
+	struct ceiling_conf cc;
+	int rc;
+
+	ceiling_conf_init(&cc, c->dirs, c->nr_dirs);
+	cc.budget_s = c->ceiling_s;
+	cc.file_bytes = TT_MIN(128ull << 20, TT_MAX(16ull << 20, stored / c->nr_dirs / 4));
+	progress(b, "sweeping O_DIRECT threads x I/O size x files for the ceiling");
+	rc = ceiling_measure(&cc, &res->ceiling);
+	if (rc < 0) {
+		fprintf(stderr, "tutti: ceiling in %s: %s\n", c->dirs[0], tutti_strerror(rc));
+	}
+	return rc;
+}
+
 static void
 bench_fini(struct bench *b)
 {
@@ -917,6 +940,12 @@ setup(struct bench *b, struct kvbench_result *res)
 	}
 	if (!b->conf->skip_raw) {
 		rc = raw_setup(b, res);
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	if (b->conf->ceiling_s > 0) {
+		rc = ceiling_setup(b, res);
 		if (rc < 0) {
 			return rc;
 		}

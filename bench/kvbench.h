@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <sys/uio.h>
 
+#include "ceiling.h"
 #include "tutti/tutti.h"
 
 #define KVBENCH_MAX_DIRS 16
@@ -43,6 +44,7 @@ struct kvbench_conf {
 	bool layerwise;        /* retrieve one layer per call */
 	bool skip_raw;
 	bool skip_page;
+	double ceiling_s; /* the ceiling sweep's time budget; 0: no ceiling */
 	uint64_t seed;
 	FILE *progress; /* progress lines, or NULL */
 };
@@ -57,7 +59,13 @@ struct kvbench_phase {
 
 struct kvbench_result {
 	struct kvbench_phase store, retrieve, page_store, page_retrieve;
-	double raw_read_gbps, raw_write_gbps; /* medians */
+	/* The limit every row's ratio is taken to (bench/ceiling.h), in the store's directories
+	 * at set-up; read.best.gbps 0 when not measured. */
+	struct ceiling_result ceiling;
+	/* One io_uring reader (writer) at the best size and depth of a short sweep, right before
+	 * each timed round: the drift of a shared disk between rounds, never a ratio's
+	 * denominator. Medians. */
+	double raw_read_gbps, raw_write_gbps;
 	double raw_read_rounds[KVBENCH_MAX_REPEATS], raw_write_rounds[KVBENCH_MAX_REPEATS];
 	uint32_t raw_read_bs, raw_read_qd, raw_write_bs, raw_write_qd;
 	bool verified;

@@ -22,7 +22,10 @@ Before each layer's attention the prefix KV of that layer must be in the cache. 
             compute stream), end_step
 
 Storage: --disk-dir (a real disk) and --shm-dir (tmpfs, *emulated* fast NVMe). Each run checks
-that the loaded prefix KV equals the reference bit for bit. Results go to --out as CSV and JSON;
+that the loaded prefix KV equals the reference bit for bit. The limit of each storage ("raw"
+rows, read_gbps) is `tutti ceiling` in its directory (bench/ceiling.h), the one every benchmark
+divides by: min(the best O_DIRECT read of a sweep over threads x I/O size x files, the pinned
+host-to-device copy), measured in the same run. Results go to --out as CSV and JSON;
 plot_layerwise.py draws them.
 """
 
@@ -34,6 +37,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -458,7 +462,7 @@ def run_bubble(args, model, cache, prefix, tiers, rows, raws):
                        staging_mib=args.staging_mib,
                        prefix_gb=blocks * cache.block_bytes * 2 * cache.shape.layers / 1e9)
             if method in raws and blocks:
-                row.update(raw_read_gbps=raws[method], stall_floor_ms=1e3 * stall_floor_s(
+                row.update(limit_gbps=raws[method], stall_floor_ms=1e3 * stall_floor_s(
                     row["prefix_gb"], cache.shape.layers, raws[method], compute))
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -467,7 +471,8 @@ def run_bubble(args, model, cache, prefix, tiers, rows, raws):
 def raw_read_gbps(path, nbytes, block=4 << 20, threads=16):
     """O_DIRECT read bandwidth of the first nbytes of an existing file, or of several files
     read at once (path and nbytes lists, the 4 MiB reads dealt round-robin over the files),
-    with 16 threads of 4 MiB reads (the physical limit the loads are held to)."""
+    with 16 threads of 4 MiB reads (the other benches' quick reference; this one's limit is
+    measure_limit's)."""
     import mmap
     from concurrent.futures import ThreadPoolExecutor
     paths = path if isinstance(path, (list, tuple)) else [path]
@@ -498,25 +503,26 @@ def raw_read_gbps(path, nbytes, block=4 << 20, threads=16):
     return done / (time.perf_counter() - t0) / 1e9
 
 
-RAW_THREADS = (16, 32)
+def ceiling(directory, budget_s):
+    """`tutti ceiling` of directory with this process's GPU, as the dict of its JSON: the
+    best O_DIRECT read and write of a sweep over threads x I/O size x files, the pinned copies,
+    and the limits (bench/ceiling.h)."""
+    cmd = [str(find_build_file("tutti")), "ceiling", "--dir", str(directory), "--gpu",
+           str(torch.cuda.current_device()), "--budget-s", str(budget_s), "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
 
 
-def raw_limit_gbps(path, nbytes):
-    """The storage's read limit in this run: the best of raw_read_gbps at 16 and 32 threads,
-    and the threads that gave it. On tmpfs the reads are copies, and 16 threads can fall short
-    of what the store's paced io_uring reads reach, so the limit is taken from more threads as
-    well."""
-    return max((raw_read_gbps(path, nbytes, threads=t), t) for t in RAW_THREADS)
-
-
-def measure_raw(rows, method, path, nbytes, **extra):
-    """raw_limit_gbps of \p path as a "raw" row of \p method's storage (printed as it is
-    added); returns the bandwidth."""
-    raw, threads = raw_limit_gbps(path, nbytes)
-    rows.append(dict(experiment="raw", storage=storage_of(method), method="raw-read",
-                     read_gbps=raw, threads=threads, **extra))
+def measure_limit(rows, method, directory, budget_s, **extra):
+    """The limit of loads from directory into HBM, min(read ceiling, pinned host-to-device),
+    as a "raw" row of method's storage (read_gbps, printed as it is added); returns it."""
+    c = ceiling(directory, budget_s)
+    limit = c["gpu_read_limit_gbps"] or c["host_read_limit_gbps"]
+    rows.append(dict(experiment="raw", storage=storage_of(method), method="ceiling",
+                     read_gbps=limit, ceiling_read_gbps=c["read"]["gbps"],
+                     h2d_gbps=c["h2d_gbps"], copies=c["copies"], ceiling=c, **extra))
     print(json.dumps(rows[-1]), flush=True)
-    return raw
+    return limit
 
 
 def run_staging(args, rows):
@@ -579,6 +585,8 @@ def main():
     ap.add_argument("--disk-dir", default="")
     ap.add_argument("--shm-dir", default="/dev/shm/tutti-layerwise")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--ceiling-s", type=float, default=8.0,
+                    help="time budget of each storage's ceiling sweep (tutti ceiling)")
     ap.add_argument("--wait-timeout-ms", type=int, default=30000)
     ap.add_argument("--gpu-io-workers", type=int, default=0,
                     help="workers of a gpu-uring layer kernel (0: the store's default)")
@@ -639,16 +647,15 @@ def main():
                                      gpu_io_sms=args.gpu_io_sms,
                                      readahead=args.readahead, staging_mib=args.staging_mib)
                 tiers[m].fill(cache, prefix.max_blocks)
-                # The storage's limit in this run: O_DIRECT reads of the bytes just stored.
-                raws[m] = measure_raw(rows, m, tiers[m].dir / "tutti.data",
-                                      tiers[m].store.stats()["save_bytes"],
-                                      source="store data file")
+                # The storage's limit in this run, in the store's directory.
+                raws[m] = measure_limit(rows, m, tiers[m].dir, args.ceiling_s,
+                                        source="store directory")
             elif m.startswith("baseline-"):
                 Path(dirs[storage]).mkdir(parents=True, exist_ok=True)
                 f = Path(dirs[storage]) / "baseline.blocks"
                 prefix.write_block_file(f)
                 loaders[m] = BlockLoader(f, prefix)
-                measure_raw(rows, m, f, os.path.getsize(f))
+                measure_limit(rows, m, f.parent, args.ceiling_s, source="baseline directory")
             elif m == "dram":
                 prefix.to_host()
         watched.update(tiers)

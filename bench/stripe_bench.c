@@ -11,8 +11,12 @@
  * request of --tokens tokens, then each --engines engine loads it --repeats times into a
  * shuffled, poisoned block table, each load paired with one raw round beside it (before it in
  * even rounds, after it in odd ones): the same bytes of the N data files, one io_uring with I/Os
- * to every file in flight, at the best block size and depth of a sweep made once per N. The last
- * load is checked bit for bit against the source. Engines after the first reopen the filled store
+ * to every file in flight, at the best block size and depth of a sweep made once per N (the
+ * drift of a shared disk; never a ratio's denominator). The last load is checked bit for bit
+ * against the source. The limit each load is divided by is the ceiling (bench/ceiling.h) of the
+ * bases the N directories use, measured once per base count: the best O_DIRECT read of a sweep
+ * over threads x I/O size x files, and for GPU KV the lower of that and the pinned
+ * host-to-device copy. Engines after the first reopen the filled store
  * (recovery) instead of writing it again.
  *
  * KV is in GPU memory (--kv gpu, the default; vLLM's per-layer paged layout, K and V of a block
@@ -26,7 +30,8 @@
  *
  * Usage: tutti-stripe-bench --dir BASE [--dir BASE2 ...] [--dirs 1,2,4] [--kv gpu|host]
  *            [--engines gpu-uring,gds] [--model NAME] [--tokens N] [--repeats N]
- *            [--staging-mib N] [--sweep-mib N] [--json FILE] [--csv FILE] [--summary FILE]
+ *            [--staging-mib N] [--sweep-mib N] [--ceiling-s X] [--json FILE] [--csv FILE]
+ *            [--summary FILE]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,6 +46,8 @@
 #include <unistd.h>
 
 #include "benchutil.h"
+#include "ceiling.h"
+#include "cliarg.h"
 #include "gpu/gpu.h"
 #include "kvbench.h"
 #include "pool/pool.h"
@@ -69,6 +76,7 @@ struct conf {
 	uint64_t tokens;
 	uint32_t repeats;
 	uint64_t staging_bytes, sweep_bytes;
+	double ceiling_s;
 	const char *json, *csv, *summary;
 };
 
@@ -86,6 +94,9 @@ struct bench {
 	uint8_t *keys;
 	struct tutti_kv *src_kv, *dst_kv;
 	FILE *json, *csv, *summary;
+	/* The limit over the first k bases, [k]; measured on first use. */
+	struct ceiling_result ceiling[MAX_BASES + 1];
+	bool have_ceiling[MAX_BASES + 1];
 };
 
 /* One (N, engine) measurement. */
@@ -93,6 +104,7 @@ struct result {
 	bool ran;
 	double gbps[MAX_REPEATS], raw_gbps[MAX_REPEATS];
 	double load_gbps, raw, fill_gbps;
+	double limit; /* the ceiling of the bases the N directories use */
 	struct rawbw_point best;
 	uint64_t submits; /* io_submits of the last load */
 	uint64_t mismatches;
@@ -416,6 +428,35 @@ measure(struct bench *b, struct stripe *s, uint32_t engine, struct rawbw_point *
 	tutti_store_close(st);
 }
 
+/* The limit of loads over \p nr directories: the ceiling of the bases they are spread over,
+ * measured once per base count, its scratch files sized to the request. */
+static double
+limit_for(struct bench *b, uint32_t nr)
+{
+	uint32_t k = nr < b->c.nr_bases ? nr : b->c.nr_bases;
+	struct ceiling_conf cc;
+
+	if (!b->have_ceiling[k]) {
+		ceiling_conf_init(&cc, b->c.bases, k);
+		cc.budget_s = b->c.ceiling_s;
+		cc.file_bytes = TT_MIN(128ull << 20, TT_MAX(16ull << 20, b->bytes / 16));
+		cc.gpu = b->c.gpu_kv ? 0 : -1;
+		ok(ceiling_measure(&cc, &b->ceiling[k]), "ceiling");
+		b->have_ceiling[k] = true;
+		printf("# ceiling of %u base%s:\n", k, k > 1 ? "s" : "");
+		ceiling_print(stdout, "#   ", &b->ceiling[k]);
+		if (b->json != NULL) {
+			fprintf(b->json,
+			        "{\"bench\":\"stripe\",\"storage\":\"%s\",\"bases\":%u,"
+			        "\"op\":\"ceiling\",\"ceiling\":",
+			        b->emulated ? "emulated-tmpfs" : "disk", k);
+			ceiling_json(b->json, &b->ceiling[k]);
+			fprintf(b->json, "}\n");
+		}
+	}
+	return ceiling_read_limit(&b->ceiling[k], b->c.gpu_kv);
+}
+
 /* ---- reports ---- */
 
 static const char *
@@ -435,25 +476,27 @@ report(struct bench *b, uint32_t nr, uint32_t engine, const struct result *r, do
 {
 	uint32_t R = b->c.repeats;
 
-	printf("%-14s dirs %2u  %-9s %s KV  load %7.2f GB/s  raw %7.2f GB/s (%u KiB x %u)  "
-	       "x%.2f  x%.2f over the first  fill %.2f GB/s  %s\n",
+	printf("%-14s dirs %2u  %-9s %s KV  load %7.2f GB/s  x%.2f of limit %.2f  one-ring raw "
+	       "%7.2f GB/s (%u KiB x %u)  x%.2f over the first  fill %.2f GB/s  %s\n",
 	       storage(b), nr, engine_name(engine), b->c.gpu_kv ? "GPU" : "host", r->load_gbps,
-	       r->raw, r->best.bs >> 10, r->best.qd, ratio(r->load_gbps, r->raw), speedup,
-	       r->fill_gbps, r->mismatches == 0 ? "bit-exact" : "MISMATCH");
+	       ratio(r->load_gbps, r->limit), r->limit, r->raw, r->best.bs >> 10, r->best.qd,
+	       speedup, r->fill_gbps, r->mismatches == 0 ? "bit-exact" : "MISMATCH");
 	fflush(stdout);
 	if (b->json != NULL) {
 		fprintf(b->json,
 		        "{\"bench\":\"stripe\",\"storage\":\"%s\",\"dirs\":%u,\"bases\":%u,"
 		        "\"engine\":\"%s\",\"kv\":\"%s\",\"model\":\"%s\",\"tokens\":%llu,"
-		        "\"bytes\":%llu,\"repeats\":%u,\"load_gbps\":%.3f,\"raw_gbps\":%.3f,"
+		        "\"bytes\":%llu,\"repeats\":%u,\"load_gbps\":%.3f,\"limit_gbps\":%.3f,"
+		        "\"ratio_to_limit\":%.3f,\"raw_gbps\":%.3f,"
 		        "\"ratio_to_raw\":%.3f,\"speedup_over_first\":%.3f,\"raw_bs\":%u,"
 		        "\"raw_qd\":%u,\"fill_gbps\":%.3f,\"submits_per_layer\":%.2f,"
 		        "\"bit_exact\":%s,\"rounds_gbps\":[",
 		        storage(b), nr, b->c.nr_bases, engine_name(engine),
 		        b->c.gpu_kv ? "gpu" : "host", b->c.model, (unsigned long long)b->c.tokens,
-		        (unsigned long long)b->bytes, R, r->load_gbps, r->raw,
-		        ratio(r->load_gbps, r->raw), speedup, r->best.bs, r->best.qd, r->fill_gbps,
-		        (double)r->submits / b->L, r->mismatches == 0 ? "true" : "false");
+		        (unsigned long long)b->bytes, R, r->load_gbps, r->limit,
+		        ratio(r->load_gbps, r->limit), r->raw, ratio(r->load_gbps, r->raw), speedup,
+		        r->best.bs, r->best.qd, r->fill_gbps, (double)r->submits / b->L,
+		        r->mismatches == 0 ? "true" : "false");
 		for (uint32_t i = 0; i < R; i++) {
 			fprintf(b->json, "%s%.3f", i ? "," : "", r->gbps[i]);
 		}
@@ -465,16 +508,18 @@ report(struct bench *b, uint32_t nr, uint32_t engine, const struct result *r, do
 		fflush(b->json);
 	}
 	if (b->csv != NULL) {
-		fprintf(b->csv, "%s,%u,%s,%s,%s,%llu,%llu,%u,%.3f,%.3f,%.3f,%.3f,%u,%u,%.3f,%d\n",
+		fprintf(b->csv,
+		        "%s,%u,%s,%s,%s,%llu,%llu,%u,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%u,%u,%.3f,%d\n",
 		        storage(b), nr, engine_name(engine), b->c.gpu_kv ? "gpu" : "host",
 		        b->c.model, (unsigned long long)b->c.tokens, (unsigned long long)b->bytes,
-		        R, r->load_gbps, r->raw, ratio(r->load_gbps, r->raw), speedup, r->best.bs,
-		        r->best.qd, r->fill_gbps, r->mismatches == 0);
+		        R, r->load_gbps, r->limit, ratio(r->load_gbps, r->limit), r->raw,
+		        ratio(r->load_gbps, r->raw), speedup, r->best.bs, r->best.qd, r->fill_gbps,
+		        r->mismatches == 0);
 		fflush(b->csv);
 	}
 }
 
-/* One line for N: every engine's load bandwidth, its ratio to raw and its speed-up. */
+/* One line for N: every engine's load bandwidth, its ratio to the limit and its speed-up. */
 static void
 summarize(struct bench *b, uint32_t nr, const struct result *res, const double *speedup)
 {
@@ -492,9 +537,9 @@ summarize(struct bench *b, uint32_t nr, const struct result *res, const double *
 			continue;
 		}
 		len += snprintf(line + len, sizeof(line) - (size_t)len,
-		                " %s %.2f GB/s = %.2f x raw %.2f, x%.2f over the first%s;",
+		                " %s %.2f GB/s = %.2f x limit %.2f, x%.2f over the first%s;",
 		                engine_name(b->c.engines[e]), r->load_gbps,
-		                ratio(r->load_gbps, r->raw), r->raw, speedup[e],
+		                ratio(r->load_gbps, r->limit), r->limit, speedup[e],
 		                r->mismatches == 0 ? "" : " MISMATCH");
 	}
 	printf("%s\n", line);
@@ -513,8 +558,8 @@ usage(void)
 	        "usage: tutti-stripe-bench --dir BASE [--dir BASE2 ...] [--dirs 1,2,4] "
 	        "[--kv gpu|host]\n"
 	        "       [--engines gpu-uring,gds] [--model NAME] [--tokens N] [--repeats N]\n"
-	        "       [--staging-mib N] [--sweep-mib N] [--json FILE] [--csv FILE] "
-	        "[--summary FILE]\n");
+	        "       [--staging-mib N] [--sweep-mib N] [--ceiling-s X] [--json FILE] "
+	        "[--csv FILE] [--summary FILE]\n");
 	exit(2);
 }
 
@@ -575,6 +620,7 @@ parse(int argc, char **argv, struct conf *c)
 	    .repeats = 3,
 	    .staging_bytes = 256ull << 20,
 	    .sweep_bytes = 1ull << 30,
+	    .ceiling_s = 6,
 	};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -607,6 +653,11 @@ parse(int argc, char **argv, struct conf *c)
 			c->staging_bytes = number(a, v, 1, 1u << 20) << 20;
 		} else if (strcmp(a, "--sweep-mib") == 0) {
 			c->sweep_bytes = number(a, v, 1, 1u << 24) << 20;
+		} else if (strcmp(a, "--ceiling-s") == 0) {
+			if (cliarg_double("tutti-stripe-bench", a, v, 0.1, 3600, &c->ceiling_s) <
+			    0) {
+				usage();
+			}
 		} else if (strcmp(a, "--json") == 0) {
 			c->json = v;
 		} else if (strcmp(a, "--csv") == 0) {
@@ -717,9 +768,10 @@ setup(struct bench *b)
 	b->json = open_append(c->json, &fresh);
 	b->csv = open_append(c->csv, &fresh);
 	if (b->csv != NULL && fresh) {
-		fprintf(b->csv, "storage,dirs,engine,kv,model,tokens,bytes,repeats,load_gbps,"
-		                "raw_gbps,ratio_to_raw,speedup_over_first,raw_bs,raw_qd,fill_gbps,"
-		                "bit_exact\n");
+		fprintf(b->csv,
+		        "storage,dirs,engine,kv,model,tokens,bytes,repeats,load_gbps,"
+		        "limit_gbps,ratio_to_limit,raw_gbps,ratio_to_raw,speedup_over_first,"
+		        "raw_bs,raw_qd,fill_gbps,bit_exact\n");
 	}
 	b->summary = open_append(c->summary, &fresh);
 }
@@ -771,8 +823,11 @@ main(int argc, char **argv)
 		struct rawbw_point best = {0};
 		struct stripe s;
 
+		double limit = limit_for(&b, b.c.ns[i]);
+
 		stripe_make(&b, &s, b.c.ns[i]);
 		for (uint32_t e = 0; e < b.c.nr_engines; e++) {
+			res[e].limit = limit;
 			measure(&b, &s, b.c.engines[e], &best, &res[e]);
 			if (!res[e].ran) {
 				printf("%-14s dirs %2u  %-9s not available here (see the log)\n",

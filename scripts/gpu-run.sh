@@ -15,7 +15,10 @@
 # FOOTPRINT_ARGS), iowq (tutti-iowq-burst with IOWQ_ARGS), vllm-gpu (outputs with Tutti
 # identical to vLLM's, inside vLLM), serve-emulated and serve-disk (bench/serve/serve_bench.py
 # with SERVE_ARGS), lmcache-micro (LMCache's store and retrieve beside tutti-gpu-store-bench,
-# bench/lmcache_micro.py with LMCACHE_MICRO_ARGS); default: test mover.
+# bench/lmcache_micro.py with LMCACHE_MICRO_ARGS), ceiling (tutti ceiling: the limit every bench
+# divides by, emulated and disk, CEILING_ARGS), host-kv-emulated and host-kv-disk (tutti bench:
+# KV in host memory, engines uring and posix, HOST_KV_CONTEXTS and HOST_KV_ARGS); default: test
+# mover.
 # BENCH_ARGS adds arguments to tutti-gpu-store-bench; STRIPE_ARGS to tutti-stripe-bench
 # (STRIPE_ENGINES, STRIPE_SHM_TOKENS and STRIPE_DISK_TOKENS change its defaults).
 set -uo pipefail
@@ -262,6 +265,48 @@ lmcache-micro)
 		grep -E "^(#|emulated|disk)|skipped|Error" "$OUT/lmcache-micro-$where.log" | tail -12 | tee -a "$OUT/summary.txt"
 		rm -rf "$dir"
 	done
+	;;
+ceiling)
+	# The limit every bench divides by (tutti ceiling, bench/ceiling.c): the best O_DIRECT read
+	# and write of a sweep over threads x I/O size x files, and the pinned copies of GPU 0, on
+	# /dev/shm (emulated) and on the disk holding the working tree; one JSON object each.
+	for where in emulated disk; do
+		if [ $where = emulated ]; then dir=/dev/shm/tutti-ceiling; else dir=$PWD/build/tutti-ceiling; fi
+		mkdir -p "$dir"
+		log "ceiling ($where) in $dir: ${CEILING_ARGS:-defaults}"
+		# shellcheck disable=SC2086
+		timeout "${BENCH_TIMEOUT:-300}" build/gpu/tutti ceiling --dir "$dir" --gpu 0 --json \
+			${CEILING_ARGS:-} > "$OUT/ceiling-$where.json" 2> "$OUT/ceiling-$where.err"
+		log "ceiling ($where) exit $?"
+		cat "$OUT/ceiling-$where.json" >> "$OUT/summary.txt"
+		rm -rf "$dir"
+	done
+	;;
+host-kv-emulated | host-kv-disk)
+	# KV in host memory (tutti bench): one request per context stored and retrieved through
+	# engines uring and posix, every load verified, each row's ratio to the ceiling measured in
+	# the same directory; one JSON object per (engine, context) in $OUT/$step.jsonl.
+	# HOST_KV_CONTEXTS (default 8192,32768,131072 emulated; 8192,32768 disk, whose reads run at
+	# about 1.5 GB/s) and HOST_KV_ARGS (added to every run) change it.
+	if [ $step = host-kv-emulated ]; then
+		dir=/dev/shm/tutti-host-kv contexts=${HOST_KV_CONTEXTS:-8192,32768,131072}
+	else
+		dir=$PWD/build/tutti-host-kv contexts=${HOST_KV_CONTEXTS:-8192,32768}
+	fi
+	for engine in uring posix; do
+		for ctx in ${contexts//,/ }; do
+			rm -rf "$dir" && mkdir -p "$dir"
+			log "$step: engine $engine, $ctx tokens in $dir: ${HOST_KV_ARGS:-defaults}"
+			# shellcheck disable=SC2086
+			timeout "${BENCH_TIMEOUT:-600}" build/gpu/tutti bench --dir "$dir" --engine $engine \
+				--context "$ctx" --repeats 3 --json ${HOST_KV_ARGS:-} >> "$OUT/$step.jsonl" \
+				2>> "$OUT/$step.err"
+			log "$step exit $?"
+			tail -1 "$OUT/$step.jsonl" | grep -oE '"(engine|context_tokens|retrieve_gbps|retrieve_ratio_to_limit|store_gbps|store_ratio_to_limit|page_retrieve_gbps|verified)":[^,]*' |
+				paste -sd' ' | tee -a "$OUT/summary.txt"
+		done
+	done
+	rm -rf "$dir"
 	;;
 *)
 	log "unknown step $step"

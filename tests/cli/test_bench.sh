@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Description: the tutti CLI end to end: bench runs store, retrieve and verification on small
-# workloads (staged and direct paths, both engines), prints the JSON fields it promises, and
-# rejects bad options.
+# workloads (staged and direct paths, both engines) with the ceiling as the limit, prints the
+# JSON fields it promises; ceiling measures a directory alone; both reject bad options.
 set -euo pipefail
 tutti=$1
 dir=$(mktemp -d "${TMPDIR:-/tmp}/tutti-cli.XXXXXX")
@@ -16,7 +16,8 @@ fail() {
 check_json() {
 	local out=$1
 	for field in store_gbps retrieve_gbps raw_read_gbps raw_write_gbps page_retrieve_gbps \
-		cpu_s_per_gb page_cpu_s_per_gb verified; do
+		cpu_s_per_gb page_cpu_s_per_gb verified read_limit_gbps write_limit_gbps \
+		store_ratio_to_limit retrieve_ratio_to_limit page_retrieve_ratio_to_limit ceiling; do
 		grep -q "\"$field\":" <<<"$out" || fail "missing $field in: $out"
 	done
 	grep -q '"verified":true' <<<"$out" || fail "not verified: $out"
@@ -26,21 +27,43 @@ check_json() {
 
 # Tiny geometry: 2 KiB blocks, not O_DIRECT aligned, so the staged path and no baseline.
 out=$("$tutti" bench --model tiny --context 1024 --requests 3 --shared 512 --repeats 1 \
-	--dir "$dir/tiny" --json)
+	--ceiling-s 0.2 --dir "$dir/tiny" --json)
 check_json "$out"
 
 # Llama geometry, aligned blocks: the direct path, the raw sweep and the baseline, both engines.
 for engine in uring posix; do
 	for layout in kv-first cross-layer; do
 		out=$("$tutti" bench --context 1024 --requests 2 --shared 512 --repeats 1 \
-			--engine $engine --layout $layout --dir "$dir/llama" --json)
+			--engine $engine --layout $layout --ceiling-s 0.2 --dir "$dir/llama" --json)
 		check_json "$out"
+		grep -q '"retrieve_ratio_to_limit":0.0000' <<<"$out" && fail "no limit: $out"
 		grep -q '"page_retrieve_gbps":0.0000' <<<"$out" && fail "baseline did not run: $out"
 	done
 done
 out=$("$tutti" bench --context 1024 --requests 2 --shared 512 --repeats 1 --layerwise \
-	--no-raw --no-baseline --dir "$dir/llama" --json)
+	--no-raw --no-baseline --ceiling-s 0 --dir "$dir/llama" --json)
 check_json "$out"
+grep -q '"ceiling":null' <<<"$out" || fail "--ceiling-s 0 should skip the ceiling: $out"
+
+# The ceiling alone: best read and write points from a sweep, every point listed, no GPU copies
+# unless asked for (and then measured, or said why not), nothing left in the directory.
+mkdir "$dir/ceil"
+out=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.4 --file-mib 16 --mem-mib 64 --max-files 2 \
+	--json)
+for field in read write gbps threads files io_kib sweep h2d_gbps host_read_limit_gbps \
+	host_write_limit_gbps gpu_read_limit_gbps; do
+	grep -q "\"$field\":" <<<"$out" || fail "ceiling: missing $field in: $out"
+done
+grep -q '"host_read_limit_gbps":0.000' <<<"$out" && fail "ceiling: no read limit: $out"
+grep -q '"copies":"skipped: not asked for' <<<"$out" || fail "ceiling: copies: $out"
+out=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.2 --file-mib 16 --mem-mib 64 --max-files 1 \
+	--reads-only --gpu 0 --json)
+grep -qE '"copies":"(measured|skipped: built without CUDA|skipped: no GPU)"' <<<"$out" ||
+	fail "ceiling --gpu: $out"
+grep -q '"write":{"gbps":0.000' <<<"$out" || fail "ceiling --reads-only wrote: $out"
+"$tutti" ceiling --dir "$dir/ceil" --budget-s 0.2 --file-mib 16 --mem-mib 64 --max-files 1 |
+	grep -q "O_DIRECT read  ceiling .* GB/s" || fail "ceiling table"
+[ -z "$(ls -A "$dir/ceil")" ] || fail "ceiling left files: $(ls "$dir/ceil")"
 
 # The offline profile: storage measured, compute lines given, then kept on a re-profile.
 "$tutti" profile --dir "$dir/llama" --out "$dir/prof" --mib 64 --layer-ns-per-token 12.5 |
@@ -54,6 +77,16 @@ grep -q '^layer_ns_per_token 31 12.5$' "$dir/prof" || fail "compute not kept on 
 
 # Bad input: a clear error and exit code 2, never a crash.
 set +e
+"$tutti" ceiling --budget-s 1 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "ceiling without --dir should exit 2"
+"$tutti" ceiling --dir "$dir/ceil" --budget-s 0 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "ceiling --budget-s 0 should exit 2"
+"$tutti" ceiling --dir "$dir/ceil" --reads-only --writes-only >/dev/null 2>&1
+[ $? -eq 2 ] || fail "ceiling --reads-only --writes-only should exit 2"
+"$tutti" ceiling --dir "$dir/nowhere" --budget-s 0.1 >/dev/null 2>&1
+[ $? -eq 1 ] || fail "ceiling of a missing directory should fail with 1"
+"$tutti" bench --ceiling-s -1 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "bench --ceiling-s -1 should exit 2"
 "$tutti" profile --mib 0 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "profile --mib 0 should exit 2"
 "$tutti" profile --model nope >/dev/null 2>&1

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Administration commands of the tutti CLI: inspect, fsck and profile.
+ * Administration commands of the tutti CLI: inspect, fsck, profile and ceiling.
  */
 #ifndef TUTTI_TOOLS_ADMIN_H
 #define TUTTI_TOOLS_ADMIN_H
@@ -13,5 +13,8 @@ int cmd_fsck(int argc, char **argv);
 
 /* `tutti profile [--dir DIR]... [--out FILE]`: the layerwise pipeline's offline profile. */
 int cmd_profile(int argc, char **argv);
+
+/* `tutti ceiling --dir DIR...`: the storage's (and pinned copies') limit, bench/ceiling.h. */
+int cmd_ceiling(int argc, char **argv);
 
 #endif /* TUTTI_TOOLS_ADMIN_H */

@@ -31,6 +31,10 @@ usage(FILE *f)
 	    "            exit 0 clean, 1 repaired, 4 damage left, 8 failed\n"
 	    "  profile   [--dir DIR]... [--out FILE]: measure the storage and write the profile\n"
 	    "            the layerwise pipeline plans with (tutti profile --help)\n"
+	    "  ceiling   --dir DIR [--gpu N] [--json]: the best O_DIRECT read and write\n"
+	    "            bandwidth under DIR from a sweep of threads x I/O size x files, and the\n"
+	    "            pinned copies of GPU N: the limit benchmarks divide by (tutti ceiling\n"
+	    "            --help)\n"
 	    "  version   the version (also --version), the on-disk format it reads and writes,\n"
 	    "            and whether it has CUDA\n"
 	    "\n"
@@ -55,6 +59,8 @@ usage(FILE *f)
 	    "  --queue-depth N      I/Os in flight (default 32)\n"
 	    "  --page-threads N     threads of the page-granular baseline (default 16)\n"
 	    "  --no-raw --no-baseline   skip those measurements\n"
+	    "  --ceiling-s X        time budget of the ceiling sweep, the limit every ratio is\n"
+	    "                       taken to (default 4; 0 skips it)\n"
 	    "  --seed N             workload seed (default 42)\n"
 	    "  --json               print one JSON object instead of the table\n"
 	    "\n"
@@ -88,6 +94,7 @@ enum {
 	OPT_PAGE_THREADS,
 	OPT_NO_RAW,
 	OPT_NO_BASELINE,
+	OPT_CEILING,
 	OPT_SEED,
 	OPT_JSON,
 	OPT_HELP,
@@ -117,6 +124,7 @@ static const struct option options[] = {
     {"page-threads", required_argument, NULL, OPT_PAGE_THREADS},
     {"no-raw", no_argument, NULL, OPT_NO_RAW},
     {"no-baseline", no_argument, NULL, OPT_NO_BASELINE},
+    {"ceiling-s", required_argument, NULL, OPT_CEILING},
     {"seed", required_argument, NULL, OPT_SEED},
     {"json", no_argument, NULL, OPT_JSON},
     {"help", no_argument, NULL, OPT_HELP},
@@ -238,6 +246,8 @@ apply_option(int opt, const char *arg, struct kvbench_conf *c, bool *json, bool 
 	case OPT_NO_BASELINE:
 		c->skip_page = true;
 		return 0;
+	case OPT_CEILING:
+		return cliarg_double("tutti bench", "--ceiling-s", arg, 0, 3600, &c->ceiling_s);
 	case OPT_SEED:
 		return cliarg_u64("tutti bench", "--seed", arg, 0, UINT64_MAX, &c->seed);
 	case OPT_JSON:
@@ -256,28 +266,51 @@ ratio(double a, double b)
 	return b > 0 ? a / b : 0;
 }
 
+/* A row: GB/s, its ratio to the limit ("-" without one), CPU seconds per GB. */
 static void
 print_row(const char *name, const struct kvbench_phase *p, double limit)
 {
+	char x[16] = "-";
+
 	if (p->bytes == 0) {
-		printf("  %-34s %8s\n", name, "skipped");
+		printf("  %-40s %8s\n", name, "skipped");
 		return;
 	}
-	printf("  %-34s %8.2f %8.2f %10.3f\n", name, p->gbps, ratio(p->gbps, limit),
-	       p->cpu_s_per_gb);
+	if (limit > 0) {
+		snprintf(x, sizeof(x), "%.2f", p->gbps / limit);
+	}
+	printf("  %-40s %8.2f %8s %10.3f\n", name, p->gbps, x, p->cpu_s_per_gb);
 }
 
 static void
-print_raw(const char *what, double gbps, uint32_t bs, uint32_t qd)
+print_ceiling(const char *what, const struct ceiling_sweep *s)
 {
-	char name[64];
+	char name[80];
 
-	if (gbps <= 0) {
-		printf("  raw O_DIRECT %-21s %8s\n", what, "skipped");
+	if (s->best.gbps <= 0) {
+		printf("  ceiling O_DIRECT %-22s %8s\n", what, "skipped");
 		return;
 	}
-	snprintf(name, sizeof(name), "raw O_DIRECT %s (%u KiB x QD%u)", what, bs >> 10, qd);
-	printf("  %-34s %8.2f %8.2f %10s\n", name, gbps, 1.0, "-");
+	snprintf(name, sizeof(name), "ceiling O_DIRECT %s (%ux %u KiB, %u f)", what,
+	         s->best.threads, s->best.io_bytes >> 10, s->best.files);
+	printf("  %-40s %8.2f %8.2f %10s\n", name, s->best.gbps, 1.0, "-");
+}
+
+/* The single io_uring reader or writer of earlier runs, kept as a column: never a limit. */
+static void
+print_raw(const char *what, double gbps, uint32_t bs, uint32_t qd, double limit)
+{
+	char name[80], x[16] = "-";
+
+	if (gbps <= 0) {
+		printf("  one-ring O_DIRECT %-21s %8s\n", what, "skipped");
+		return;
+	}
+	if (limit > 0) {
+		snprintf(x, sizeof(x), "%.2f", gbps / limit);
+	}
+	snprintf(name, sizeof(name), "one-ring O_DIRECT %s (%u KiB x QD%u)", what, bs >> 10, qd);
+	printf("  %-40s %8.2f %8s %10s\n", name, gbps, x, "-");
 }
 
 static const char *
@@ -298,6 +331,8 @@ static void
 print_table(const struct kvbench_conf *c, const struct kvbench_result *r)
 {
 	const struct tutti_geometry *g = &c->geo;
+	double rlim = ceiling_read_limit(&r->ceiling, false);
+	double wlim = ceiling_write_limit(&r->ceiling, false);
 
 	printf("\nTutti store benchmark\n");
 	printf("  model      %s: %u layers, %u KV heads, head dim %u, %u-byte elements\n", c->model,
@@ -314,18 +349,21 @@ print_table(const struct kvbench_conf *c, const struct kvbench_result *r)
 	       (double)r->staging_bytes / (1 << 20),
 	       c->durability == TUTTI_DURABILITY_DURABLE ? "durable" : "fast",
 	       c->layerwise ? "layer-by-layer" : "all-layer");
-	printf(
-	    "  figures    median of %u repeats; raw = sequential O_DIRECT on the same directory "
-	    "at the best\n             I/O size and depth of a sweep, over as many bytes and the "
-	    "same memory, right\n             before each timed round; x raw = ratio to it\n\n",
-	    c->repeats);
-	printf("  %-34s %8s %8s %10s\n", "", "GB/s", "x raw", "CPU s/GB");
-	print_raw("write", r->raw_write_gbps, r->raw_write_bs, r->raw_write_qd);
-	print_row("tutti store", &r->store, r->raw_write_gbps);
-	print_row("page-granular store (baseline)", &r->page_store, r->raw_write_gbps);
-	print_raw("read", r->raw_read_gbps, r->raw_read_bs, r->raw_read_qd);
-	print_row("tutti retrieve", &r->retrieve, r->raw_read_gbps);
-	print_row("page-granular retrieve (baseline)", &r->page_retrieve, r->raw_read_gbps);
+	printf("  figures    median of %u repeats; x limit = ratio to the ceiling: the best "
+	       "O_DIRECT\n             bandwidth of a sweep of threads x I/O size x files in the "
+	       "same directories\n             (tutti ceiling); one-ring = one io_uring at the "
+	       "best size and depth,\n             right before each timed round (the disk's "
+	       "drift)\n\n",
+	       c->repeats);
+	printf("  %-40s %8s %8s %10s\n", "", "GB/s", "x limit", "CPU s/GB");
+	print_ceiling("write", &r->ceiling.write);
+	print_raw("write", r->raw_write_gbps, r->raw_write_bs, r->raw_write_qd, wlim);
+	print_row("tutti store", &r->store, wlim);
+	print_row("page-granular store (baseline)", &r->page_store, wlim);
+	print_ceiling("read", &r->ceiling.read);
+	print_raw("read", r->raw_read_gbps, r->raw_read_bs, r->raw_read_qd, rlim);
+	print_row("tutti retrieve", &r->retrieve, rlim);
+	print_row("page-granular retrieve (baseline)", &r->page_retrieve, rlim);
 	printf("\n  retrieve: %llu I/Os in %llu engine submissions for %llu load calls; the "
 	       "baseline issues one I/O per block per layer\n",
 	       (unsigned long long)r->retrieve_ios, (unsigned long long)r->retrieve_submits,
@@ -336,6 +374,11 @@ print_table(const struct kvbench_conf *c, const struct kvbench_result *r)
 		    "serve "
 		    "repeats faster\n        than the raw sequential sweep, which reads every byte "
 		    "once per pass\n");
+	}
+	if (r->ceiling.read.best.gbps > 0) {
+		printf("  ceiling: %.1f s in the store's directories%s\n", r->ceiling.seconds,
+		       r->ceiling.read.cut || r->ceiling.write.cut ? ", cut by its time budget"
+		                                                   : "");
 	}
 	printf("  verified: %s\n\n", r->verified ? "yes, every block of every layer, bit for bit"
 	                                         : "NO: retrieved KV differs");
@@ -363,6 +406,8 @@ static void
 print_json(const struct kvbench_conf *c, const struct kvbench_result *r)
 {
 	const struct tutti_geometry *g = &c->geo;
+	double rlim = ceiling_read_limit(&r->ceiling, false);
+	double wlim = ceiling_write_limit(&r->ceiling, false);
 
 	printf("{\"model\":\"%s\",\"nr_layers\":%u,\"nr_kv_heads\":%u,\"head_dim\":%u,"
 	       "\"elem_bytes\":%u,\"block_tokens\":%u,\"chunk_tokens\":%u,\"layout\":\"%s\","
@@ -379,6 +424,17 @@ print_json(const struct kvbench_conf *c, const struct kvbench_result *r)
 	print_phase_json("retrieve", &r->retrieve);
 	print_phase_json("page_store", &r->page_store);
 	print_phase_json("page_retrieve", &r->page_retrieve);
+	printf("\"read_limit_gbps\":%.4f,\"write_limit_gbps\":%.4f,\"store_ratio_to_limit\":%.4f,"
+	       "\"retrieve_ratio_to_limit\":%.4f,\"page_store_ratio_to_limit\":%.4f,"
+	       "\"page_retrieve_ratio_to_limit\":%.4f,\"ceiling\":",
+	       rlim, wlim, ratio(r->store.gbps, wlim), ratio(r->retrieve.gbps, rlim),
+	       ratio(r->page_store.gbps, wlim), ratio(r->page_retrieve.gbps, rlim));
+	if (r->ceiling.read.best.gbps > 0 || r->ceiling.write.best.gbps > 0) {
+		ceiling_json(stdout, &r->ceiling);
+	} else {
+		printf("null");
+	}
+	printf(",");
 	print_rounds_json("raw_read", r->raw_read_rounds, r->raw_read_gbps > 0 ? c->repeats : 0);
 	print_rounds_json("raw_write", r->raw_write_rounds, r->raw_write_gbps > 0 ? c->repeats : 0);
 	printf("\"raw_read_gbps\":%.4f,\"raw_write_gbps\":%.4f,\"cpu_s_per_gb\":%.4f,"
@@ -462,6 +518,9 @@ main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "profile") == 0) {
 		return cmd_profile(argc - 1, argv + 1);
+	}
+	if (strcmp(argv[1], "ceiling") == 0) {
+		return cmd_ceiling(argc - 1, argv + 1);
 	}
 	if (strcmp(argv[1], "demo") == 0 || strcmp(argv[1], "bench") == 0) {
 		return cmd_bench(argc - 1, argv + 1, strcmp(argv[1], "demo") == 0);

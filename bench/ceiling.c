@@ -1,0 +1,651 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The machine's limit: see ceiling.h. Written against the system calls directly (and the
+ * library's GPU layer for the pinned copies) so that it shares no I/O code with the store.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ceiling.h"
+#include "gpu/gpu.h"
+
+#define MIB (1ull << 20)
+#define DEFAULT_BUDGET_S 8.0
+#define DEFAULT_FILE_BYTES (128 * MIB)
+#define DEFAULT_MAX_FILES 16u
+#define DEFAULT_MEM_BYTES (1024 * MIB)
+/* A point runs at least this long (timer and thread start-up noise) and at most this long. */
+#define POINT_MIN_S 0.02
+#define POINT_MAX_S 2.0
+/* Points a direction's search is expected to take: the share of the budget each one gets. */
+#define EXPECTED_POINTS 18u
+/* A round of the search that gains less than this over the best so far ends it. */
+#define MIN_GAIN 1.02
+#define MAX_ROUNDS 3
+/* Scratch files never take more than this share of a filesystem's free space. */
+#define SPACE_SHARE 4u
+/* Pinned copies: the buffer, and how long each direction is repeated. */
+#define COPY_BYTES (256 * MIB)
+#define COPY_S 0.25
+
+static const uint32_t io_sizes[] = {256u << 10, 1u << 20, 4u << 20, 16u << 20};
+#define NR_SIZES (sizeof(io_sizes) / sizeof(io_sizes[0]))
+#define MAX_IO (16u << 20)
+#define MAX_CANDS 12
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void
+ceiling_conf_init(struct ceiling_conf *c, const char *const *dirs, uint32_t nr_dirs)
+{
+	memset(c, 0, sizeof(*c));
+	for (uint32_t i = 0; i < nr_dirs && i < CEILING_MAX_DIRS; i++) {
+		c->dirs[i] = dirs[i];
+	}
+	c->nr_dirs = nr_dirs < CEILING_MAX_DIRS ? nr_dirs : CEILING_MAX_DIRS;
+	c->budget_s = DEFAULT_BUDGET_S;
+	c->file_bytes = DEFAULT_FILE_BYTES;
+	c->gpu = -1;
+}
+
+/* ---- one point: T threads, each one synchronous I/O at a time ---- */
+
+struct run {
+	const int *fds;
+	uint32_t files;
+	uint64_t blocks; /* I/Os of io_bytes per file region */
+	uint64_t start;  /* first block of this run in every file */
+	uint32_t io_bytes;
+	bool write;
+	uint8_t *mem;
+	uint64_t slice; /* bytes of mem per thread, a multiple of io_bytes */
+	uint64_t deadline_ns;
+	uint64_t limit; /* I/Os to issue in all (0: until the deadline) */
+	uint64_t next;  /* next I/O number; atomic */
+	int error;      /* first error; atomic */
+};
+
+struct worker {
+	struct run *r;
+	uint32_t id;
+	uint64_t bytes, end_ns;
+	pthread_t tid;
+};
+
+/* The whole of one I/O; -errno, or -EIO where the file ends early. */
+static int
+io_full(int fd, uint8_t *buf, uint32_t len, uint64_t off, bool write)
+{
+	uint32_t done = 0;
+
+	while (done < len) {
+		ssize_t n = write ? pwrite(fd, buf + done, len - done, (off_t)(off + done))
+		                  : pread(fd, buf + done, len - done, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR) {
+			continue;
+		}
+		if (n <= 0) {
+			return n < 0 ? -errno : -EIO;
+		}
+		done += (uint32_t)n;
+	}
+	return 0;
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct run *r = w->r;
+	uint8_t *slice = r->mem + (uint64_t)w->id * r->slice;
+	uint64_t bufs = r->slice / r->io_bytes, i = 0;
+
+	for (;;) {
+		uint64_t k = __atomic_fetch_add(&r->next, 1, __ATOMIC_RELAXED);
+		uint64_t blk;
+		int rc;
+
+		if ((r->limit != 0 && k >= r->limit) ||
+		    __atomic_load_n(&r->error, __ATOMIC_RELAXED) != 0 ||
+		    (r->limit == 0 && now_ns() >= r->deadline_ns)) {
+			break;
+		}
+		/* I/O k goes to file k mod F, so that every file is busy at once; each file is
+		 * moved through sequentially from the run's start. */
+		blk = (r->start + k / r->files) % r->blocks;
+		rc = io_full(r->fds[k % r->files], slice + i++ % bufs * r->io_bytes, r->io_bytes,
+		             blk * r->io_bytes, r->write);
+		if (rc < 0) {
+			int zero = 0;
+
+			__atomic_compare_exchange_n(&r->error, &zero, rc, false, __ATOMIC_RELAXED,
+			                            __ATOMIC_RELAXED);
+			break;
+		}
+		w->bytes += r->io_bytes;
+	}
+	w->end_ns = now_ns();
+	return NULL;
+}
+
+/* Run \p threads workers over \p r; GB/s of all of them (bytes / the slowest's end), or -errno.
+ */
+static double
+run_point(struct run *r, uint32_t threads)
+{
+	struct worker w[CEILING_MAX_THREADS];
+	uint64_t t0, end = 0, bytes = 0;
+	uint32_t started = 0;
+
+	r->next = 0;
+	r->error = 0;
+	t0 = now_ns();
+	if (r->limit == 0) {
+		r->deadline_ns += t0;
+	}
+	for (; started < threads; started++) {
+		w[started] = (struct worker){.r = r, .id = started};
+		if (pthread_create(&w[started].tid, NULL, worker_main, &w[started]) != 0) {
+			r->error = -EAGAIN;
+			break;
+		}
+	}
+	for (uint32_t i = 0; i < started; i++) {
+		pthread_join(w[i].tid, NULL);
+		bytes += w[i].bytes;
+		end = w[i].end_ns > end ? w[i].end_ns : end;
+	}
+	if (r->error != 0) {
+		return r->error;
+	}
+	return end > t0 ? (double)bytes / (double)(end - t0) : 0;
+}
+
+/* ---- the search ---- */
+
+struct search {
+	const struct ceiling_conf *c;
+	const int *fds;
+	uint64_t file_bytes;
+	uint8_t *mem;
+	uint64_t mem_bytes;
+	double point_s;
+	uint64_t stop_ns; /* the direction's share of the budget ends here */
+	uint64_t cursor;  /* where the next point starts in every file, in bytes */
+	uint32_t thr[MAX_CANDS], nr_thr;
+	uint32_t fil[MAX_CANDS], nr_fil;
+	double memo[MAX_CANDS][MAX_CANDS][NR_SIZES]; /* GB/s per point; 0: not yet measured */
+};
+
+/* Add \p v to the sorted set \p set. */
+static void
+add_cand(uint32_t *set, uint32_t *n, uint32_t v)
+{
+	uint32_t i = 0;
+
+	while (i < *n && set[i] < v) {
+		i++;
+	}
+	if ((i < *n && set[i] == v) || *n == MAX_CANDS) {
+		return;
+	}
+	memmove(set + i + 1, set + i, (*n - i) * sizeof(*set));
+	set[i] = v;
+	(*n)++;
+}
+
+/* Measure point (threads ti, files fi, size si) unless known; its GB/s, or -errno. */
+static double
+measure(struct search *s, struct ceiling_sweep *sw, bool write, uint32_t ti, uint32_t fi,
+        uint32_t si)
+{
+	uint32_t bs = io_sizes[si], threads = s->thr[ti];
+	struct run r = {
+	    .fds = s->fds,
+	    .files = s->fil[fi],
+	    .blocks = s->file_bytes / bs,
+	    .start = s->cursor / bs,
+	    .io_bytes = bs,
+	    .write = write,
+	    .mem = s->mem,
+	    .slice = s->mem_bytes / threads / bs * bs,
+	    .deadline_ns = (uint64_t)(s->point_s * 1e9),
+	};
+	double gbps;
+
+	if (s->memo[ti][fi][si] != 0) {
+		return s->memo[ti][fi][si];
+	}
+	if (r.slice < bs) {
+		return 0; /* no memory for that many threads of that size: not a point */
+	}
+	gbps = run_point(&r, threads);
+	if (gbps < 0) {
+		return gbps;
+	}
+	/* The next point moves on to bytes this one did not touch. */
+	s->cursor = (s->cursor + (uint64_t)(r.next / r.files + 1) * bs) % s->file_bytes;
+	s->memo[ti][fi][si] = gbps > 0 ? gbps : 1e-9;
+	if (sw->nr_points < CEILING_MAX_POINTS) {
+		sw->points[sw->nr_points++] = (struct ceiling_point){gbps, threads, r.files, bs};
+	}
+	if (gbps > sw->best.gbps) {
+		sw->best = (struct ceiling_point){gbps, threads, r.files, bs};
+	}
+	return gbps;
+}
+
+/* One dimension (0 files, 1 threads, 2 size) swept with the others at the current point; moves
+ * the point to the best. Returns 0, 1 when the budget ran out, or -errno. */
+static int
+sweep_dim(struct search *s, struct ceiling_sweep *sw, bool write, int dim, uint32_t *at)
+{
+	uint32_t n = dim == 0 ? s->nr_fil : dim == 1 ? s->nr_thr : (uint32_t)NR_SIZES;
+	double best = 0;
+	uint32_t best_i = at[dim];
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t p[3] = {at[0], at[1], at[2]};
+		double g;
+
+		p[dim] = i;
+		if (s->memo[p[1]][p[0]][p[2]] == 0 && now_ns() >= s->stop_ns) {
+			return 1;
+		}
+		g = measure(s, sw, write, p[1], p[0], p[2]);
+		if (g < 0) {
+			return (int)g;
+		}
+		if (g > best) {
+			best = g;
+			best_i = i;
+		}
+	}
+	at[dim] = best_i;
+	return 0;
+}
+
+static int
+search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_s)
+{
+	/* Start: one thread per online CPU (the nearest candidate), one file, 4 MiB. */
+	uint32_t cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN), at[3] = {0, 0, 2};
+	double before = 0;
+
+	for (uint32_t i = 0; i < s->nr_thr; i++) {
+		if (s->thr[i] <= cpus) {
+			at[1] = i;
+		}
+	}
+	memset(s->memo, 0, sizeof(s->memo));
+	s->stop_ns = now_ns() + (uint64_t)(share_s * 1e9);
+	for (int round = 0; round < MAX_ROUNDS; round++) {
+		for (int dim = 0; dim < 3; dim++) {
+			int rc = sweep_dim(s, sw, write, dim, at);
+
+			if (rc != 0) {
+				sw->cut = rc == 1;
+				return rc < 0 ? rc : 0;
+			}
+		}
+		if (sw->best.gbps < before * MIN_GAIN) {
+			break;
+		}
+		before = sw->best.gbps;
+	}
+	return 0;
+}
+
+/* ---- files, memory, copies ---- */
+
+/* A scratch file of \p bytes in \p dir, without a name where the filesystem allows it. */
+static int
+open_scratch(const char *dir, uint64_t bytes)
+{
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+
+	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+		char path[4096];
+
+		snprintf(path, sizeof(path), "%s/ceiling.XXXXXX", dir);
+		fd = mkostemp(path, O_CLOEXEC);
+		if (fd >= 0) {
+			unlink(path);
+			if (fcntl(fd, F_SETFL, O_DIRECT) != 0) {
+				close(fd);
+				fd = -1;
+			}
+		}
+	}
+	if (fd < 0) {
+		return -errno;
+	}
+	if (fallocate(fd, 0, 0, (off_t)bytes) != 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+/* Size the scratch files to the free space of the fullest directory. */
+static int
+plan_files(const struct ceiling_conf *c, uint32_t files, uint64_t *file_bytes)
+{
+	uint64_t bytes = c->file_bytes;
+
+	for (uint32_t d = 0; d < c->nr_dirs; d++) {
+		struct statvfs v;
+		uint32_t here = files / c->nr_dirs + (d < files % c->nr_dirs);
+		uint64_t room;
+
+		if (statvfs(c->dirs[d], &v) != 0) {
+			int rc = -errno;
+
+			fprintf(stderr, "ceiling: %s: %s\n", c->dirs[d], strerror(-rc));
+			return rc;
+		}
+		room = (uint64_t)v.f_bavail * v.f_frsize / SPACE_SHARE / (here ? here : 1);
+		if (room < bytes) {
+			bytes = room;
+		}
+	}
+	bytes = bytes / MAX_IO * MAX_IO;
+	if (bytes < MAX_IO) {
+		fprintf(stderr, "ceiling: no room for %u scratch files of %u MiB in %s\n", files,
+		        MAX_IO >> 20, c->dirs[0]);
+		return -ENOSPC;
+	}
+	*file_bytes = bytes;
+	return 0;
+}
+
+static void
+measure_copies(const struct ceiling_conf *c, struct ceiling_result *r)
+{
+	void *host = NULL, *dev = NULL;
+	int rc = tt_gpu_set_device(c->gpu);
+
+	if (rc == 0) {
+		rc = tt_gpu_host_alloc(COPY_BYTES, &host);
+	}
+	if (rc == 0) {
+		rc = tt_gpu_dev_alloc(COPY_BYTES, &dev);
+	}
+	for (int d = 0; rc == 0 && d < 2; d++) {
+		void *dst = d == 0 ? dev : host, *src = d == 0 ? host : dev;
+		uint64_t t0, n = 0;
+
+		memset(host, 0x5a, COPY_BYTES);
+		rc = tt_gpu_copy(dst, src, COPY_BYTES); /* warm: mappings, clocks */
+		t0 = now_ns();
+		while (rc == 0 && (n == 0 || now_ns() - t0 < (uint64_t)(COPY_S * 1e9))) {
+			rc = tt_gpu_copy(dst, src, COPY_BYTES);
+			n++;
+		}
+		if (rc == 0) {
+			double gbps = (double)(n * COPY_BYTES) / (double)(now_ns() - t0);
+
+			*(d == 0 ? &r->h2d_gbps : &r->d2h_gbps) = gbps;
+		}
+	}
+	tt_gpu_dev_free(dev);
+	tt_gpu_host_free(host);
+	r->copy_rc = rc;
+}
+
+int
+ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
+{
+	uint32_t cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGE_SIZE);
+	struct search *s = calloc(1, sizeof(*s));
+	int fds[CEILING_MAX_FILES];
+	uint32_t nr_fds = 0, max_files;
+	uint64_t t0 = now_ns();
+	struct statfs sfs;
+	bool both;
+	int rc = 0;
+
+	memset(r, 0, sizeof(*r));
+	r->copy_rc = 1;
+	if (s == NULL) {
+		return -ENOMEM;
+	}
+	if (c->nr_dirs == 0 || c->budget_s <= 0 || c->max_files > CEILING_MAX_FILES ||
+	    c->max_threads > CEILING_MAX_THREADS) {
+		free(s);
+		return -EINVAL;
+	}
+	s->c = c;
+	r->nr_dirs = c->nr_dirs;
+	r->emulated = statfs(c->dirs[0], &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
+	r->max_threads = c->max_threads ? c->max_threads : 2 * cpus;
+	if (r->max_threads > CEILING_MAX_THREADS) {
+		r->max_threads = CEILING_MAX_THREADS;
+	}
+	max_files = c->max_files ? c->max_files : DEFAULT_MAX_FILES;
+	r->max_files = max_files;
+	/* Candidates: powers of two up to the most, the online CPUs and the most themselves. */
+	for (uint32_t t = 1; t <= r->max_threads; t *= 2) {
+		add_cand(s->thr, &s->nr_thr, t);
+	}
+	add_cand(s->thr, &s->nr_thr, cpus < r->max_threads ? cpus : r->max_threads);
+	add_cand(s->thr, &s->nr_thr, r->max_threads);
+	for (uint32_t f = 1; f <= max_files; f *= 2) {
+		add_cand(s->fil, &s->nr_fil, f);
+	}
+	add_cand(s->fil, &s->nr_fil, max_files);
+	s->mem_bytes = c->mem_bytes ? c->mem_bytes : DEFAULT_MEM_BYTES;
+	if (s->mem_bytes > ram / 8) {
+		s->mem_bytes = ram / 8;
+	}
+	/* At least one I/O of the largest size, in whole ones. */
+	s->mem_bytes = s->mem_bytes < MAX_IO ? MAX_IO : s->mem_bytes / MAX_IO * MAX_IO;
+	rc = plan_files(c, max_files, &s->file_bytes);
+	if (rc < 0) {
+		free(s);
+		return rc;
+	}
+	r->file_bytes = s->file_bytes;
+	s->mem =
+	    mmap(NULL, s->mem_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (s->mem == MAP_FAILED) {
+		free(s);
+		return -ENOMEM;
+	}
+	/* Faulted in now: the first point would otherwise pay for it. */
+	memset(s->mem, 0x5a, s->mem_bytes);
+	for (; nr_fds < max_files; nr_fds++) {
+		const char *dir = c->dirs[nr_fds % c->nr_dirs];
+
+		fds[nr_fds] = open_scratch(dir, s->file_bytes);
+		if (fds[nr_fds] < 0) {
+			rc = fds[nr_fds];
+			fprintf(stderr, "ceiling: scratch file in %s: %s\n", dir, strerror(-rc));
+			break;
+		}
+	}
+	s->fds = fds;
+	if (rc == 0 && !c->skip_reads) {
+		/* Every byte written once: reads of unwritten extents would not reach the device.
+		 */
+		uint32_t threads = (uint32_t)TT_MIN(max_files, s->mem_bytes / (4 * MIB));
+		struct run fill = {
+		    .fds = fds,
+		    .files = max_files,
+		    .blocks = s->file_bytes / (4 * MIB),
+		    .io_bytes = 4 * MIB,
+		    .write = true,
+		    .mem = s->mem,
+		    .slice = s->mem_bytes / threads / (4 * MIB) * (4 * MIB),
+		    .limit = (uint64_t)max_files * (s->file_bytes / (4 * MIB)),
+		};
+		uint64_t f0 = now_ns();
+		double g = run_point(&fill, threads);
+
+		if (g < 0) {
+			rc = (int)g;
+			fprintf(stderr, "ceiling: writing the scratch files: %s\n", strerror(-rc));
+		}
+		r->prefill_s = (double)(now_ns() - f0) / 1e9;
+	}
+	both = !c->skip_reads && !c->skip_writes;
+	s->point_s = c->budget_s / (both ? 2 : 1) / EXPECTED_POINTS;
+	s->point_s = s->point_s < POINT_MIN_S ? POINT_MIN_S : s->point_s;
+	s->point_s = s->point_s > POINT_MAX_S ? POINT_MAX_S : s->point_s;
+	if (rc == 0 && !c->skip_writes) {
+		rc = search_dir(s, &r->write, true, c->budget_s / (both ? 2 : 1));
+	}
+	if (rc == 0 && !c->skip_reads) {
+		rc = search_dir(s, &r->read, false, c->budget_s / (both ? 2 : 1));
+	}
+	if (rc < 0) {
+		fprintf(stderr, "ceiling: O_DIRECT I/O in %s: %s\n", c->dirs[0], strerror(-rc));
+	}
+	for (uint32_t i = 0; i < nr_fds; i++) {
+		close(fds[i]);
+	}
+	munmap(s->mem, s->mem_bytes);
+	free(s);
+	if (rc == 0 && c->gpu >= 0) {
+		measure_copies(c, r);
+	}
+	r->seconds = (double)(now_ns() - t0) / 1e9;
+	return rc;
+}
+
+/* ---- limits and reports ---- */
+
+static double
+min_pos(double a, double b)
+{
+	return b > 0 && b < a ? b : a;
+}
+
+double
+ceiling_read_limit(const struct ceiling_result *r, bool gpu)
+{
+	return gpu && r->copy_rc == 0 ? min_pos(r->read.best.gbps, r->h2d_gbps) : r->read.best.gbps;
+}
+
+double
+ceiling_write_limit(const struct ceiling_result *r, bool gpu)
+{
+	return gpu && r->copy_rc == 0 ? min_pos(r->write.best.gbps, r->d2h_gbps)
+	                              : r->write.best.gbps;
+}
+
+const char *
+ceiling_copy_note(const struct ceiling_result *r)
+{
+	switch (r->copy_rc) {
+	case 0:
+		return "measured";
+	case 1:
+		return "skipped: not asked for (host KV)";
+	case -EOPNOTSUPP:
+		return "skipped: built without CUDA";
+	case -ENODEV:
+		return "skipped: no GPU";
+	default:
+		return "skipped: the copy failed";
+	}
+}
+
+static void
+sweep_json(FILE *f, const char *name, const struct ceiling_sweep *s)
+{
+	fprintf(f,
+	        "\"%s\":{\"gbps\":%.3f,\"threads\":%u,\"files\":%u,\"io_kib\":%u,\"points\":%u,"
+	        "\"cut_by_budget\":%s,\"sweep\":[",
+	        name, s->best.gbps, s->best.threads, s->best.files, s->best.io_bytes >> 10,
+	        s->nr_points, s->cut ? "true" : "false");
+	for (uint32_t i = 0; i < s->nr_points; i++) {
+		const struct ceiling_point *p = &s->points[i];
+
+		fprintf(f, "%s[%u,%u,%u,%.3f]", i ? "," : "", p->threads, p->files,
+		        p->io_bytes >> 10, p->gbps);
+	}
+	fprintf(f, "]}");
+}
+
+static void
+gbps_or_null(FILE *f, const char *name, double v, bool known)
+{
+	if (known) {
+		fprintf(f, "\"%s\":%.3f", name, v);
+	} else {
+		fprintf(f, "\"%s\":null", name);
+	}
+}
+
+void
+ceiling_json(FILE *f, const struct ceiling_result *r)
+{
+	bool copies = r->copy_rc == 0;
+
+	fprintf(f,
+	        "{\"storage\":\"%s\",\"dirs\":%u,\"seconds\":%.2f,\"prefill_s\":%.2f,"
+	        "\"file_mib\":%llu,\"max_threads\":%u,\"max_files\":%u,\"sweep_point\":"
+	        "\"[threads,files,io_kib,gbps]\",",
+	        r->emulated ? "emulated-tmpfs" : "disk", r->nr_dirs, r->seconds, r->prefill_s,
+	        (unsigned long long)(r->file_bytes >> 20), r->max_threads, r->max_files);
+	sweep_json(f, "read", &r->read);
+	fprintf(f, ",");
+	sweep_json(f, "write", &r->write);
+	fprintf(f, ",\"copies\":\"%s\",", ceiling_copy_note(r));
+	gbps_or_null(f, "h2d_gbps", r->h2d_gbps, copies);
+	fprintf(f, ",");
+	gbps_or_null(f, "d2h_gbps", r->d2h_gbps, copies);
+	fprintf(f, ",\"host_read_limit_gbps\":%.3f,\"host_write_limit_gbps\":%.3f,",
+	        ceiling_read_limit(r, false), ceiling_write_limit(r, false));
+	gbps_or_null(f, "gpu_read_limit_gbps", ceiling_read_limit(r, true), copies);
+	fprintf(f, ",");
+	gbps_or_null(f, "gpu_write_limit_gbps", ceiling_write_limit(r, true), copies);
+	fprintf(f, "}");
+}
+
+static void
+print_best(FILE *f, const char *prefix, const char *what, const struct ceiling_sweep *s)
+{
+	if (s->best.gbps <= 0) {
+		fprintf(f, "%s%s ceiling: not measured\n", prefix, what);
+		return;
+	}
+	fprintf(
+	    f, "%s%s ceiling %.2f GB/s: %u threads x %u KiB x %u file%s (best of %u points%s)\n",
+	    prefix, what, s->best.gbps, s->best.threads, s->best.io_bytes >> 10, s->best.files,
+	    s->best.files > 1 ? "s" : "", s->nr_points, s->cut ? ", cut by the time budget" : "");
+}
+
+void
+ceiling_print(FILE *f, const char *prefix, const struct ceiling_result *r)
+{
+	print_best(f, prefix, "O_DIRECT read ", &r->read);
+	print_best(f, prefix, "O_DIRECT write", &r->write);
+	if (r->copy_rc == 0) {
+		fprintf(f, "%spinned copies  host->device %.2f GB/s, device->host %.2f GB/s\n",
+		        prefix, r->h2d_gbps, r->d2h_gbps);
+	} else {
+		fprintf(f, "%spinned copies  %s\n", prefix, ceiling_copy_note(r));
+	}
+}

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The machine's limit, one definition for every benchmark: what the storage under a directory
+ * gives at best, found by a sweep over threads x I/O size x files of O_DIRECT reads and writes
+ * (each thread one synchronous I/O at a time, the files dealt round-robin), and, for KV in GPU
+ * memory, the pinned host <-> device copy measured in the same run. A row's ratio is its GB/s
+ * over the limit of its direction: host KV reads over the read ceiling, SSD -> HBM over
+ * min(read ceiling, pinned host-to-device), and the same for writes.
+ *
+ * The sweep is a coordinate search, not the whole grid: from (online CPUs, 1 file, 4 MiB) it
+ * sweeps the files, then the threads, then the I/O size, each time keeping the best, and
+ * repeats while a round still gains; every point runs for a share of a time budget, so a
+ * benchmark's set-up stays short whatever the storage. The files are scratch files of the
+ * directories (no name, removed on return), written once in full before anything is read, so
+ * that reads reach the storage and not unwritten extents.
+ */
+#ifndef TUTTI_BENCH_CEILING_H
+#define TUTTI_BENCH_CEILING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CEILING_MAX_DIRS 16
+#define CEILING_MAX_THREADS 128
+#define CEILING_MAX_FILES 64
+#define CEILING_MAX_POINTS 96
+
+struct ceiling_conf {
+	const char *dirs[CEILING_MAX_DIRS]; /* scratch files go round-robin over these */
+	uint32_t nr_dirs;
+	double budget_s;      /* the read and write sweeps together (default 8) */
+	uint64_t file_bytes;  /* region of each scratch file (default 128 MiB; cut to free space) */
+	uint32_t max_threads; /* 0: twice the online CPUs (at most CEILING_MAX_THREADS) */
+	uint32_t max_files;   /* 0: 16 */
+	uint64_t mem_bytes;   /* host memory the I/O cycles through (0: 1 GiB, at most RAM / 8) */
+	bool skip_reads, skip_writes;
+	int gpu; /* device whose pinned copies are measured; -1: none */
+};
+
+struct ceiling_point {
+	double gbps;
+	uint32_t threads, files, io_bytes;
+};
+
+struct ceiling_sweep {
+	struct ceiling_point best; /* gbps 0: not measured */
+	struct ceiling_point points[CEILING_MAX_POINTS];
+	uint32_t nr_points;
+	bool cut; /* the budget ended the search before a round stopped gaining */
+};
+
+struct ceiling_result {
+	struct ceiling_sweep read, write;
+	bool emulated; /* tmpfs: every byte moved is a CPU copy */
+	/* Pinned copies: copy_rc 0 when measured, else why not (-EOPNOTSUPP: built without CUDA,
+	 * -ENODEV: no GPU, 1: not asked for). */
+	int copy_rc;
+	double h2d_gbps, d2h_gbps;
+	double seconds, prefill_s;
+	uint64_t file_bytes;
+	uint32_t max_threads, max_files, nr_dirs;
+};
+
+/* Defaults for the directories \p dirs (one or more). */
+void ceiling_conf_init(struct ceiling_conf *c, const char *const *dirs, uint32_t nr_dirs);
+
+/* Measure. Returns 0, or a negative errno after saying why on stderr (a directory without
+ * room or O_DIRECT, say). Nothing is left in the directories either way. */
+int ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r);
+
+/* The limits a row is divided by: host KV (gpu false) or KV in GPU memory (gpu true: the lower
+ * of the storage's ceiling and the pinned copy's; the storage's alone when the copy was not
+ * measured). 0 when that direction was not measured. */
+double ceiling_read_limit(const struct ceiling_result *r, bool gpu);
+double ceiling_write_limit(const struct ceiling_result *r, bool gpu);
+/* "measured", or why the pinned copies were not. */
+const char *ceiling_copy_note(const struct ceiling_result *r);
+
+/* One JSON object (no newline): the best points, every point measured, the copies, the limits. */
+void ceiling_json(FILE *f, const struct ceiling_result *r);
+/* Two or three lines for a report, each starting with \p prefix. */
+void ceiling_print(FILE *f, const char *prefix, const struct ceiling_result *r);
+
+#endif /* TUTTI_BENCH_CEILING_H */
