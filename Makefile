@@ -9,7 +9,8 @@ FUZZ := build/fuzz
 FUZZ_SECONDS ?= 20
 CMAKE_COMMON := -DTUTTI_WERROR=ON
 
-.PHONY: all deps build demo test test-release test-asan test-python fuzz style clean test-remote-asan
+.PHONY: all deps build demo test test-release test-asan test-python fuzz style clean test-remote-asan \
+	wheel
 
 all: build
 
@@ -49,18 +50,29 @@ fuzz: deps
 	done
 
 # The Python binding and the vLLM connector, against real vLLM (its CPU build, pinned), in a
-# virtual environment of their own.
+# virtual environment of their own; the package from the source tree, the library from
+# $(RELEASE).
 VENV := .venv-vllm
+SOURCE_PACKAGE := PYTHONPATH=$(CURDIR)/python
 test-python: build
 	bash scripts/setup-vllm-venv.sh $(VENV)
-	cd python && ../$(VENV)/bin/python -m pytest -q tests
+	cd python && $(SOURCE_PACKAGE) ../$(VENV)/bin/python -m pytest -q tests
+
+# The Python wheel (tutti-kv): scikit-build-core on this CMake build, CUDA as TUTTI_CUDA says
+# (AUTO: when nvcc is found). Built by pip in a small environment of its own.
+WHEEL_DIR := build/dist
+WHEEL_ENV := build/wheel-env
+wheel: deps
+	test -x $(WHEEL_ENV)/bin/pip || python3 -m venv $(WHEEL_ENV)
+	rm -f $(WHEEL_DIR)/tutti_kv-*.whl
+	$(WHEEL_ENV)/bin/pip wheel -q --no-deps -w $(WHEEL_DIR) .
 
 # The remote tier's cluster tests again, on the library built with AddressSanitizer and
 # UndefinedBehaviorSanitizer, preloaded into Python (with libstdc++, which Mooncake's client
 # throws through).
 test-remote-asan: test-asan
 	bash scripts/setup-vllm-venv.sh $(VENV)
-	cd python && TUTTI_LIBRARY=$(CURDIR)/$(ASAN)/libtutti.so \
+	cd python && $(SOURCE_PACKAGE) TUTTI_LIBRARY=$(CURDIR)/$(ASAN)/libtutti.so \
 		LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so.6)" \
 		ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1 \
 		../$(VENV)/bin/python -m pytest -q tests/remote/test_cluster.py

