@@ -10,7 +10,7 @@ FUZZ_SECONDS ?= 20
 CMAKE_COMMON := -DTUTTI_WERROR=ON
 
 .PHONY: all deps build demo test test-release test-asan test-python fuzz style clean test-remote-asan \
-	wheel
+	wheel test-wheel
 
 all: build
 
@@ -51,12 +51,13 @@ fuzz: deps
 
 # The Python binding and the vLLM connector, against real vLLM (its CPU build, pinned), in a
 # virtual environment of their own; the package from the source tree, the library from
-# $(RELEASE).
+# $(RELEASE). The end-to-end test, the longest, runs once: from the installed wheel (test-wheel).
 VENV := .venv-vllm
 SOURCE_PACKAGE := PYTHONPATH=$(CURDIR)/python
 test-python: build
 	bash scripts/setup-vllm-venv.sh $(VENV)
-	cd python && $(SOURCE_PACKAGE) ../$(VENV)/bin/python -m pytest -q tests
+	cd python && $(SOURCE_PACKAGE) ../$(VENV)/bin/python -m pytest -q tests \
+		--ignore=tests/vllm/test_e2e.py
 
 # The Python wheel (tutti-kv): scikit-build-core on this CMake build, CUDA as TUTTI_CUDA says
 # (AUTO: when nvcc is found). Built by pip in a small environment of its own.
@@ -66,6 +67,12 @@ wheel: deps
 	test -x $(WHEEL_ENV)/bin/pip || python3 -m venv $(WHEEL_ENV)
 	rm -f $(WHEEL_DIR)/tutti_kv-*.whl
 	$(WHEEL_ENV)/bin/pip wheel -q --no-deps -w $(WHEEL_DIR) .
+
+# The wheel installed into a fresh environment outside the source tree: the vLLM end-to-end
+# test, tutti demo and C programs from that install (scripts/test-wheel.sh).
+test-wheel: wheel
+	bash scripts/setup-vllm-venv.sh $(VENV)
+	bash scripts/test-wheel.sh $(WHEEL_DIR)/tutti_kv-*.whl $(VENV)
 
 # The remote tier's cluster tests again, on the library built with AddressSanitizer and
 # UndefinedBehaviorSanitizer, preloaded into Python (with libstdc++, which Mooncake's client
@@ -83,7 +90,7 @@ style: deps
 	bash scripts/setup-vllm-venv.sh $(VENV)
 	TUTTI_VENV=$(VENV) bash scripts/check_style.sh
 
-test: style test-release test-asan fuzz test-python test-remote-asan
+test: style test-release test-asan fuzz test-python test-remote-asan test-wheel
 
 clean:
 	rm -rf build

@@ -9,6 +9,7 @@ parallelism over N worker processes, STORE_DIR then naming each rank's directory
 """
 
 import json
+import os
 import sys
 
 
@@ -20,7 +21,10 @@ def main(model, prompts_path, out_path, store=None, mode="sync", remote=None, tp
     if store:
         kv = KVTransferConfig(
             kv_connector="TuttiConnector",
-            kv_connector_module_path="tutti.vllm.connector",
+            # An installed package registers the connector with vLLM (tutti.vllm.plugin), and
+            # the test of an installed wheel names it only; from the source tree, by module.
+            kv_connector_module_path=(None if os.environ.get("TUTTI_TEST_INSTALLED")
+                                      else "tutti.vllm.connector"),
             kv_role="kv_both",
             kv_load_failure_policy="recompute",
             kv_connector_extra_config={"dirs": [store], "capacity_gb": 0.25,
@@ -44,8 +48,13 @@ def main(model, prompts_path, out_path, store=None, mode="sync", remote=None, tp
     for m in llm.get_metrics():
         if m.name.startswith("vllm:tutti") or m.name in ("vllm:prompt_tokens",):
             metrics[m.name] = metrics.get(m.name, 0) + getattr(m, "value", 0)
-    json.dump({"tokens": [list(o.outputs[0].token_ids) for o in outs], "metrics": metrics},
-              open(out_path, "w"))
+    import tutti
+    from tutti import _lib
+
+    # Where the package and the library the connector used came from.
+    where = {"package": tutti.__file__, "library": _lib._lib._name if _lib._lib else None}
+    json.dump({"tokens": [list(o.outputs[0].token_ids) for o in outs], "metrics": metrics,
+               "tutti": where}, open(out_path, "w"))
 
 
 if __name__ == "__main__":

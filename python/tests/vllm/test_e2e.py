@@ -64,6 +64,16 @@ def damage_every_slot(store_dir, slot_bytes):
             off += slot_bytes
 
 
+def check_installed(result):
+    """Under TUTTI_TEST_INSTALLED (scripts/test-wheel.sh): the process used the installed
+    package, outside this source tree, and the library inside it."""
+    if not os.environ.get("TUTTI_TEST_INSTALLED"):
+        return
+    package = Path(result["tutti"]["package"]).resolve().parent
+    assert HERE.parents[2] not in package.parents, package
+    assert result["tutti"]["library"] == str(package / "lib" / "libtutti.so"), result["tutti"]
+
+
 def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model_dir, prompts,
                                                                          tmp_path):
     first, second = prompts
@@ -71,6 +81,7 @@ def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model_di
     reference = run(model_dir, second, tmp_path, "reference")
 
     a = run(model_dir, first, tmp_path, "a", store)
+    check_installed(a)
     assert a["tokens"] == reference["tokens"][: len(first)]
     assert a["metrics"]["vllm:tutti_save_tokens"] > 0
     assert a["metrics"]["vllm:tutti_load_tokens"] == 0  # an empty store
