@@ -171,7 +171,10 @@ class Bench:
         engine.post_init()
         self.version = lmcache.__version__
         self.connector = type(connector).__name__
-        self.threads = cfg.get_extra_config_value("disk_io_threads", None)
+        from lmcache.v1.storage_backend import local_disk_backend
+
+        self.threads = cfg.get_extra_config_value(
+            "disk_io_threads", getattr(local_disk_backend, "_DEFAULT_THREAD_COUNT", None))
         return engine
 
     def kv(self, blocks):
@@ -261,7 +264,7 @@ class Bench:
             "cpu_s_per_gb": round(statistics.median(cpu), 4), "bit_exact": mismatched == 0,
             "mismatched_layer_blocks": mismatched, "odirect": self.odirect,
             "page_cache": cache or "not read", "gpu_connector": self.connector,
-            "disk_io_threads": self.threads or "lmcache default",
+            "disk_io_threads": self.threads,
         }
         same = [t for t in tutti if t.get("context_tokens") == tokens and t.get("op") == op
                 and t.get("storage") == self.storage]

@@ -247,8 +247,9 @@ lmcache-micro)
 	else
 		log "lmcache-micro: no build/vllm-prefix/env.sh (run scripts/vllm-gpu-payload.sh install): LMCache will be missing"
 	fi
-	for where in emulated disk; do
-		if [ $where = emulated ]; then dir=/dev/shm/tutti-lmcache; else dir=$PWD/build/tutti-lmcache; fi
+	# LMCACHE_MICRO_WHERE="emulated" or "disk" runs one of them (each takes a few minutes).
+	for where in ${LMCACHE_MICRO_WHERE:-emulated disk}; do
+		if [ "$where" = emulated ]; then dir=/dev/shm/tutti-lmcache; else dir=$PWD/build/tutti-lmcache; fi
 		rm -rf "$dir" && mkdir -p "$dir"
 		df -h "$dir" >> "$OUT/summary.txt"
 		log "lmcache-micro ($where) in $dir: tutti-gpu-store-bench, then LMCache"
