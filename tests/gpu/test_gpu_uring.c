@@ -5,7 +5,8 @@
  * loads are bit-exact for every layout, several geometries, batches with shared prefixes,
  * partial chunks, skipped leading blocks and layer ranges, into poisoned KV; a damaged object is
  * caught on the GPU (-EBADMSG) and never scattered; host system calls per layer do not grow
- * with the number of objects. Exits 77 without a GPU or a usable ring.
+ * with the number of objects. Engine auto picks gpu-uring for GPU KV (the same tests pass
+ * through it) and uring for host KV. Exits 77 without a GPU or a usable ring.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -64,15 +65,20 @@ test_gpu_checksum_equals_the_cpu_checksum(void **state)
 
 /* ---- store round trips ---- */
 
+/* Lines the store logged at WARN or more urgent. */
+static int g_warnings;
+
 /* Errors the store logs go to the test's output: a failure says why. */
 static void
 log_to_output(void *arg, int level, const char *msg)
 {
 	(void)arg;
+	g_warnings += level <= TUTTI_LOG_WARN;
 	print_message("tutti[%d]: %s\n", level, msg);
 }
 
-/* The engine under test: gpu-uring, then gds (where libcufile is installed). */
+/* The engine under test: gpu-uring, then auto (gpu-uring for GPU KV), then gds (where libcufile
+ * is installed). */
 static uint32_t g_engine = TUTTI_ENGINE_GPU_URING;
 /* The I/O kernel's workers and the SMs they are packed into (0: the store's defaults). */
 static uint32_t g_io_workers, g_io_sms;
@@ -403,6 +409,23 @@ test_gpu_uring_any_packing_of_workers_is_bit_exact_and_holds_its_sms(void **stat
 	g_io_sms = 0;
 }
 
+/* Engine auto on a GPU machine: GPU KV goes through gpu-uring and host KV through uring, with no
+ * fallback to log. */
+static void
+test_auto_picks_gpu_uring_for_gpu_kv_and_uring_for_host_kv(void **state)
+{
+	struct tutti_geometry geo;
+	struct world w;
+	int warnings = g_warnings;
+
+	geo_init(&geo, 2, 8, 128, 256);
+	world_open(&w, &geo, T_LAYOUT_KV_FIRST, 64, 16);
+	assert_int_equal(tutti_store_engine(w.st, w.ddst.kv), TUTTI_ENGINE_GPU_URING);
+	assert_int_equal(tutti_store_engine(w.st, w.src->kv), TUTTI_ENGINE_URING);
+	assert_int_equal(g_warnings, warnings);
+	world_close(&w);
+}
+
 /* Whether a store of engine gds opens here: cuFile may refuse the files of a platform it
  * cannot classify (-EOPNOTSUPP, logged). Any other failure is a failure. */
 static bool
@@ -443,6 +466,13 @@ main(void)
 	    cmocka_unit_test(test_gpu_uring_system_calls_per_layer_do_not_grow_with_objects),
 	    cmocka_unit_test(test_gpu_uring_any_packing_of_workers_is_bit_exact_and_holds_its_sms),
 	};
+	/* The same through engine auto, which must pick gpu-uring for GPU KV. */
+	const struct CMUnitTest auto_tests[] = {
+	    cmocka_unit_test(test_auto_picks_gpu_uring_for_gpu_kv_and_uring_for_host_kv),
+	    cmocka_unit_test(test_gpu_uring_round_trips_are_bit_exact_for_every_layout),
+	    cmocka_unit_test(test_gpu_uring_damaged_object_is_caught_on_the_gpu),
+	    cmocka_unit_test(test_gpu_uring_system_calls_per_layer_do_not_grow_with_objects),
+	};
 	/* The same round trips and damage through engine gds (cuFile into device staging). */
 	const struct CMUnitTest gds_tests[] = {
 	    cmocka_unit_test(test_gpu_uring_round_trips_are_bit_exact_for_every_layout),
@@ -455,6 +485,8 @@ main(void)
 		return 77; /* no GPU here, built without CUDA, or no O_DIRECT */
 	}
 	rc = cmocka_run_group_tests_name("gpu-uring", tests, NULL, NULL);
+	g_engine = TUTTI_ENGINE_AUTO;
+	rc |= cmocka_run_group_tests_name("auto", auto_tests, NULL, NULL);
 	cufile = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
 	if (cufile == NULL) {
 		print_message("engine gds: not tested, libcufile is not installed\n");
