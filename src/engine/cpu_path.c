@@ -21,6 +21,10 @@
 /* For a stack-allocated XXH3_state_t; the state layout is that of the installed library. */
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
+#ifdef TT_HAVE_XXH_DISPATCH
+/* XXH3's update with the CPU's widest vector unit, chosen at run time (CMakeLists.txt). */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "engine/engine_impl.h"
 #include "format/format.h"

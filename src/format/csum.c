@@ -5,6 +5,10 @@
  * can carry the same 192 bytes without depending on a library's internal default secret.
  */
 #include <xxhash.h>
+#ifdef TT_HAVE_XXH_DISPATCH
+/* The same function with the CPU's widest vector unit, chosen at run time (CMakeLists.txt). */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "format/format.h"
 
