@@ -4,11 +4,19 @@
  * (slot headers) and flushes. It is the whole of engines uring and posix.
  *
  * A batch's chunks are cut into units: runs of up to unit_layers consecutive objects of one
- * slot, one I/O each. The path keeps the unit slots busy: it fills all free ones (gathering from
- * paged KV for a staged save), hands the whole batch to the queue in one submission, then reaps
- * what completed (checking checksums and scattering into paged KV for a staged load) and
+ * slot, one I/O each. A lane keeps its unit slots busy: it claims units for all its free ones
+ * (gathering from paged KV for a staged save), hands them to its queue in one submission, then
+ * reaps what completed (checking checksums and scattering into paged KV for a staged load) and
  * refills. Staging memory is fixed at open, so it never grows with the context length; CPU work
  * on one unit overlaps the I/O of the others.
+ *
+ * Host KV (and fsck) goes through several lanes at once, each a thread with its own queue and its
+ * own slots, claiming units from the batch's one cursor: the checksums and copies after the I/O
+ * then run on as many cores as there are lanes, instead of one thread checking everything that
+ * the queue read in parallel. On page-cache-backed files a read is a CPU copy: a lane's queue
+ * then copies inline, on the lane's own thread (uring without IOSQE_ASYNC, posix in the lane
+ * itself), one object per I/O, so that the thread that copied an object checks it while it is
+ * still in its cache. GPU KV goes through the solo lane: the calling thread on the engine's queue.
  *
  * Direct mode: when every segment of the paged KV is 4 KiB aligned in host memory, a chunk needs
  * no staging or copy: each I/O is a vector of the blocks' segments, and the kernel moves the
@@ -17,7 +25,9 @@
  * over the same bytes: the staging buffer, or the segments themselves.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 /* For a stack-allocated XXH3_state_t; the state layout is that of the installed library. */
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
@@ -125,7 +135,8 @@ direct_layers(const struct tt_engine *e, const struct tutti_kv *kv)
 int
 tt_xfer_start(struct tt_xfer *x, struct tt_engine *e, struct tt_batch *b, bool broken)
 {
-	*x = (struct tt_xfer){.e = e, .b = b, .mover = &tt_mover_cpu};
+	*x = (struct tt_xfer){
+	    .e = e, .b = b, .mover = &tt_mover_cpu, .staged_layers = e->unit_layers};
 	if (broken) {
 		tt_batch_fail_all(b, -EIO);
 		return -EIO;
@@ -156,7 +167,7 @@ peek_unit(struct tt_xfer *x, struct tt_unit *u)
 		const struct tt_chunk_op *c = &b->chunks[x->next_chunk];
 
 		if (c->status == 0 && x->next_layer < b->layer_end) {
-			uint32_t layers = x->e->unit_layers;
+			uint32_t layers = x->staged_layers;
 
 			if (c->direct) {
 				/* Objects of a chunk are adjacent on disk only when whole. */
@@ -180,6 +191,27 @@ static uint8_t *
 unit_buf(const struct tt_engine *e, uint32_t slot)
 {
 	return e->staging + (uint64_t)slot * e->unit_bytes;
+}
+
+/* A unit slot's running checksum: XXH3 over the first \p left bytes its queue hands over. */
+struct tt_slot_hash {
+	XXH3_state_t st;
+	uint64_t left;
+	bool on;
+};
+
+/* The queue's piece hook (page-cache lanes): the bytes just read, or about to be written. */
+static void
+slot_hash_piece(void *arg, uint64_t tag, const struct iovec *iov, uint32_t nr)
+{
+	struct tt_slot_hash *h = &((struct tt_engine *)arg)->slot_hashes[tag];
+
+	for (uint32_t i = 0; h->on && i < nr && h->left > 0; i++) {
+		size_t len = iov[i].iov_len < h->left ? iov[i].iov_len : h->left;
+
+		XXH3_64bits_update(&h->st, iov[i].iov_base, len);
+		h->left -= len;
+	}
 }
 
 /* XXH3-64 of a layer's object as it sits in paged KV: the moved blocks' segments in order. */
@@ -291,7 +323,8 @@ hash_direct_unit(const struct tt_xfer *x, const struct tt_unit *u)
 
 /* Load and fsck: check a completed read against the checksums of its slot. */
 bool
-tt_unit_verify(const struct tt_xfer *x, const struct tt_unit *u, const uint8_t *buf)
+tt_unit_verify(const struct tt_xfer *x, const struct tt_unit *u, const uint8_t *buf,
+               uint64_t *verified)
 {
 	const struct tt_geo *geo = x->e->geo;
 	const struct tt_chunk_op *c = &x->b->chunks[u->chunk];
@@ -309,8 +342,7 @@ tt_unit_verify(const struct tt_xfer *x, const struct tt_unit *u, const uint8_t *
 			           c->slot, l);
 			return false;
 		}
-		x->b->bytes_verified +=
-		    c->direct ? (uint64_t)c->nr_moved * geo->layer_block_bytes : stored;
+		*verified += c->direct ? (uint64_t)c->nr_moved * geo->layer_block_bytes : stored;
 	}
 	return true;
 }
@@ -329,58 +361,112 @@ tt_unit_scatter(const struct tt_xfer *x, const struct tt_unit *u, uint8_t *buf)
 	return rc == 0 ? x->mover->sync(x->mover_ctx) : rc;
 }
 
-/* ---- the pipeline ---- */
+/* ---- one lane ---- */
 
-/* Free unit slots: [0, nr_staging) own a staging buffer; the rest serve direct I/O only. */
-struct slots {
-	uint32_t *staged;
-	uint32_t nr_staged;
-	uint32_t *direct;
-	uint32_t nr_direct;
-};
+static void
+xlock(const struct tt_xfer *x)
+{
+	if (x->lock != NULL) {
+		pthread_mutex_lock(x->lock);
+	}
+}
+
+static void
+xunlock(const struct tt_xfer *x)
+{
+	if (x->lock != NULL) {
+		pthread_mutex_unlock(x->lock);
+	}
+}
+
+/* Chunk \p c fails with \p rc: lanes share the chunks, so under the batch's lock. */
+static void
+chunk_fail(struct tt_xfer *x, struct tt_chunk_op *c, int rc, bool corrupt)
+{
+	xlock(x);
+	c->corrupt = c->corrupt || corrupt;
+	tt_chunk_fail(c, rc);
+	xunlock(x);
+}
 
 static bool
-take_slot(struct slots *fs, bool direct, uint32_t *b)
+chunk_live(struct tt_xfer *x, const struct tt_chunk_op *c)
 {
-	if (direct && fs->nr_direct > 0) {
-		*b = fs->direct[--fs->nr_direct];
+	bool live;
+
+	xlock(x);
+	live = c->status == 0;
+	xunlock(x);
+	return live;
+}
+
+/* Free unit slots: those below nr_staging own a staging buffer; the rest serve direct I/O
+ * only. */
+static bool
+take_slot(struct tt_lane *ln, bool direct, uint32_t *s)
+{
+	if (direct && ln->nr_free_direct > 0) {
+		*s = ln->free_direct[--ln->nr_free_direct];
 		return true;
 	}
-	if (fs->nr_staged > 0) {
-		*b = fs->staged[--fs->nr_staged];
+	if (ln->nr_free_staged > 0) {
+		*s = ln->free_staged[--ln->nr_free_staged];
 		return true;
 	}
 	return false;
 }
 
 static void
-give_slot(const struct tt_engine *e, struct slots *fs, uint32_t b)
+give_slot(struct tt_lane *ln, uint32_t s)
 {
-	if (b < e->nr_staging) {
-		fs->staged[fs->nr_staged++] = b;
+	if (s < ln->e->nr_staging) {
+		ln->free_staged[ln->nr_free_staged++] = s;
 	} else {
-		fs->direct[fs->nr_direct++] = b;
+		ln->free_direct[ln->nr_free_direct++] = s;
 	}
 }
 
-/* Prepare unit \p u in unit slot \p s as I/O number \p n of the batch. */
 static void
-prep_unit(struct tt_xfer *x, const struct tt_unit *u, uint32_t s, uint32_t n)
+lane_reset(struct tt_lane *ln)
+{
+	ln->nr_free_staged = 0;
+	ln->nr_free_direct = 0;
+	for (uint32_t k = ln->nr_slots; k-- > 0;) {
+		give_slot(ln, ln->first_slot + k * ln->slot_stride);
+	}
+	ln->verified = 0;
+	ln->rc = 0;
+}
+
+/* Prepare unit slot \p s (its unit claimed) as entry \p n of the lane's submission. */
+static void
+prep_unit(struct tt_xfer *x, struct tt_lane *ln, uint32_t s, uint32_t n)
 {
 	struct tt_engine *e = x->e;
+	const struct tt_unit *u = &e->units[s];
 	struct tt_chunk_op *c = &x->b->chunks[u->chunk];
 	bool save = x->b->kind == TT_BATCH_SAVE;
 	uint8_t op = save ? TT_IO_WRITE : TT_IO_READ;
 	uint64_t off = c->off + tt_geo_object_off(e->geo, u->layer);
+	/* One object hashed by pieces as its queue moves it: every read, and direct writes (a
+	 * staged write's checksum is taken as it is gathered). */
+	bool pieces = ln->pieces && u->nr_layers == 1 && (!save || c->direct);
 
-	e->units[s] = *u;
+	if (pieces) {
+		struct tt_slot_hash *h = &e->slot_hashes[s];
+
+		XXH3_64bits_reset_withSecret(&h->st, tt_csum_secret, sizeof(tt_csum_secret));
+		h->left = (uint64_t)(c->direct ? c->nr_moved : c->stored_blocks) *
+		          e->geo->layer_block_bytes;
+		h->on = true;
+	}
 	if (c->direct) {
 		struct iovec *iov = e->unit_iovs + (size_t)s * e->max_iov;
 
-		if (save) {
+		if (save && !pieces) {
 			hash_direct_unit(x, u);
 		}
-		e->ios[n] = (struct tt_io){
+		ln->ios[n] = (struct tt_io){
 		    .tag = s,
 		    .off = off + (uint64_t)c->obj_skip * e->geo->layer_block_bytes,
 		    .iov = iov,
@@ -399,10 +485,10 @@ prep_unit(struct tt_xfer *x, const struct tt_unit *u, uint32_t s, uint32_t n)
 			 */
 			tt_log_err(e->log, "gathering slot %u from GPU KV failed: %s", c->slot,
 			           tutti_strerror(rc));
-			tt_chunk_fail(c, rc);
+			chunk_fail(x, c, rc, false);
 		}
 	}
-	e->ios[n] = (struct tt_io){
+	ln->ios[n] = (struct tt_io){
 	    .tag = s,
 	    .off = off,
 	    .buf = unit_buf(e, s),
@@ -412,51 +498,90 @@ prep_unit(struct tt_xfer *x, const struct tt_unit *u, uint32_t s, uint32_t n)
 	};
 }
 
-/* Fill free unit slots with the next units and submit them as one batch. */
-static void
-fill(struct tt_xfer *x, struct slots *fs)
+/* Claim the next units for the lane's free slots, prepare them and submit them as one batch.
+ * Returns the units claimed. */
+static uint32_t
+fill(struct tt_xfer *x, struct tt_lane *ln)
 {
 	struct tt_engine *e = x->e;
 	uint32_t n = 0, s;
 	struct tt_unit u;
 	int rc;
 
-	while (peek_unit(x, &u) && take_slot(fs, x->b->chunks[u.chunk].direct, &s)) {
+	xlock(x);
+	while (!x->abort && peek_unit(x, &u) && take_slot(ln, x->b->chunks[u.chunk].direct, &s)) {
 		x->next_layer += u.nr_layers;
-		prep_unit(x, &u, s, n++);
+		e->units[s] = u;
+		ln->ios[n++].tag = s;
 	}
-	rc = tt_ioq_submit(e->ioq, e->ios, n);
+	xunlock(x);
+	for (uint32_t i = 0; i < n; i++) {
+		prep_unit(x, ln, (uint32_t)ln->ios[i].tag, i);
+	}
+	rc = tt_ioq_submit(ln->ioq, ln->ios, n);
 	if (rc < 0) {
 		tt_log_err(e->log, "submitting %u I/Os failed: %s", n, tutti_strerror(rc));
 		for (uint32_t i = 0; i < n; i++) {
-			s = (uint32_t)e->ios[i].tag;
-			tt_chunk_fail(&x->b->chunks[e->units[s].chunk], rc);
-			give_slot(e, fs, s);
+			s = (uint32_t)ln->ios[i].tag;
+			chunk_fail(x, &x->b->chunks[e->units[s].chunk], rc, false);
+			give_slot(ln, s);
 		}
 	}
+	return n;
+}
+
+/* A one-object read hashed by pieces: its digest against the checksum of its slot. */
+static bool
+digest_matches(const struct tt_xfer *x, const struct tt_unit *u, uint64_t digest,
+               uint64_t *verified)
+{
+	const struct tt_chunk_op *c = &x->b->chunks[u->chunk];
+
+	if (digest != c->csums[u->layer]) {
+		tt_log_err(x->e->log, "slot %u layer %u: checksum mismatch; dropping the chunk",
+		           c->slot, u->layer);
+		return false;
+	}
+	*verified +=
+	    (uint64_t)(c->direct ? c->nr_moved : c->stored_blocks) * x->e->geo->layer_block_bytes;
+	return true;
 }
 
 static void
-complete_unit(struct tt_xfer *x, const struct tt_io_done *d)
+complete_unit(struct tt_xfer *x, struct tt_lane *ln, const struct tt_io_done *d)
 {
 	struct tt_engine *e = x->e;
 	uint32_t s = (uint32_t)d->tag;
 	const struct tt_unit *u = &e->units[s];
 	struct tt_chunk_op *c = &x->b->chunks[u->chunk];
 
+	struct tt_slot_hash *h = ln->pieces ? &e->slot_hashes[s] : NULL;
+	bool hashed = h != NULL && h->on;
+	uint64_t digest = 0;
+
+	if (hashed) {
+		h->on = false;
+		digest = XXH3_64bits_digest(&h->st);
+	}
 	if (d->res < 0) {
 		tt_log_warn(e->log, "%s of slot %u layers %u..%u failed: %s",
 		            x->b->kind == TT_BATCH_SAVE ? "write" : "read", c->slot, u->layer,
 		            u->layer + u->nr_layers - 1, tutti_strerror(d->res));
-		tt_chunk_fail(c, d->res);
+		chunk_fail(x, c, d->res, false);
 		return;
 	}
-	if (x->b->kind == TT_BATCH_SAVE || c->status != 0) {
+	if (x->b->kind == TT_BATCH_SAVE) {
+		if (hashed) {
+			c->csums[u->layer] = digest;
+		}
 		return;
 	}
-	if (!tt_unit_verify(x, u, unit_buf(e, s))) {
-		c->corrupt = true;
-		tt_chunk_fail(c, -EBADMSG);
+	if (!chunk_live(x, c)) {
+		return;
+	}
+	if (hashed ? !digest_matches(x, u, digest, &ln->verified)
+	           : !tt_unit_verify(x, u, unit_buf(e, s), &ln->verified)) {
+		chunk_fail(x, c, -EBADMSG, true);
 		return;
 	}
 	if (x->b->kind == TT_BATCH_LOAD && !c->direct) {
@@ -465,7 +590,50 @@ complete_unit(struct tt_xfer *x, const struct tt_io_done *d)
 		if (rc < 0) {
 			tt_log_err(e->log, "scattering slot %u into the KV failed: %s", c->slot,
 			           tutti_strerror(rc));
-			tt_chunk_fail(c, rc);
+			chunk_fail(x, c, rc, false);
+		}
+	}
+}
+
+/*
+ * Move units of \p x on lane \p ln until none is left that it can take. A chunk whose I/O or
+ * checksum fails gets the error as its status and no further units. Returns 0, or a negative
+ * errno when the lane's queue broke down (then every unfinished chunk has failed, the batch is
+ * aborted and the engine refuses further I/O).
+ */
+static int
+lane_run(struct tt_lane *ln, struct tt_xfer *x)
+{
+	struct tt_engine *e = x->e;
+
+	lane_reset(ln);
+	for (;;) {
+		uint32_t took = fill(x, ln);
+		int got;
+
+		if (ln->ioq->inflight == 0) {
+			if (took == 0) {
+				/* Nothing left, or nothing this lane's slots can carry (staged
+				 * units on a lane without staging): the others finish the batch. */
+				return 0;
+			}
+			continue; /* a submission failed; its chunks have failed, go on */
+		}
+		got = tt_ioq_reap(ln->ioq, ln->dones, ln->nr_slots, 1);
+		if (got < 0) {
+			/* In-flight I/O may still target the staging: it cannot be reused. */
+			xlock(x);
+			x->abort = true;
+			e->ioq_broken = true;
+			tt_batch_fail_all(x->b, got);
+			xunlock(x);
+			tt_log_err(e->log, "I/O engine failed: %s; the store refuses further I/O",
+			           tutti_strerror(got));
+			return got;
+		}
+		for (int i = 0; i < got; i++) {
+			complete_unit(x, ln, &ln->dones[i]);
+			give_slot(ln, (uint32_t)ln->dones[i].tag);
 		}
 	}
 }
@@ -488,16 +656,255 @@ choose_direct(struct tt_xfer *x)
 	}
 }
 
+/* ---- lanes ---- */
+
+static void *
+lane_main(void *arg)
+{
+	struct tt_lane *ln = arg;
+	struct tt_lanes *L = ln->e->lanes;
+
+	pthread_mutex_lock(&L->lock);
+	for (;;) {
+		struct tt_xfer *x;
+
+		while (!L->stop && L->gen == ln->seen) {
+			pthread_cond_wait(&L->start, &L->lock);
+		}
+		if (L->stop) {
+			break;
+		}
+		ln->seen = L->gen;
+		x = L->x;
+		pthread_mutex_unlock(&L->lock);
+		ln->rc = lane_run(ln, x);
+		pthread_mutex_lock(&L->lock);
+		if (--L->busy == 0) {
+			pthread_cond_signal(&L->done);
+		}
+	}
+	pthread_mutex_unlock(&L->lock);
+	return NULL;
+}
+
+/* The lane's scratch: one submission's entries and completions, the free-slot stacks. */
+static int
+lane_alloc(struct tt_lane *ln)
+{
+	ln->ios = tt_calloc(ln->nr_slots, sizeof(*ln->ios));
+	ln->dones = tt_calloc(ln->nr_slots, sizeof(*ln->dones));
+	ln->free_staged = tt_calloc(ln->nr_slots, sizeof(*ln->free_staged));
+	ln->free_direct = tt_calloc(ln->nr_slots, sizeof(*ln->free_direct));
+	ln->owned = true;
+	return ln->ios == NULL || ln->dones == NULL || ln->free_staged == NULL ||
+	               ln->free_direct == NULL
+	           ? -ENOMEM
+	           : 0;
+}
+
+static void
+lane_free(struct tt_lane *ln)
+{
+	if (ln->owned) {
+		tt_ioq_destroy(ln->ioq);
+		tt_free(ln->ios);
+		tt_free(ln->dones);
+		tt_free(ln->free_staged);
+		tt_free(ln->free_direct);
+	}
+}
+
+void
+tt_lanes_destroy(struct tt_engine *e)
+{
+	struct tt_lanes *L = e->lanes;
+
+	if (L == NULL) {
+		return;
+	}
+	pthread_mutex_lock(&L->lock);
+	L->stop = true;
+	pthread_cond_broadcast(&L->start);
+	pthread_mutex_unlock(&L->lock);
+	for (uint32_t i = 0; i < L->nr; i++) {
+		if (L->lane[i].thread) {
+			pthread_join(L->lane[i].tid, NULL);
+		}
+		lane_free(&L->lane[i]);
+	}
+	e->log = L->caller_log;
+	tt_aligned_free(e->slot_hashes);
+	e->slot_hashes = NULL;
+	pthread_cond_destroy(&L->start);
+	pthread_cond_destroy(&L->done);
+	pthread_mutex_destroy(&L->lock);
+	pthread_mutex_destroy(&L->log_lock);
+	tt_free(L->lane);
+	tt_free(L);
+	e->lanes = NULL;
+}
+
+static void
+serial_log(void *arg, int level, const char *msg)
+{
+	struct tt_lanes *L = arg;
+
+	pthread_mutex_lock(&L->log_lock);
+	L->caller_log->fn(L->caller_log->arg, level, msg);
+	pthread_mutex_unlock(&L->log_lock);
+}
+
+/* How many lanes: the posix engine's threads (posix_threads, default one per unit slot); for
+ * io_uring one per online CPU; never more than the unit slots. */
+static uint32_t
+lane_count(const struct tt_engine *e)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint32_t n = e->ioq_ops == &tt_ioq_posix
+	                 ? (e->conf.posix_threads != 0 ? e->conf.posix_threads : e->nr_units)
+	                 : (uint32_t)(cpus > 0 ? cpus : 1);
+
+	return TT_MIN(TT_MIN(n, e->nr_units), TT_LANES_MAX);
+}
+
+static int
+lanes_create(struct tt_engine *e, uint32_t nr)
+{
+	struct tt_lanes *L = tt_calloc(1, sizeof(*L));
+	int rc = 0;
+
+	if (L == NULL) {
+		return -ENOMEM;
+	}
+	L->lane = tt_calloc(nr, sizeof(*L->lane));
+	if (L->lane == NULL) {
+		tt_free(L);
+		return -ENOMEM;
+	}
+	if (e->page_cache) {
+		e->slot_hashes = tt_aligned_alloc(e->nr_units * sizeof(*e->slot_hashes));
+		if (e->slot_hashes == NULL) {
+			tt_free(L->lane);
+			tt_free(L);
+			return -ENOMEM;
+		}
+	}
+	pthread_mutex_init(&L->lock, NULL);
+	pthread_mutex_init(&L->log_lock, NULL);
+	pthread_cond_init(&L->start, NULL);
+	pthread_cond_init(&L->done, NULL);
+	L->nr = nr;
+	L->caller_log = e->log;
+	if (e->log != NULL && e->log->fn != NULL) {
+		L->log = (struct tt_log){.fn = serial_log, .arg = L, .level = e->log->level};
+		e->log = &L->log;
+	}
+	e->lanes = L;
+	for (uint32_t i = 0; rc == 0 && i < nr; i++) {
+		struct tt_lane *ln = &L->lane[i];
+		/* Page-cache-backed files are copied by the lane's own thread, in pieces that it
+		 * hashes while they are in its cache: whatever the engine, a read of such a file is
+		 * a memcpy by the thread that issues it. */
+		struct tt_ioq_conf qc = {
+		    .fds = e->fds,
+		    .nr_fds = e->nr_fds,
+		    .depth = (e->nr_units - i + nr - 1) / nr,
+		    .max_iov = e->max_iov,
+		    .log = e->log,
+		    .piece_bytes = e->page_cache ? TT_LANE_PIECE_BYTES : 0,
+		    .piece = e->page_cache ? slot_hash_piece : NULL,
+		    .piece_arg = e,
+		};
+		bool sync = e->page_cache || e->ioq_ops == &tt_ioq_posix;
+
+		*ln = (struct tt_lane){.e = e,
+		                       .first_slot = i,
+		                       .slot_stride = nr,
+		                       .nr_slots = qc.depth,
+		                       .pieces = e->page_cache};
+		rc = lane_alloc(ln);
+		if (rc == 0) {
+			rc = tt_ioq_create(sync ? &tt_ioq_sync : e->ioq_ops, &qc, &ln->ioq);
+		}
+		if (rc == 0 && i > 0) {
+			rc = -pthread_create(&ln->tid, NULL, lane_main, ln);
+			ln->thread = rc == 0;
+		}
+	}
+	return rc;
+}
+
+/* The lanes, made on first use; false (one lane) where there is one CPU or one slot, or where
+ * they cannot be made (the log says why). */
+static bool
+lanes_ready(struct tt_engine *e)
+{
+	uint32_t nr;
+	int rc;
+
+	if (e->lanes != NULL || e->lanes_tried) {
+		return e->lanes != NULL;
+	}
+	e->lanes_tried = true;
+	nr = lane_count(e);
+	if (nr < 2) {
+		return false;
+	}
+	rc = lanes_create(e, nr);
+	if (rc < 0) {
+		tt_log_info(e->log,
+		            "CPU path: %u lanes could not be started (%s); one thread moves "
+		            "the units",
+		            nr, tutti_strerror(rc));
+		tt_lanes_destroy(e);
+		return false;
+	}
+	return true;
+}
+
+static int
+run_lanes(struct tt_engine *e, struct tt_xfer *x)
+{
+	struct tt_lanes *L = e->lanes;
+	int rc;
+
+	x->lock = &L->lock;
+	if (e->page_cache) {
+		/* One object per I/O: the lane that copied it hashes it while it is in its cache.
+		 */
+		x->direct_layers = TT_MIN(x->direct_layers, 1u);
+		x->staged_layers = 1;
+	}
+	pthread_mutex_lock(&L->lock);
+	L->x = x;
+	L->gen++;
+	L->busy = L->nr - 1;
+	pthread_cond_broadcast(&L->start);
+	pthread_mutex_unlock(&L->lock);
+	rc = lane_run(&L->lane[0], x);
+	pthread_mutex_lock(&L->lock);
+	while (L->busy > 0) {
+		pthread_cond_wait(&L->done, &L->lock);
+	}
+	L->x = NULL;
+	pthread_mutex_unlock(&L->lock);
+	for (uint32_t i = 0; i < L->nr; i++) {
+		x->b->bytes_verified += L->lane[i].verified;
+		rc = rc < 0 ? rc : L->lane[i].rc;
+	}
+	x->lock = NULL;
+	return rc;
+}
+
 /*
- * Move every unit of every chunk whose status is 0. A chunk whose I/O or checksum fails gets
- * the error as its status and no further units. Returns 0, or a negative errno when the queue
- * broke down (then every unfinished chunk has failed and the queue is unusable).
+ * Move every unit of every chunk whose status is 0: host KV and fsck over the lanes, GPU KV on
+ * the solo lane. Returns 0, or a negative errno when a queue broke down (then every unfinished
+ * chunk has failed and the engine refuses further I/O).
  */
 int
 tt_cpu_transfer(struct tt_engine *e, struct tt_batch *b)
 {
 	struct tt_xfer x;
-	struct slots fs;
 	int rc;
 
 	rc = tt_xfer_start(&x, e, b, e->ioq_broken);
@@ -506,39 +913,22 @@ tt_cpu_transfer(struct tt_engine *e, struct tt_batch *b)
 	}
 	choose_direct(&x);
 	x.next_layer = b->layer_begin;
-	fs.staged = e->free_bufs;
-	fs.nr_staged = 0;
-	fs.direct = e->free_bufs + e->nr_staging;
-	fs.nr_direct = 0;
-	for (uint32_t s = e->nr_units; s-- > 0;) {
-		give_slot(e, &fs, s);
+	if (x.mover == &tt_mover_cpu && lanes_ready(e)) {
+		return run_lanes(e, &x);
 	}
-	for (;;) {
-		int got;
-
-		fill(&x, &fs);
-		if (e->ioq->inflight == 0) {
-			struct tt_unit u;
-
-			if (!peek_unit(&x, &u)) {
-				return 0;
-			}
-			continue; /* a submission failed; its chunks have failed, go on */
-		}
-		got = tt_ioq_reap(e->ioq, e->dones, e->nr_units, 1);
-		if (got < 0) {
-			/* In-flight I/O may still target the staging: it cannot be reused. */
-			e->ioq_broken = true;
-			tt_log_err(e->log, "I/O engine failed: %s; the store refuses further I/O",
-			           tutti_strerror(got));
-			tt_batch_fail_all(b, got);
-			return got;
-		}
-		for (int i = 0; i < got; i++) {
-			complete_unit(&x, &e->dones[i]);
-			give_slot(e, &fs, (uint32_t)e->dones[i].tag);
-		}
-	}
+	e->solo = (struct tt_lane){
+	    .e = e,
+	    .ioq = e->ioq,
+	    .slot_stride = 1,
+	    .nr_slots = e->nr_units,
+	    .ios = e->ios,
+	    .dones = e->dones,
+	    .free_staged = e->free_bufs,
+	    .free_direct = e->free_bufs + e->nr_staging,
+	};
+	rc = lane_run(&e->solo, &x);
+	b->bytes_verified += e->solo.verified;
+	return rc;
 }
 
 /* ---- records and flushes ---- */
@@ -685,5 +1075,11 @@ tt_cpu_stats(struct tt_engine *e, struct tt_engine_stats *out)
 {
 	out->io_ops += e->ioq != NULL ? e->ioq->nr_ios : 0;
 	out->io_submits += e->ioq != NULL ? e->ioq->nr_submits : 0;
+	for (uint32_t i = 0; e->lanes != NULL && i < e->lanes->nr; i++) {
+		const struct tt_ioq *q = e->lanes->lane[i].ioq;
+
+		out->io_ops += q != NULL ? q->nr_ios : 0;
+		out->io_submits += q != NULL ? q->nr_submits : 0;
+	}
 	out->staging_bytes = e->nr_staging * e->unit_bytes;
 }

@@ -139,8 +139,9 @@ tt_engine_init(struct tt_engine *e, const struct tt_engine_ops *ops,
 void
 tt_engine_fini(struct tt_engine *e)
 {
-	/* The queue first: it waits for the kernel to finish with the staging memory; then the
-	 * GPU, which may still read it. */
+	/* The queues first: they wait for the kernel to finish with the staging memory (the lanes'
+	 * threads stop before theirs go); then the GPU, which may still read it. */
+	tt_lanes_destroy(e);
 	tt_ioq_destroy(e->ioq);
 	tt_list_mem_free(&e->lists);
 	tt_gpu_close(e->gpu);

@@ -7,6 +7,7 @@
 #ifndef TT_ENGINE_IMPL_H
 #define TT_ENGINE_IMPL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +41,12 @@ struct tt_ioq_conf {
 	bool async_reads; /* uring: IOSQE_ASYNC on reads, for page-cache-backed files (tmpfs),
 	                   * whose reads would otherwise be copied one after another inline */
 	const struct tt_log *log;
+	/* sync: each I/O moved in pieces of at most piece_bytes (0: whole), and piece(piece_arg,
+	 * tag, iov, nr) called on the submitting thread with every byte of it once, in order:
+	 * before it is written, after it is read. Other queues ignore both. */
+	uint32_t piece_bytes;
+	void (*piece)(void *arg, uint64_t tag, const struct iovec *iov, uint32_t nr);
+	void *piece_arg;
 };
 
 struct tt_ioq;
@@ -66,6 +73,8 @@ struct tt_ioq {
 
 extern const struct tt_ioq_ops tt_ioq_uring;
 extern const struct tt_ioq_ops tt_ioq_posix;
+/* The submitting thread does each I/O itself, inside submit (a posix lane's queue). */
+extern const struct tt_ioq_ops tt_ioq_sync;
 
 int tt_ioq_create(const struct tt_ioq_ops *ops, const struct tt_ioq_conf *conf,
                   struct tt_ioq **out);
@@ -147,6 +156,59 @@ struct tt_unit {
 };
 
 /*
+ * A lane of the CPU path: one thread moving units from start to finish on an I/O queue of its
+ * own: gather and hash before a write, verify and scatter after a read, so that the CPU work
+ * after the I/O is spread over as many threads as there are lanes. It owns the unit slots
+ * first_slot + k * slot_stride, k < nr_slots (those below the engine's nr_staging have a staging
+ * buffer). The engine's solo lane is the calling thread on the engine's own queue with every slot.
+ */
+struct tt_lane {
+	struct tt_engine *e;
+	struct tt_ioq *ioq; /* owned, except the solo lane's */
+	uint32_t first_slot, slot_stride, nr_slots;
+	struct tt_io *ios;                   /* nr_slots: one submission */
+	struct tt_io_done *dones;            /* nr_slots */
+	uint32_t *free_staged, *free_direct; /* free slots during a batch, as stacks */
+	uint32_t nr_free_staged, nr_free_direct;
+	uint64_t verified; /* the batch's bytes this lane checked */
+	int rc;            /* the batch's outcome on this lane */
+	uint64_t seen;     /* the last batch generation it ran */
+	pthread_t tid;
+	bool thread; /* tid runs */
+	bool owned;  /* ios, dones and the free stacks are the lane's own */
+	bool pieces; /* its queue hashes one-object units by pieces (e->slot_hashes) */
+};
+
+/* The lanes of an engine (made on the first host-KV batch): lane 0 runs on the calling thread,
+ * the others on threads of their own, all on the batch in x, claiming units under lock. */
+struct tt_lanes {
+	struct tt_lane *lane;
+	uint32_t nr;
+	pthread_mutex_t lock; /* the batch's cursor and chunk outcomes, the fields below */
+	pthread_cond_t start, done;
+	struct tt_xfer *x;
+	uint64_t gen;  /* batches started */
+	uint32_t busy; /* lanes other than 0 still on the batch */
+	bool stop;
+	/* The engine's log while lanes exist: the caller's, one line at a time (its function need
+	 * not expect several threads at once). */
+	struct tt_log log;
+	const struct tt_log *caller_log;
+	pthread_mutex_t log_lock;
+};
+
+/* Most lanes an engine runs. */
+#define TT_LANES_MAX 64u
+/* A lane's reads and writes of page-cache-backed files go in pieces of this size, each hashed
+ * on the lane's thread right after it is copied in (or right before it is copied out): small
+ * enough to still be in the core's L2 cache, so that the checksum reads cached bytes instead
+ * of memory (docs/design.md, "Engines"). */
+#define TT_LANE_PIECE_BYTES (128u << 10)
+
+/* A unit slot's running checksum, fed by its queue piece by piece (page-cache lanes). */
+struct tt_slot_hash;
+
+/*
  * The part of every engine: its CPU-driven I/O queue on the data files, the staging it moves
  * through (nr_staging buffers of one I/O each), the scratch of its CPU path, and the GPU context
  * for GPU KV. Engines embed it first.
@@ -181,6 +243,13 @@ struct tt_engine {
 	struct tt_io_done *dones;
 	uint32_t max_iov;
 	struct iovec *unit_iovs;
+	/* The CPU path's lanes: the solo lane (the engine's queue) and, for host KV, the lanes of
+	 * threads of their own, made on first use (lanes_tried: tried already, NULL: one lane);
+	 * with them on page-cache-backed files, one running checksum per unit slot. */
+	struct tt_lane solo;
+	struct tt_lanes *lanes;
+	bool lanes_tried;
+	struct tt_slot_hash *slot_hashes;
 	/* GPU KV: a context on its device and the staging pinned and mapped for it, made on first
 	 * use. One device per engine. */
 	struct tt_gpu *gpu;
@@ -206,6 +275,11 @@ struct tt_xfer {
 	const struct tt_mover_ops *mover; /* chosen by where the KV lives */
 	void *mover_ctx;
 	uint32_t direct_layers; /* layers per direct I/O of a whole chunk; 0: no direct I/O */
+	uint32_t staged_layers; /* layers per staged I/O */
+	/* With lanes: the lock over the cursor and the chunks' outcomes (NULL: one thread), and
+	 * abort, set when a queue broke down (no lane claims another unit). */
+	pthread_mutex_t *lock;
+	bool abort;
 	uint32_t next_chunk;
 	uint32_t next_layer;
 };
@@ -218,11 +292,15 @@ int tt_cpu_transfer(struct tt_engine *e, struct tt_batch *b);
 int tt_cpu_flush(struct tt_engine *e);
 void tt_cpu_stats(struct tt_engine *e, struct tt_engine_stats *out);
 /* One unit's CPU-side steps (shared by the CPU path and gpu-uring's twin): fill a staging
- * buffer and note checksums (save); check a read against the chunk's checksums; copy it into
- * the KV (load). */
+ * buffer and note checksums (save); check a read against the chunk's checksums, adding the
+ * bytes checked to *verified; copy it into the KV (load). Safe on several threads at once for
+ * distinct units. */
 int tt_unit_gather(const struct tt_xfer *x, const struct tt_unit *u, uint8_t *buf);
-bool tt_unit_verify(const struct tt_xfer *x, const struct tt_unit *u, const uint8_t *buf);
+bool tt_unit_verify(const struct tt_xfer *x, const struct tt_unit *u, const uint8_t *buf,
+                    uint64_t *verified);
 int tt_unit_scatter(const struct tt_xfer *x, const struct tt_unit *u, uint8_t *buf);
+/* Stop and free the lanes (engine close). */
+void tt_lanes_destroy(struct tt_engine *e);
 
 /* ---- object lists (obj_lists.c), for the engines whose GPU moves whole objects ---- */
 

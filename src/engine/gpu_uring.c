@@ -281,7 +281,7 @@ complete(void *arg, uint32_t i, int32_t res)
 	if (x->b->kind == TT_BATCH_SAVE || c->status != 0) {
 		return;
 	}
-	if (!tt_unit_verify(x, &u, buf)) {
+	if (!tt_unit_verify(x, &u, buf, &x->b->bytes_verified)) {
 		c->corrupt = true;
 		tt_chunk_fail(c, -EBADMSG);
 		return;

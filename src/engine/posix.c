@@ -2,6 +2,8 @@
 /*
  * posix engine: a pool of threads issuing pread/pwrite, one I/O per call. It is the portable
  * reference for the uring engine and the shape of the CPU-driven tiers Tutti is compared with.
+ * Its lanes (cpu_path.c) are those threads doing their units' I/O themselves: the sync queue
+ * below, whose submit does each I/O on the calling thread.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -50,9 +52,9 @@ posix_free(struct posix_queue *p)
 }
 
 static int32_t
-do_io(const struct posix_queue *p, struct tt_io_state *st)
+do_io(const int *fds, struct tt_io_state *st)
 {
-	int fd = p->fds[st->io.file];
+	int fd = fds[st->io.file];
 
 	if (st->io.op == TT_IO_FSYNC) {
 		return fdatasync(fd) == 0 ? 0 : -errno;
@@ -108,7 +110,7 @@ worker(void *arg)
 		pthread_mutex_unlock(&p->lock);
 
 		d.tag = io.tag;
-		d.res = do_io(p, &w->st);
+		d.res = do_io(p->fds, &w->st);
 
 		pthread_mutex_lock(&p->lock);
 		p->done[(p->done_head + p->nr_done) % p->cap] = d;
@@ -230,4 +232,180 @@ const struct tt_ioq_ops tt_ioq_posix = {
     .destroy = posix_destroy,
     .submit = posix_submit,
     .reap = posix_reap,
+};
+
+/* ---- the sync queue: each I/O done by the submitting thread ---- */
+
+struct sync_queue {
+	struct tt_ioq base;
+	const int *fds;
+	struct tt_io_state st;   /* its iov array: max(1, max_iov) entries */
+	struct iovec *piece;     /* max(1, max_iov) entries: the piece in hand */
+	struct tt_io_done *done; /* depth: completions not yet reaped, in order */
+	uint32_t nr_done, head;
+	uint32_t piece_bytes;
+	void (*hook)(void *arg, uint64_t tag, const struct iovec *iov, uint32_t nr);
+	void *hook_arg;
+};
+
+/* The first \p max bytes (0: all) of the state's remaining vector, as q->piece; its entries. */
+static uint32_t
+take_piece(struct sync_queue *q, uint32_t max, uint32_t *len)
+{
+	uint32_t n = 0;
+
+	*len = 0;
+	for (; n < q->st.nr_iov && (max == 0 || *len < max); n++) {
+		uint32_t take = (uint32_t)q->st.iov[n].iov_len;
+
+		if (max != 0 && take > max - *len) {
+			take = max - *len;
+		}
+		q->piece[n] = (struct iovec){q->st.iov[n].iov_base, take};
+		*len += take;
+	}
+	return n;
+}
+
+/* Hand bytes [skip, skip + len) of the piece to the hook. */
+static void
+feed(struct sync_queue *q, uint32_t nr, uint32_t skip, uint32_t len)
+{
+	uint32_t i = 0;
+
+	if (q->hook == NULL || len == 0) {
+		return;
+	}
+	while (i < nr && skip >= q->piece[i].iov_len) {
+		skip -= (uint32_t)q->piece[i++].iov_len;
+	}
+	for (uint32_t k = i; k < nr && len > 0; k++) {
+		struct iovec v = q->piece[k];
+
+		if (k == i) {
+			v.iov_base = (uint8_t *)v.iov_base + skip;
+			v.iov_len -= skip;
+		}
+		if (v.iov_len > len) {
+			v.iov_len = len;
+		}
+		len -= (uint32_t)v.iov_len;
+		q->hook(q->hook_arg, q->st.io.tag, &v, 1);
+	}
+}
+
+static int32_t
+sync_io(struct sync_queue *q)
+{
+	struct tt_io_state *st = &q->st;
+	int fd = q->fds[st->io.file];
+	bool write = st->io.op == TT_IO_WRITE;
+	uint32_t fed = 0; /* bytes of the I/O handed to the hook */
+
+	if (st->io.op == TT_IO_FSYNC) {
+		return fdatasync(fd) == 0 ? 0 : -errno;
+	}
+	for (;;) {
+		uint32_t len, nr = take_piece(q, q->piece_bytes, &len);
+		off_t off = (off_t)(st->io.off + st->done);
+		ssize_t n;
+
+		/* A write's bytes are hashed before they go out, a read's once they are in; a short
+		 * transfer continues where it stopped, and no byte is fed twice. */
+		if (write && st->done + len > fed) {
+			feed(q, nr, fed - st->done, st->done + len - fed);
+			fed = st->done + len;
+		}
+		n = write ? pwritev(fd, q->piece, (int)nr, off)
+		          : preadv(fd, q->piece, (int)nr, off);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+			continue;
+		}
+		if (n < 0) {
+			return -errno;
+		}
+		if (n == 0) {
+			return -EIO; /* end of file inside an extent */
+		}
+		if (!write) {
+			feed(q, nr, 0, (uint32_t)n);
+		}
+		if (tt_io_state_advance(st, (uint32_t)n)) {
+			return (int32_t)st->io.len;
+		}
+	}
+}
+
+static void
+sync_destroy(struct tt_ioq *e)
+{
+	struct sync_queue *q = (struct sync_queue *)e;
+
+	tt_free(q->st.iov);
+	tt_free(q->piece);
+	tt_free(q->done);
+	tt_free(q);
+}
+
+static int
+sync_create(const struct tt_ioq_conf *conf, struct tt_ioq **out)
+{
+	struct sync_queue *q = tt_calloc(1, sizeof(*q));
+	uint32_t per_io = conf->max_iov ? conf->max_iov : 1;
+
+	if (q == NULL) {
+		return -ENOMEM;
+	}
+	q->fds = conf->fds;
+	q->piece_bytes = conf->piece_bytes;
+	q->hook = conf->piece;
+	q->hook_arg = conf->piece_arg;
+	q->st.iov = tt_calloc(per_io, sizeof(*q->st.iov));
+	q->piece = tt_calloc(per_io, sizeof(*q->piece));
+	q->done = tt_calloc(conf->depth, sizeof(*q->done));
+	if (q->st.iov == NULL || q->piece == NULL || q->done == NULL) {
+		sync_destroy(&q->base);
+		return -ENOMEM;
+	}
+	*out = &q->base;
+	return 0;
+}
+
+static int
+sync_submit(struct tt_ioq *e, const struct tt_io *ios, uint32_t nr)
+{
+	struct sync_queue *q = (struct sync_queue *)e;
+
+	/* The wrapper never lets more than depth be unreaped. */
+	for (uint32_t i = 0; i < nr; i++) {
+		struct tt_io_done *d = &q->done[(q->head + q->nr_done++) % e->depth];
+
+		tt_io_state_start(&q->st, &ios[i]);
+		d->tag = ios[i].tag;
+		d->res = sync_io(q);
+	}
+	return 0;
+}
+
+static int
+sync_reap(struct tt_ioq *e, struct tt_io_done *out, uint32_t max, uint32_t min)
+{
+	struct sync_queue *q = (struct sync_queue *)e;
+	uint32_t n = 0;
+
+	/* Everything submitted is complete: min (at most what is in flight) is always met. */
+	while (n < max && q->nr_done > 0) {
+		out[n++] = q->done[q->head];
+		q->head = (q->head + 1) % e->depth;
+		q->nr_done--;
+	}
+	return (int)n;
+}
+
+const struct tt_ioq_ops tt_ioq_sync = {
+    .name = "sync",
+    .create = sync_create,
+    .destroy = sync_destroy,
+    .submit = sync_submit,
+    .reap = sync_reap,
 };

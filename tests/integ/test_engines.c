@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Description: the uring and posix engines on a real O_DIRECT file: random data written and read
- * back (plain buffers, registered staging and vectors), up to depth I/Os in flight, -EAGAIN past
- * the depth, and an error completion (-EIO) rather than a hang for reads beyond end of file.
+ * Description: the uring, posix and sync queues on a real O_DIRECT file: random data written and
+ * read back (plain buffers, registered staging and vectors), up to depth I/Os in flight, -EAGAIN
+ * past the depth, and an error completion (-EIO) rather than a hang for reads beyond end of file;
+ * the sync queue moving I/Os in pieces hands every byte to its hook once, in order (before a
+ * write, after a read).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,15 +29,23 @@
 struct config {
 	const char *name;
 	const struct tt_ioq_ops *ops;
-	bool reg;         /* register the buffer (uring: fixed reads and writes) */
-	uint32_t threads; /* posix */
-	bool async_reads; /* uring: reads punted to io-wq (as on tmpfs) */
+	bool reg;             /* register the buffer (uring: fixed reads and writes) */
+	uint32_t threads;     /* posix */
+	bool async_reads;     /* uring: reads punted to io-wq (as on tmpfs) */
+	uint32_t piece_bytes; /* sync: pieces, each handed to the fixture's hook */
 };
 
+/* Pieces that split the test's vectors inside their entries. */
+#define PIECE (12u << 10)
+
 static const struct config configs[] = {
-    {"uring+registered", &tt_ioq_uring, true, 0, false}, {"uring", &tt_ioq_uring, false, 0, false},
-    {"uring+async reads", &tt_ioq_uring, true, 0, true}, {"posix", &tt_ioq_posix, false, 0, false},
-    {"posix/2 threads", &tt_ioq_posix, false, 2, false},
+    {"uring+registered", &tt_ioq_uring, true, 0, false, 0},
+    {"uring", &tt_ioq_uring, false, 0, false, 0},
+    {"uring+async reads", &tt_ioq_uring, true, 0, true, 0},
+    {"posix", &tt_ioq_posix, false, 0, false, 0},
+    {"posix/2 threads", &tt_ioq_posix, false, 2, false, 0},
+    {"sync", &tt_ioq_sync, false, 0, false, 0},
+    {"sync+pieces", &tt_ioq_sync, false, 0, false, PIECE},
 };
 
 #define NR_CONFIGS (sizeof(configs) / sizeof(configs[0]))
@@ -48,7 +58,29 @@ struct fixture {
 	struct t_log rec;
 	struct tt_log log;
 	struct t_rng r;
+	/* What the sync queue's hook was handed for tags 0..3, in order (other tags are not kept).
+	 */
+	uint8_t *fed[4];
+	uint32_t fed_len[4];
 };
+
+#define FED_MAX (64u << 10)
+
+static void
+hook(void *arg, uint64_t tag, const struct iovec *iov, uint32_t nr)
+{
+	struct fixture *f = arg;
+
+	if (tag >= 4) {
+		return;
+	}
+	for (uint32_t i = 0; i < nr; i++) {
+		if (f->fed_len[tag] + iov[i].iov_len <= FED_MAX) {
+			memcpy(f->fed[tag] + f->fed_len[tag], iov[i].iov_base, iov[i].iov_len);
+		}
+		f->fed_len[tag] += (uint32_t)iov[i].iov_len;
+	}
+}
 
 static bool g_have_uring;
 
@@ -80,6 +112,9 @@ setup(void **state)
 	}
 	f->buf = t_aligned_alloc(FILE_BYTES);
 	f->back = t_aligned_alloc(FILE_BYTES);
+	for (int i = 0; i < 4; i++) {
+		f->fed[i] = t_aligned_alloc(FED_MAX);
+	}
 	f->log = (struct tt_log){.fn = t_log_fn, .arg = &f->rec, .level = TUTTI_LOG_DEBUG};
 	t_rng_init(&f->r, t_seed(51));
 	*state = f;
@@ -97,6 +132,9 @@ teardown(void **state)
 	close(f->fds[1]);
 	free(f->buf);
 	free(f->back);
+	for (int i = 0; i < 4; i++) {
+		free(f->fed[i]);
+	}
 	t_tmpdir_remove(f->tmp);
 	free(f);
 	return 0;
@@ -116,6 +154,9 @@ engine(struct fixture *f, const struct config *c, uint32_t depth)
 	    .threads = c->threads,
 	    .async_reads = c->async_reads,
 	    .log = &f->log,
+	    .piece_bytes = c->piece_bytes,
+	    .piece = c->piece_bytes ? hook : NULL,
+	    .piece_arg = f,
 	};
 	struct tt_ioq *e = NULL;
 
@@ -359,6 +400,52 @@ test_engines_write_error_is_reported_in_the_completion(void **state)
 	close(ro);
 }
 
+/* The sync queue in pieces: every byte of a vectored write is handed over before it goes out and
+ * every byte of a read once it is in, each once and in order; a read cut short by the end of the
+ * file hands over what it read. */
+static void
+test_sync_pieces_feed_every_byte_once_in_order(void **state)
+{
+	struct fixture *f = *state;
+	const struct config *c = &configs[NR_CONFIGS - 1];
+	struct tt_ioq *e = engine(f, c, DEPTH);
+	struct iovec wv[3] = {
+	    {f->buf + 8192, 4096}, {f->buf + 65536, 16384}, {f->buf + 4096, 4096}};
+	struct iovec rv[2] = {{f->back + 40960, 12288}, {f->back + 0, 12288}};
+	struct tt_io io[2];
+	struct tt_io_done d[2];
+
+	assert_int_equal(c->piece_bytes, PIECE);
+	t_rng_fill(&f->r, f->buf, FILE_BYTES);
+	t_rng_fill(&f->r, f->back, FILE_BYTES);
+	io[0] = (struct tt_io){
+	    .tag = 1, .off = 131072, .iov = wv, .nr_iov = 3, .len = 24576, .op = TT_IO_WRITE};
+	assert_int_equal(tt_ioq_submit(e, io, 1), 0);
+	assert_int_equal(tt_ioq_reap(e, d, 2, 1), 1);
+	assert_int_equal(d[0].res, 24576);
+	assert_int_equal(f->fed_len[1], 24576);
+	assert_memory_equal(f->fed[1], f->buf + 8192, 4096);
+	assert_memory_equal(f->fed[1] + 4096, f->buf + 65536, 16384);
+	assert_memory_equal(f->fed[1] + 20480, f->buf + 4096, 4096);
+	io[0] = (struct tt_io){
+	    .tag = 2, .off = 131072, .iov = rv, .nr_iov = 2, .len = 24576, .op = TT_IO_READ};
+	/* Straddling the end of the 8 KiB file: 4 KiB in, then end of file. */
+	io[1] = (struct tt_io){
+	    .tag = 3, .off = 4096, .buf = f->back + 65536, .len = 8192, .file = 1, .op = 0};
+	assert_int_equal(pwrite(f->fds[1], f->buf, SMALL_BYTES, 0), SMALL_BYTES);
+	assert_int_equal(tt_ioq_submit(e, io, 2), 0);
+	assert_int_equal(tt_ioq_reap(e, d, 2, 2), 2);
+	assert_int_equal(d[0].res, 24576);
+	assert_int_equal(d[1].res, -EIO);
+	assert_int_equal(f->fed_len[2], 24576);
+	assert_memory_equal(f->fed[2], f->back + 40960, 12288);
+	assert_memory_equal(f->fed[2] + 12288, f->back, 12288);
+	assert_memory_equal(f->fed[2], f->fed[1], 24576);
+	assert_int_equal(f->fed_len[3], 4096);
+	assert_memory_equal(f->fed[3], f->buf + 4096, 4096);
+	tt_ioq_destroy(e);
+}
+
 int
 main(void)
 {
@@ -372,6 +459,8 @@ main(void)
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_engines_write_error_is_reported_in_the_completion,
 	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_sync_pieces_feed_every_byte_once_in_order, setup,
+	                                    teardown),
 	};
 	int rc = t_uring_probe();
 
