@@ -192,14 +192,15 @@ void tt_engine_stats(struct tt_engine *e, struct tt_engine_stats *out);
 /*
  * Layerwise loads launched on the GPU (gpu-uring with GPU KV): each layer's kernel is queued on
  * the engine's GPU stream behind the previous one, followed by a one-thread kernel that stores
- * a signal word, without waiting. Engines that cannot run a batch so say so at open (0), and
- * the caller runs each layer as a batch of its own.
+ * a signal word, without waiting. Where an engine cannot launch a batch, open returns 0 and the
+ * caller runs each layer as a batch of its own (tt_engine_transfer).
  *
- * open: 1 when \p b runs launched (its object lists made in \p mem, which must stay untouched
- * until finish), 0 when it cannot, or a negative errno. layer: launch layer \p l (in order from
- * 0) and its signal; *done_ns receives the GPU time it ran (%globaltimer). idle: 1 once every
- * launched layer is done, 0 while not, or -errno; never blocks. finish: wait for the launched
- * layers and fold their results into the chunks; frees \p l.
+ * open: 1 when \p b runs launched (*out set; its object lists made in \p mem, which must stay
+ * untouched until finish), 0 when it cannot (*out NULL), or a negative errno. layer: launch layer
+ * \p layer (in order from 0) and its signal; *done_ns receives the GPU time it ran
+ * (%globaltimer); on a failure nothing is signalled. idle: 1 once every launched layer is done,
+ * 0 while not, or -errno; never blocks, and may be called without the store's I/O lock. finish:
+ * wait for the launched layers and fold their results into the chunks; frees \p l.
  */
 struct tt_list_mem;
 struct tt_launch;
