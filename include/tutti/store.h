@@ -70,7 +70,12 @@ TUTTI_API const char *tutti_engine_name(uint32_t engine);
  * tools such as inspect and fsck): \p geo may be NULL and opts->ns is ignored.
  */
 #define TUTTI_OPEN_EXISTING 0x2u
-/** Erase (zero) the headers of the slots that recovery drops, so that they are not met again. */
+/**
+ * Erase (zero) the slot headers that recovery finds damaged (they fail their own checksum or
+ * hold no slot magic), so that they are not met again. Nothing else is erased: headers of
+ * another store or configuration, older copies of a key and chunks whose parent is missing are
+ * left as they are.
+ */
 #define TUTTI_OPEN_REPAIR 0x4u
 
 /**
@@ -137,8 +142,9 @@ TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
  * (capacity_bytes 0 with TUTTI_OPEN_EXISTING keeps it).
  *
  * Recovery: the index is rebuilt from the slot headers. Headers that are torn, damaged, of
- * another store or key size, duplicated, or whose parent chunk is missing are dropped and their
- * slots reused; the stats count what was found (recovered_chunks, recovery_*).
+ * another store or key size, or older copies of a key are dropped and their slots reused; a
+ * chunk whose parent is missing is kept, and joins its chain again when the parent is saved
+ * anew. The stats count what was found (recovered_chunks, recovery_*).
  *
  * \param geo   KV geometry; not retained.
  * \param opts  options; not retained (strings and arrays are copied).
@@ -264,7 +270,9 @@ TUTTI_API int64_t tutti_store_load(struct tutti_store *st, const struct tutti_kv
  *
  * \param status  NULL, or one entry per chunk (in request order) receiving 0 (stored),
  *                1 (already stored; nothing written), -ENOENT (its parent is not stored),
- *                -ENOSPC (no slot could be freed), or the I/O error.
+ *                -ENOSPC (no slot could be freed), or the I/O error. A chunk already stored
+ *                whose parent had been removed (damaged, or missing at open) joins its chain
+ *                again when this call stores the parent.
  * \return the number of chunks written, or a negative errno for the whole call (-EINVAL).
  */
 TUTTI_API int64_t tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
@@ -312,9 +320,11 @@ struct tutti_stats {
 	uint64_t staging_bytes;    /**< staging memory owned by the store */
 	uint64_t load_corrupt;     /**< chunks whose objects failed their checksum (dropped) */
 	uint64_t flushes;          /**< device flushes issued (durable mode) */
-	uint64_t recovered_chunks; /**< chunks found by recovery at open */
+	uint64_t recovered_chunks; /**< chunks found by recovery at open (orphans included) */
 	uint64_t recovery_dropped; /**< torn, damaged or foreign slot headers dropped at open */
-	uint64_t recovery_orphans; /**< chunks dropped at open because their parent was missing */
+	/** Chunks found at open whose parent is missing: kept (counted in recovered_chunks), and
+	 *  linked into their chain again when the parent is saved anew. */
+	uint64_t recovery_orphans;
 	uint64_t recovery_duplicates; /**< second copies of a key dropped at open */
 	uint64_t recovery_ns;         /**< time recovery took at open */
 	uint64_t gpu_io_kernel_ns;    /**< engine gpu-uring: GPU time of its I/O kernels */
@@ -352,13 +362,16 @@ struct tutti_fsck_report {
 	uint64_t chunks_checked; /**< stored chunks read back */
 	uint64_t bytes_checked;  /**< object bytes read and checksummed */
 	uint64_t corrupt_chunks; /**< chunks with a checksum mismatch or a read error */
-	uint64_t removed_chunks; /**< damaged chunks removed (TUTTI_FSCK_REPAIR) */
+	uint64_t removed_chunks; /**< chunks that failed their checksum, removed (FSCK_REPAIR) */
 	uint64_t elapsed_ns;     /**< time taken */
 };
 
 /**
  * Read every object of every stored chunk and verify its checksum. With TUTTI_FSCK_REPAIR,
- * damaged chunks are removed and their headers erased; without it nothing is changed.
+ * chunks whose objects fail their checksum are removed and their headers erased (chunks that
+ * could not be read are counted, not removed: a read error may pass); the chunks after a
+ * removed one in its chain are kept, and join it again once it is saved anew. Without it
+ * nothing is changed.
  * Headers found damaged at open are counted in the stats (recovery_dropped); open with
  * TUTTI_OPEN_REPAIR to erase them.
  *

@@ -273,6 +273,28 @@ tt_index_touch_chain(struct tt_index *idx, uint32_t slot)
 	}
 }
 
+int
+tt_index_adopt(struct tt_index *idx, uint32_t slot, uint32_t parent)
+{
+	if (!in_use(idx, slot) || !in_use(idx, parent)) {
+		return -ENOENT;
+	}
+	if (idx->ents[slot].parent != TT_NO_SLOT) {
+		return -EBUSY;
+	}
+	/* Keys come from callers: refuse what would close a cycle (a chain is a tree). */
+	for (uint32_t s = parent; s != TT_NO_SLOT; s = idx->ents[s].parent) {
+		if (s == slot) {
+			return -ELOOP;
+		}
+	}
+	idx->ents[slot].parent = parent;
+	idx->ents[parent].nr_children++;
+	/* The parent must be more recent than its child: touched together, as a use. */
+	tt_index_touch_chain(idx, slot);
+	return 0;
+}
+
 uint32_t
 tt_index_victim(const struct tt_index *idx)
 {

@@ -35,6 +35,14 @@ int tt_index_insert(struct tt_index *idx, const uint8_t *key, uint32_t slot, uin
  * children) or -EBUSY (pinned). */
 int tt_index_remove(struct tt_index *idx, uint32_t slot);
 
+/*
+ * Make the root chunk in \p slot a child of the chunk in \p parent: a chunk whose parent was
+ * removed (damaged, or missing at recovery) is detached as a root, and joins its chain again
+ * once the parent is stored anew. Both become most recently used. Returns 0, -ENOENT (either
+ * not indexed), -EBUSY (\p slot has a parent) or -ELOOP (\p parent descends from \p slot).
+ */
+int tt_index_adopt(struct tt_index *idx, uint32_t slot, uint32_t parent);
+
 /* Mark \p slot and all its ancestors most recently used. */
 void tt_index_touch_chain(struct tt_index *idx, uint32_t slot);
 

@@ -41,7 +41,7 @@ tutti_store_fsck(struct tutti_store *st, uint32_t flags, struct tutti_fsck_repor
 	struct tt_batch t = {.kind = TT_BATCH_VERIFY};
 	bool repair = (flags & TUTTI_FSCK_REPAIR) != 0;
 	uint64_t t0 = tt_now_ns();
-	uint32_t *bad = NULL, nr_bad = 0;
+	uint32_t *bad = NULL, nr_bad = 0, nr_failed = 0;
 	int rc;
 
 	if (st == NULL || out == NULL || out->size != sizeof(*out) ||
@@ -67,11 +67,18 @@ tutti_store_fsck(struct tutti_store *st, uint32_t flags, struct tutti_fsck_repor
 	if (rc == 0) {
 		rc = tt_engine_transfer(st->engine, &t);
 	}
+	/* Damaged: what failed its checksum (proven) or could not be read. Only the first kind
+	 * is removed: a read error may pass, and the chunk is never served while it lasts. */
 	for (uint32_t i = 0; bad != NULL && i < t.nr_chunks; i++) {
-		if (t.chunks[i].status != 0) {
-			bad[nr_bad++] = t.chunks[i].slot;
-			tt_log_warn(&st->log, "fsck: slot %u is damaged: %s", t.chunks[i].slot,
-			            tutti_strerror(t.chunks[i].status));
+		const struct tt_chunk_op *c = &t.chunks[i];
+
+		if (c->status != 0) {
+			nr_failed++;
+			tt_log_warn(&st->log, "fsck: slot %u is damaged: %s", c->slot,
+			            tutti_strerror(c->status));
+		}
+		if (c->status != 0 && c->corrupt) {
+			bad[nr_bad++] = c->slot;
 		}
 	}
 	if (repair && rc == 0 && nr_bad > 0) {
@@ -81,6 +88,8 @@ tutti_store_fsck(struct tutti_store *st, uint32_t flags, struct tutti_fsck_repor
 
 	pthread_mutex_lock(&st->lock);
 	if (repair && rc == 0) {
+		/* Their children stay indexed, as roots: valid content, whole again once the
+		 * removed chunk is saved anew (tt_index_kill). */
 		for (uint32_t i = 0; i < nr_bad; i++) {
 			tt_drop_chunk(st, bad[i]);
 		}
@@ -90,7 +99,7 @@ tutti_store_fsck(struct tutti_store *st, uint32_t flags, struct tutti_fsck_repor
 
 	out->chunks_checked = t.nr_chunks;
 	out->bytes_checked = t.bytes_verified;
-	out->corrupt_chunks = nr_bad;
+	out->corrupt_chunks = nr_failed;
 	out->removed_chunks = repair && rc == 0 ? nr_bad : 0;
 	out->elapsed_ns = tt_now_ns() - t0;
 	tt_free(bad);

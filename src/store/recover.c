@@ -2,16 +2,21 @@
 /*
  * Recovery at open: rebuild the index from the slot headers.
  *
- * Every slot's 4 KiB header is read through the I/O engine, many in flight. A header is taken
- * when it decodes (magic, version, sizes, its own checksum) and belongs to this store (store id,
- * key size, layer and block counts). Then:
+ * Every slot's 4 KiB header is read through the I/O engine, many in flight. A header is taken when
+ * it decodes (magic, version, sizes, its own checksum) and belongs to this store (store id, key
+ * size, layer and block counts). Then:
  *  - several slots with one key (a chunk saved again before the old slot was reused): the most
  *    recent sequence number wins;
  *  - chunks are indexed parents first, found by key, so a child never precedes its parent
  *    whatever the order of their sequence numbers; a chunk whose parent is missing (evicted and
- *    overwritten before the crash) could never be hit and is dropped, as is anything in a
- *    parent cycle, which only damage can produce;
+ *    overwritten before a crash, or removed as damaged) is kept as the root of what follows it:
+ *    its key still names valid content, and once the parent is saved anew the save links it
+ *    back, so the chain is whole again without its tail being recomputed (the same for a
+ *    chain whose keys form a cycle, which only a caller's keys can);
  *  - every slot not indexed is free.
+ * With repair, the headers proven damaged (their bytes fail their own checksum, or hold no slot
+ * magic) are erased. Headers that decode but are not this store's, older copies of a key,
+ * orphans and unreadable headers are never erased: nothing proves them damaged.
  * Object checksums are kept in memory for the load path; objects themselves are not read, so
  * recovery costs one small read per slot, and data damage is caught at load (or by fsck).
  */
@@ -46,9 +51,10 @@ struct recovery {
 	uint32_t *by_key; /* record numbers sorted by key, then newest first */
 	uint32_t *by_seq; /* record numbers sorted by sequence */
 	uint32_t *stack;
-	uint8_t *used;  /* one byte per slot */
-	uint32_t *drop; /* slots whose headers are dropped (erased with repair) */
-	uint32_t nr_drop;
+	uint8_t *used;     /* one byte per slot */
+	uint32_t *slots;   /* the slots read, in the order they are read */
+	uint32_t *damaged; /* slots whose headers are proven damaged */
+	uint32_t nr_damaged;
 	uint64_t max_seq;
 	uint64_t dropped, orphans, duplicates;
 };
@@ -80,11 +86,15 @@ take_header(struct recovery *r, uint32_t slot, const uint8_t *buf)
 		return; /* never committed */
 	}
 	tt_pool_locate(st->pool, slot, &dir, &off);
+	if (rc == -EBADMSG || (rc == -EPROTO && memcmp(buf, TT_SLOT_MAGIC, 8) != 0)) {
+		r->dropped++;
+		r->damaged[r->nr_damaged++] = slot;
+		return;
+	}
 	if (rc < 0 || h.store_uid != tt_pool_store_uid(st->pool, dir) ||
 	    h.key_bytes != st->key_bytes || h.nr_objects != st->geo.g.nr_layers ||
 	    h.nr_blocks == 0 || h.nr_blocks > st->geo.blocks_per_chunk) {
-		r->dropped++;
-		r->drop[r->nr_drop++] = slot;
+		r->dropped++; /* another version's, store's or configuration's: not ours to erase */
 		return;
 	}
 	n = r->nr_recs++;
@@ -97,26 +107,25 @@ take_header(struct recovery *r, uint32_t slot, const uint8_t *buf)
 }
 
 static void
-header_where(void *arg, uint32_t slot, uint16_t *file, uint64_t *off)
+header_where(void *arg, uint32_t i, uint16_t *file, uint64_t *off)
 {
 	const struct recovery *r = arg;
 	uint32_t dir;
 
-	tt_pool_locate(r->st->pool, slot, &dir, off);
+	tt_pool_locate(r->st->pool, r->slots[i], &dir, off);
 	*file = (uint16_t)dir;
 }
 
 static void
-header_got(void *arg, uint32_t slot, const uint8_t *buf, int32_t res)
+header_got(void *arg, uint32_t i, const uint8_t *buf, int32_t res)
 {
 	struct recovery *r = arg;
 
 	if (res < 0) {
-		/* An unreadable header is a slot we cannot trust: drop it. */
+		/* Unreadable now, perhaps not for good: not taken, not erased. */
 		r->dropped++;
-		r->drop[r->nr_drop++] = slot;
 	} else {
-		take_header(r, slot, buf);
+		take_header(r, r->slots[i], buf);
 	}
 }
 
@@ -124,8 +133,13 @@ header_got(void *arg, uint32_t slot, const uint8_t *buf, int32_t res)
 static int
 read_headers(struct recovery *r)
 {
-	return tt_engine_read_records(r->st->engine, tt_pool_nr_slots(r->st->pool),
-	                              TUTTI_SLOT_HEADER_BYTES, header_where, header_got, r);
+	uint32_t nr = tt_pool_nr_slots(r->st->pool);
+
+	for (uint32_t i = 0; i < nr; i++) {
+		r->slots[i] = i;
+	}
+	return tt_engine_read_records(r->st->engine, nr, TUTTI_SLOT_HEADER_BYTES, header_where,
+	                              header_got, r);
 }
 
 /* ---- ordering ---- */
@@ -185,7 +199,6 @@ drop_duplicates(struct recovery *r)
 		if (memcmp(rec_key(r, prev), rec_key(r, cur), r->st->key_bytes) == 0) {
 			r->recs[cur].state = REC_DROPPED;
 			r->duplicates++;
-			r->drop[r->nr_drop++] = r->recs[cur].slot;
 		}
 	}
 }
@@ -215,14 +228,12 @@ index_with_parents(struct recovery *r, uint32_t i)
 				continue;
 			}
 			if (p == UINT32_MAX || r->recs[p].state != REC_INDEXED) {
-				/* Missing, dropped, or a cycle (its parent is on the stack). */
-				c->state = REC_DROPPED;
+				/* Missing, dropped, or a cycle (its parent is on the stack): kept
+				 * as a root, linked back when its parent is saved again. */
 				r->orphans++;
-				r->drop[r->nr_drop++] = c->slot;
-				top--;
-				continue;
+			} else {
+				parent_slot = r->recs[p].slot;
 			}
-			parent_slot = r->recs[p].slot;
 		}
 		if (tt_index_insert(st->idx, rec_key(r, cur), c->slot, parent_slot, c->nr_blocks) ==
 		    0) {
@@ -231,7 +242,6 @@ index_with_parents(struct recovery *r, uint32_t i)
 		} else {
 			c->state = REC_DROPPED;
 			r->dropped++;
-			r->drop[r->nr_drop++] = c->slot;
 		}
 		top--;
 	}
@@ -249,7 +259,7 @@ recovery_free(struct recovery *r)
 	tt_free(r->by_seq);
 	tt_free(r->stack);
 	tt_free(r->used);
-	tt_free(r->drop);
+	tt_free(r->slots);
 }
 
 int
@@ -267,9 +277,12 @@ tt_store_recover(struct tutti_store *st, bool repair)
 	r.by_seq = tt_calloc(nr_slots, sizeof(*r.by_seq));
 	r.stack = tt_calloc((size_t)nr_slots + 1, sizeof(*r.stack));
 	r.used = tt_calloc(nr_slots, 1);
-	r.drop = tt_calloc(nr_slots, sizeof(*r.drop));
+	r.slots = tt_calloc(nr_slots, sizeof(*r.slots));
+	r.damaged = tt_calloc(nr_slots, sizeof(*r.damaged));
 	if (r.recs == NULL || r.keys == NULL || r.parents == NULL || r.by_key == NULL ||
-	    r.by_seq == NULL || r.stack == NULL || r.used == NULL || r.drop == NULL) {
+	    r.by_seq == NULL || r.stack == NULL || r.used == NULL || r.slots == NULL ||
+	    r.damaged == NULL) {
+		tt_free(r.damaged);
 		recovery_free(&r);
 		return -ENOMEM;
 	}
@@ -277,6 +290,7 @@ tt_store_recover(struct tutti_store *st, bool repair)
 	if (rc < 0) {
 		tt_log_err(&st->log, "recovery: reading slot headers failed: %s",
 		           tutti_strerror(rc));
+		tt_free(r.damaged);
 		recovery_free(&r);
 		return rc;
 	}
@@ -291,8 +305,8 @@ tt_store_recover(struct tutti_store *st, bool repair)
 		index_with_parents(&r, r.by_seq[i]);
 	}
 	tt_pool_reset_free(st->pool, r.used);
-	if (repair && r.nr_drop > 0) {
-		tt_erase_headers(st, r.drop, r.nr_drop);
+	if (repair && r.nr_damaged > 0) {
+		tt_erase_headers(st, r.damaged, r.nr_damaged);
 	}
 	st->next_seq = r.max_seq + 1;
 	st->stats.recovered_chunks = tt_index_count(st->idx);
@@ -301,11 +315,13 @@ tt_store_recover(struct tutti_store *st, bool repair)
 	st->stats.recovery_duplicates = r.duplicates;
 	st->stats.recovery_ns = tt_now_ns() - t0;
 	tt_log_info(&st->log,
-	            "recovery: %u chunks in %.3f s; dropped %llu damaged or foreign headers, "
-	            "%llu orphans, %llu duplicates%s",
+	            "recovery: %u chunks in %.3f s; dropped %llu damaged or foreign headers (%u "
+	            "proven damaged%s), %llu duplicates; kept %llu orphans",
 	            tt_index_count(st->idx), (double)st->stats.recovery_ns / 1e9,
-	            (unsigned long long)r.dropped, (unsigned long long)r.orphans,
-	            (unsigned long long)r.duplicates, repair && r.nr_drop ? " (erased)" : "");
+	            (unsigned long long)r.dropped, r.nr_damaged,
+	            repair && r.nr_damaged > 0 ? ", erased" : "", (unsigned long long)r.duplicates,
+	            (unsigned long long)r.orphans);
+	tt_free(r.damaged);
 	recovery_free(&r);
 	return 0;
 }

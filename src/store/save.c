@@ -236,6 +236,26 @@ out:
 	return flushes * tt_pool_nr_dirs(st->pool);
 }
 
+/*
+ * A chunk already stored whose parent was removed (found damaged, or missing at recovery) was
+ * kept as a root: its key still names valid content. Now that its parent is stored again, it
+ * joins the chain, so that lookups and eviction see the chain whole.
+ */
+static void
+relink(struct tutti_store *st, const struct tt_chunk_op *c, uint32_t slot)
+{
+	uint32_t parent;
+
+	if (c->status != 1 || c->key == 0 || slot == TT_NO_SLOT ||
+	    tt_index_parent(st->idx, slot) != TT_NO_SLOT) {
+		return;
+	}
+	parent = tt_index_find(st->idx, tt_req_key(st, c->req, c->key - 1));
+	if (parent != TT_NO_SLOT) {
+		tt_index_adopt(st->idx, slot, parent); /* -ELOOP: caller keys that form a cycle */
+	}
+}
+
 /* Step 6: make written chunks visible, in chain order; free the slots of everything else. */
 static uint64_t
 commit_save(struct tutti_store *st, struct tt_batch *t)
@@ -278,6 +298,7 @@ commit_save(struct tutti_store *st, struct tt_batch *t)
 		case 0:
 		case 1:
 			last = tt_index_find(st->idx, key);
+			relink(st, c, last);
 			break;
 		case -ENOENT:
 			st->stats.save_orphans++;

@@ -2,8 +2,10 @@
 /*
  * Description: damaged payloads under a closed or an open store, for both engines and both the
  * direct and the staged I/O path: a load fails exactly the damaged chunks and forgets them (their
- * headers erased, their children cut off until saved again); fsck finds them without changing
- * anything, and with TUTTI_FSCK_REPAIR removes them for good.
+ * headers erased; their children kept, reachable again once the chunk is saved anew); fsck
+ * finds them without changing anything, and with TUTTI_FSCK_REPAIR removes them for good while
+ * keeping every valid chunk after them, so that saving the removed chunks again makes every
+ * chain whole.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -106,15 +108,20 @@ test_durable_load_fails_damaged_chunks_alone_and_forgets_them(void **state)
 		t_assert_chain(f, st, src, dst, &d);
 		tutti_store_close(st);
 
-		/* E[0]'s header was erased: gone for good, not a damaged header; E[1] is an
-		 * orphan now. C[1] is on disk once. */
+		/* E[0]'s header was erased: gone for good, not a damaged header; E[1] is kept,
+		 * an orphan. C[1] is on disk once. */
 		assert_int_equal(
 		    t_find_key_slots(path, &f->geo, t_key_of(&e, 0), T_CHAIN_KB, dc, 1), 0);
 		assert_int_equal(
 		    t_find_key_slots(path, &f->geo, t_key_of(&c, 1), T_CHAIN_KB, dc, 1), 1);
 		st = t_open_ok(f, &f->geo, dir, 16, NULL);
-		t_assert_recovery(st, 5, 0, 1, 0);
+		t_assert_recovery(st, 6, 0, 1, 0);
 		assert_int_equal(tutti_store_lookup(st, e.keys, 2, NULL), 0);
+		/* E saved again: only E[0] is written, and E is whole. */
+		assert_int_equal(t_save_keys(st, src, &e, 2, status), 1);
+		assert_int_equal(status[0], 0);
+		assert_int_equal(status[1], 1);
+		t_assert_chain(f, st, src, dst, &e);
 		t_assert_chain(f, st, src, dst, &c);
 		t_assert_chain(f, st, src, dst, &d);
 		tutti_store_close(st);
@@ -137,7 +144,7 @@ test_durable_fsck_finds_damaged_chunks_and_repair_removes_them(void **state)
 	uint64_t lbb = tutti_geometry_layer_block_bytes(&f->geo);
 	struct tutti_fsck_report rep = {.size = sizeof(rep)};
 	struct t_chain c[10];
-	uint32_t owner[30], idx[30], bad[3], nr = 0, alive = 0;
+	uint32_t owner[30], idx[30], bad[3], nr = 0, orphans = 0;
 	uint64_t all_bytes = 0, bad_bytes = 0;
 	bool dead[30] = {false};
 	struct tutti_store *st = t_open_ok(f, &f->geo, dir, 32, NULL);
@@ -191,13 +198,13 @@ test_durable_fsck_finds_damaged_chunks_and_repair_removes_them(void **state)
 	assert_int_equal(rep.bytes_checked, all_bytes - bad_bytes);
 	tutti_store_close(st);
 
-	/* After reopen the removed chunks stay removed, and their descendants are orphans. */
+	/* After reopen the removed chunks stay removed; every valid chunk is kept, those whose
+	 * parent was removed as orphans, and lookups stop where a chain has a hole. */
 	st = t_open_ok(f, &f->geo, dir, 32, NULL);
-	for (uint32_t n = 0, chain_dead = 0; n < nr; n++) {
-		chain_dead = idx[n] == 0 ? dead[n] : chain_dead || dead[n];
-		alive += !chain_dead;
+	for (uint32_t n = 0; n < nr; n++) {
+		orphans += idx[n] > 0 && dead[n - 1] && !dead[n];
 	}
-	t_assert_recovery(st, alive, 0, nr - 3 - alive, 0);
+	t_assert_recovery(st, nr - 3, 0, orphans, 0);
 	for (uint32_t n = 0, prefix = 0; n < nr; n++) {
 		const struct t_chain *ch = &c[owner[n]];
 
@@ -213,7 +220,24 @@ test_durable_fsck_finds_damaged_chunks_and_repair_removes_them(void **state)
 	}
 	assert_int_equal(tutti_store_fsck(st, 0, &rep), 0);
 	assert_int_equal(rep.corrupt_chunks, 0);
-	assert_int_equal(rep.chunks_checked, alive);
+	assert_int_equal(rep.chunks_checked, nr - 3);
+	/* Every chain saved again, as a server recomputing the misses does: only the three
+	 * removed chunks are written, and every chain is whole. */
+	for (uint32_t i = 0, n = 0; i < 10; i++) {
+		int32_t status[T_CHAIN_MAX_KEYS];
+		int64_t written = t_save_keys(st, src, &c[i], c[i].nr_keys, status);
+		int64_t want = 0;
+
+		for (uint32_t k = 0; k < c[i].nr_keys; k++, n++) {
+			assert_int_equal(status[k], dead[n] ? 0 : 1);
+			want += dead[n];
+		}
+		assert_int_equal(written, want);
+	}
+	for (uint32_t i = 0; i < 10; i++) {
+		t_assert_chain(f, st, src, dst, &c[i]);
+	}
+	assert_int_equal(t_store_stats(st).used_slots, nr);
 	tutti_store_close(st);
 	t_kv_free(src);
 	t_kv_free(dst);

@@ -79,8 +79,8 @@ print_store(const char *const *dirs, uint32_t nr_dirs, struct tutti_store *st,
 	       (unsigned long long)s->used_slots,
 	       s->capacity_slots ? 100.0 * (double)s->used_slots / (double)s->capacity_slots : 0.0,
 	       gib(s->used_slots * s->slot_bytes));
-	printf("recovery   %llu chunks in %.3f s; dropped %llu damaged or foreign headers, "
-	       "%llu orphans, %llu duplicates\n",
+	printf("recovery   %llu chunks in %.3f s; dropped %llu damaged or foreign headers; "
+	       "%llu chunks whose parent is missing (kept); %llu second copies\n",
 	       (unsigned long long)s->recovered_chunks, (double)s->recovery_ns / 1e9,
 	       (unsigned long long)s->recovery_dropped, (unsigned long long)s->recovery_orphans,
 	       (unsigned long long)s->recovery_duplicates);
@@ -196,21 +196,20 @@ cmd_fsck(int argc, char **argv)
 	printf("damaged    %llu chunks failed their checksums or could not be read; %llu damaged "
 	       "or foreign slot headers\n",
 	       (unsigned long long)rep.corrupt_chunks, (unsigned long long)headers);
-	printf(
-	    "unreachable %llu chunks whose parent is gone and %llu second copies, dropped at open"
-	    "%s\n",
-	    (unsigned long long)s.recovery_orphans, (unsigned long long)s.recovery_duplicates,
-	    repair ? " and erased" : "");
+	printf("orphans    %llu chunks whose parent is missing: kept, found again once the parent "
+	       "is saved anew; %llu second copies of a key, unused\n",
+	       (unsigned long long)s.recovery_orphans, (unsigned long long)s.recovery_duplicates);
 	if (damaged == 0) {
 		printf("result     clean\n");
 		return FSCK_CLEAN;
 	}
 	if (repair) {
-		printf("result     repaired: %llu damaged chunks removed, dropped headers erased\n",
+		printf("result     repaired: %llu damaged chunks removed, the chunks after "
+		       "them kept; damaged headers erased\n",
 		       (unsigned long long)rep.removed_chunks);
 		return FSCK_REPAIRED;
 	}
 	printf("result     damaged; run with --repair to remove the damaged chunks (they are never "
-	       "served either way)\n");
+	       "served either way; the chunks after them are kept)\n");
 	return FSCK_DAMAGED;
 }
