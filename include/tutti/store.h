@@ -72,11 +72,18 @@ TUTTI_API const char *tutti_engine_name(uint32_t engine);
 #define TUTTI_OPEN_EXISTING 0x2u
 /**
  * Erase (zero) the slot headers that recovery finds damaged (they fail their own checksum or
- * hold no slot magic), so that they are not met again. Nothing else is erased: headers of
- * another store or configuration, older copies of a key and chunks whose parent is missing are
- * left as they are.
+ * hold no slot magic), once the open has succeeded, so that they are not met again. Nothing else
+ * is erased: headers of another store or configuration, older copies of a key and chunks whose
+ * parent is missing are left as they are.
  */
 #define TUTTI_OPEN_REPAIR 0x4u
+/**
+ * Open read-only, for tools such as inspect and fsck: the files are opened O_RDONLY under
+ * shared locks (read-only opens may run together, never beside a writer), nothing is written
+ * (not the superblock, not a size, not a header), and it works on a read-only filesystem. Saves
+ * and repairs fail with -EROFS. Not with TUTTI_OPEN_CREATE or TUTTI_OPEN_REPAIR.
+ */
+#define TUTTI_OPEN_READ_ONLY 0x8u
 
 /**
  * When a saved chunk is committed. In both modes objects are written before the slot header
@@ -138,8 +145,14 @@ TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
 /**
  * Open the store held by opts->dirs for geometry \p geo, creating it when TUTTI_OPEN_CREATE is
  * set. Each directory holds one preallocated data file of fixed-size slots, opened with O_DIRECT
- * and locked against a second opener. An existing file is resized to the requested capacity
- * (capacity_bytes 0 with TUTTI_OPEN_EXISTING keeps it).
+ * and locked against a second opener. The directories are one set, fixed when the store is
+ * created: an open must be given all of them (in any order) and no other. An existing store is
+ * resized to the requested capacity, with a warning in the log (capacity_bytes 0 with
+ * TUTTI_OPEN_EXISTING keeps it).
+ *
+ * Nothing is written before the open is known to succeed: the files are read and checked, the
+ * index recovered, and only then are a new store's superblocks, a resize or a repair written. A
+ * failed open leaves the store as it found it.
  *
  * Recovery: the index is rebuilt from the slot headers. Headers that are torn, damaged, of
  * another store or key size, or older copies of a key are dropped and their slots reused; a
@@ -151,10 +164,14 @@ TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
  * \param out   receives the handle; release it with tutti_store_close(). NULL on failure.
  * \return 0, or a negative errno:
  *         -EINVAL bad geometry or options (sizes zero or out of range, capacity below one slot,
- *                 staging below one object, unknown flags);
- *         -ENOENT a directory or store file is missing (or empty) and TUTTI_OPEN_CREATE is
- *                 not set;
- *         -EEXIST the directory holds a store of another geometry, key size or namespace;
+ *                 staging below one object, unknown flags, READ_ONLY with CREATE or REPAIR);
+ *                 a directory given twice; a directory without a store given with those of
+ *                 an existing store (a store's directories are fixed at its creation);
+ *         -ENOENT a directory or store file is missing (or empty, or its creation never
+ *                 finished) and TUTTI_OPEN_CREATE is not set; directories of the store are
+ *                 missing from opts->dirs (the log names them);
+ *         -EEXIST the directory holds a store of another geometry, key size or namespace, or
+ *                 opts->dirs names directories of two stores;
  *         -EPROTO the data file is not a Tutti store, has an unknown format version, or is
  *                 not a regular file;
  *         -EMLINK the data file has other hard links;
@@ -273,7 +290,8 @@ TUTTI_API int64_t tutti_store_load(struct tutti_store *st, const struct tutti_kv
  *                -ENOSPC (no slot could be freed), or the I/O error. A chunk already stored
  *                whose parent had been removed (damaged, or missing at open) joins its chain
  *                again when this call stores the parent.
- * \return the number of chunks written, or a negative errno for the whole call (-EINVAL).
+ * \return the number of chunks written, or a negative errno for the whole call (-EINVAL;
+ *         -EROFS: the store was opened with TUTTI_OPEN_READ_ONLY).
  */
 TUTTI_API int64_t tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
                                    const struct tutti_request *reqs, uint32_t nr_reqs,
@@ -375,7 +393,8 @@ struct tutti_fsck_report {
  * Headers found damaged at open are counted in the stats (recovery_dropped); open with
  * TUTTI_OPEN_REPAIR to erase them.
  *
- * \return 0 or -EINVAL (bad arguments; out->size wrong), -EIO (the I/O engine failed).
+ * \return 0 or -EINVAL (bad arguments; out->size wrong), -EROFS (TUTTI_FSCK_REPAIR on a store
+ *         opened with TUTTI_OPEN_READ_ONLY), -EIO (the I/O engine failed).
  */
 TUTTI_API int tutti_store_fsck(struct tutti_store *st, uint32_t flags,
                                struct tutti_fsck_report *out);

@@ -380,9 +380,12 @@ gds_attach(struct tt_engine *e)
 		char path[64];
 
 		/* cuFile refuses descriptors opened with O_NOFOLLOW, as the pool's are: reopen the
-		 * same file through its /proc link (the inode the pool holds, no path lookup). */
+		 * same file through its /proc link (the inode the pool holds, no path lookup), with
+		 * the pool's access mode (read-only for a store opened so). */
+		int mode = fcntl(e->fds[i], F_GETFL);
+
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", e->fds[i]);
-		gd->fds[i] = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+		gd->fds[i] = mode < 0 ? -1 : open(path, (mode & O_ACCMODE) | O_DIRECT | O_CLOEXEC);
 		if (gd->fds[i] < 0) {
 			int rc = -errno;
 

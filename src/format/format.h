@@ -13,10 +13,16 @@
 
 #define TT_SB_MAGIC "TUTTISB\0"
 /* Version 2 added the store id and slot headers; version 3 keyed object checksums with
- * tt_csum_secret. Other versions are refused (-EPROTO). */
-#define TT_SB_VERSION 3u
+ * tt_csum_secret; version 4 records the store's directory set (set id, count, this directory's
+ * place, an unfinished creation) and each directory's path. Other versions are refused
+ * (-EPROTO). */
+#define TT_SB_VERSION 4u
 #define TT_SB_BYTES 4096u /* the superblock's share of the file */
 #define TT_NS_FP_BYTES 16u
+#define TT_SB_MAX_DIRS 64u /* directories of one store */
+/* sb.flags: the store's creation has not finished (every directory is written first with this
+ * flag, then without it): such a file holds nothing yet and is made anew. */
+#define TT_SB_CREATING 0x1u
 
 /* The superblock at offset 0 of every store data file. */
 struct tt_superblock {
@@ -27,7 +33,12 @@ struct tt_superblock {
 	uint64_t slot_bytes;
 	uint64_t data_off; /* file offset of slot 0 */
 	uint64_t nr_slots;
-	uint64_t store_uid; /* random at creation: slots of an earlier store are never taken */
+	uint64_t store_uid; /* random per directory at creation: slots of an earlier store, or of
+	                     * another directory, are never taken */
+	uint64_t set_uid;   /* random at creation, the same in every directory of the store */
+	uint32_t nr_dirs;   /* directories of the store, 1..TT_SB_MAX_DIRS */
+	uint32_t dir_index; /* this directory's place among them */
+	uint32_t flags;     /* TT_SB_CREATING */
 };
 
 /* Serialise \p sb into \p buf (TT_SB_BYTES bytes, little-endian, checksummed). */
@@ -35,9 +46,29 @@ void tt_sb_encode(const struct tt_superblock *sb, uint8_t *buf);
 
 /*
  * Parse \p len bytes at \p buf. Returns 0, or -EPROTO (bad magic, unknown version) or -EBADMSG
- * (short buffer, bad sizes, checksum mismatch).
+ * (short buffer, bad sizes, a directory count or place out of range, unknown flags, checksum
+ * mismatch).
  */
 int tt_sb_decode(const uint8_t *buf, size_t len, struct tt_superblock *out);
+
+/*
+ * The path table after the superblock: entry i (TT_SB_PATH_BYTES at TT_SB_PATHS_OFF + i x
+ * TT_SB_PATH_BYTES) holds the path directory i of the store was last opened at, so that an open
+ * given only some of a store's directories can name the others. Every directory holds the whole
+ * table. Paths are hints for messages only: nothing is opened through them.
+ */
+#define TT_SB_PATHS_OFF TT_SB_BYTES
+#define TT_SB_PATH_BYTES 4096u
+#define TT_SB_PATH_MAX (TT_SB_PATH_BYTES - 24u) /* longest path kept (longer ones are cut) */
+
+/* Serialise the path of directory \p index of store \p set_uid into \p buf (TT_SB_PATH_BYTES). */
+void tt_sb_path_encode(uint64_t set_uid, uint32_t index, const char *path, uint8_t *buf);
+
+/* Parse the entry at \p buf (\p len bytes) as the path of directory \p index of store
+ * \p set_uid, NUL-terminated into \p out (\p out_len > TT_SB_PATH_MAX). Returns 0, or -EBADMSG
+ * for an entry that is empty, damaged or of another store or directory. */
+int tt_sb_path_decode(const uint8_t *buf, size_t len, uint64_t set_uid, uint32_t index, char *out,
+                      size_t out_len);
 
 /* ---- slot header ---- */
 

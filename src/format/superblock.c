@@ -22,8 +22,21 @@ enum {
 	OFF_DATA_OFF = 72,
 	OFF_NR_SLOTS = 80,
 	OFF_STORE_UID = 88,
-	OFF_CSUM = 96,
-	HDR_BYTES = 104,
+	OFF_SET_UID = 96,
+	OFF_NR_DIRS = 104,
+	OFF_DIR_INDEX = 108,
+	OFF_FLAGS = 112,
+	OFF_RESERVED = 116,
+	OFF_CSUM = 120,
+	HDR_BYTES = 128,
+};
+
+/* Path table entry: length, directory index, set id, the path, then a checksum of all before. */
+enum {
+	PATH_OFF_LEN = 0,
+	PATH_OFF_INDEX = 4,
+	PATH_OFF_SET_UID = 8,
+	PATH_OFF_PATH = 16,
 };
 
 void
@@ -46,6 +59,11 @@ tt_sb_encode(const struct tt_superblock *sb, uint8_t *buf)
 	put64(buf + OFF_DATA_OFF, sb->data_off);
 	put64(buf + OFF_NR_SLOTS, sb->nr_slots);
 	put64(buf + OFF_STORE_UID, sb->store_uid);
+	put64(buf + OFF_SET_UID, sb->set_uid);
+	put32(buf + OFF_NR_DIRS, sb->nr_dirs);
+	put32(buf + OFF_DIR_INDEX, sb->dir_index);
+	put32(buf + OFF_FLAGS, sb->flags);
+	put32(buf + OFF_RESERVED, 0);
 	put64(buf + OFF_CSUM, XXH3_64bits(buf, OFF_CSUM));
 }
 
@@ -89,7 +107,53 @@ tt_sb_decode(const uint8_t *buf, size_t len, struct tt_superblock *out)
 	sb.data_off = get64(buf + OFF_DATA_OFF);
 	sb.nr_slots = get64(buf + OFF_NR_SLOTS);
 	sb.store_uid = get64(buf + OFF_STORE_UID);
+	sb.set_uid = get64(buf + OFF_SET_UID);
+	sb.nr_dirs = get32(buf + OFF_NR_DIRS);
+	sb.dir_index = get32(buf + OFF_DIR_INDEX);
+	sb.flags = get32(buf + OFF_FLAGS);
+	/* Checksummed but impossible: written by no version of this format. */
+	if (sb.nr_dirs == 0 || sb.nr_dirs > TT_SB_MAX_DIRS || sb.dir_index >= sb.nr_dirs ||
+	    (sb.flags & ~TT_SB_CREATING) != 0 || get32(buf + OFF_RESERVED) != 0) {
+		return -EBADMSG;
+	}
 	*out = sb;
+	return 0;
+}
+
+void
+tt_sb_path_encode(uint64_t set_uid, uint32_t index, const char *path, uint8_t *buf)
+{
+	size_t n = strlen(path);
+
+	if (n > TT_SB_PATH_MAX) {
+		n = TT_SB_PATH_MAX;
+	}
+	memset(buf, 0, TT_SB_PATH_BYTES);
+	put32(buf + PATH_OFF_LEN, (uint32_t)n);
+	put32(buf + PATH_OFF_INDEX, index);
+	put64(buf + PATH_OFF_SET_UID, set_uid);
+	memcpy(buf + PATH_OFF_PATH, path, n);
+	put64(buf + PATH_OFF_PATH + n, XXH3_64bits(buf, PATH_OFF_PATH + n));
+}
+
+int
+tt_sb_path_decode(const uint8_t *buf, size_t len, uint64_t set_uid, uint32_t index, char *out,
+                  size_t out_len)
+{
+	uint32_t n;
+
+	if (buf == NULL || out == NULL || out_len <= TT_SB_PATH_MAX || len < PATH_OFF_PATH) {
+		return -EBADMSG;
+	}
+	n = get32(buf + PATH_OFF_LEN);
+	if (n == 0 || n > TT_SB_PATH_MAX || len < PATH_OFF_PATH + (size_t)n + 8 ||
+	    get32(buf + PATH_OFF_INDEX) != index || get64(buf + PATH_OFF_SET_UID) != set_uid ||
+	    get64(buf + PATH_OFF_PATH + n) != XXH3_64bits(buf, PATH_OFF_PATH + n) ||
+	    memchr(buf + PATH_OFF_PATH, '\0', n) != NULL) {
+		return -EBADMSG;
+	}
+	memcpy(out, buf + PATH_OFF_PATH, n);
+	out[n] = '\0';
 	return 0;
 }
 

@@ -3,9 +3,18 @@
  * The file pool: one preallocated data file of fixed-size slots per store directory, opened with
  * O_DIRECT and locked; slot allocation with striping of consecutive chunks across directories.
  *
- * Slot ids are global: directory d holds slots [d * slots_per_dir, (d + 1) * slots_per_dir).
- * Not thread-safe except for the read-only accessors (fd, locate), which may be called while
- * another thread allocates under the store's lock.
+ * A store's directories are one set, fixed when the store is created: every superblock names
+ * the set, its size and the directory's place in it, so an open given part of a store, or parts
+ * of two, is refused before anything is touched.
+ *
+ * An open is two steps: tt_pool_open opens, locks and reads every directory and decides what
+ * the store is (new, or the existing one at which size) without writing anything; once the rest
+ * of the store's open has succeeded, tt_pool_commit writes what that needs. A pool closed
+ * without a commit (a failed open) removes what its open created and changes nothing else.
+ *
+ * Slot ids are global: the d-th directory given holds slots [d * slots_per_dir, (d + 1) *
+ * slots_per_dir). Not thread-safe except for the read-only accessors (fd, locate), which may be
+ * called while another thread allocates under the store's lock.
  */
 #ifndef TT_POOL_H
 #define TT_POOL_H
@@ -27,17 +36,38 @@ struct tt_pool;
 struct tt_pool_conf {
 	const char *const *dirs;
 	uint32_t nr_dirs;
-	bool create;
+	bool create;     /* make missing directories and a new store where none is */
+	bool read_only;  /* open the files read-only under shared locks; never write */
+	bool keep_slots; /* an existing store keeps its size (slots_per_dir is for a new one) */
 	uint64_t slots_per_dir;
-	const struct tt_geo *geo;
+	const struct tt_geo *geo; /* borrowed for the pool's lifetime */
 	uint32_t key_bytes;
 	const uint8_t *ns_fp; /* TT_NS_FP_BYTES */
 	const struct tt_log *log;
 };
 
-/* Open or create the data files. Errors as documented for tutti_store_open(). */
+/*
+ * Open, lock and check the data files; nothing is written (a file or directory this call
+ * creates is empty, and removed again unless the pool is committed). Errors as documented for
+ * tutti_store_open(), and: -ENOENT when directories of the store are missing from the list (the
+ * log names them), -EEXIST when the list mixes two stores, -EINVAL when it names a directory
+ * twice or adds one that holds no store to an existing store.
+ */
 int tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out);
+/* Write what the open decided: a new store's superblocks, sizes and path table; a resize;
+ * files found shorter than their slots extended; the path table where it names other paths.
+ * Nothing for a read-only pool. Returns 0 or -errno, leaving the files as they were found
+ * where it can. */
+int tt_pool_commit(struct tt_pool *pool);
 void tt_pool_close(struct tt_pool *pool);
+
+/* Slots of directory \p dir whose headers are on disk now (recovery reads these): those the
+ * file holds and the store keeps; 0 for a new store. */
+uint32_t tt_pool_disk_slots(const struct tt_pool *pool, uint32_t dir);
+/* The size directory \p dir's data file had when it was opened. */
+uint64_t tt_pool_file_bytes(const struct tt_pool *pool, uint32_t dir);
+/* Whether the pool was opened read-only. */
+bool tt_pool_read_only(const struct tt_pool *pool);
 
 uint32_t tt_pool_nr_dirs(const struct tt_pool *pool);
 uint32_t tt_pool_nr_slots(const struct tt_pool *pool);

@@ -48,6 +48,10 @@ tutti_store_fsck(struct tutti_store *st, uint32_t flags, struct tutti_fsck_repor
 	    (flags & ~TUTTI_FSCK_REPAIR) != 0) {
 		return -EINVAL;
 	}
+	if (repair && st->read_only) {
+		tt_log_err(&st->log, "fsck: a repair writes, and the store was opened read-only");
+		return -EROFS;
+	}
 	t.layer_begin = 0;
 	t.layer_end = st->geo.g.nr_layers;
 

@@ -2,9 +2,9 @@
 /*
  * Recovery at open: rebuild the index from the slot headers.
  *
- * Every slot's 4 KiB header is read through the I/O engine, many in flight. A header is taken when
- * it decodes (magic, version, sizes, its own checksum) and belongs to this store (store id, key
- * size, layer and block counts). Then:
+ * The 4 KiB header of every slot on disk is read through the I/O engine, many in flight. A
+ * header is taken when it decodes (magic, version, sizes, its own checksum) and belongs to this
+ * store (store id, key size, layer and block counts). Then:
  *  - several slots with one key (a chunk saved again before the old slot was reused): the most
  *    recent sequence number wins;
  *  - chunks are indexed parents first, found by key, so a child never precedes its parent
@@ -14,15 +14,17 @@
  *    back, so the chain is whole again without its tail being recomputed (the same for a
  *    chain whose keys form a cycle, which only a caller's keys can);
  *  - every slot not indexed is free.
- * With repair, the headers proven damaged (their bytes fail their own checksum, or hold no slot
- * magic) are erased. Headers that decode but are not this store's, older copies of a key,
- * orphans and unreadable headers are never erased: nothing proves them damaged.
+ * Nothing is written here: the headers proven damaged (their bytes fail their own checksum, or
+ * hold no slot magic) are listed for the caller, which erases them with TUTTI_OPEN_REPAIR once
+ * the open has succeeded. Headers that decode but are not this store's, older copies of a key,
+ * orphans and headers that could not be read are never erased: nothing proves them damaged.
  * Object checksums are kept in memory for the load path; objects themselves are not read, so
  * recovery costs one small read per slot, and data damage is caught at load (or by fsck).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "format/format.h"
 #include "store/store_impl.h"
@@ -52,7 +54,7 @@ struct recovery {
 	uint32_t *by_seq; /* record numbers sorted by sequence */
 	uint32_t *stack;
 	uint8_t *used;     /* one byte per slot */
-	uint32_t *slots;   /* the slots read, in the order they are read */
+	uint32_t *slots;   /* the slots read: those on disk (tt_pool_disk_slots) */
 	uint32_t *damaged; /* slots whose headers are proven damaged */
 	uint32_t nr_damaged;
 	uint64_t max_seq;
@@ -129,17 +131,66 @@ header_got(void *arg, uint32_t i, const uint8_t *buf, int32_t res)
 	}
 }
 
-/* Read every slot header, many in flight, through the engine. */
+/*
+ * The header of a slot that a truncation cut through (at most the last slot on disk of each
+ * directory): what the file still holds, the rest read as zeros, as it will once the file is
+ * extended again. Read apart, since the engine reports a read that meets the end of the file
+ * as an error.
+ */
+static int
+read_cut_header(struct recovery *r, uint32_t slot, uint8_t *buf)
+{
+	uint32_t dir;
+	uint64_t off;
+	ssize_t n;
+
+	tt_pool_locate(r->st->pool, slot, &dir, &off);
+	memset(buf, 0, TUTTI_SLOT_HEADER_BYTES);
+	n = pread(tt_pool_fds(r->st->pool)[dir], buf, TUTTI_SLOT_HEADER_BYTES, (off_t)off);
+	if (n < 0) {
+		return -errno;
+	}
+	take_header(r, slot, buf);
+	return 0;
+}
+
+/* Read the header of every slot on disk, many in flight, through the engine. */
 static int
 read_headers(struct recovery *r)
 {
-	uint32_t nr = tt_pool_nr_slots(r->st->pool);
+	const struct tt_pool *pool = r->st->pool;
+	uint32_t per_dir = tt_pool_nr_slots(pool) / tt_pool_nr_dirs(pool), nr = 0, nr_cut = 0;
+	uint32_t cut[TT_POOL_MAX_DIRS];
+	uint8_t *buf;
+	int rc;
 
-	for (uint32_t i = 0; i < nr; i++) {
-		r->slots[i] = i;
+	for (uint32_t d = 0; d < tt_pool_nr_dirs(pool); d++) {
+		for (uint32_t l = 0; l < tt_pool_disk_slots(pool, d); l++) {
+			uint32_t slot = d * per_dir + l, dir;
+			uint64_t off;
+
+			tt_pool_locate(pool, slot, &dir, &off);
+			if (off + TUTTI_SLOT_HEADER_BYTES > tt_pool_file_bytes(pool, d)) {
+				cut[nr_cut++] = slot;
+			} else {
+				r->slots[nr++] = slot;
+			}
+		}
 	}
-	return tt_engine_read_records(r->st->engine, nr, TUTTI_SLOT_HEADER_BYTES, header_where,
-	                              header_got, r);
+	rc = tt_engine_read_records(r->st->engine, nr, TUTTI_SLOT_HEADER_BYTES, header_where,
+	                            header_got, r);
+	if (rc < 0 || nr_cut == 0) {
+		return rc;
+	}
+	buf = tt_aligned_alloc(TUTTI_SLOT_HEADER_BYTES);
+	if (buf == NULL) {
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; rc == 0 && i < nr_cut; i++) {
+		rc = read_cut_header(r, cut[i], buf);
+	}
+	tt_aligned_free(buf);
+	return rc;
 }
 
 /* ---- ordering ---- */
@@ -263,13 +314,15 @@ recovery_free(struct recovery *r)
 }
 
 int
-tt_store_recover(struct tutti_store *st, bool repair)
+tt_store_recover(struct tutti_store *st, uint32_t **damaged, uint32_t *nr_damaged)
 {
 	uint32_t nr_slots = tt_pool_nr_slots(st->pool);
 	struct recovery r = {.st = st};
 	uint64_t t0 = tt_now_ns();
 	int rc;
 
+	*damaged = NULL;
+	*nr_damaged = 0;
 	r.recs = tt_calloc(nr_slots, sizeof(*r.recs));
 	r.keys = tt_calloc(nr_slots, st->key_bytes);
 	r.parents = tt_calloc(nr_slots, st->key_bytes);
@@ -305,9 +358,6 @@ tt_store_recover(struct tutti_store *st, bool repair)
 		index_with_parents(&r, r.by_seq[i]);
 	}
 	tt_pool_reset_free(st->pool, r.used);
-	if (repair && r.nr_damaged > 0) {
-		tt_erase_headers(st, r.damaged, r.nr_damaged);
-	}
 	st->next_seq = r.max_seq + 1;
 	st->stats.recovered_chunks = tt_index_count(st->idx);
 	st->stats.recovery_dropped = r.dropped;
@@ -316,12 +366,12 @@ tt_store_recover(struct tutti_store *st, bool repair)
 	st->stats.recovery_ns = tt_now_ns() - t0;
 	tt_log_info(&st->log,
 	            "recovery: %u chunks in %.3f s; dropped %llu damaged or foreign headers (%u "
-	            "proven damaged%s), %llu duplicates; kept %llu orphans",
+	            "proven damaged), %llu duplicates; kept %llu orphans",
 	            tt_index_count(st->idx), (double)st->stats.recovery_ns / 1e9,
-	            (unsigned long long)r.dropped, r.nr_damaged,
-	            repair && r.nr_damaged > 0 ? ", erased" : "", (unsigned long long)r.duplicates,
+	            (unsigned long long)r.dropped, r.nr_damaged, (unsigned long long)r.duplicates,
 	            (unsigned long long)r.orphans);
-	tt_free(r.damaged);
+	*damaged = r.damaged;
+	*nr_damaged = r.nr_damaged;
 	recovery_free(&r);
 	return 0;
 }

@@ -334,6 +334,10 @@ tutti_store_save(struct tutti_store *st, const struct tutti_kv *kv,
 	if (st == NULL) {
 		return -EINVAL;
 	}
+	if (st->read_only) {
+		tt_log_err(&st->log, "save: the store was opened read-only");
+		return -EROFS;
+	}
 	rc = tt_plan_chunks(st, kv, reqs, nr_reqs, false, &t.chunks, &t.nr_chunks);
 	if (rc < 0) {
 		return rc;

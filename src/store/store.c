@@ -18,7 +18,8 @@
 #define MAX_QUEUE_DEPTH 4096u
 _Static_assert(TT_POOL_MAX_DIRS <= TT_ENGINE_MAX_FILES, "an engine does I/O on every directory");
 
-#define TT_OPEN_FLAGS (TUTTI_OPEN_CREATE | TUTTI_OPEN_EXISTING | TUTTI_OPEN_REPAIR)
+#define TT_OPEN_FLAGS                                                                              \
+	(TUTTI_OPEN_CREATE | TUTTI_OPEN_EXISTING | TUTTI_OPEN_REPAIR | TUTTI_OPEN_READ_ONLY)
 
 void
 tutti_store_opts_init(struct tutti_store_opts *opts)
@@ -72,6 +73,11 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		tt_log_err(log, "store options: unknown flags 0x%x", o->flags & ~TT_OPEN_FLAGS);
 		return -EINVAL;
 	}
+	if ((o->flags & TUTTI_OPEN_READ_ONLY) != 0 &&
+	    (o->flags & (TUTTI_OPEN_CREATE | TUTTI_OPEN_REPAIR)) != 0) {
+		tt_log_err(log, "store options: a read-only open can neither create nor repair");
+		return -EINVAL;
+	}
 	if (o->durability > TUTTI_DURABILITY_DURABLE) {
 		tt_log_err(log, "store options: unknown durability %u", o->durability);
 		return -EINVAL;
@@ -110,6 +116,7 @@ static void
 take_options(struct tutti_store *st, const struct tutti_store_opts *opts)
 {
 	st->flags = opts->flags;
+	st->read_only = (opts->flags & TUTTI_OPEN_READ_ONLY) != 0;
 	st->durability = opts->durability;
 	st->key_bytes = opts->key_bytes;
 }
@@ -182,6 +189,7 @@ size_slots(struct tutti_store *st, const struct tutti_store_opts *opts, uint64_t
 	return 0;
 }
 
+/* Open, lock and check the directories (pool.h): nothing is written yet. */
 static int
 open_pool(struct tutti_store *st, const struct tutti_store_opts *opts, const uint8_t *ns_fp,
           uint64_t per_dir)
@@ -190,6 +198,9 @@ open_pool(struct tutti_store *st, const struct tutti_store_opts *opts, const uin
 	    .dirs = opts->dirs,
 	    .nr_dirs = opts->nr_dirs,
 	    .create = (opts->flags & TUTTI_OPEN_CREATE) != 0,
+	    .read_only = st->read_only,
+	    /* TUTTI_OPEN_EXISTING without a capacity: the store as it is. */
+	    .keep_slots = (opts->flags & TUTTI_OPEN_EXISTING) != 0 && opts->capacity_bytes == 0,
 	    .slots_per_dir = per_dir,
 	    .geo = &st->geo,
 	    .key_bytes = st->key_bytes,
@@ -198,6 +209,22 @@ open_pool(struct tutti_store *st, const struct tutti_store_opts *opts, const uin
 	};
 
 	return tt_pool_open(&pc, &st->pool);
+}
+
+/* The open has succeeded in everything else: write what the pool decided (a new store, a
+ * resize), then, with TUTTI_OPEN_REPAIR, erase the headers recovery proved damaged. */
+static int
+commit(struct tutti_store *st, const uint32_t *damaged, uint32_t nr_damaged)
+{
+	int rc = tt_pool_commit(st->pool);
+
+	if (rc == 0 && (st->flags & TUTTI_OPEN_REPAIR) != 0 && nr_damaged > 0) {
+		pthread_mutex_lock(&st->io_lock);
+		tt_erase_headers(st, damaged, nr_damaged);
+		pthread_mutex_unlock(&st->io_lock);
+		tt_log_info(&st->log, "repair: erased %u damaged slot headers", nr_damaged);
+	}
+	return rc;
 }
 
 /* The index and the in-memory copy of every slot's object checksums (filled by recovery). */
@@ -256,6 +283,7 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 {
 	uint8_t ns_fp[TT_NS_FP_BYTES];
 	struct tutti_store *st;
+	uint32_t *damaged = NULL, nr_damaged = 0;
 	uint64_t per_dir = 0;
 	int rc;
 
@@ -281,7 +309,6 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 	if (rc == 0) {
 		rc = open_engine(st, opts);
 	}
-	/* Nothing exists on disk before this step. */
 	if (rc == 0) {
 		rc = open_pool(st, opts, ns_fp, per_dir);
 	}
@@ -292,8 +319,13 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 		rc = tt_engine_attach(st->engine, tt_pool_fds(st->pool), tt_pool_nr_dirs(st->pool));
 	}
 	if (rc == 0) {
-		rc = tt_store_recover(st, (opts->flags & TUTTI_OPEN_REPAIR) != 0);
+		rc = tt_store_recover(st, &damaged, &nr_damaged);
 	}
+	/* Nothing was written before this step: a failed open leaves the store as it was. */
+	if (rc == 0) {
+		rc = commit(st, damaged, nr_damaged);
+	}
+	tt_free(damaged);
 	if (rc < 0) {
 		tutti_store_close(st);
 		return rc;

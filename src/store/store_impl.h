@@ -18,6 +18,7 @@
 struct tutti_store {
 	struct tt_log log;
 	uint32_t flags;      /* TUTTI_OPEN_* */
+	bool read_only;      /* TUTTI_OPEN_READ_ONLY: saves and repairs are refused (-EROFS) */
 	uint32_t durability; /* enum tutti_durability */
 	struct tt_geo geo;
 	uint32_t key_bytes;
@@ -64,8 +65,9 @@ void tt_io_lock(struct tutti_store *st);
 /* Copy the I/O counters of the engine into the stats. Caller holds io_lock. */
 void tt_store_note_io(struct tutti_store *st);
 
-/* recover.c */
-int tt_store_recover(struct tutti_store *st, bool repair);
+/* recover.c: rebuild the index from the slot headers on disk, reading only. *damaged receives
+ * the slots whose headers are proven damaged (tt_free), for TUTTI_OPEN_REPAIR to erase. */
+int tt_store_recover(struct tutti_store *st, uint32_t **damaged, uint32_t *nr_damaged);
 
 static inline uint64_t *
 tt_slot_csums(const struct tutti_store *st, uint32_t slot)

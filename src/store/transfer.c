@@ -128,9 +128,15 @@ void
 tt_erase_headers(struct tutti_store *st, const uint32_t *slots, uint32_t nr)
 {
 	uint32_t batch = tt_engine_queue_depth(st->engine);
+	uint8_t *zero;
+	int32_t *res;
+
+	if (st->read_only) {
+		return; /* a read-only store writes nothing; what it found stays as it was */
+	}
 	/* Zeroed by the allocator. */
-	uint8_t *zero = tt_aligned_alloc((size_t)TT_MIN(nr, batch) * TUTTI_SLOT_HEADER_BYTES);
-	int32_t *res = tt_calloc(nr, sizeof(*res));
+	zero = tt_aligned_alloc((size_t)TT_MIN(nr, batch) * TUTTI_SLOT_HEADER_BYTES);
+	res = tt_calloc(nr, sizeof(*res));
 
 	if (zero != NULL && res != NULL) {
 		for (uint32_t first = 0; first < nr; first += batch) {

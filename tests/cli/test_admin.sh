@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Description: the tutti CLI as an operator meets it: inspect and fsck on things that are not a
-# healthy store (a FIFO or an empty file where the data file should be) answer at once with a
-# message that says what is there; profile never writes through a symbolic link and never
-# replaces a good profile with a failed measurement; every numeric option takes a plain decimal
-# number in its range and nothing else.
+# Description: the tutti CLI as an operator meets it: inspect and fsck change nothing (not a
+# byte, not a file's time) and work on a read-only mount (as root, in a private mount
+# namespace); given part of a store's directories they refuse, naming what is missing, and
+# fsck --repair touches none of them; on things that are not a healthy store (a FIFO or an empty
+# file where the data file should be) they answer at once with a message that says what is
+# there; profile never writes through a symbolic link and never replaces a good profile with a
+# failed measurement; every numeric option takes a plain decimal number in its range and
+# nothing else.
 set -euo pipefail
 tutti=$1
 dir=$(mktemp -d "${TMPDIR:-/tmp}/tutti-cli-admin.XXXXXX")
@@ -24,6 +27,52 @@ expect() {
 	[ "$rc" -eq "$code" ] || fail "exit $rc, not $code: $* ($(cat "$dir/err"))"
 	grep -q -- "$pattern" "$dir/err" || fail "no '$pattern' from: $* ($(cat "$dir/err"))"
 }
+
+# A store over two directories, from a small benchmark run.
+store() {
+	"$tutti" bench --model tiny --context 1024 --requests 2 --repeats 1 --no-raw \
+		--no-baseline "$@" --json >/dev/null || fail "bench to make a store: $*"
+}
+state() { # the data files' bytes and times
+	for d in "$@"; do
+		stat -c '%s %Y.%y %Z' "$d/tutti.data"
+		sha256sum <"$d/tutti.data"
+	done
+}
+
+# ---- inspect and fsck change nothing ----
+store --dir "$dir/a" --dir "$dir/b"
+before=$(state "$dir/a" "$dir/b")
+sleep 1.1 # a time written now would differ
+"$tutti" inspect "$dir/a" "$dir/b" | grep -q "^store .*(2 directories)" || fail "inspect"
+"$tutti" inspect --json "$dir/b" "$dir/a" | grep -q '"chunks":' || fail "inspect --json"
+"$tutti" fsck "$dir/a" "$dir/b" | grep -q "^result     clean" || fail "fsck"
+[ "$(state "$dir/a" "$dir/b")" = "$before" ] || fail "inspect or fsck changed the store"
+
+# ---- part of a store: refused, naming what is missing; --repair erases nothing ----
+expect 1 "missing directory 2 (last opened as $(realpath "$dir/b"))" "$tutti" inspect "$dir/a"
+expect 8 "missing directory 1 (last opened as $(realpath "$dir/a"))" "$tutti" fsck "$dir/b"
+expect 8 "missing directory 2" "$tutti" fsck --repair "$dir/a"
+mkdir "$dir/c"
+expect 8 "c/tutti.data: No such file" "$tutti" fsck --repair "$dir/a" "$dir/b" "$dir/c"
+[ "$(state "$dir/a" "$dir/b")" = "$before" ] || fail "a refused fsck --repair changed the store"
+[ ! -e "$dir/c/tutti.data" ] || fail "fsck --repair created a data file"
+
+# ---- a read-only mount ----
+if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+	mkdir "$dir/ro"
+	unshare -m bash -c "
+		set -e
+		mount --make-rprivate /
+		mount -t tmpfs -o size=8g tutti-test '$dir/ro'
+		'$tutti' bench --model tiny --context 1024 --requests 2 --repeats 1 --no-raw \
+			--no-baseline --dir '$dir/ro' --json >/dev/null
+		mount -o remount,ro '$dir/ro'
+		'$tutti' inspect '$dir/ro' >/dev/null
+		'$tutti' fsck '$dir/ro' | grep -q 'result     clean'
+		! '$tutti' fsck --repair '$dir/ro' >/dev/null 2>&1
+	" || fail "inspect and fsck on a read-only mount"
+fi
 
 # ---- what stands where the data file should be ----
 mkdir "$dir/fifo"

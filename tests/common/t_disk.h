@@ -18,10 +18,10 @@
 /* File offset of slot 0. */
 #define T_DATA_OFF (1u << 20)
 /* Superblock: the encoded bytes (checksum included) and the offsets the tests touch. */
-#define T_SB_BYTES 104u
+#define T_SB_BYTES 128u
 #define T_SB_OFF_VERSION 8u
 #define T_SB_OFF_NR_SLOTS 80u
-#define T_SB_OFF_CSUM 96u
+#define T_SB_OFF_CSUM 120u
 /* Slot header fields. */
 #define T_SLOT_MAGIC "TUTTISL\0"
 #define T_SLOT_OFF_STORE_UID 16u

@@ -58,8 +58,21 @@ main(int argc, char **argv)
 	sb.data_off = 1u << 20;
 	sb.nr_slots = 1000;
 	sb.store_uid = 0x0123456789abcdefull;
+	sb.set_uid = 0xfedcba9876543210ull;
+	sb.nr_dirs = 1;
 	tt_sb_encode(&sb, buf);
 	err |= put(sb_dir, "llama", buf, TT_SB_BYTES);
+	/* Directory 3 of 4, being created. */
+	sb.nr_dirs = 4;
+	sb.dir_index = 3;
+	sb.flags = TT_SB_CREATING;
+	tt_sb_encode(&sb, buf);
+	err |= put(sb_dir, "creating", buf, TT_SB_BYTES);
+	/* Path table entries (the same target decodes them). */
+	tt_sb_path_encode(sb.set_uid, 3, "/mnt/nvme3/tutti", buf);
+	err |= put(sb_dir, "path", buf, TT_SB_PATH_BYTES);
+	tt_sb_path_encode(sb.set_uid, 0, "/", buf);
+	err |= put(sb_dir, "path-root", buf, TT_SB_PATH_BYTES);
 	for (size_t i = 0; i < sizeof(layers) / sizeof(layers[0]); i++) {
 		char name[32];
 

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -185,6 +186,8 @@ spawn_owner(struct fixture *f, const char *dir, uint32_t engine, int *rd)
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
+		/* Gone with the test, whatever ends it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		struct tutti_store *st = NULL;
 		int rc;
 
@@ -298,6 +301,8 @@ spawn_creator(struct fixture *f, const char *dir, uint32_t engine, uint32_t id, 
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
+		/* Gone with the test, whatever ends it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		struct tutti_store *st = NULL;
 		struct pollfd pfd = {.fd = go, .events = POLLIN};
 		int rc;
@@ -371,6 +376,8 @@ spawn_racer(struct fixture *f, pthread_barrier_t *start, uint32_t rounds, uint32
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
+		/* Gone with the test, whatever ends it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		close(p[0]);
 		for (uint32_t round = 0; round < rounds; round++) {
 			struct tutti_store *st = NULL;

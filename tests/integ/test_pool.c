@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Description: src/pool/pool.c on real files: creating preallocated data files with their
- * superblock, reopening (same geometry, resized capacity), refusing another geometry, key size
- * or namespace, damaged superblocks, locking, slot allocation with striping across directories,
- * fallback and exhaustion, and slot offsets.
+ * superblock at commit (an open that is not committed leaves nothing), reopening (same
+ * geometry, resized capacity), refusing another geometry, key size or namespace, damaged
+ * superblocks, locking, slot allocation with striping across directories, fallback and
+ * exhaustion, and slot offsets.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -81,6 +82,7 @@ teardown(void **state)
 	return 0;
 }
 
+/* Open and commit, as a store's open does once everything else succeeded. */
 static struct tt_pool *
 open_ok(const struct tt_pool_conf *conf)
 {
@@ -88,6 +90,7 @@ open_ok(const struct tt_pool_conf *conf)
 
 	assert_int_equal(tt_pool_open(conf, &p), 0);
 	assert_non_null(p);
+	assert_int_equal(tt_pool_commit(p), 0);
 	return p;
 }
 
@@ -341,6 +344,36 @@ test_pool_invalid_conf_is_einval(void **state)
 	assert_false(t_path_exists(f->dirs[0]));
 }
 
+static void
+test_pool_an_open_not_committed_leaves_nothing_behind(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_pool *p = NULL;
+	struct tt_superblock sb;
+
+	/* A new store: the directories and files the open made go again. */
+	assert_int_equal(tt_pool_open(&f->conf, &p), 0);
+	for (uint32_t d = 0; d < NR_DIRS; d++) {
+		assert_int_equal(file_size(f, d), 0); /* nothing written before the commit */
+	}
+	tt_pool_close(p);
+	for (uint32_t d = 0; d < NR_DIRS; d++) {
+		assert_false(t_path_exists(f->dirs[d]));
+	}
+	/* An existing store asked to resize: not before the commit. */
+	tt_pool_close(open_ok(&f->conf));
+	f->conf.slots_per_dir = SLOTS + 5;
+	assert_int_equal(tt_pool_open(&f->conf, &p), 0);
+	assert_int_equal(tt_pool_nr_slots(p), NR_DIRS * (SLOTS + 5));
+	assert_int_equal(tt_pool_disk_slots(p, 0), SLOTS); /* what recovery reads */
+	tt_pool_close(p);
+	for (uint32_t d = 0; d < NR_DIRS; d++) {
+		assert_int_equal(file_size(f, d), TT_POOL_DATA_OFF + SLOTS * f->geo.slot_bytes);
+		assert_int_equal(read_sb(f, d, &sb), 0);
+		assert_int_equal(sb.nr_slots, SLOTS);
+	}
+}
+
 /* ---- slots ---- */
 
 static uint32_t
@@ -457,6 +490,8 @@ main(void)
 	        test_pool_create_makes_preallocated_files_with_superblocks, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pool_reopen_with_same_geometry_succeeds, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_pool_an_open_not_committed_leaves_nothing_behind,
+	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pool_reopen_resizes_to_the_requested_capacity,
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pool_reopen_with_other_identity_is_eexist, setup,

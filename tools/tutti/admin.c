@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tutti inspect and tutti fsck: open an existing store with the geometry it was created with,
- * report what recovery found, and (fsck) read every object back against its checksum.
+ * report what recovery found, and (fsck) read every object back against its checksum. Both open
+ * the store read-only (they work on a read-only filesystem and change nothing, not even a
+ * file's time), except fsck --repair, the one that writes.
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -36,14 +38,15 @@ open_existing(const char *const *dirs, uint32_t nr_dirs, bool repair, struct tut
 	int rc;
 
 	tutti_store_opts_init(&o);
-	o.flags = TUTTI_OPEN_EXISTING | (repair ? TUTTI_OPEN_REPAIR : 0);
+	o.flags = TUTTI_OPEN_EXISTING | (repair ? TUTTI_OPEN_REPAIR : TUTTI_OPEN_READ_ONLY);
 	o.dirs = dirs;
 	o.nr_dirs = nr_dirs;
 	o.log_fn = log_line;
 	rc = tutti_store_open(NULL, &o, st);
 	if (rc < 0) {
-		fprintf(stderr, "tutti: cannot open the store in %s: %s\n", dirs[0],
-		        tutti_strerror(rc));
+		/* The library's log lines above say why; this one says what failed. */
+		fprintf(stderr, "tutti: cannot open the store in %s%s: %s\n", dirs[0],
+		        nr_dirs > 1 ? " and the other directories given" : "", tutti_strerror(rc));
 	}
 	return rc;
 }

@@ -2,7 +2,9 @@
 /*
  * Description: src/format/superblock.c: encode/decode round trip, the fixed little-endian
  * field offsets, -EPROTO for a bad magic or version, -EBADMSG for any flipped header byte,
- * a short buffer or a wrong header size, and the namespace fingerprint.
+ * a short buffer, a wrong header size or an impossible directory set, the path table's entries
+ * (round trip, and refused when damaged or of another store or directory), and the namespace
+ * fingerprint.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -25,8 +27,13 @@
 #define OFF_DATA_OFF 72
 #define OFF_NR_SLOTS 80
 #define OFF_STORE_UID 88
-#define OFF_CSUM 96
-#define HDR_BYTES 104
+#define OFF_SET_UID 96
+#define OFF_NR_DIRS 104
+#define OFF_DIR_INDEX 108
+#define OFF_FLAGS 112
+#define OFF_RESERVED 116
+#define OFF_CSUM 120
+#define HDR_BYTES 128
 
 static uint8_t buf[TT_SB_BYTES];
 
@@ -48,6 +55,10 @@ sample(void)
 	sb.data_off = 1u << 20;
 	sb.nr_slots = 0x1122334455ull;
 	sb.store_uid = 0xfeedfacecafebeefull;
+	sb.set_uid = 0x0badc0ffee0ddf00ull;
+	sb.nr_dirs = 7;
+	sb.dir_index = 5;
+	sb.flags = TT_SB_CREATING;
 	return sb;
 }
 
@@ -105,6 +116,10 @@ test_sb_round_trip_preserves_every_field(void **state)
 	assert_int_equal(out.data_off, in.data_off);
 	assert_int_equal(out.nr_slots, in.nr_slots);
 	assert_int_equal(out.store_uid, in.store_uid);
+	assert_int_equal(out.set_uid, in.set_uid);
+	assert_int_equal(out.nr_dirs, 7);
+	assert_int_equal(out.dir_index, 5);
+	assert_int_equal(out.flags, TT_SB_CREATING);
 	/* The rest of the 4 KiB is zero, not stale buffer bytes. */
 	for (size_t i = HDR_BYTES; i < sizeof(buf); i++) {
 		assert_int_equal(buf[i], 0);
@@ -134,6 +149,11 @@ test_sb_fields_sit_at_fixed_little_endian_offsets(void **state)
 	assert_int_equal(le64(buf + OFF_DATA_OFF), 1u << 20);
 	assert_int_equal(le64(buf + OFF_NR_SLOTS), 0x1122334455ull);
 	assert_int_equal(le64(buf + OFF_STORE_UID), 0xfeedfacecafebeefull);
+	assert_int_equal(le64(buf + OFF_SET_UID), 0x0badc0ffee0ddf00ull);
+	assert_int_equal(le32(buf + OFF_NR_DIRS), 7);
+	assert_int_equal(le32(buf + OFF_DIR_INDEX), 5);
+	assert_int_equal(le32(buf + OFF_FLAGS), TT_SB_CREATING);
+	assert_int_equal(le32(buf + OFF_RESERVED), 0);
 	assert_int_equal(le64(buf + OFF_CSUM), XXH3_64bits(buf, OFF_CSUM));
 }
 
@@ -223,6 +243,73 @@ test_sb_decode_leaves_out_untouched_on_error(void **state)
 }
 
 static void
+test_sb_impossible_directory_set_is_ebadmsg(void **state)
+{
+	static const struct {
+		uint32_t off, value;
+	} bad[] = {
+	    {OFF_NR_DIRS, 0},   {OFF_NR_DIRS, TT_SB_MAX_DIRS + 1},
+	    {OFF_DIR_INDEX, 7}, {OFF_DIR_INDEX, 1000},
+	    {OFF_FLAGS, 2},     {OFF_FLAGS, UINT32_MAX},
+	    {OFF_RESERVED, 1},
+	};
+	struct tt_superblock in = sample(), out;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		tt_sb_encode(&in, buf);
+		put32(buf + bad[i].off, bad[i].value);
+		reseal(buf); /* checksummed, yet written by no version of this format */
+		assert_int_equal(tt_sb_decode(buf, sizeof(buf), &out), -EBADMSG);
+	}
+	in.nr_dirs = TT_SB_MAX_DIRS;
+	in.dir_index = TT_SB_MAX_DIRS - 1;
+	in.flags = 0;
+	tt_sb_encode(&in, buf);
+	assert_int_equal(tt_sb_decode(buf, sizeof(buf), &out), 0);
+}
+
+static uint8_t path_buf[TT_SB_PATH_BYTES];
+
+static void
+test_path_entry_round_trips_and_is_tied_to_its_store_and_place(void **state)
+{
+	char out[TT_SB_PATH_MAX + 1], long_path[TT_SB_PATH_MAX + 100];
+
+	tt_sb_path_encode(0x1234, 3, "/mnt/nvme3/tutti", path_buf);
+	assert_int_equal(tt_sb_path_decode(path_buf, sizeof(path_buf), 0x1234, 3, out, sizeof(out)),
+	                 0);
+	assert_string_equal(out, "/mnt/nvme3/tutti");
+	/* Another store's entry, or another directory's, names nothing here. */
+	assert_int_equal(tt_sb_path_decode(path_buf, sizeof(path_buf), 0x1235, 3, out, sizeof(out)),
+	                 -EBADMSG);
+	assert_int_equal(tt_sb_path_decode(path_buf, sizeof(path_buf), 0x1234, 2, out, sizeof(out)),
+	                 -EBADMSG);
+	/* Every byte it covers is checked. */
+	for (size_t i = 0; i < 16 + strlen("/mnt/nvme3/tutti") + 8; i++) {
+		tt_sb_path_encode(0x1234, 3, "/mnt/nvme3/tutti", path_buf);
+		path_buf[i] ^= 0x10;
+		assert_int_equal(
+		    tt_sb_path_decode(path_buf, sizeof(path_buf), 0x1234, 3, out, sizeof(out)),
+		    -EBADMSG);
+	}
+	/* Never written (zeros), short buffers, a small output. */
+	memset(path_buf, 0, sizeof(path_buf));
+	assert_int_equal(tt_sb_path_decode(path_buf, sizeof(path_buf), 0, 0, out, sizeof(out)),
+	                 -EBADMSG);
+	tt_sb_path_encode(0x1234, 3, "/a", path_buf);
+	assert_int_equal(tt_sb_path_decode(path_buf, 25, 0x1234, 3, out, sizeof(out)), -EBADMSG);
+	assert_int_equal(tt_sb_path_decode(path_buf, 26, 0x1234, 3, out, sizeof(out)), 0);
+	assert_int_equal(tt_sb_path_decode(path_buf, sizeof(path_buf), 0x1234, 3, out, 16),
+	                 -EBADMSG);
+	/* A path longer than an entry holds is cut, not overrun. */
+	memset(long_path, 'x', sizeof(long_path) - 1);
+	long_path[sizeof(long_path) - 1] = '\0';
+	tt_sb_path_encode(1, 0, long_path, path_buf);
+	assert_int_equal(tt_sb_path_decode(path_buf, sizeof(path_buf), 1, 0, out, sizeof(out)), 0);
+	assert_int_equal(strlen(out), TT_SB_PATH_MAX);
+}
+
+static void
 test_ns_fingerprint_distinguishes_namespaces(void **state)
 {
 	uint8_t a[TT_NS_FP_BYTES], b[TT_NS_FP_BYTES], c[TT_NS_FP_BYTES], e[TT_NS_FP_BYTES];
@@ -250,6 +337,8 @@ main(void)
 	    cmocka_unit_test(test_sb_wrong_header_size_is_ebadmsg),
 	    cmocka_unit_test(test_sb_short_buffer_is_ebadmsg),
 	    cmocka_unit_test(test_sb_decode_leaves_out_untouched_on_error),
+	    cmocka_unit_test(test_sb_impossible_directory_set_is_ebadmsg),
+	    cmocka_unit_test(test_path_entry_round_trips_and_is_tied_to_its_store_and_place),
 	    cmocka_unit_test(test_ns_fingerprint_distinguishes_namespaces),
 	};
 
