@@ -161,6 +161,21 @@ tt_gpu_close(struct tt_gpu *g)
 			cudaEventDestroy(g->mark[i]);
 		}
 	}
+	if (g->copy_stream != NULL) {
+		cudaStreamSynchronize(g->copy_stream);
+		cudaStreamDestroy(g->copy_stream);
+	}
+	for (unsigned i = 0; i < TT_GPU_BUFS; i++) {
+		if (g->buf_copied[i] != NULL) {
+			cudaEventDestroy(g->buf_copied[i]);
+		}
+		if (g->buf_used[i] != NULL) {
+			cudaEventDestroy(g->buf_used[i]);
+		}
+	}
+	if (g->copy_idle != NULL) {
+		cudaEventDestroy(g->copy_idle);
+	}
 	for (int h = 0; h < 2; h++) {
 		cudaFreeHost(g->h_obj[h]);
 		cudaFreeHost(g->h_ids[h]);
@@ -270,14 +285,126 @@ tt_gpu_launches(const struct tt_gpu *g)
 extern "C" int
 tt_gpu_sync(struct tt_gpu *g)
 {
+	int rc = 0;
+
 	if (g == NULL) {
 		return -EINVAL;
 	}
+	/* The copy stream's work first joins the kernel stream. */
+	if (g->copy_stream != NULL) {
+		rc = check(g, cudaEventRecord(g->copy_idle, g->copy_stream), "cudaEventRecord");
+		if (rc == 0) {
+			rc = check(g, cudaStreamWaitEvent(g->stream, g->copy_idle, 0),
+			           "cudaStreamWaitEvent");
+		}
+	}
 	/* A blocking-sync event: the caller sleeps instead of spinning a core for the whole
 	 * transfer (cudaStreamSynchronize spins under the default scheduling). */
-	int rc = check(g, cudaEventRecord(g->done, g->stream), "cudaEventRecord");
-
+	if (rc == 0) {
+		rc = check(g, cudaEventRecord(g->done, g->stream), "cudaEventRecord");
+	}
 	return rc < 0 ? rc : check(g, cudaEventSynchronize(g->done), "kernel");
+}
+
+/* ---- waves: copies beside the kernels ---- */
+
+/* The copy stream (at the kernel stream's priority) and the buffers' events, on first use. */
+static int
+bufs_ready(struct tt_gpu *g)
+{
+	int prio = 0, rc;
+
+	if (g->copy_stream != NULL) {
+		return check(g, cudaSetDevice(g->device), "cudaSetDevice");
+	}
+	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
+	if (rc == 0) {
+		rc = check(g, cudaStreamGetPriority(g->stream, &prio), "cudaStreamGetPriority");
+	}
+	for (unsigned i = 0; rc == 0 && i < TT_GPU_BUFS; i++) {
+		rc = check(g,
+		           cudaEventCreateWithFlags(&g->buf_copied[i],
+		                                    cudaEventBlockingSync | cudaEventDisableTiming),
+		           "cudaEventCreate");
+		if (rc == 0) {
+			rc = check(
+			    g, cudaEventCreateWithFlags(&g->buf_used[i], cudaEventDisableTiming),
+			    "cudaEventCreate");
+		}
+	}
+	if (rc == 0) {
+		rc = check(g, cudaEventCreateWithFlags(&g->copy_idle, cudaEventDisableTiming),
+		           "cudaEventCreate");
+	}
+	/* The stream last: its existence says the rest is there. */
+	if (rc == 0) {
+		rc = check(
+		    g, cudaStreamCreateWithPriority(&g->copy_stream, cudaStreamNonBlocking, prio),
+		    "cudaStreamCreate");
+	}
+	return rc;
+}
+
+extern "C" int
+tt_gpu_buf_copy(struct tt_gpu *g, unsigned buf, void *dst, const void *src, size_t bytes)
+{
+	int rc;
+
+	if (g == NULL || buf >= TT_GPU_BUFS || dst == NULL || src == NULL) {
+		return -EINVAL;
+	}
+	rc = bufs_ready(g);
+	/* An event never recorded is passed at once: the first copy into a buffer waits for
+	 * nothing. */
+	if (rc == 0) {
+		rc = check(g, cudaStreamWaitEvent(g->copy_stream, g->buf_used[buf], 0),
+		           "cudaStreamWaitEvent");
+	}
+	if (rc == 0) {
+		rc = check(g, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, g->copy_stream),
+		           "cudaMemcpyAsync");
+	}
+	if (rc == 0) {
+		rc = check(g, cudaEventRecord(g->buf_copied[buf], g->copy_stream),
+		           "cudaEventRecord");
+	}
+	return rc;
+}
+
+extern "C" int
+tt_gpu_buf_objs(struct tt_gpu *g, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
+                struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
+                uint64_t slot_bytes, bool write)
+{
+	int rc;
+
+	if (g == NULL || buf >= TT_GPU_BUFS) {
+		return -EINVAL;
+	}
+	rc = bufs_ready(g);
+	if (rc == 0) {
+		rc = check(g, cudaStreamWaitEvent(g->stream, g->buf_copied[buf], 0),
+		           "cudaStreamWaitEvent");
+	}
+	if (rc == 0) {
+		rc = tt_gpu_objs(g, kv, layer, objs, nr, ids, mem, slot_bytes, write);
+	}
+	if (rc == 0) {
+		rc = check(g, cudaEventRecord(g->buf_used[buf], g->stream), "cudaEventRecord");
+	}
+	return rc;
+}
+
+extern "C" int
+tt_gpu_buf_wait(struct tt_gpu *g, unsigned buf)
+{
+	if (g == NULL || buf >= TT_GPU_BUFS) {
+		return -EINVAL;
+	}
+	if (g->copy_stream == NULL) {
+		return 0; /* nothing was ever copied */
+	}
+	return check(g, cudaEventSynchronize(g->buf_copied[buf]), "copy");
 }
 
 extern "C" int

@@ -18,6 +18,13 @@ struct tt_gpu {
 	cudaStream_t stream;
 	cudaEvent_t done;    /* blocking-sync: tt_gpu_sync sleeps on it */
 	cudaEvent_t mark[2]; /* blocking-sync markers (tt_gpu_mark) */
+	/* Waves (tt_gpu_buf_*), made on first use: the copy stream, per buffer the end of its
+	 * latest copy (blocking-sync: the host waits on it) and of its latest kernels, and the copy
+	 * stream's end for tt_gpu_sync. */
+	cudaStream_t copy_stream;
+	cudaEvent_t buf_copied[TT_GPU_BUFS];
+	cudaEvent_t buf_used[TT_GPU_BUFS];
+	cudaEvent_t copy_idle;
 	/* descriptors: two pinned host halves (written while the other may still be copied) and
 	 * one device copy read by the kernel */
 	unsigned long long *h_obj[2];

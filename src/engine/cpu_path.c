@@ -204,8 +204,12 @@ struct tt_slot_hash {
 static void
 slot_hash_piece(void *arg, uint64_t tag, const struct iovec *iov, uint32_t nr)
 {
-	struct tt_slot_hash *h = &((struct tt_engine *)arg)->slot_hashes[tag];
+	struct tt_slot_hash *h;
 
+	if ((tag & TT_TAG_OBJECT) != 0) {
+		return; /* an object list's I/O: checked where the KV lives */
+	}
+	h = &((struct tt_engine *)arg)->slot_hashes[tag];
 	for (uint32_t i = 0; h->on && i < nr && h->left > 0; i++) {
 		size_t len = iov[i].iov_len < h->left ? iov[i].iov_len : h->left;
 
@@ -666,7 +670,8 @@ lane_main(void *arg)
 
 	pthread_mutex_lock(&L->lock);
 	for (;;) {
-		struct tt_xfer *x;
+		tt_lane_fn fn;
+		void *work;
 
 		while (!L->stop && L->gen == ln->seen) {
 			pthread_cond_wait(&L->start, &L->lock);
@@ -675,9 +680,10 @@ lane_main(void *arg)
 			break;
 		}
 		ln->seen = L->gen;
-		x = L->x;
+		fn = L->fn;
+		work = L->arg;
 		pthread_mutex_unlock(&L->lock);
-		ln->rc = lane_run(ln, x);
+		ln->rc = fn(ln, work);
 		pthread_mutex_lock(&L->lock);
 		if (--L->busy == 0) {
 			pthread_cond_signal(&L->done);
@@ -834,10 +840,8 @@ lanes_create(struct tt_engine *e, uint32_t nr)
 	return rc;
 }
 
-/* The lanes, made on first use; false (one lane) where there is one CPU or one slot, or where
- * they cannot be made (the log says why). */
-static bool
-lanes_ready(struct tt_engine *e)
+bool
+tt_lanes_ready(struct tt_engine *e)
 {
 	uint32_t nr;
 	int rc;
@@ -862,38 +866,65 @@ lanes_ready(struct tt_engine *e)
 	return true;
 }
 
-static int
-run_lanes(struct tt_engine *e, struct tt_xfer *x)
+void
+tt_lanes_start(struct tt_engine *e, tt_lane_fn fn, void *arg)
 {
 	struct tt_lanes *L = e->lanes;
-	int rc;
 
-	x->lock = &L->lock;
-	if (e->page_cache) {
-		/* One object per I/O: the lane that copied it hashes it while it is in its cache.
-		 */
-		x->direct_layers = TT_MIN(x->direct_layers, 1u);
-		x->staged_layers = 1;
-	}
 	pthread_mutex_lock(&L->lock);
-	L->x = x;
+	L->fn = fn;
+	L->arg = arg;
 	L->gen++;
 	L->busy = L->nr - 1;
 	pthread_cond_broadcast(&L->start);
 	pthread_mutex_unlock(&L->lock);
-	rc = lane_run(&L->lane[0], x);
+}
+
+int
+tt_lanes_join(struct tt_engine *e)
+{
+	struct tt_lanes *L = e->lanes;
+	int rc = 0;
+
 	pthread_mutex_lock(&L->lock);
 	while (L->busy > 0) {
 		pthread_cond_wait(&L->done, &L->lock);
 	}
-	L->x = NULL;
+	L->fn = NULL;
+	L->arg = NULL;
 	pthread_mutex_unlock(&L->lock);
-	for (uint32_t i = 0; i < L->nr; i++) {
-		x->b->bytes_verified += L->lane[i].verified;
+	for (uint32_t i = 1; i < L->nr; i++) {
 		rc = rc < 0 ? rc : L->lane[i].rc;
 	}
-	x->lock = NULL;
 	return rc;
+}
+
+static int
+lane_units(struct tt_lane *ln, void *arg)
+{
+	return lane_run(ln, arg);
+}
+
+static int
+run_lanes(struct tt_engine *e, struct tt_xfer *x)
+{
+	struct tt_lanes *L = e->lanes;
+	int rc, rc_lanes;
+
+	x->lock = &L->lock;
+	if (e->page_cache) {
+		/* One object per I/O: the lane that copied it hashes it in its cache. */
+		x->direct_layers = TT_MIN(x->direct_layers, 1u);
+		x->staged_layers = 1;
+	}
+	tt_lanes_start(e, lane_units, x);
+	rc = lane_run(&L->lane[0], x);
+	rc_lanes = tt_lanes_join(e);
+	for (uint32_t i = 0; i < L->nr; i++) {
+		x->b->bytes_verified += L->lane[i].verified;
+	}
+	x->lock = NULL;
+	return rc < 0 ? rc : rc_lanes;
 }
 
 /*
@@ -913,8 +944,16 @@ tt_cpu_transfer(struct tt_engine *e, struct tt_batch *b)
 	}
 	choose_direct(&x);
 	x.next_layer = b->layer_begin;
-	if (x.mover == &tt_mover_cpu && lanes_ready(e)) {
+	if (x.mover == &tt_mover_cpu && !e->host_waves && tt_lanes_ready(e)) {
 		return run_lanes(e, &x);
+	}
+	/* KV elsewhere (a GPU's) in waves through the object mover, its I/O over the lanes. */
+	if ((x.mover == &tt_mover_cuda || e->host_waves) &&
+	    e->geo->layer_block_bytes > TT_XXH3_MIDSIZE_MAX && tt_lanes_ready(e)) {
+		if (x.mover == &tt_mover_cuda) {
+			return tt_waves_transfer(e, &x, &tt_objmover_cuda, x.mover_ctx);
+		}
+		return tt_waves_transfer(e, &x, &tt_objmover_twin, NULL);
 	}
 	e->solo = (struct tt_lane){
 	    .e = e,

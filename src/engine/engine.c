@@ -144,6 +144,11 @@ tt_engine_fini(struct tt_engine *e)
 	tt_lanes_destroy(e);
 	tt_ioq_destroy(e->ioq);
 	tt_list_mem_free(&e->lists);
+	tt_list_mem_free(&e->twin_lists);
+	if (e->stage != NULL) {
+		e->stage_ops->stage_free(e->stage_ctx, e->stage);
+	}
+	tt_objmover_twin_close(e->twin);
 	tt_gpu_close(e->gpu);
 	if (e->staging_mapped) {
 		tt_gpu_host_unregister(e->staging);

@@ -217,12 +217,14 @@ void tt_engine_quiesce(struct tt_engine *e);
 /* Pinned, mapped host memory for object lists, grown on demand; pinned so that launches and
  * result copies stay asynchronous. Freeing pinned memory synchronises the device, which a
  * compute stream waiting on a launched load would deadlock: outgrown buffers are kept until
- * tt_list_mem_free. One owner at a time. Zero-initialised is empty. */
+ * tt_list_mem_free. One owner at a time. Zero-initialised is empty; plain set before first use
+ * makes it ordinary memory (lists read by the CPU twin of a GPU path). */
 struct tt_list_mem {
 	void *cur;
 	size_t bytes;
 	void *old[16];
 	uint32_t nr_old;
+	bool plain;
 };
 void tt_list_mem_free(struct tt_list_mem *m);
 

@@ -179,16 +179,21 @@ struct tt_lane {
 	bool pieces; /* its queue hashes one-object units by pieces (e->slot_hashes) */
 };
 
-/* The lanes of an engine (made on the first host-KV batch): lane 0 runs on the calling thread,
- * the others on threads of their own, all on the batch in x, claiming units under lock. */
+/* What lanes run: a batch's work on one lane (0 or a negative errno). */
+typedef int (*tt_lane_fn)(struct tt_lane *ln, void *arg);
+
+/* The lanes of an engine (made on first use): lane 0 runs on the calling thread, the others on
+ * threads of their own, all on one piece of work (a batch's units, a wave's objects), claiming
+ * it under lock. */
 struct tt_lanes {
 	struct tt_lane *lane;
 	uint32_t nr;
-	pthread_mutex_t lock; /* the batch's cursor and chunk outcomes, the fields below */
+	pthread_mutex_t lock; /* the work's cursor and outcomes, the fields below */
 	pthread_cond_t start, done;
-	struct tt_xfer *x;
-	uint64_t gen;  /* batches started */
-	uint32_t busy; /* lanes other than 0 still on the batch */
+	tt_lane_fn fn;
+	void *arg;
+	uint64_t gen;  /* pieces of work started */
+	uint32_t busy; /* lanes still on it, the caller's lane 0 not counted */
 	bool stop;
 	/* The engine's log while lanes exist: the caller's, one line at a time (its function need
 	 * not expect several threads at once). */
@@ -250,6 +255,15 @@ struct tt_engine {
 	struct tt_lanes *lanes;
 	bool lanes_tried;
 	struct tt_slot_hash *slot_hashes;
+	/* Waves (waves.c): the object mover's staging, as large as the host staging, made on first
+	 * use (stage_ops frees it); for host KV when tests ask for it (host_waves), the CPU twin of
+	 * the GPU path with list memory of its own. */
+	void *stage;
+	const struct tt_objmover_ops *stage_ops;
+	void *stage_ctx;
+	bool host_waves;
+	struct tt_objmover_twin *twin;
+	struct tt_list_mem twin_lists;
 	/* GPU KV: a context on its device and the staging pinned and mapped for it, made on first
 	 * use. One device per engine. */
 	struct tt_gpu *gpu;
@@ -301,6 +315,28 @@ bool tt_unit_verify(const struct tt_xfer *x, const struct tt_unit *u, const uint
 int tt_unit_scatter(const struct tt_xfer *x, const struct tt_unit *u, uint8_t *buf);
 /* Stop and free the lanes (engine close). */
 void tt_lanes_destroy(struct tt_engine *e);
+/* The lanes, made on first use; false where the engine has one (one CPU or one unit slot, or
+ * they could not be made; the log says why). */
+bool tt_lanes_ready(struct tt_engine *e);
+/* Start lanes 1.. on \p fn(lane, arg); tt_lanes_join waits for them and returns the first
+ * error. Lane 0 is the caller's to run, or not. */
+void tt_lanes_start(struct tt_engine *e, tt_lane_fn fn, void *arg);
+int tt_lanes_join(struct tt_engine *e);
+
+/* Tags of I/Os that lanes move for an object list (no running checksum: the objects are checked
+ * where the KV lives). */
+#define TT_TAG_OBJECT (1ull << 63)
+
+/* ---- waves (waves.c): KV the CPU path moves through an object mover ---- */
+
+/*
+ * Move batch \p x in waves of whole objects through the staging and the object mover \p om
+ * (\p ctx): lanes read (write) each wave's objects while the mover checks and scatters the
+ * previous ones (gathers and hashes the next ones). Returns 0, or a negative errno when a queue
+ * broke down (every unfinished chunk then failed).
+ */
+int tt_waves_transfer(struct tt_engine *e, struct tt_xfer *x, const struct tt_objmover_ops *om,
+                      void *ctx);
 
 /* ---- object lists (obj_lists.c), for the engines whose GPU moves whole objects ---- */
 

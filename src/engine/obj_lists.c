@@ -10,21 +10,36 @@
 
 #include "engine/engine_impl.h"
 
+static void
+list_free(const struct tt_list_mem *m, void *p)
+{
+	if (m->plain) {
+		tt_aligned_free(p);
+	} else {
+		tt_gpu_host_free(p);
+	}
+}
+
 int
 tt_list_mem_get(struct tt_list_mem *m, size_t bytes, void **out)
 {
 	if (m->bytes < bytes) {
 		size_t want = TT_MAX(bytes, 2 * m->bytes);
-		int rc;
+		int rc = 0;
 
 		if (m->cur != NULL && m->nr_old < TT_ARRAY_SIZE(m->old)) {
 			m->old[m->nr_old++] = m->cur;
 		} else if (m->cur != NULL) {
-			tt_gpu_host_free(m->cur); /* 16 doublings: not in practice */
+			list_free(m, m->cur); /* 16 doublings: not in practice */
 		}
 		m->cur = NULL;
 		m->bytes = 0;
-		rc = tt_gpu_host_alloc(want, &m->cur);
+		if (m->plain) {
+			m->cur = tt_aligned_alloc(want);
+			rc = m->cur != NULL ? 0 : -ENOMEM;
+		} else {
+			rc = tt_gpu_host_alloc(want, &m->cur);
+		}
 		if (rc < 0) {
 			return rc;
 		}
@@ -37,11 +52,14 @@ tt_list_mem_get(struct tt_list_mem *m, size_t bytes, void **out)
 void
 tt_list_mem_free(struct tt_list_mem *m)
 {
-	tt_gpu_host_free(m->cur);
+	bool plain = m->plain;
+
+	list_free(m, m->cur);
 	for (uint32_t i = 0; i < m->nr_old; i++) {
-		tt_gpu_host_free(m->old[i]);
+		list_free(m, m->old[i]);
 	}
 	memset(m, 0, sizeof(*m));
+	m->plain = plain;
 }
 
 int

@@ -137,6 +137,23 @@ int tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
 int tt_gpu_mark(struct tt_gpu *g, unsigned i);
 int tt_gpu_wait_mark(struct tt_gpu *g, unsigned i);
 
+/*
+ * Waves of whole objects through device staging buffers (the CPU-driven engines' GPU path):
+ * copies between pinned host memory and device memory run on a stream of their own beside the
+ * context's kernel stream, so that one wave's copy across PCIe overlaps the kernels of the one
+ * before. Each of TT_GPU_BUFS buffers orders its own steps: a copy into or out of buffer \p buf
+ * starts once the kernels queued on it before are done, and tt_gpu_buf_objs (tt_gpu_objs on
+ * objects in the buffer) once the copy queued on it before is. tt_gpu_buf_wait sleeps until the
+ * buffer's latest copy is done; tt_gpu_sync waits for both streams. Asynchronous; return 0,
+ * -EINVAL, -ENOMEM or -EIO.
+ */
+#define TT_GPU_BUFS 8u
+int tt_gpu_buf_copy(struct tt_gpu *g, unsigned buf, void *dst, const void *src, size_t bytes);
+int tt_gpu_buf_objs(struct tt_gpu *g, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
+                    struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
+                    uint64_t slot_bytes, bool write);
+int tt_gpu_buf_wait(struct tt_gpu *g, unsigned buf);
+
 /* The object checksum (tt_csum) of \p len (> TT_XXH3_MIDSIZE_MAX) bytes of device memory at \p p,
  * computed on the GPU; synchronous. For tests of the GPU hash against the CPU's. */
 int tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out);

@@ -157,6 +157,26 @@ tt_gpu_wait_mark(struct tt_gpu *g, unsigned i)
 }
 
 int
+tt_gpu_buf_copy(struct tt_gpu *g, unsigned buf, void *dst, const void *src, size_t bytes)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_buf_objs(struct tt_gpu *g, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
+                struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
+                uint64_t slot_bytes, bool write)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_buf_wait(struct tt_gpu *g, unsigned buf)
+{
+	return -EOPNOTSUPP;
+}
+
+int
 tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out)
 {
 	return -EOPNOTSUPP;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "gpu/gpu.h"
 #include "layout/layout.h"
 
 struct tt_mover_ops {
@@ -43,5 +44,45 @@ struct tt_mover {
 int tt_mover_open(const struct tutti_kv *kv, const struct tt_log *log, struct tt_mover *out);
 /* NULL ops (never opened) is allowed. */
 void tt_mover_close(struct tt_mover *m);
+
+/*
+ * Object movers: waves of whole objects between host staging and KV, each checked against its
+ * checksum (load) or hashed (save) where the KV lives: the CPU-driven engines' way to GPU KV.
+ * The mover's staging is cut into buffers (below TT_OBJMOVER_BUFS); copy moves a wave between
+ * host staging and one buffer (one DMA across PCIe for CUDA), objs checks and scatters the
+ * objects of one layer out of a buffer, or gathers and hashes them into it (one kernel launch),
+ * object k of the call in the slot mem + k * slot_bytes. Steps run asynchronously, each buffer's
+ * in the order queued (a copy after the buffer's earlier objs, objs after its earlier copy),
+ * different buffers' side by side; wait sleeps until a buffer's latest copy is done, sync until
+ * everything is. Statuses and checksums land in objs (memory the mover can write) once a later
+ * sync returns. Return 0 or a negative errno.
+ *
+ * The CUDA mover (ctx: struct tt_gpu *) copies on a stream of its own beside the kernels'. Its
+ * twin, for CI, does the same steps on the CPU with host memory standing in for the device's,
+ * each as late as the order allows (when a wait or sync needs it), so that a pipeline that
+ * touches memory a queued step still reads gets wrong bytes there as it could on the GPU.
+ */
+#define TT_OBJMOVER_BUFS TT_GPU_BUFS
+
+struct tt_objmover_ops {
+	const char *name;
+	int (*stage_alloc)(void *ctx, size_t bytes, void **out); /* the mover's staging */
+	void (*stage_free)(void *ctx, void *p);
+	int (*copy)(void *ctx, unsigned buf, void *dst, const void *src, size_t bytes);
+	int (*objs)(void *ctx, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
+	            struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
+	            uint64_t slot_bytes, bool write);
+	int (*wait)(void *ctx, unsigned buf);
+	int (*sync)(void *ctx);
+};
+
+extern const struct tt_objmover_ops tt_objmover_cuda; /* ctx: struct tt_gpu * */
+extern const struct tt_objmover_ops tt_objmover_twin; /* ctx: struct tt_objmover_twin * */
+
+struct tt_objmover_twin;
+/* A twin of its own, with nothing queued. Returns 0 or -ENOMEM. */
+int tt_objmover_twin_open(struct tt_objmover_twin **out);
+/* Runs what is still queued first. NULL is allowed. */
+void tt_objmover_twin_close(struct tt_objmover_twin *t);
 
 #endif /* TT_MOVER_H */

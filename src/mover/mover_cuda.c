@@ -33,6 +33,52 @@ const struct tt_mover_ops tt_mover_cuda = {
     .sync = cuda_sync,
 };
 
+/* ---- the object mover: waves through device staging ---- */
+
+static int
+cuda_stage_alloc(void *ctx, size_t bytes, void **out)
+{
+	int rc = tt_gpu_set_device(tt_gpu_device(ctx));
+
+	return rc < 0 ? rc : tt_gpu_dev_alloc(bytes, out);
+}
+
+static void
+cuda_stage_free(void *ctx, void *p)
+{
+	tt_gpu_dev_free(p);
+}
+
+static int
+cuda_copy(void *ctx, unsigned buf, void *dst, const void *src, size_t bytes)
+{
+	return tt_gpu_buf_copy(ctx, buf, dst, src, bytes);
+}
+
+static int
+cuda_objs(void *ctx, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
+          struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
+          uint64_t slot_bytes, bool write)
+{
+	return tt_gpu_buf_objs(ctx, buf, kv, layer, objs, nr, ids, mem, slot_bytes, write);
+}
+
+static int
+cuda_wait(void *ctx, unsigned buf)
+{
+	return tt_gpu_buf_wait(ctx, buf);
+}
+
+const struct tt_objmover_ops tt_objmover_cuda = {
+    .name = "cuda",
+    .stage_alloc = cuda_stage_alloc,
+    .stage_free = cuda_stage_free,
+    .copy = cuda_copy,
+    .objs = cuda_objs,
+    .wait = cuda_wait,
+    .sync = cuda_sync,
+};
+
 /* Paged blocks one launch of a mover's own context moves; larger calls are split. */
 #define MOVER_MAX_BLOCKS 65536u
 

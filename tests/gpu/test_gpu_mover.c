@@ -5,8 +5,9 @@
  * block sizes and head counts, batches of 1 to 64 requests, objects in device memory and in
  * mapped host memory, 16-byte and byte-wise paths, calls split over several launches; outputs
  * are poisoned first so that unwritten bytes are caught, and scatter checks the whole KV image
- * so that stray writes are caught. Also the store end to end with KV in GPU memory. Exits 77
- * without a GPU.
+ * so that stray writes are caught. Also the store end to end with KV in GPU memory through the
+ * CPU-driven engines (their waves: the object mover's copies and kernels), with staging of one
+ * wave and of many, and a damaged object failing its chunk alone. Exits 77 without a GPU.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -20,6 +21,7 @@
 
 #include "gpu/gpu.h"
 #include "mover/mover.h"
+#include "t_disk.h"
 #include "t_gpu.h"
 #include "t_kv.h"
 #include "t_util.h"
@@ -222,7 +224,90 @@ test_kv_create_checks_device_memory(void **state)
 	t_kv_free(host);
 }
 
-/* The store, end to end, with KV in GPU memory: staged through pinned mapped staging. */
+/* The store, end to end, with KV in GPU memory, for one engine, geometry and staging size (0:
+ * the default); chunk 2's layer 1 damaged before a second load when \p damage. */
+static void
+store_round_trip(struct t_rng *r, uint32_t engine, const struct geo_case *gc, uint64_t staging,
+                 bool damage)
+{
+	char *dir = t_tmpdir_create();
+	const char *dirs[1] = {dir};
+	struct tutti_geometry geo;
+	struct tutti_store_opts o;
+	struct tutti_store *st;
+	struct t_kv *src, *dst;
+	struct d_kv dsrc, ddst;
+	uint32_t ids_src[64], ids_dst[64], bpc;
+	uint8_t keys[8 * 32];
+	struct tutti_request req = {.size = sizeof(req)};
+	int32_t status[8];
+	uint8_t *back;
+
+	make_geo(gc, &geo);
+	bpc = geo.chunk_tokens / geo.block_tokens;
+	assert_true(8 * bpc <= 64);
+	assert_int_equal(t_kv_alloc(&geo, T_LAYOUT_KV_FIRST, 64, &src), 0);
+	assert_int_equal(t_kv_alloc(&geo, T_LAYOUT_KV_FIRST, 64, &dst), 0);
+	t_kv_fill_random(src, r);
+	assert_int_equal(d_kv_alloc(src, &dsrc), 0);
+	assert_int_equal(d_kv_alloc(dst, &ddst), 0);
+	assert_int_equal(tt_gpu_copy(dsrc.mem, src->mem, src->mem_bytes), 0);
+	assert_int_equal(tt_gpu_fill(ddst.mem, 0xa5, dst->mem_bytes), 0);
+	t_random_distinct(r, ids_src, 8 * bpc, 64);
+	t_random_distinct(r, ids_dst, 8 * bpc, 64);
+	t_rng_fill(r, keys, sizeof(keys));
+
+	tutti_store_opts_init(&o);
+	o.flags = TUTTI_OPEN_CREATE;
+	o.dirs = dirs;
+	o.nr_dirs = 1;
+	o.engine = engine;
+	o.capacity_bytes = 16 * tutti_geometry_slot_bytes(&geo);
+	if (staging != 0) {
+		o.staging_bytes = staging;
+		o.max_io_bytes = tutti_geometry_object_bytes(&geo);
+	}
+	assert_int_equal(tutti_store_open(&geo, &o, &st), 0);
+	req.nr_keys = 8;
+	req.keys = keys;
+	req.nr_blocks = 8 * bpc;
+	req.block_ids = ids_src;
+	assert_int_equal(tutti_store_save(st, dsrc.kv, &req, 1, status), 8);
+	req.block_ids = ids_dst;
+	assert_int_equal(tutti_store_load(st, ddst.kv, &req, 1, 0, geo.nr_layers, status), 8);
+	if (damage) {
+		char *path = t_data_path(dir);
+		uint32_t slot = t_key_slot(path, &geo, keys + 2 * 32, 32);
+
+		assert_int_equal(t_disk_flip_bit(path, t_object_off(&geo, slot, 1) + 5, 1), 0);
+		assert_int_equal(tt_gpu_fill(ddst.mem, 0xa5, dst->mem_bytes), 0);
+		assert_int_equal(tutti_store_load(st, ddst.kv, &req, 1, 0, geo.nr_layers, status),
+		                 7);
+		assert_int_equal(status[2], -EBADMSG);
+		free(path);
+	}
+	tutti_store_close(st);
+
+	back = malloc(dst->mem_bytes);
+	assert_non_null(back);
+	assert_int_equal(tt_gpu_copy(back, ddst.mem, dst->mem_bytes), 0);
+	memcpy(dst->mem, back, dst->mem_bytes);
+	for (uint32_t i = 0; i < 8 * bpc; i++) {
+		if (damage && i / bpc == 2) {
+			continue; /* a failed chunk's blocks are unspecified */
+		}
+		for (uint32_t l = 0; l < geo.nr_layers; l++) {
+			assert_true(t_kv_block_equal(dst, ids_dst[i], src, ids_src[i], l));
+		}
+	}
+	free(back);
+	d_kv_free(&dsrc);
+	d_kv_free(&ddst);
+	t_kv_free(src);
+	t_kv_free(dst);
+	t_tmpdir_remove(dir);
+}
+
 static void
 test_store_round_trip_with_gpu_kv(void **state)
 {
@@ -231,64 +316,15 @@ test_store_round_trip_with_gpu_kv(void **state)
 
 	t_rng_init(&r, t_seed(99));
 	for (size_t e = 0; e < 2; e++) {
-		char *dir = t_tmpdir_create();
-		const char *dirs[1] = {dir};
-		struct tutti_geometry geo;
-		struct tutti_store_opts o;
-		struct tutti_store *st;
-		struct t_kv *src, *dst;
-		struct d_kv dsrc, ddst;
-		uint32_t ids_src[16], ids_dst[16], bpc;
-		uint8_t keys[4 * 32];
-		struct tutti_request req = {.size = sizeof(req)};
-		int32_t status[4];
-		uint8_t *back;
+		for (int g = 0; g < 2; g++) {
+			struct tutti_geometry geo;
 
-		make_geo(&geos[1], &geo);
-		bpc = geo.chunk_tokens / geo.block_tokens;
-		assert_int_equal(t_kv_alloc(&geo, T_LAYOUT_KV_FIRST, 64, &src), 0);
-		assert_int_equal(t_kv_alloc(&geo, T_LAYOUT_KV_FIRST, 64, &dst), 0);
-		t_kv_fill_random(src, &r);
-		assert_int_equal(d_kv_alloc(src, &dsrc), 0);
-		assert_int_equal(d_kv_alloc(dst, &ddst), 0);
-		assert_int_equal(tt_gpu_copy(dsrc.mem, src->mem, src->mem_bytes), 0);
-		assert_int_equal(tt_gpu_fill(ddst.mem, 0xa5, dst->mem_bytes), 0);
-		t_random_distinct(&r, ids_src, 4 * bpc, 64);
-		t_random_distinct(&r, ids_dst, 4 * bpc, 64);
-		t_rng_fill(&r, keys, sizeof(keys));
-
-		tutti_store_opts_init(&o);
-		o.flags = TUTTI_OPEN_CREATE;
-		o.dirs = dirs;
-		o.nr_dirs = 1;
-		o.engine = engines[e];
-		o.capacity_bytes = 8 * tutti_geometry_slot_bytes(&geo);
-		assert_int_equal(tutti_store_open(&geo, &o, &st), 0);
-		req.nr_keys = 4;
-		req.keys = keys;
-		req.nr_blocks = 4 * bpc;
-		req.block_ids = ids_src;
-		assert_int_equal(tutti_store_save(st, dsrc.kv, &req, 1, status), 4);
-		req.block_ids = ids_dst;
-		assert_int_equal(tutti_store_load(st, ddst.kv, &req, 1, 0, geo.nr_layers, status),
-		                 4);
-		tutti_store_close(st);
-
-		back = malloc(dst->mem_bytes);
-		assert_non_null(back);
-		assert_int_equal(tt_gpu_copy(back, ddst.mem, dst->mem_bytes), 0);
-		memcpy(dst->mem, back, dst->mem_bytes);
-		for (uint32_t i = 0; i < 4 * bpc; i++) {
-			for (uint32_t l = 0; l < geo.nr_layers; l++) {
-				assert_true(t_kv_block_equal(dst, ids_dst[i], src, ids_src[i], l));
-			}
+			make_geo(&geos[g], &geo);
+			/* The default staging (one wave), then two objects of it (a wave each). */
+			store_round_trip(&r, engines[e], &geos[g], 0, false);
+			store_round_trip(&r, engines[e], &geos[g],
+			                 2 * tutti_geometry_object_bytes(&geo), true);
 		}
-		free(back);
-		d_kv_free(&dsrc);
-		d_kv_free(&ddst);
-		t_kv_free(src);
-		t_kv_free(dst);
-		t_tmpdir_remove(dir);
 	}
 }
 
