@@ -11,8 +11,9 @@
  *
  * Paths:
  *  - gpu-uring: the store's engine gpu-uring (one driver kernel per layer submits the I/O);
- *  - uring: the store's engine uring (the CPU submits object I/O; a CUDA kernel per layer
- *    gathers or scatters the objects in staging);
+ *  - uring, posix: the store's CPU-driven engines (lanes of CPU threads do the object I/O through
+ *    pinned staging; in waves, one copy per wave into device staging beside one check-and-scatter
+ *    launch per layer run: src/engine/waves.c);
  *  - gds: the store's engine gds (cuFile moves objects between the file and device staging,
  *    batched; a kernel per layer run checks and scatters them), where libcufile is installed;
  *  - baseline: what CPU-centric tiers do: a pool of threads, each moving one paged block of one
@@ -35,7 +36,7 @@
  * store's io_submits), the I/O kernels' GPU time and the SMs they held.
  *
  * Usage: tutti-gpu-store-bench --dir DIR [--contexts 8192,32768,131072]
- *            [--paths gpu-uring,uring,gds,baseline] [--repeats N] [--threads N]
+ *            [--paths gpu-uring,uring,posix,gds,baseline] [--repeats N] [--threads N]
  *            [--staging-mib N] [--raw-gib N] [--ceiling-s X] [--model NAME] [--json FILE]
  *            [--trace]
  */
@@ -68,10 +69,10 @@
  * pairs of a request hold the same bytes (4160 * k is never a multiple of 64 KiB for k < 1024). */
 #define LAYER_SHIFT 4160u
 
-enum path { P_GPU_URING, P_URING, P_GDS, P_BASELINE, NR_PATHS };
-static const char *const path_names[] = {"gpu-uring", "uring", "gds", "baseline"};
+enum path { P_GPU_URING, P_URING, P_POSIX, P_GDS, P_BASELINE, NR_PATHS };
+static const char *const path_names[] = {"gpu-uring", "uring", "posix", "gds", "baseline"};
 static const uint32_t path_engines[] = {TUTTI_ENGINE_GPU_URING, TUTTI_ENGINE_URING,
-                                        TUTTI_ENGINE_GDS};
+                                        TUTTI_ENGINE_POSIX, TUTTI_ENGINE_GDS};
 
 struct conf {
 	const char *dir;
@@ -743,7 +744,7 @@ static void
 usage(void)
 {
 	fprintf(stderr, "usage: tutti-gpu-store-bench --dir DIR [--contexts T1,T2,...] "
-	                "[--paths gpu-uring,uring,gds,baseline]\n"
+	                "[--paths gpu-uring,uring,posix,gds,baseline]\n"
 	                "       [--repeats N] [--threads N] [--staging-mib N] [--raw-gib N] "
 	                "[--ceiling-s X] [--model NAME] [--json FILE]\n");
 	exit(2);
@@ -795,7 +796,7 @@ parse(int argc, char **argv, struct conf *c)
 	    .model = "llama-3-8b",
 	    .contexts = {8192, 32768, 131072},
 	    .nr_contexts = 3,
-	    .paths = {true, true, false, true},
+	    .paths = {true, true, false, false, true},
 	    .repeats = 5,
 	    .threads = 16,
 	    .staging_bytes = 256ull << 20,
