@@ -396,6 +396,49 @@ tt_gpu_buf_objs(struct tt_gpu *g, unsigned buf, const struct tutti_kv *kv, uint3
 }
 
 extern "C" int
+tt_gpu_buf_alloc(struct tt_gpu *g, size_t bytes, void **out)
+{
+	int rc;
+
+	*out = NULL;
+	if (g == NULL) {
+		return -EINVAL;
+	}
+	rc = bufs_ready(g);
+	if (rc == 0) {
+		rc = check(g, cudaMallocAsync(out, bytes, g->stream), "cudaMallocAsync");
+	}
+	/* The copy stream uses it only once the allocation is done in the kernel stream's order. */
+	if (rc == 0) {
+		rc = check(g, cudaEventRecord(g->copy_idle, g->stream), "cudaEventRecord");
+	}
+	if (rc == 0) {
+		rc = check(g, cudaStreamWaitEvent(g->copy_stream, g->copy_idle, 0),
+		           "cudaStreamWaitEvent");
+	}
+	if (rc < 0 && *out != NULL) {
+		cudaFreeAsync(*out, g->stream);
+		*out = NULL;
+	}
+	return rc;
+}
+
+extern "C" void
+tt_gpu_buf_free(struct tt_gpu *g, void *p)
+{
+	if (g == NULL || p == NULL) {
+		return;
+	}
+	cudaSetDevice(g->device);
+	/* After everything either stream queued on it. */
+	if (g->copy_stream != NULL &&
+	    cudaEventRecord(g->copy_idle, g->copy_stream) == cudaSuccess) {
+		cudaStreamWaitEvent(g->stream, g->copy_idle, 0);
+	}
+	cudaFreeAsync(p, g->stream);
+}
+
+extern "C" int
 tt_gpu_buf_wait(struct tt_gpu *g, unsigned buf)
 {
 	if (g == NULL || buf >= TT_GPU_BUFS) {

@@ -153,6 +153,11 @@ int tt_gpu_buf_objs(struct tt_gpu *g, unsigned buf, const struct tutti_kv *kv, u
                     struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
                     uint64_t slot_bytes, bool write);
 int tt_gpu_buf_wait(struct tt_gpu *g, unsigned buf);
+/* Device memory for the buffers, allocated and freed in stream order (cudaMallocAsync), so that
+ * neither synchronises the device while a compute stream waits on a load; usable by both the
+ * copies and the kernels. Returns 0, -ENOMEM or -EIO. */
+int tt_gpu_buf_alloc(struct tt_gpu *g, size_t bytes, void **out);
+void tt_gpu_buf_free(struct tt_gpu *g, void *p);
 
 /* The object checksum (tt_csum) of \p len (> TT_XXH3_MIDSIZE_MAX) bytes of device memory at \p p,
  * computed on the GPU; synchronous. For tests of the GPU hash against the CPU's. */

@@ -177,6 +177,17 @@ tt_gpu_buf_wait(struct tt_gpu *g, unsigned buf)
 }
 
 int
+tt_gpu_buf_alloc(struct tt_gpu *g, size_t bytes, void **out)
+{
+	return -EOPNOTSUPP;
+}
+
+void
+tt_gpu_buf_free(struct tt_gpu *g, void *p)
+{
+}
+
+int
 tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out)
 {
 	return -EOPNOTSUPP;

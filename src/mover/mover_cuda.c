@@ -38,15 +38,13 @@ const struct tt_mover_ops tt_mover_cuda = {
 static int
 cuda_stage_alloc(void *ctx, size_t bytes, void **out)
 {
-	int rc = tt_gpu_set_device(tt_gpu_device(ctx));
-
-	return rc < 0 ? rc : tt_gpu_dev_alloc(bytes, out);
+	return tt_gpu_buf_alloc(ctx, bytes, out);
 }
 
 static void
 cuda_stage_free(void *ctx, void *p)
 {
-	tt_gpu_dev_free(p);
+	tt_gpu_buf_free(ctx, p);
 }
 
 static int
