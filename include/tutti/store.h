@@ -287,7 +287,8 @@ TUTTI_API int64_t tutti_store_load(struct tutti_store *st, const struct tutti_kv
  *
  * \param status  NULL, or one entry per chunk (in request order) receiving 0 (stored),
  *                1 (already stored; nothing written), -ENOENT (its parent is not stored),
- *                -ENOSPC (no slot could be freed), or the I/O error. A chunk already stored
+ *                -ENOSPC (no slot could be freed), or the I/O error (-ENOSPC too where the
+ *                device is full: a store file without reserved space). A chunk already stored
  *                whose parent had been removed (damaged, or missing at open) joins its chain
  *                again when this call stores the parent.
  * \return the number of chunks written, or a negative errno for the whole call (-EINVAL;
@@ -330,7 +331,7 @@ struct tutti_stats {
 	uint64_t save_present;     /**< chunks skipped because already stored */
 	uint64_t save_orphans;     /**< chunks skipped because their parent is not stored */
 	uint64_t save_no_space;    /**< chunks skipped because no slot could be freed */
-	uint64_t save_errors;      /**< chunks that failed to write */
+	uint64_t save_errors;      /**< chunks that failed to write (a full device included) */
 	uint64_t save_ns;          /**< wall time inside tutti_store_save */
 	uint64_t evictions;        /**< chunks evicted to make room */
 	uint64_t io_ops;           /**< I/O requests issued to the engine */
