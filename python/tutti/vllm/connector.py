@@ -19,10 +19,13 @@ every worker (role WORKER). This class is the thin shape vLLM sees; the work is 
   chains block hashes over the whole prefix, so a key names the prefix up to that chunk. A
   prompt's trailing full blocks that do not fill a chunk are stored as a partial chunk, found
   again by a prompt with the same prefix and length.
-* Everything that must not mix lives in the store's namespace: model, dtype, block size, KV
-  shape, tensor-parallel rank, vLLM version. A store opened with another namespace is refused.
-* Tensor parallelism (``tutti/vllm/ranks.py``): every worker opens the store of its rank; the
-  scheduler opens none and counts a chunk as a hit only when every rank reported holding it.
+* Everything that must not mix lives in the store's namespace: the weights (fingerprinted,
+  tutti/vllm/fingerprint.py), dtype, block size, KV shape, tensor-parallel rank, vLLM version.
+  A directory that holds a store of another namespace gets an empty one (logged).
+* Processes: every worker opens the store of its rank. The scheduler opens it only where the
+  worker runs in its process (vLLM's uni-process executor); elsewhere (the multiprocess
+  executor, tensor parallelism: ``tutti/vllm/ranks.py``) it opens none and counts a chunk as a
+  hit only when every rank reported holding it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ loads and saves each step, and what the worker reported back.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from tutti.store import Store
 from tutti.vllm import ranks, remote_tier
 from tutti.vllm.config import ConnectorContext
 from tutti.vllm.data import LoadSpec, SaveSpec, TuttiConnectorMetadata, chunk_keys
+from tutti.vllm.log import log
 from tutti.vllm.metrics import TuttiConnectorStats
 from tutti.vllm.stores import (
     RemoteKey,
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
-log = logging.getLogger("tutti.vllm")
 
 
 @dataclass
@@ -80,10 +79,10 @@ class TuttiScheduler:
         self._view_since: float | None = None  # when the scheduler first waited for listings
         self._store_key: StoreKey | None = None
         self.store: Store | None = None
-        if ctx.tp > 1:
-            self.view = ranks.RankView(ctx.tp)
-        else:
+        if ctx.scheduler_opens_store:
             self._store_key, self.store = acquire_store(ctx.cfg, ctx.dirs, ctx.geo, ctx.ns)
+        else:
+            self.view = ranks.RankView(ctx.tp)
         self._remote_key: RemoteKey | None
         self.remote: Remote | None
         self._remote_key, self.remote = acquire_remote(ctx)
