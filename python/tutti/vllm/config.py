@@ -5,6 +5,7 @@ configuration (``ConnectorContext``: the store geometry, the namespace, the rank
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from os import PathLike
@@ -14,7 +15,7 @@ import vllm
 from vllm.v1.kv_cache_interface import AttentionSpec
 
 from tutti.store import Geometry
-from tutti.vllm import ranks, remote_tier
+from tutti.vllm import compat, ranks, remote_tier
 from tutti.vllm.fingerprint import overrides_digest, weights_fingerprint
 from tutti.vllm.log import log
 
@@ -37,14 +38,17 @@ class TuttiConfig:
     dirs: list[Any]
     capacity_bytes: int
     chunk_tokens: int = 256
-    engine: str = "uring"
+    # "auto": gpu-uring for KV in GPU memory (the CPU-driven engine where it cannot be set up,
+    # said in one log line), the CPU-driven engine for KV in host memory.
+    engine: str = "auto"
     durability: str = "fast"
     staging_bytes: int = 0
     gpu_io_workers: int = 0  # 0: the store's defaults (include/tutti/store.h)
     gpu_io_sms: int = 0
     namespace: str = ""
     async_load: bool = False
-    layerwise: bool = False
+    # None until resolved ("auto"): on for KV in GPU memory (ConnectorContext).
+    layerwise: bool | None = None
     remote: remote_tier.RemoteConfig | None = None  # the cross-node tier (docs/cluster.md)
     capacity_key: str = "capacity_gb"  # the key the capacity was given with
 
@@ -81,7 +85,7 @@ class TuttiConfig:
         if chunk <= 0 or chunk % block_size:
             raise ValueError(f"TuttiConnector: \"chunk_tokens\" {chunk} must be a positive "
                              f"multiple of vLLM's block size {block_size}")
-        engine = parse_choice(extra.get("engine", "uring"), "engine", ENGINES)
+        engine = parse_choice(extra.get("engine", "auto"), "engine", ENGINES)
         durability = parse_choice(extra.get("durability", "fast"), "durability", DURABILITY)
         staging_mb = parse_number(extra.get("staging_mb", 0), "staging_mb")
         if staging_mb < 0:
@@ -92,7 +96,7 @@ class TuttiConfig:
             raise ValueError(f"TuttiConnector: \"namespace\" must be a string, not "
                              f"{namespace!r}")
         async_load = parse_flag(extra.get("async_load", False), "async_load")
-        layerwise = parse_flag(extra.get("layerwise", False), "layerwise")
+        layerwise = parse_layerwise(extra.get("layerwise", "auto"))
         if async_load and layerwise:
             # An asynchronous load completes while the request waits, outside any forward
             # pass: there is no layer of compute for it to hide behind.
@@ -114,7 +118,7 @@ class TuttiConfig:
                    remote=remote_tier.RemoteConfig.from_extra(extra.get("remote")))
 
 
-ENGINES = ("uring", "posix", "gpu-uring", "gds")
+ENGINES = ("auto", "uring", "posix", "gpu-uring", "gds")
 DURABILITY = ("fast", "durable")
 
 
@@ -164,6 +168,13 @@ def parse_choice(v: Any, key: str, choices: tuple[str, ...]) -> str:
     return v
 
 
+def parse_layerwise(v: Any) -> bool | None:
+    """``layerwise``: true, false, or "auto" (None: on where the KV is in GPU memory)."""
+    if isinstance(v, str) and v.lower() == "auto":
+        return None
+    return parse_flag(v, "layerwise")
+
+
 def parse_flag(v: Any, name: str) -> bool:
     if isinstance(v, bool):
         return v
@@ -171,7 +182,8 @@ def parse_flag(v: Any, name: str) -> bool:
         return True
     if str(v).lower() in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"TuttiConnector: {name} must be true or false, not {v!r}")
+    also = ' or "auto"' if name == "layerwise" else ""
+    raise ValueError(f"TuttiConnector: {name} must be true or false{also}, not {v!r}")
 
 
 def geometry_of(kv_cache_config: KVCacheConfig, chunk_tokens: int) -> tuple[Geometry,
@@ -208,8 +220,13 @@ class ConnectorContext:
                              "tensor_parallel_size for several devices")
         self.vllm_config = vllm_config
         self.block_size: int = vllm_config.cache_config.block_size
-        self.cfg = TuttiConfig.from_extra(kv_transfer.kv_connector_extra_config,
-                                          self.block_size)
+        cfg = TuttiConfig.from_extra(kv_transfer.kv_connector_extra_config, self.block_size)
+        # Fast by default: with KV in GPU memory, loads go layer by layer behind the forward
+        # (unless they are asynchronous, which layerwise excludes).
+        self.kv_on_gpu = vllm_config.device_config.device_type == "cuda"
+        if cfg.layerwise is None:
+            cfg = dataclasses.replace(cfg, layerwise=self.kv_on_gpu and not cfg.async_load)
+        self.cfg = cfg
         # Tensor parallelism (tutti/vllm/ranks.py): each worker process opens the store of its
         # rank; the scheduler, in a process of its own, opens none and learns what every rank
         # holds from the workers' reports.
@@ -285,7 +302,7 @@ class ConnectorContext:
             f"block={spec.block_size}",
             f"kv={geo.nr_layers}x{spec.num_kv_heads}x{spec.head_size}",
             f"page={spec.page_size_bytes}",
-            f"layout={getattr(cc, 'kv_cache_layout', None)}",
+            f"layout={compat.kv_cache_layout(vc)}",
             f"device={vc.device_config.device_type}",
             f"tp={getattr(pc, 'rank', 0) if with_rank else '*'}/{pc.tensor_parallel_size}",
             f"pp={pc.pipeline_parallel_size}",

@@ -17,9 +17,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import vllm
+
 from tutti.remote import Remote
 from tutti.store import Store
-from tutti.vllm import ranks, remote_tier
+from tutti.vllm import compat, ranks, remote_tier
 from tutti.vllm.config import ConnectorContext
 from tutti.vllm.data import LoadSpec, SaveSpec, TuttiConnectorMetadata, chunk_keys
 from tutti.vllm.log import log
@@ -87,10 +89,26 @@ class TuttiScheduler:
         self.remote: Remote | None
         self._remote_key, self.remote = acquire_remote(ctx)
         self.stats = TuttiConnectorStats()
+        algo = str(getattr(ctx.vllm_config.cache_config, "prefix_caching_hash_algo", "sha256"))
+        if not compat.hashes_survive_restarts(algo):
+            log.warning("tutti: vLLM %s seeds its prefix hashes (%s) at random in every process "
+                        "unless PYTHONHASHSEED is set: what this server stores is not found "
+                        "again after a restart. Set PYTHONHASHSEED to one value for every run",
+                        vllm.__version__, algo)
         self._reqs: dict[str, _ReqState] = {}
         self._lookups: dict[str, _Lookup] = {}
         self._pending_loads: dict[str, LoadSpec] = {}
         self._remote_local_hits: dict[str, int] = {}  # request -> local chunks, with remote ones
+
+    def remote_hit_tokens(self, req_id: str, num_external_tokens: int) -> int:
+        """Of a request's load just planned, the tokens that come from the remote tier."""
+        spec = self._pending_loads.get(req_id)
+        if spec is None or spec.remote_from < 0:
+            return 0
+        split = max(spec.remote_from, spec.first_chunk)
+        local_blocks = 0 if split == spec.first_chunk else \
+            self.bpc - spec.skip_blocks + (split - spec.first_chunk - 1) * self.bpc
+        return max(0, num_external_tokens - local_blocks * self.block_size)
 
     def _chunk_keys(self, block_hashes: list[Any], nr_blocks: int) -> list[bytes]:
         return chunk_keys(block_hashes, nr_blocks, self.bpc)

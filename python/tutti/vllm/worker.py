@@ -71,6 +71,7 @@ class TuttiWorker:
         self._remote_seen: dict[str, int] = {}  # the remote handle's counters already reported
         self.kv: KV | None = None
         self.kv_mem = "host"
+        self.engine: str | None = None  # the engine that moves the KV, once registered
         self.layerwise: LayerwiseLoads | None = None
         # Loads may finish on the loader thread: what they report is kept under this lock.
         self._lock = threading.Lock()
@@ -118,9 +119,13 @@ class TuttiWorker:
         assert per_layer is not None
         self.kv = KV(self.geo, segs, per_layer, num_blocks, mem=mem)
         self.kv_mem = mem
-        log.info("tutti: registered %d layers, %d blocks of %d bytes (%s, %d segment%s/layer)",
-                 self.geo.nr_layers, num_blocks, page, mem, per_layer,
-                 "s" if per_layer > 1 else "")
+        # What "auto" chose for this KV; for GPU KV it sets gpu-uring up now, so that a
+        # fallback and its reason are in the log at start-up.
+        self.engine = self.store.engine_for(self.kv)
+        log.info("tutti: registered %d layers, %d blocks of %d bytes (%s, %d segment%s/layer); "
+                 "engine %s%s", self.geo.nr_layers, num_blocks, page, mem, per_layer,
+                 "s" if per_layer > 1 else "", self.engine,
+                 ", layerwise loads" if self.cfg.layerwise else "")
         if self.cfg.layerwise:
             self.layerwise = LayerwiseLoads(self.store, self.kv, list(kv_caches),
                                             self.ctx.layer_names, mem)
