@@ -13,7 +13,8 @@
 # emulated and disk), tp (bench/tp_ttft.py with TP_ARGS: TTFT at TP=2 on two GPUs), layerwise
 # (bench/layerwise_ttft.py with LAYERWISE_ARGS), footprint (bench/io_footprint.py with
 # FOOTPRINT_ARGS), iowq (tutti-iowq-burst with IOWQ_ARGS), vllm-gpu (outputs with Tutti
-# identical to vLLM's, inside vLLM), serve-emulated and serve-disk (bench/serve/serve_bench.py
+# identical to vLLM's, inside vLLM), vllm-versions (the connector's vLLM-version tests,
+# python/tests/vllm/test_versions.py, in the GPU machine's vLLM), serve-emulated and serve-disk (bench/serve/serve_bench.py
 # with SERVE_ARGS), lmcache-micro (LMCache's store and retrieve beside tutti-gpu-store-bench,
 # bench/lmcache_micro.py with LMCACHE_MICRO_ARGS), ceiling (tutti ceiling: the limit every bench
 # divides by, emulated and disk, CEILING_ARGS), host-kv-emulated and host-kv-disk (tutti bench:
@@ -203,6 +204,26 @@ vllm-gpu)
 	cat "$OUT/vllm-gpu/outputs-matrix.md" >> "$OUT/summary.txt" 2>/dev/null ||
 		tail -30 "$OUT/vllm-gpu.log" >> "$OUT/summary.txt"
 	rm -rf build/vllm-gpu-work build/vllm-gpu-disk
+	;;
+vllm-versions)
+	# The differences between the vLLM releases the connector supports, each through the
+	# branch of the vLLM installed here (0.26 on the GPU machine; make test runs 0.32's).
+	if [ ! -f build/vllm-prefix/env.sh ]; then
+		log "vllm-versions: no vLLM here (build/vllm-prefix/env.sh): run scripts/vllm-gpu-payload.sh install first"
+		continue
+	fi
+	log "vllm-versions: tests/vllm/test_versions.py"
+	root=$PWD
+	(
+		. build/vllm-prefix/env.sh
+		python3 -c "import pytest" 2>/dev/null ||
+			{ echo "no pytest in this Python: ship it with the vLLM payload"; exit 1; }
+		cd python &&
+			PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} TUTTI_LIBRARY=$root/build/gpu/libtutti.so \
+				timeout 600 python3 -m pytest -q -p no:cacheprovider tests/vllm/test_versions.py
+	) > "$OUT/vllm-versions.log" 2>&1
+	log "vllm-versions exit $?"
+	tail -15 "$OUT/vllm-versions.log" >> "$OUT/summary.txt"
 	;;
 serve-emulated | serve-disk)
 	# The serving benchmark (bench/serve/serve_bench.py): LEval-shaped long-document QA at a

@@ -84,6 +84,13 @@ TUTTI_API const char *tutti_engine_name(uint32_t engine);
  * and repairs fail with -EROFS. Not with TUTTI_OPEN_CREATE or TUTTI_OPEN_REPAIR.
  */
 #define TUTTI_OPEN_READ_ONLY 0x8u
+/**
+ * A directory whose store has another geometry, key size or namespace gets an empty store of the
+ * requested ones (logged as a warning), instead of failing with -EEXIST: its chunks are dropped.
+ * For caches whose namespace changes with what they cache (a model's new weights). Not with
+ * TUTTI_OPEN_EXISTING or TUTTI_OPEN_READ_ONLY.
+ */
+#define TUTTI_OPEN_REPLACE 0x10u
 
 /**
  * When a saved chunk is committed. In both modes objects are written before the slot header
@@ -170,8 +177,9 @@ TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
  *         -ENOENT a directory or store file is missing (or empty, or its creation never
  *                 finished) and TUTTI_OPEN_CREATE is not set; directories of the store are
  *                 missing from opts->dirs (the log names them);
- *         -EEXIST the directory holds a store of another geometry, key size or namespace, or
- *                 opts->dirs names directories of two stores;
+ *         -EEXIST the directory holds a store of another geometry, key size or namespace (and
+ *                 TUTTI_OPEN_REPLACE is not set), or opts->dirs names directories of two
+ *                 stores;
  *         -EPROTO the data file is not a Tutti store, has an unknown format version, or is
  *                 not a regular file;
  *         -EMLINK the data file has other hard links;
@@ -287,7 +295,8 @@ TUTTI_API int64_t tutti_store_load(struct tutti_store *st, const struct tutti_kv
  *
  * \param status  NULL, or one entry per chunk (in request order) receiving 0 (stored),
  *                1 (already stored; nothing written), -ENOENT (its parent is not stored),
- *                -ENOSPC (no slot could be freed), or the I/O error. A chunk already stored
+ *                -ENOSPC (no slot could be freed), or the I/O error (-ENOSPC too where the
+ *                device is full: a store file without reserved space). A chunk already stored
  *                whose parent had been removed (damaged, or missing at open) joins its chain
  *                again when this call stores the parent.
  * \return the number of chunks written, or a negative errno for the whole call (-EINVAL;
@@ -330,7 +339,7 @@ struct tutti_stats {
 	uint64_t save_present;     /**< chunks skipped because already stored */
 	uint64_t save_orphans;     /**< chunks skipped because their parent is not stored */
 	uint64_t save_no_space;    /**< chunks skipped because no slot could be freed */
-	uint64_t save_errors;      /**< chunks that failed to write */
+	uint64_t save_errors;      /**< chunks that failed to write (a full device included) */
 	uint64_t save_ns;          /**< wall time inside tutti_store_save */
 	uint64_t evictions;        /**< chunks evicted to make room */
 	uint64_t io_ops;           /**< I/O requests issued to the engine */

@@ -184,6 +184,7 @@ OPEN_CREATE = 0x1
 OPEN_EXISTING = 0x2
 OPEN_REPAIR = 0x4
 OPEN_READ_ONLY = 0x8
+OPEN_REPLACE = 0x10
 MEM_HOST = 0
 MEM_CUDA = 1
 ENGINES = {"uring": 0, "posix": 1, "gpu-uring": 2, "gds": 3, "auto": 4}

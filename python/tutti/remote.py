@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from tutti import _lib as L
 from tutti.store import KV, ChunkRequest, Geometry, _check, _Handle
 
-log = logging.getLogger("tutti.remote")
+_log = logging.getLogger("tutti.remote")
 _LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 
 KEY_FORMAT_VERSION = 1
@@ -77,7 +77,7 @@ class Remote(_Handle):
                  rank: int = 0, nr_ranks: int = 1, key_bytes: int = 32, timeout_ms: int = 1000,
                  ring_bytes: int = 64 << 20, publish_bytes: int = 64 << 20,
                  publish_rate: int = 0, breaker_faults: int = 3, breaker_open_ms: int = 1000,
-                 lookup_timeout_ms: int = 50) -> None:
+                 lookup_timeout_ms: int = 50, log: logging.Logger | None = None) -> None:
         lib = _lib()
         self.geometry = geometry
         self.key_bytes = key_bytes
@@ -102,8 +102,10 @@ class Remote(_Handle):
         o.publish_rate = int(publish_rate)
         o.breaker_faults = int(breaker_faults)
         o.breaker_open_ms = int(breaker_open_ms)
-        self._log_fn = L.LOG_FN(lambda _arg, level, msg: log.log(_LEVELS.get(level, 10),
-                                                                 msg.decode(errors="replace")))
+        # The library's log lines go to ``log`` (the ``tutti.remote`` logger by default).
+        logger = self._logger = log or _log
+        self._log_fn = L.LOG_FN(lambda _arg, level, msg: logger.log(_LEVELS.get(level, 10),
+                                                                    msg.decode(errors="replace")))
         o.log_fn = self._log_fn
         o.log_level = 1
         self._h = ctypes.c_void_p()
@@ -122,7 +124,7 @@ class Remote(_Handle):
                 present[i] = 1 if res[i] == 1 else 0
             return 0
         except Exception as e:  # a fault of the tier, counted by the breaker
-            log.debug("remote exists failed: %s", e)
+            self._logger.debug("remote exists failed: %s", e)
             return _errno_of(e)
 
     def _get_into(self, _ctx: Any, keys: Any, bufs: Any, lens: Any, n: int, got: Any) -> int:
@@ -134,7 +136,7 @@ class Remote(_Handle):
                 got[i] = int(res[i])
             return 0
         except Exception as e:
-            log.debug("remote get failed: %s", e)
+            self._logger.debug("remote get failed: %s", e)
             return _errno_of(e)
 
     def _put_from(self, _ctx: Any, keys: Any, bufs: Any, lens: Any, n: int, out: Any) -> int:
@@ -146,21 +148,21 @@ class Remote(_Handle):
                 out[i] = int(res[i])
             return 0
         except Exception as e:
-            log.debug("remote put failed: %s", e)
+            self._logger.debug("remote put failed: %s", e)
             return _errno_of(e)
 
     def _register(self, _ctx: Any, addr: int, length: int) -> int:
         try:
             return int(self.provider.register(addr, length))
         except Exception as e:
-            log.warning("remote tier: registering %d bytes failed: %s", length, e)
+            self._logger.warning("remote tier: registering %d bytes failed: %s", length, e)
             return _errno_of(e)
 
     def _unregister(self, _ctx: Any, addr: int, length: int) -> int:
         try:
             return int(self.provider.unregister(addr, length))
         except Exception as e:
-            log.warning("remote tier: unregistering failed: %s", e)
+            self._logger.warning("remote tier: unregistering failed: %s", e)
             return _errno_of(e)
 
     # -- the API --

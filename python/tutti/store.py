@@ -197,7 +197,13 @@ class Store(_Handle):
                  capacity_bytes: int, ns: bytes = b"", engine: str = "uring",
                  durability: str = "fast", create: bool = True, key_bytes: int = 32,
                  staging_bytes: int = 0, queue_depth: int = 0, repair: bool = False,
-                 gpu_io_workers: int = 0, gpu_io_sms: int | None = None) -> None:
+                 gpu_io_workers: int = 0, gpu_io_sms: int | None = None, replace: bool = False,
+                 log: logging.Logger | None = None, log_level: int = 1) -> None:
+        """``replace``: a store of another geometry, key size or namespace in ``dirs`` is
+        replaced by an empty one (TUTTI_OPEN_REPLACE) instead of refused. The library's log
+        lines up to ``log_level`` (0 errors, 1 warnings, 2 information) go to ``log`` (the
+        ``tutti`` logger by default); an open that fails says in its exception what the
+        library logged as errors."""
         lib = L.lib()
         self.geometry = geometry
         self.key_bytes = key_bytes
@@ -205,7 +211,8 @@ class Store(_Handle):
         lib.tutti_store_opts_init(ctypes.byref(o))
         self._dirs = (ctypes.c_char_p * len(dirs))(*[str(d).encode() for d in dirs])
         self._ns = ctypes.create_string_buffer(bytes(ns), max(1, len(ns)))
-        o.flags = (L.OPEN_CREATE if create else 0) | (L.OPEN_REPAIR if repair else 0)
+        o.flags = (L.OPEN_CREATE if create else 0) | (L.OPEN_REPAIR if repair else 0) | \
+            (L.OPEN_REPLACE if replace else 0)
         o.dirs = ctypes.cast(self._dirs, ctypes.POINTER(ctypes.c_char_p))
         o.nr_dirs = len(dirs)
         if engine not in L.ENGINES:
@@ -226,14 +233,29 @@ class Store(_Handle):
             o.gpu_io_workers = int(gpu_io_workers)
         if gpu_io_sms is not None:
             o.gpu_io_sms = int(gpu_io_sms)
-        # The library's log lines go to Python logging (kept referenced while the store lives).
-        self._log_fn = L.LOG_FN(lambda _arg, level, msg: _log.log(_LEVELS.get(level, 10),
-                                                                  msg.decode(errors="replace")))
+        # The library's log lines go to Python logging (kept referenced while the store lives);
+        # the open's error lines are also kept for its exception. The callback holds no
+        # reference to the store, which stays collectable without the cycle collector.
+        logger = log or _log
+        open_errors: list[str] = []
+        opening = [True]
+
+        def log_line(_arg: Any, level: int, msg: bytes) -> None:
+            text = msg.decode(errors="replace")
+            if level == 0 and opening[0]:
+                open_errors.append(text)
+            logger.log(_LEVELS.get(level, logging.DEBUG), text)
+
+        self._log_fn = L.LOG_FN(log_line)
         o.log_fn = self._log_fn
-        o.log_level = 1
+        o.log_level = log_level
         self._h = ctypes.c_void_p()
-        _check(lib.tutti_store_open(ctypes.byref(geometry.c()), ctypes.byref(o),
-                                    ctypes.byref(self._h)), "tutti_store_open")
+        rc = lib.tutti_store_open(ctypes.byref(geometry.c()), ctypes.byref(o),
+                                  ctypes.byref(self._h))
+        opening[0] = False
+        if rc < 0:
+            why = lib.tutti_strerror(int(rc)).decode()
+            raise OSError(-int(rc), "; ".join([f"tutti_store_open: {why}"] + open_errors))
 
     def lookup(self, keys: Sequence[bytes]) -> tuple[int, int]:
         """(leading chunks stored, paged blocks they hold) for the key chain ``keys``."""

@@ -29,6 +29,7 @@ struct pool_dir {
 	bool created;      /* tutti.data created by this open: removed again unless committed */
 	bool empty;        /* the file is empty */
 	bool fresh;        /* holds no store: empty, or of a store whose creation never finished */
+	bool replaced;     /* held a store of another identity: fresh, emptied at commit */
 	struct tt_superblock sb;  /* as found, unless fresh; as written after a commit */
 	uint64_t file_bytes;      /* as found */
 	struct timespec times[2]; /* access and modification times as found, put back by an undo */
@@ -43,6 +44,7 @@ struct tt_pool {
 	uint32_t slots_per_dir;
 	uint64_t slot_bytes;
 	bool read_only;
+	bool replace;         /* a store of another identity is replaced (conf->replace) */
 	bool fresh;           /* a new store: everything is written at commit */
 	bool committed;       /* what the open decided is on disk: nothing is undone at close */
 	bool paths_stale;     /* the path table does not name where the directories are now */
@@ -339,6 +341,8 @@ read_superblock(int fd, struct tt_superblock *sb, const char *path, const struct
 	return rc;
 }
 
+/* 0 if the superblock is of the store asked for, 1 if it is of another one that the open
+ * replaces, or -EEXIST. */
 static int
 sb_matches(const struct tt_pool *pool, const struct tt_superblock *sb, const char *path)
 {
@@ -348,6 +352,9 @@ sb_matches(const struct tt_pool *pool, const struct tt_superblock *sb, const cha
 	    sb->slot_bytes != pool->geo->slot_bytes || sb->key_bytes != pool->key_bytes ||
 	    memcmp(sb->ns_fp, pool->ns_fp, TT_NS_FP_BYTES) != 0 ||
 	    sb->data_off != TT_POOL_DATA_OFF) {
+		if (pool->replace) {
+			return 1;
+		}
 		tt_log_err(pool->log,
 		           "%s holds a store of another geometry, key size or namespace "
 		           "(%u layers, %u KV heads, head dim %u, %u-byte keys); use another "
@@ -730,6 +737,9 @@ plan_store(struct tt_pool *pool, const struct tt_pool_conf *conf)
 			if (rc < 0) {
 				return rc;
 			}
+			/* Another store's: a new one is made here at commit. */
+			pool->dirs[d].replaced = rc == 1;
+			pool->dirs[d].fresh |= rc == 1;
 		}
 	}
 	for (uint32_t d = 0; d < pool->nr_dirs; d++) {
@@ -762,6 +772,7 @@ tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
 	pool->nr_dirs = conf->nr_dirs;
 	pool->slot_bytes = conf->geo->slot_bytes;
 	pool->read_only = conf->read_only;
+	pool->replace = conf->replace;
 	pool->geo = conf->geo;
 	pool->key_bytes = conf->key_bytes;
 	memcpy(pool->ns_fp, conf->ns_fp, TT_NS_FP_BYTES);
@@ -861,6 +872,17 @@ make_new_store(struct tt_pool *pool)
 	int rc = 0;
 
 	for (d = 0; d < pool->nr_dirs; d++) {
+		const struct tt_superblock *old = &pool->dirs[d].sb;
+
+		if (pool->dirs[d].replaced) {
+			tt_log_warn(
+			    pool->log,
+			    "%s/%s held a store of another geometry, key size or namespace (%u "
+			    "layers, %u KV heads, head dim %u, %u-byte keys): replaced by an "
+			    "empty store",
+			    pool->dirs[d].path, TT_POOL_FILE_NAME, old->geo.nr_layers,
+			    old->geo.nr_kv_heads, old->geo.head_dim, old->key_bytes);
+		}
 		new_superblock(pool, d, &pool->dirs[d].sb);
 	}
 	for (d = 0; d < pool->nr_dirs; d++) {
@@ -868,6 +890,10 @@ make_new_store(struct tt_pool *pool)
 
 		/* A file someone else made empty (touch, a copy) gets the mode of one made here. */
 		rc = pd->created || fchmod(pd->fd, 0600) == 0 ? 0 : -errno;
+		/* A replaced store's slots go first: its headers are not met again. */
+		if (rc == 0 && pd->replaced && ftruncate(pd->fd, 0) != 0) {
+			rc = -errno;
+		}
 		if (rc == 0) {
 			rc = write_superblock(pd->fd, &pd->sb);
 		}

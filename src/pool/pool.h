@@ -38,6 +38,7 @@ struct tt_pool_conf {
 	uint32_t nr_dirs;
 	bool create;     /* make missing directories and a new store where none is */
 	bool read_only;  /* open the files read-only under shared locks; never write */
+	bool replace;    /* a store of another identity becomes a new empty one at commit */
 	bool keep_slots; /* an existing store keeps its size (slots_per_dir is for a new one) */
 	uint64_t slots_per_dir;
 	const struct tt_geo *geo; /* borrowed for the pool's lifetime */

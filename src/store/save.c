@@ -304,7 +304,13 @@ commit_save(struct tutti_store *st, struct tt_batch *t)
 			st->stats.save_orphans++;
 			break;
 		case -ENOSPC:
-			st->stats.save_no_space++;
+			/* No slot could be freed (the chunk got none), or the device is full (its
+			 * write failed): the latter is a write error. */
+			if (c->slot == TT_NO_SLOT) {
+				st->stats.save_no_space++;
+			} else {
+				st->stats.save_errors++;
+			}
 			break;
 		default:
 			st->stats.save_errors++;

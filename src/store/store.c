@@ -19,7 +19,8 @@
 _Static_assert(TT_POOL_MAX_DIRS <= TT_ENGINE_MAX_FILES, "an engine does I/O on every directory");
 
 #define TT_OPEN_FLAGS                                                                              \
-	(TUTTI_OPEN_CREATE | TUTTI_OPEN_EXISTING | TUTTI_OPEN_REPAIR | TUTTI_OPEN_READ_ONLY)
+	(TUTTI_OPEN_CREATE | TUTTI_OPEN_EXISTING | TUTTI_OPEN_REPAIR | TUTTI_OPEN_READ_ONLY |      \
+	 TUTTI_OPEN_REPLACE)
 
 void
 tutti_store_opts_init(struct tutti_store_opts *opts)
@@ -76,6 +77,14 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 	if ((o->flags & TUTTI_OPEN_READ_ONLY) != 0 &&
 	    (o->flags & (TUTTI_OPEN_CREATE | TUTTI_OPEN_REPAIR)) != 0) {
 		tt_log_err(log, "store options: a read-only open can neither create nor repair");
+		return -EINVAL;
+	}
+	if ((o->flags & TUTTI_OPEN_REPLACE) != 0 &&
+	    (o->flags & (TUTTI_OPEN_EXISTING | TUTTI_OPEN_READ_ONLY)) != 0) {
+		tt_log_err(log,
+		           "store options: TUTTI_OPEN_REPLACE needs the geometry and namespace "
+		           "to replace with and writes, which TUTTI_OPEN_EXISTING and "
+		           "TUTTI_OPEN_READ_ONLY do not allow");
 		return -EINVAL;
 	}
 	if (o->durability > TUTTI_DURABILITY_DURABLE) {
@@ -199,6 +208,7 @@ open_pool(struct tutti_store *st, const struct tutti_store_opts *opts, const uin
 	    .nr_dirs = opts->nr_dirs,
 	    .create = (opts->flags & TUTTI_OPEN_CREATE) != 0,
 	    .read_only = st->read_only,
+	    .replace = (opts->flags & TUTTI_OPEN_REPLACE) != 0,
 	    /* TUTTI_OPEN_EXISTING without a capacity: the store as it is. */
 	    .keep_slots = (opts->flags & TUTTI_OPEN_EXISTING) != 0 && opts->capacity_bytes == 0,
 	    .slots_per_dir = per_dir,

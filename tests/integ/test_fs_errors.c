@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Description: filesystem errors at open: a read-only directory or filesystem (-EACCES or
- * -EROFS) and a disk too small for the capacity (-ENOSPC, with no file left behind). As root,
+ * -EROFS) and a disk too small for the capacity (-ENOSPC, with no file left behind); and a disk
+ * that fills up under a store whose space is not reserved, during a save. As root,
  * read-only and small filesystems are tmpfs mounts in a private mount namespace (permissions do
  * not stop root); otherwise read-only is chmod 0500 and the disk-full tests are skipped.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +21,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "t_kv.h"
 #include "t_store.h"
 #include "t_util.h"
 #include "tutti/tutti.h"
@@ -180,6 +183,75 @@ test_disk_full_on_a_later_directory_leaves_no_file_in_earlier_ones(void **state)
 	free(big);
 }
 
+/* Fill the filesystem of \p path with a file of zeros there until it is full. */
+static void
+fill_filesystem(const char *path)
+{
+	static const uint8_t zeros[64 << 10];
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	assert_true(fd >= 0);
+	while (write(fd, zeros, sizeof(zeros)) > 0) {
+	}
+	assert_int_equal(errno, ENOSPC);
+	close(fd);
+}
+
+/*
+ * A store whose file lost its reserved space (a filesystem without fallocate leaves it sparse)
+ * on a disk that then fills up: the save fails with -ENOSPC, and the stats count a write error,
+ * not a store that could not free a slot (every slot is free).
+ */
+static void
+test_disk_full_during_a_save_is_a_write_error_not_a_full_store(void **state)
+{
+	struct fixture *f = *state;
+	char *file = t_path_join(f->mnt, "tutti.data");
+	char *filler = t_path_join(f->mnt, "filler");
+	uint32_t bpc = tutti_geometry_blocks_per_chunk(&f->geo), ids[64];
+	struct tutti_stats s = {.size = sizeof(s)};
+	struct tutti_store *st = NULL;
+	struct tutti_request req;
+	uint8_t key[32] = {1, 2, 3};
+	struct t_kv *kv = NULL;
+	int32_t status = 0;
+	struct stat sb;
+	int fd;
+
+	if (!g_mounts) {
+		skip();
+	}
+	assert_true(bpc <= 64);
+	mount_tmpfs(f, "size=4m", 0);
+	f->dirs[0] = f->mnt;
+	assert_int_equal(tutti_store_open(&f->geo, &f->opts, &st), 0);
+	/* The slots' space goes back to the filesystem (the superblock's stays), which fills up. */
+	fd = open(file, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &sb), 0);
+	assert_int_equal(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1 << 20,
+	                           sb.st_size - (1 << 20)),
+	                 0);
+	close(fd);
+	fill_filesystem(filler);
+	assert_int_equal(t_kv_alloc(&f->geo, T_LAYOUT_BLOCKS_FIRST, bpc, &kv), 0);
+	for (uint32_t b = 0; b < bpc; b++) {
+		ids[b] = b;
+	}
+	req = (struct tutti_request){
+	    .size = sizeof(req), .nr_keys = 1, .keys = key, .nr_blocks = bpc, .block_ids = ids};
+	assert_int_equal(tutti_store_save(st, kv->kv, &req, 1, &status), 0);
+	assert_int_equal(status, -ENOSPC);
+	assert_int_equal(tutti_store_get_stats(st, &s), 0);
+	assert_int_equal(s.save_no_space, 0);
+	assert_int_equal(s.save_errors, 1);
+	assert_int_equal(s.used_slots, 0);
+	tutti_store_close(st);
+	t_kv_free(kv);
+	free(filler);
+	free(file);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -190,6 +262,7 @@ main(void)
 	    T(test_store_on_a_filesystem_remounted_read_only_is_erofs),
 	    T(test_disk_full_is_enospc_and_leaves_no_file),
 	    T(test_disk_full_on_a_later_directory_leaves_no_file_in_earlier_ones),
+	    T(test_disk_full_during_a_save_is_a_write_error_not_a_full_store),
 	};
 
 	if (!t_tmpdir_supports_odirect()) {

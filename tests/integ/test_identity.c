@@ -2,7 +2,8 @@
 /*
  * Description: a store's identity and files, for both engines: TUTTI_OPEN_EXISTING adopts the
  * stored geometry, key size, namespace and capacity; another model, namespace or format version
- * is refused and left untouched; one writer per store across processes; private file modes; no
+ * is refused and left untouched, or with TUTTI_OPEN_REPLACE (another model or namespace) replaced
+ * by an empty store; one writer per store across processes; private file modes; no
  * symbolic link as the data file.
  */
 #include <errno.h>
@@ -173,6 +174,59 @@ test_durable_store_of_another_model_or_namespace_is_eexist_and_untouched(void **
 	t_kv_free(src);
 	t_kv_free(dst);
 	free(path);
+	free(dir);
+}
+
+/* TUTTI_OPEN_REPLACE: a store of another namespace or geometry gives way to an empty store of
+ * the one asked for, with a warning; the store asked for itself is kept as it is. */
+static void
+test_durable_open_replace_swaps_another_models_store_for_an_empty_one(void **state)
+{
+	struct t_chain_fixture *f = *state;
+	char *dir = t_chain_dir(f, "model");
+	struct t_kv *src = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, true);
+	struct t_kv *dst = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, false);
+	struct tutti_geometry other = f->geo;
+	const struct t_how replace = {.flags = TUTTI_OPEN_REPLACE};
+	const struct t_how model_b = {.ns = "model-b/bf16/tp0", .flags = TUTTI_OPEN_REPLACE};
+	const struct t_how existing = {.flags = TUTTI_OPEN_EXISTING | TUTTI_OPEN_REPLACE};
+	struct tutti_store *st = t_open_ok(f, &f->geo, dir, 8, NULL);
+	uint64_t blocks = 0;
+	struct t_chain c;
+
+	t_make_chain(f, &c, 2, 2 * T_CHAIN_BPC, NULL, 0);
+	t_save_chain(st, src, &c, 0);
+	tutti_store_close(st);
+	/* Its own store: kept, chunks and all, and nothing replaced. */
+	st = t_open_ok(f, &f->geo, dir, 8, &replace);
+	assert_false(t_log_contains(&f->rec, "replaced"));
+	t_assert_recovery(st, 2, 0, 0, 0);
+	t_assert_chain(f, st, src, dst, &c);
+	tutti_store_close(st);
+	/* Another namespace: an empty store of that namespace, and a warning that says so. */
+	st = t_open_ok(f, &f->geo, dir, 8, &model_b);
+	assert_true(t_log_contains(&f->rec, "replaced by an empty store"));
+	assert_int_equal(f->rec.nr_err, 0);
+	t_assert_recovery(st, 0, 0, 0, 0);
+	assert_int_equal(tutti_store_lookup(st, c.keys, c.nr_keys, &blocks), 0);
+	tutti_store_close(st);
+	/* It is that namespace's store now: the first namespace is refused without the flag. */
+	assert_int_equal(t_open_rc(f, &f->geo, dir, 8, NULL, &st), -EEXIST);
+	assert_null(st);
+	/* Another geometry (slots of another size) replaces it too, and the new store works. */
+	other.nr_kv_heads = 2;
+	st = t_open_ok(f, &other, dir, 8, &replace);
+	assert_true(t_log_contains(&f->rec, "replaced by an empty store"));
+	t_assert_recovery(st, 0, 0, 0, 0);
+	tutti_store_close(st);
+	st = t_open_ok(f, &other, dir, 8, NULL);
+	t_assert_recovery(st, 0, 0, 0, 0);
+	tutti_store_close(st);
+	/* Replacing needs the identity to replace with, which TUTTI_OPEN_EXISTING does not give. */
+	assert_int_equal(t_open_rc(f, NULL, dir, 0, &existing, &st), -EINVAL);
+	assert_null(st);
+	t_kv_free(src);
+	t_kv_free(dst);
 	free(dir);
 }
 
@@ -406,6 +460,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    T(test_durable_open_existing_adopts_geometry_key_size_namespace_and_capacity),
 	    T(test_durable_store_of_another_model_or_namespace_is_eexist_and_untouched),
+	    T(test_durable_open_replace_swaps_another_models_store_for_an_empty_one),
 	    T(test_durable_other_format_versions_are_eproto_and_damage_is_ebadmsg),
 	    T(test_durable_second_process_is_ebusy_while_the_store_is_open),
 	    T(test_durable_created_directory_and_file_are_private),

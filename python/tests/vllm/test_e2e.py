@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""End to end with real vLLM (its CPU build): TuttiConnector in separate vLLM processes.
+"""End to end with real vLLM (its CPU build): TuttiConnector in separate vLLM processes, with
+vLLM's default settings (its engine core and its worker each in a process of their own).
 
 Process A serves prompts with a long shared prefix and stores their KV; it exits. Process B, on
 the same store, serves the same prompts and extended ones: most prompt tokens come from the
 store and the generated tokens equal those of a run without the connector; again with loads
-asynchronous. Then the store is
-damaged: process C still answers identically, by recomputing, and no error reaches the user.
+asynchronous, and with the worker in the scheduler's process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
+Then the store is damaged: process C still answers identically, by recomputing, and no error
+reaches the user. Then the model gets new weights at the same path: D loads nothing the old
+weights computed, and answers as the new model does.
 """
 
 import json
@@ -24,12 +27,13 @@ pytest.importorskip("vllm")
 
 
 def run(model_dir, prompts, tmp, name, store=None, mode="sync", tp=1, env=None):
-    """One vLLM process (with ``tp`` workers; ``env`` added to its environment); returns its
-    JSON result."""
+    """One vLLM process (with ``tp`` workers; ``env`` added to its environment, which otherwise
+    keeps vLLM's defaults); returns its JSON result."""
     p_path, o_path = tmp / f"{name}-prompts.json", tmp / f"{name}-out.json"
     p_path.write_text(json.dumps(prompts))
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONHASHSEED="0",
-               VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1", **(env or {}))
+    base = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    env = dict(base, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONHASHSEED="0",
+               VLLM_CPU_KVCACHE_SPACE="1", **(env or {}))
     args = [sys.executable, str(SERVE)] + (["--tp", str(tp)] if tp > 1 else [])
     args += [str(model_dir), str(p_path), str(o_path)]
     if store is not None:
@@ -84,7 +88,14 @@ def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model_di
     check_installed(a)
     assert a["tokens"] == reference["tokens"][: len(first)]
     assert a["metrics"]["vllm:tutti_save_tokens"] > 0
-    assert a["metrics"]["vllm:tutti_load_tokens"] == 0  # an empty store
+    # The store starts empty; what A loads (if anything) it saved itself: with vLLM's
+    # defaults the requests reach the engine one by one, and a later prompt may find the
+    # shared prefix an earlier one stored.
+    # The worker's process alone opened the store (the scheduler's would have made it fail
+    # with EBUSY), and the connector's and the library's INFO lines are in vLLM's log.
+    log = (tmp_path / "a.log").read_text()
+    assert log.count("tutti: store ") == 1 and "opened (tutti-vllm/2|" in log
+    assert "tutti: registered 2 layers" in log and "store open: 1 dirs" in log
 
     b = run(model_dir, second, tmp_path, "b", store)
     prompt_tokens = sum(len(p) for p in second)
@@ -93,11 +104,14 @@ def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model_di
     assert b["metrics"]["vllm:tutti_load_errors"] == 0
     assert b["tokens"] == reference["tokens"]
 
-    # The same with asynchronous loads: requests wait while a loader thread reads their KV.
-    b2 = run(model_dir, second, tmp_path, "b-async", store, mode="async")
+    # The same with asynchronous loads: requests wait while a loader thread reads their KV;
+    # and with the worker in the scheduler's process, where both use one handle of the store.
+    b2 = run(model_dir, second, tmp_path, "b-async", store, mode="async",
+             env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
     assert b2["metrics"]["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens
     assert b2["metrics"]["vllm:tutti_load_errors"] == 0
     assert b2["tokens"] == reference["tokens"]
+    assert (tmp_path / "b-async.log").read_text().count("tutti: store ") == 1
 
     from tutti.store import Geometry
 
@@ -105,8 +119,26 @@ def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model_di
     geo = Geometry(nr_layers=2, nr_kv_heads=2, head_dim=32, elem_bytes=4, block_tokens=32,
                    chunk_tokens=64)
     damage_every_slot(store, geo.slot_bytes)
-    c = run(model_dir, second, tmp_path, "c", store)
+    # Every prompt reaches the scheduler before the first step (the engine core in this
+    # process), so that no prompt of C loads what an earlier one of C stored again.
+    c = run(model_dir, second, tmp_path, "c", store, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
     assert c["metrics"]["vllm:tutti_load_errors"] > 0
     assert c["metrics"]["vllm:tutti_load_tokens"] == 0
     assert c["tokens"] == reference["tokens"]
     assert "checksum mismatch" in (tmp_path / "c.log").read_text()
+
+    # New weights at the same path (same geometry, same file sizes): a new namespace. The store
+    # of the old one is replaced, nothing it held is loaded, and the answers are the new
+    # model's.
+    import tiny_llama
+
+    tiny_llama.make(model_dir, seed=1)
+    new_reference = run(model_dir, second, tmp_path, "reference-new")
+    assert new_reference["tokens"] != reference["tokens"]
+    # Every prompt of D reaches the scheduler before the first step (as C's), so any hit would
+    # be the old weights' KV.
+    d = run(model_dir, second, tmp_path, "d", store, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    assert "replaced by an empty store" in (tmp_path / "d.log").read_text()
+    assert d["metrics"]["vllm:tutti_hit_tokens"] == 0
+    assert d["metrics"]["vllm:tutti_load_tokens"] == 0
+    assert d["tokens"] == new_reference["tokens"]

@@ -94,7 +94,10 @@ def test_async_load_and_layerwise_are_refused_together(tmp_path):
     assert TuttiConfig.from_extra(extra(tmp_path), BS).layerwise
     assert not TuttiConfig.from_extra(extra(tmp_path, layerwise=False), BS).layerwise
     assert TuttiConnector.requires_piecewise_for_cudagraph({"layerwise": True})
-    assert not TuttiConnector.requires_piecewise_for_cudagraph({})
+    assert not TuttiConnector.requires_piecewise_for_cudagraph({"layerwise": False})
+    # The default ("auto") is on for GPU KV: CUDA graphs must be piecewise there
+    # (tests/vllm/test_versions.py has the defaults).
+    assert TuttiConnector.requires_piecewise_for_cudagraph({})
 
 
 def test_gpu_io_footprint_keys_are_checked_and_reach_the_store(tmp_path):

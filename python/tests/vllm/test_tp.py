@@ -37,14 +37,15 @@ NUM_BLOCKS = 128
 _ids = itertools.count()
 
 
-def vllm_config(model_dir, extra, tp=2, pp=1, rank=0):
+def vllm_config(model_dir, extra, tp=2, pp=1, rank=0, executor=None):
     init_none_hash(sha256)
-    return tutti_vllm_config(model_dir, extra, BS, NUM_BLOCKS, tp=tp, pp=pp, rank=rank)
+    return tutti_vllm_config(model_dir, extra, BS, NUM_BLOCKS, tp=tp, pp=pp, rank=rank,
+                             executor=executor)
 
 
-def kv_cache_config():
-    # One rank's share: one of the model's two KV heads.
-    return group_config(["l0", "l1"], BS, NUM_BLOCKS, kv_heads=1)
+def kv_cache_config(tp=2):
+    # One rank's share of the model's two KV heads.
+    return group_config(["l0", "l1"], BS, NUM_BLOCKS, kv_heads=2 // tp)
 
 
 def extra(tmp_path, **kw):
@@ -53,26 +54,27 @@ def extra(tmp_path, **kw):
 
 
 class Rig:
-    """The scheduler and two worker-side connectors, stepped by hand."""
+    """The scheduler and ``tp`` worker-side connectors (in the multiprocess executor's
+    processes, so: the scheduler opens no store), stepped by hand."""
 
-    def __init__(self, model_dir, ext):
-        cfg = vllm_config(model_dir, ext)
-        self.sched = Scheduler(vllm_config=cfg, kv_cache_config=kv_cache_config(),
+    def __init__(self, model_dir, ext, tp=2):
+        cfg = vllm_config(model_dir, ext, tp=tp, executor="mp")
+        self.sched = Scheduler(vllm_config=cfg, kv_cache_config=kv_cache_config(tp),
                                structured_output_manager=StructuredOutputManager(cfg),
                                block_size=BS, log_stats=True)
         assert self.sched.connector.scheduler.store is None  # the scheduler holds no store
         self.workers, self.kv = [], []
-        for rank in range(2):
-            w = TuttiConnector(vllm_config(model_dir, ext, rank=rank), KVConnectorRole.WORKER,
-                               kv_cache_config())
+        for rank in range(tp):
+            w = TuttiConnector(vllm_config(model_dir, ext, tp=tp, rank=rank, executor="mp"),
+                               KVConnectorRole.WORKER, kv_cache_config(tp))
             # Per layer one (blocks, 2, block, heads, head) tensor, distinct content per rank.
-            layers = {f"l{i}": torch.randn(NUM_BLOCKS, 2, BS, 1, 32,
+            layers = {f"l{i}": torch.randn(NUM_BLOCKS, 2, BS, 2 // tp, 32,
                                            generator=torch.Generator().manual_seed(rank * 10 + i))
                       for i in range(2)}
             w.register_kv_caches(layers)
             self.workers.append(w)
             self.kv.append(layers)
-        self.aggregator = KVOutputAggregator(expected_finished_count=2)
+        self.aggregator = KVOutputAggregator(expected_finished_count=tp)
 
     def worker_step(self, meta, req_ids):
         outputs = []
@@ -197,6 +199,42 @@ def test_aggregated_reports_reach_the_scheduler_and_a_hit_needs_every_rank(model
     new = [r for r in out.scheduled_new_reqs if r.req_id == req2.request_id][0]
     assert new.num_computed_tokens == 9 * BS  # all 9 full blocks, on both ranks
     rig.close()
+
+
+def test_a_worker_in_a_process_of_its_own_keeps_the_store_to_itself(model_dir, tmp_path):
+    """vLLM's defaults on its CPU build: one worker, in a process of its own (the multiprocess
+    executor). The scheduler must not open the store there (the worker's open would fail with
+    EBUSY); it learns what the store holds from the worker's reports, as with several ranks."""
+    rig = Rig(model_dir, extra(tmp_path, dirs=[str(tmp_path / "s")]), tp=1)
+    (w,) = rig.workers
+    assert rig.sched.connector.scheduler.store is None
+    assert w.worker.reporter is not None  # reports the store to the scheduler
+    tokens = prompt(300, seed=9)
+    populate(w, request(tokens), 3)
+    req = request(tokens)
+    rig.sched.add_request(req)
+    out, _ = rig.step()  # the listing
+    assert req.request_id not in out.num_scheduled_tokens
+    out, agg = rig.step()
+    assert out.scheduled_new_reqs[0].num_computed_tokens == 6 * BS
+    ids = out.scheduled_new_reqs[0].block_ids[0]
+    for t in rig.kv[0].values():
+        assert torch.equal(t[ids[:6]], t[SRC:SRC + 6])
+    rig.close()
+    # With the uni-process executor the worker runs in the scheduler's process: both use one
+    # handle of the store, and the scheduler looks it up directly.
+    cfg = vllm_config(model_dir, extra(tmp_path, dirs=[str(tmp_path / "s")]), tp=1,
+                      executor="uni")
+    w = TuttiConnector(cfg, KVConnectorRole.WORKER, kv_cache_config(1))
+    sched = Scheduler(vllm_config=cfg, kv_cache_config=kv_cache_config(1),
+                      structured_output_manager=StructuredOutputManager(cfg), block_size=BS,
+                      log_stats=True)
+    assert sched.connector.scheduler.store is w.worker.store
+    assert w.worker.reporter is None
+    assert sched.connector.scheduler.store.lookup(
+        [chunk_key(req.block_hashes[b]) for b in (1, 3, 5)])[0] == 3
+    sched.connector.shutdown()
+    w.shutdown()
 
 
 def test_a_rank_that_never_lists_its_store_delays_requests_only_so_long(model_dir, tmp_path):

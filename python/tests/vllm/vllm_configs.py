@@ -16,9 +16,14 @@ from vllm.config import (
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 
 
-def tutti_vllm_config(model_dir, extra, block_size, num_blocks, tp=1, pp=1, rank=0):
+def tutti_vllm_config(model_dir, extra, block_size, num_blocks, tp=1, pp=1, rank=0,
+                      executor=None, kv_role="kv_both"):
     """``extra`` is the connector's kv_connector_extra_config; tp, pp and rank as vLLM's
-    ParallelConfig has them (the multiprocess executor when there is more than one rank)."""
+    ParallelConfig has them (the multiprocess executor when there is more than one rank).
+    ``executor``: vLLM's distributed_executor_backend; by default the uni-process one for one
+    rank (the worker in the scheduler's process, as with VLLM_ENABLE_V1_MULTIPROCESSING=0),
+    else the multiprocess one. (vLLM's CPU build turns "uni" into "mp" while the environment
+    does not say VLLM_ENABLE_V1_MULTIPROCESSING=0; this sets it after.)"""
     parallel = (ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp,
                                distributed_executor_backend="mp")
                 if tp * pp > 1 else ParallelConfig())
@@ -31,11 +36,13 @@ def tutti_vllm_config(model_dir, extra, block_size, num_blocks, tp=1, pp=1, rank
         parallel_config=parallel,
         kv_transfer_config=KVTransferConfig(
             kv_connector="TuttiConnector", kv_connector_module_path="tutti.vllm.connector",
-            kv_role="kv_both", kv_load_failure_policy="recompute",
+            kv_role=kv_role, kv_load_failure_policy="recompute",
             kv_connector_extra_config=extra),
         device_config=DeviceConfig("cpu"),
     )
     cfg.parallel_config.rank = rank
+    cfg.parallel_config.distributed_executor_backend = executor or ("uni" if tp * pp == 1
+                                                                    else "mp")
     cfg.cache_config.num_gpu_blocks = num_blocks
     return cfg
 

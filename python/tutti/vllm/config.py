@@ -5,14 +5,19 @@ configuration (``ConnectorContext``: the store geometry, the namespace, the rank
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from dataclasses import dataclass
+from os import PathLike
 from typing import TYPE_CHECKING, Any
 
 import vllm
 from vllm.v1.kv_cache_interface import AttentionSpec
 
 from tutti.store import Geometry
-from tutti.vllm import ranks, remote_tier
+from tutti.vllm import compat, ranks, remote_tier
+from tutti.vllm.fingerprint import overrides_digest, weights_fingerprint
+from tutti.vllm.log import log
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -33,43 +38,65 @@ class TuttiConfig:
     dirs: list[Any]
     capacity_bytes: int
     chunk_tokens: int = 256
-    engine: str = "uring"
+    # "auto": gpu-uring for KV in GPU memory (the CPU-driven engine where it cannot be set up,
+    # said in one log line), the CPU-driven engine for KV in host memory.
+    engine: str = "auto"
     durability: str = "fast"
     staging_bytes: int = 0
     gpu_io_workers: int = 0  # 0: the store's defaults (include/tutti/store.h)
     gpu_io_sms: int = 0
     namespace: str = ""
     async_load: bool = False
-    layerwise: bool = False
+    # None until resolved ("auto"): on for KV in GPU memory (ConnectorContext).
+    layerwise: bool | None = None
     remote: remote_tier.RemoteConfig | None = None  # the cross-node tier (docs/cluster.md)
+    capacity_key: str = "capacity_gb"  # the key the capacity was given with
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None, block_size: int) -> TuttiConfig:
+        """Parse ``kv_connector_extra_config``; a bad value raises ``ValueError`` naming its
+        key, what it must be and what it was."""
         extra = dict(extra or {})
         unknown = sorted(set(extra) - KNOWN_KEYS)
         if unknown:
             raise ValueError(f"TuttiConnector: unknown kv_connector_extra_config keys {unknown}; "
                              f"known: {sorted(KNOWN_KEYS)}")
-        dirs = extra.get("dirs", extra.get("dir"))
-        if isinstance(dirs, str):
-            dirs = [dirs]
-        if not dirs:
-            raise ValueError("TuttiConnector: kv_connector_extra_config needs \"dirs\" (a list "
-                             "of store directories, one per disk)")
+        if "dirs" in extra and "dir" in extra:
+            raise ValueError("TuttiConnector: give \"dirs\" or \"dir\", not both")
+        dirs_key = "dir" if "dir" in extra else "dirs"
+        dirs = parse_dirs(extra.get(dirs_key), dirs_key)
+        if "capacity_bytes" in extra and "capacity_gb" in extra:
+            raise ValueError("TuttiConnector: give \"capacity_gb\" or \"capacity_bytes\", not "
+                             "both")
         if "capacity_bytes" in extra:
-            capacity = int(extra["capacity_bytes"])
+            capacity = int(parse_number(extra["capacity_bytes"], "capacity_bytes", whole=True))
         elif "capacity_gb" in extra:
-            capacity = int(float(extra["capacity_gb"]) * 2**30)
+            capacity = int(parse_number(extra["capacity_gb"], "capacity_gb") * 2**30)
         else:
             raise ValueError("TuttiConnector: kv_connector_extra_config needs \"capacity_gb\" "
                              "(store size over all directories)")
-        chunk = int(extra.get("chunk_tokens", max(256 // block_size, 1) * block_size))
+        if capacity <= 0:
+            key = "capacity_bytes" if "capacity_bytes" in extra else "capacity_gb"
+            raise ValueError(f"TuttiConnector: \"{key}\" must be positive (the store's size "
+                             f"over all directories), not {extra[key]!r}")
+        chunk = max(256 // block_size, 1) * block_size
+        if "chunk_tokens" in extra:
+            chunk = int(parse_number(extra["chunk_tokens"], "chunk_tokens", whole=True))
         if chunk <= 0 or chunk % block_size:
-            raise ValueError(f"TuttiConnector: chunk_tokens {chunk} must be a positive multiple "
-                             f"of vLLM's block size {block_size}")
-        dirs = [[str(x) for x in d] if isinstance(d, (list, tuple)) else str(d) for d in dirs]
+            raise ValueError(f"TuttiConnector: \"chunk_tokens\" {chunk} must be a positive "
+                             f"multiple of vLLM's block size {block_size}")
+        engine = parse_choice(extra.get("engine", "auto"), "engine", ENGINES)
+        durability = parse_choice(extra.get("durability", "fast"), "durability", DURABILITY)
+        staging_mb = parse_number(extra.get("staging_mb", 0), "staging_mb")
+        if staging_mb < 0:
+            raise ValueError(f"TuttiConnector: \"staging_mb\" must be >= 0 (0: the store's "
+                             f"default), not {extra['staging_mb']!r}")
+        namespace = extra.get("namespace", "")
+        if not isinstance(namespace, str):
+            raise ValueError(f"TuttiConnector: \"namespace\" must be a string, not "
+                             f"{namespace!r}")
         async_load = parse_flag(extra.get("async_load", False), "async_load")
-        layerwise = parse_flag(extra.get("layerwise", False), "layerwise")
+        layerwise = parse_layerwise(extra.get("layerwise", "auto"))
         if async_load and layerwise:
             # An asynchronous load completes while the request waits, outside any forward
             # pass: there is no layer of compute for it to hide behind.
@@ -84,12 +111,68 @@ class TuttiConfig:
                                  f"store's default), not {v!r}")
             io[k] = v
         return cls(dirs=dirs, capacity_bytes=capacity, chunk_tokens=chunk, **io,
-                   engine=str(extra.get("engine", "uring")),
-                   durability=str(extra.get("durability", "fast")),
-                   staging_bytes=int(float(extra.get("staging_mb", 0)) * 2**20),
-                   namespace=str(extra.get("namespace", "")),
+                   capacity_key="capacity_bytes" if "capacity_bytes" in extra else "capacity_gb",
+                   engine=engine, durability=durability,
+                   staging_bytes=int(staging_mb * 2**20), namespace=namespace,
                    async_load=async_load, layerwise=layerwise,
                    remote=remote_tier.RemoteConfig.from_extra(extra.get("remote")))
+
+
+ENGINES = ("auto", "uring", "posix", "gpu-uring", "gds")
+DURABILITY = ("fast", "durable")
+
+
+def parse_dirs(v: Any, key: str) -> list[Any]:
+    """``dirs``: one path, a list of paths, or one list of paths per tensor-parallel rank."""
+    if v is None or v == [] or v == "":
+        raise ValueError(f"TuttiConnector: kv_connector_extra_config needs \"{key}\" (a list "
+                         "of store directories, one per disk)")
+    if isinstance(v, (str, PathLike)):
+        v = [v]
+    if not isinstance(v, (list, tuple)):
+        raise ValueError(f"TuttiConnector: \"{key}\" must be a list of directories (or one "
+                         f"path), not {v!r}")
+    out: list[Any] = []
+    for d in v:
+        if isinstance(d, (list, tuple)):
+            if not d or not all(isinstance(x, (str, PathLike)) and str(x) for x in d):
+                raise ValueError(f"TuttiConnector: \"{key}\" lists per rank must be non-empty "
+                                 f"lists of paths, not {d!r}")
+            out.append([str(x) for x in d])
+        elif isinstance(d, (str, PathLike)) and str(d):
+            out.append(str(d))
+        else:
+            raise ValueError(f"TuttiConnector: \"{key}\" must be a list of directories (or "
+                             f"one path), and {d!r} in it is not a path")
+    return out
+
+
+def parse_number(v: Any, key: str, whole: bool = False) -> float:
+    """A number (JSON's, or text that reads as one); ``whole``: an integer."""
+    what = "a whole number" if whole else "a number"
+    if isinstance(v, bool):
+        raise ValueError(f"TuttiConnector: \"{key}\" must be {what}, not {v!r}")
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"TuttiConnector: \"{key}\" must be {what}, not {v!r}") from None
+    if x != x or x in (float("inf"), float("-inf")) or (whole and x != int(x)):
+        raise ValueError(f"TuttiConnector: \"{key}\" must be {what}, not {v!r}")
+    return x
+
+
+def parse_choice(v: Any, key: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(v, str) or v not in choices:
+        raise ValueError(f"TuttiConnector: \"{key}\" must be one of {', '.join(choices)}, "
+                         f"not {v!r}")
+    return v
+
+
+def parse_layerwise(v: Any) -> bool | None:
+    """``layerwise``: true, false, or "auto" (None: on where the KV is in GPU memory)."""
+    if isinstance(v, str) and v.lower() == "auto":
+        return None
+    return parse_flag(v, "layerwise")
 
 
 def parse_flag(v: Any, name: str) -> bool:
@@ -99,7 +182,8 @@ def parse_flag(v: Any, name: str) -> bool:
         return True
     if str(v).lower() in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"TuttiConnector: {name} must be true or false, not {v!r}")
+    also = ' or "auto"' if name == "layerwise" else ""
+    raise ValueError(f"TuttiConnector: {name} must be true or false{also}, not {v!r}")
 
 
 def geometry_of(kv_cache_config: KVCacheConfig, chunk_tokens: int) -> tuple[Geometry,
@@ -136,8 +220,13 @@ class ConnectorContext:
                              "tensor_parallel_size for several devices")
         self.vllm_config = vllm_config
         self.block_size: int = vllm_config.cache_config.block_size
-        self.cfg = TuttiConfig.from_extra(kv_transfer.kv_connector_extra_config,
-                                          self.block_size)
+        cfg = TuttiConfig.from_extra(kv_transfer.kv_connector_extra_config, self.block_size)
+        # Fast by default: with KV in GPU memory, loads go layer by layer behind the forward
+        # (unless they are asynchronous, which layerwise excludes).
+        self.kv_on_gpu = vllm_config.device_config.device_type == "cuda"
+        if cfg.layerwise is None:
+            cfg = dataclasses.replace(cfg, layerwise=self.kv_on_gpu and not cfg.async_load)
+        self.cfg = cfg
         # Tensor parallelism (tutti/vllm/ranks.py): each worker process opens the store of its
         # rank; the scheduler, in a process of its own, opens none and learns what every rank
         # holds from the workers' reports.
@@ -147,11 +236,47 @@ class ConnectorContext:
         if self.tp > 1 and self.cfg.remote is not None:
             raise ValueError("TuttiConnector: the remote tier (\"remote\") does not support "
                              "tensor parallelism yet")
+        if kv_transfer.kv_role != "kv_both":
+            raise ValueError(f"TuttiConnector: kv_role must be \"kv_both\" (the server stores "
+                             f"and loads), not {kv_transfer.kv_role!r}")
         self.blocks_per_chunk = self.cfg.chunk_tokens // self.block_size
         self.geo, self.spec = geometry_of(kv_cache_config, self.cfg.chunk_tokens)
+        self._check_capacity(vllm_config.model_config.max_model_len)
+        mc, lc = vllm_config.model_config, vllm_config.load_config
+        t0 = time.perf_counter()
+        self.weights = weights_fingerprint(mc.model, mc.revision, str(lc.load_format),
+                                           lc.download_dir)
+        log.debug("tutti: weights fingerprint %s in %.1f ms", self.weights,
+                  (time.perf_counter() - t0) * 1e3)
         self.ns = self.namespace()
         self.num_blocks: int = kv_cache_config.num_blocks
         self.layer_names: list[str] = list(kv_cache_config.kv_cache_groups[0].layer_names)
+        # Whether vLLM runs this engine's worker in the scheduler's process: only then may the
+        # scheduler open the store (a store admits one process). Its uni-process executor does
+        # (and the external launcher, which runs one engine per process); the multiprocess one,
+        # which vLLM's CPU build always uses unless VLLM_ENABLE_V1_MULTIPROCESSING=0, and Ray
+        # run workers elsewhere. Otherwise the scheduler learns what the store holds from the
+        # worker's reports (tutti/vllm/ranks.py), as with tensor parallelism.
+        backend = pc.distributed_executor_backend
+        self.scheduler_opens_store = self.tp == 1 and backend in ("uni", "external_launcher")
+
+    def _check_capacity(self, max_model_len: int) -> None:
+        """The store must hold at least one prompt of the longest length vLLM admits: a store
+        smaller than that evicts a prompt's first chunks while saving its last ones."""
+        nr_dirs = len(self.dirs)
+        slots = self.cfg.capacity_bytes // nr_dirs // self.geo.slot_bytes * nr_dirs
+        needed = -(-max_model_len // self.cfg.chunk_tokens)
+        if slots >= needed:
+            return
+        # Each directory holds an equal share of the slots.
+        gib = -(-needed // nr_dirs) * nr_dirs * self.geo.slot_bytes / 2**30
+        raise ValueError(
+            f"TuttiConnector: \"{self.cfg.capacity_key}\" gives "
+            f"{self.cfg.capacity_bytes / 2**30:.4g} GiB, "
+            f"{slots} chunks of {self.cfg.chunk_tokens} tokens ({self.geo.slot_bytes} bytes "
+            f"each) over {nr_dirs} director{'y' if nr_dirs == 1 else 'ies'}; the store must "
+            f"hold at least one prompt of max_model_len {max_model_len} tokens: {needed} "
+            f"chunks, {gib:.4g} GiB")
 
     @property
     def dirs(self) -> list[str]:
@@ -163,14 +288,21 @@ class ConnectorContext:
         a deployment (the remote tier's, whose keys and records carry the rank themselves)."""
         vc, spec, geo = self.vllm_config, self.spec, self.geo
         mc, pc, cc = vc.model_config, vc.parallel_config, vc.cache_config
+        # The weights: their fingerprint (tutti/vllm/fingerprint.py), and the model's name where
+        # they have none (vLLM loads them from no folder here) or are random.
+        weights = self.weights
+        named = weights is None or weights.startswith("dummy")
         parts = [
-            "tutti-vllm/1",
-            f"model={mc.model}@{getattr(mc, 'revision', None)}",
+            "tutti-vllm/2",
+            f"model={mc.model}@{mc.revision}" if named else "",
+            f"weights={weights}" if weights is not None else "",
+            f"quant={mc.quantization}" if mc.quantization else "",
+            f"overrides={overrides_digest(mc.hf_overrides)}" if mc.hf_overrides else "",
             f"dtype={spec.dtype}",
             f"block={spec.block_size}",
             f"kv={geo.nr_layers}x{spec.num_kv_heads}x{spec.head_size}",
             f"page={spec.page_size_bytes}",
-            f"layout={getattr(cc, 'kv_cache_layout', None)}",
+            f"layout={compat.kv_cache_layout(vc)}",
             f"device={vc.device_config.device_type}",
             f"tp={getattr(pc, 'rank', 0) if with_rank else '*'}/{pc.tensor_parallel_size}",
             f"pp={pc.pipeline_parallel_size}",
@@ -178,4 +310,4 @@ class ConnectorContext:
             f"vllm={'.'.join(vllm.__version__.split('.')[:2])}",
             f"user={self.cfg.namespace}",
         ]
-        return "|".join(parts).encode()
+        return "|".join(p for p in parts if p).encode()

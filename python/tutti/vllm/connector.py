@@ -19,10 +19,13 @@ every worker (role WORKER). This class is the thin shape vLLM sees; the work is 
   chains block hashes over the whole prefix, so a key names the prefix up to that chunk. A
   prompt's trailing full blocks that do not fill a chunk are stored as a partial chunk, found
   again by a prompt with the same prefix and length.
-* Everything that must not mix lives in the store's namespace: model, dtype, block size, KV
-  shape, tensor-parallel rank, vLLM version. A store opened with another namespace is refused.
-* Tensor parallelism (``tutti/vllm/ranks.py``): every worker opens the store of its rank; the
-  scheduler opens none and counts a chunk as a hit only when every rank reported holding it.
+* Everything that must not mix lives in the store's namespace: the weights (fingerprinted,
+  tutti/vllm/fingerprint.py), dtype, block size, KV shape, tensor-parallel rank, vLLM version.
+  A directory that holds a store of another namespace gets an empty one (logged).
+* Processes: every worker opens the store of its rank. The scheduler opens it only where the
+  worker runs in its process (vLLM's uni-process executor); elsewhere (the multiprocess
+  executor, tensor parallelism: ``tutti/vllm/ranks.py``) it opens none and counts a chunk as a
+  hit only when every rank reported holding it.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     PromMetricT,
 )
 
-from tutti.vllm.config import ConnectorContext, TuttiConfig, parse_flag
+from tutti.vllm import compat
+from tutti.vllm.config import ConnectorContext, TuttiConfig, parse_layerwise
 from tutti.vllm.data import (
     KEY_BYTES,
     LoadSpec,
@@ -72,6 +76,9 @@ __all__ = ["KEY_BYTES", "LoadSpec", "SaveSpec", "TuttiConfig", "TuttiConnector",
 class TuttiConnector(KVConnectorBase_V1):
     """vLLM v1 KV connector storing prefix KV in a Tutti store."""
 
+    if compat.CacheHitSource is not None:  # vLLM 0.32: hits counted by tier
+        _cache_hit_source = compat.CacheHitSource.DISK
+
     @property
     def requires_kv_delivery(self) -> bool:
         return False  # a cache: a dropped save is a future miss, never a correctness issue
@@ -79,9 +86,10 @@ class TuttiConnector(KVConnectorBase_V1):
     @classmethod
     def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
         # Layerwise loads wait in vLLM's per-layer hooks, which a replayed full CUDA graph
-        # skips: the forward would read layers not loaded yet.
+        # skips: the forward would read layers not loaded yet. "auto" turns them on where
+        # the KV is in GPU memory, the only place CUDA graphs run.
         try:
-            return parse_flag((extra_config or {}).get("layerwise", False), "layerwise")
+            return parse_layerwise((extra_config or {}).get("layerwise", "auto")) is not False
         except ValueError:
             return False  # refused with a clear message when the connector starts
 
@@ -95,6 +103,7 @@ class TuttiConnector(KVConnectorBase_V1):
         self.scheduler: TuttiScheduler | None = None
         self.worker: TuttiWorker | None = None
         if role == KVConnectorRole.SCHEDULER:
+            compat.check_version()  # once per engine: its scheduler
             self.scheduler = TuttiScheduler(self.ctx)
         else:
             self.worker = TuttiWorker(self.ctx)
@@ -130,6 +139,18 @@ class TuttiConnector(KVConnectorBase_V1):
 
     def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
         self._sched().update_connector_output(connector_output)
+
+    def get_external_cache_hit_sources(self, request: Request,
+                                       num_external_tokens: int) -> dict[Any, int]:
+        """vLLM 0.32 (no such call in 0.26): the tokens of a hit by the tier that supplied
+        them, the local store (disk) or the remote tier (another node's pool, which vLLM counts
+        as unspecified)."""
+        if compat.CacheHitSource is None or num_external_tokens == 0:
+            return {}
+        remote = self._sched().remote_hit_tokens(request.request_id, num_external_tokens)
+        out = {compat.CacheHitSource.DISK: num_external_tokens - remote,
+               compat.CacheHitSource.EXTERNAL_UNSPECIFIED: remote}
+        return {k: v for k, v in out.items() if v}
 
     def request_finished(self, request: Request,
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:

@@ -12,7 +12,6 @@ the layers no hook asked for."""
 from __future__ import annotations
 
 import errno
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +19,7 @@ from typing import Any
 from tutti.pipeline import Pipeline
 from tutti.store import KV, ChunkRequest, Store
 from tutti.vllm.data import LoadSpec
-
-log = logging.getLogger("tutti.vllm")
+from tutti.vllm.log import log
 
 # How long the end of a step waits for the pipeline to finalise it.
 STEP_RESULT_TIMEOUT_S = 120

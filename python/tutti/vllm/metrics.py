@@ -18,9 +18,13 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
+# Saves: tokens and bytes stored; chunks not stored because their parent is not (harmless: a
+# chunk whose parent failed to save, or was evicted, is saved again with it), because no slot
+# could be freed (the store is too small or all pinned by loads), or because a write failed
+# (an I/O error, or a full disk).
 COUNTERS: tuple[str, ...] = (
     "lookup_tokens", "hit_tokens", "load_tokens", "load_bytes", "load_errors", "save_tokens",
-    "save_bytes", "save_errors", "load_ns", "save_ns")
+    "save_bytes", "save_orphans", "save_no_space", "save_errors", "load_ns", "save_ns")
 # The remote tier: hits accepted and refused (cost), chunks fetched and failed, bytes and time,
 # records rejected, and what the publish thread did.
 REMOTE_COUNTERS: tuple[str, ...] = (
@@ -67,6 +71,9 @@ class TuttiConnectorStats(KVConnectorStats):
             "save_tokens": d["save_tokens"],
             "save_errors": d["save_errors"],
         }
+        for k in ("save_orphans", "save_no_space"):
+            if d.get(k, 0):
+                out[k] = d[k]
         for op in ("load", "save"):
             ns = d[f"{op}_ns"]
             out[f"{op}_GBps"] = round(d[f"{op}_bytes"] / ns, 3) if ns else 0.0

@@ -10,7 +10,6 @@ and the rule that decides whether a remote hit is worth fetching.
 
 from __future__ import annotations
 
-import logging
 import socket
 import threading
 import time
@@ -19,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from tutti.remote import Remote, key_prefix
 from tutti.store import Geometry
+from tutti.vllm.log import log
 
 if TYPE_CHECKING:
     from tutti.mooncake import MooncakeProvider
 
-log = logging.getLogger("tutti.vllm")
 
 _PUBLISH = ("all", "none")
+_KINDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,16 @@ class RemoteConfig:
             if not extra.get(req):
                 raise ValueError(f"TuttiConnector: remote needs \"{req}\"")
         # Every value is converted to its default's type (master and local_hostname: text).
-        values: dict[str, Any] = {k: type(defaults[k])(v)
-                                  if k not in ("master", "local_hostname") else str(v)
-                                  for k, v in extra.items()}
+        values: dict[str, Any] = {}
+        for k, v in extra.items():
+            kind = str if k in ("master", "local_hostname") else type(defaults[k])
+            try:
+                if isinstance(v, bool) and kind is not bool:
+                    raise ValueError
+                values[k] = kind(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"TuttiConnector: remote \"{k}\" must be "
+                                 f"{_KINDS.get(kind, kind.__name__)}, not {v!r}") from None
         cfg = cls(**values)
         if cfg.publish not in _PUBLISH:
             raise ValueError(f"TuttiConnector: remote publish must be one of {_PUBLISH}")
@@ -175,7 +182,7 @@ def acquire(cfg: RemoteConfig, geo: Geometry, ns: bytes, rank: int = 0, nr_ranks
                                                if cfg.publish != "none" else 0),
                                 publish_rate=int(cfg.publish_mbps * 1e6),
                                 breaker_faults=cfg.breaker_faults,
-                                breaker_open_ms=cfg.breaker_open_ms)
+                                breaker_open_ms=cfg.breaker_open_ms, log=log)
             except Exception:
                 provider.close()
                 raise

@@ -13,16 +13,18 @@ loads and saves each step, and what the worker reported back.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import vllm
+
 from tutti.remote import Remote
 from tutti.store import Store
-from tutti.vllm import ranks, remote_tier
+from tutti.vllm import compat, ranks, remote_tier
 from tutti.vllm.config import ConnectorContext
 from tutti.vllm.data import LoadSpec, SaveSpec, TuttiConnectorMetadata, chunk_keys
+from tutti.vllm.log import log
 from tutti.vllm.metrics import TuttiConnectorStats
 from tutti.vllm.stores import (
     RemoteKey,
@@ -39,7 +41,6 @@ if TYPE_CHECKING:
     from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
-log = logging.getLogger("tutti.vllm")
 
 
 @dataclass
@@ -80,18 +81,34 @@ class TuttiScheduler:
         self._view_since: float | None = None  # when the scheduler first waited for listings
         self._store_key: StoreKey | None = None
         self.store: Store | None = None
-        if ctx.tp > 1:
-            self.view = ranks.RankView(ctx.tp)
-        else:
+        if ctx.scheduler_opens_store:
             self._store_key, self.store = acquire_store(ctx.cfg, ctx.dirs, ctx.geo, ctx.ns)
+        else:
+            self.view = ranks.RankView(ctx.tp)
         self._remote_key: RemoteKey | None
         self.remote: Remote | None
         self._remote_key, self.remote = acquire_remote(ctx)
         self.stats = TuttiConnectorStats()
+        algo = str(getattr(ctx.vllm_config.cache_config, "prefix_caching_hash_algo", "sha256"))
+        if not compat.hashes_survive_restarts(algo):
+            log.warning("tutti: vLLM %s seeds its prefix hashes (%s) at random in every process "
+                        "unless PYTHONHASHSEED is set: what this server stores is not found "
+                        "again after a restart. Set PYTHONHASHSEED to one value for every run",
+                        vllm.__version__, algo)
         self._reqs: dict[str, _ReqState] = {}
         self._lookups: dict[str, _Lookup] = {}
         self._pending_loads: dict[str, LoadSpec] = {}
         self._remote_local_hits: dict[str, int] = {}  # request -> local chunks, with remote ones
+
+    def remote_hit_tokens(self, req_id: str, num_external_tokens: int) -> int:
+        """Of a request's load just planned, the tokens that come from the remote tier."""
+        spec = self._pending_loads.get(req_id)
+        if spec is None or spec.remote_from < 0:
+            return 0
+        split = max(spec.remote_from, spec.first_chunk)
+        local_blocks = 0 if split == spec.first_chunk else \
+            self.bpc - spec.skip_blocks + (split - spec.first_chunk - 1) * self.bpc
+        return max(0, num_external_tokens - local_blocks * self.block_size)
 
     def _chunk_keys(self, block_hashes: list[Any], nr_blocks: int) -> list[bytes]:
         return chunk_keys(block_hashes, nr_blocks, self.bpc)

@@ -9,7 +9,7 @@ file lock is; it is keyed by what the store was opened with and counts its users
 
 from __future__ import annotations
 
-import logging
+import os
 import threading
 from dataclasses import dataclass
 
@@ -18,8 +18,11 @@ from tutti.store import Geometry, Store
 from tutti.vllm import remote_tier
 from tutti.vllm.config import ConnectorContext, TuttiConfig
 from tutti.vllm.data import KEY_BYTES
+from tutti.vllm.log import log
 
-log = logging.getLogger("tutti.vllm")
+# The library's log level the connector's stores use: information, so that what the store
+# found at open (its size, engine, what recovery dropped) appears in vLLM's log.
+LOG_INFO = 2
 
 StoreKey = tuple[tuple[str, ...], Geometry, bytes, str, str]
 RemoteKey = remote_tier.HandleKey
@@ -37,16 +40,24 @@ _stores: dict[StoreKey, _Entry] = {}
 
 def acquire_store(cfg: TuttiConfig, dirs: list[str], geo: Geometry,
                   ns: bytes) -> tuple[StoreKey, Store]:
-    """The process's handle of the store in ``dirs``, opened (created if missing) by the first
-    user; give it back with ``release_store(key)``."""
+    """The process's handle of the store in ``dirs``, opened by the first user; give it back
+    with ``release_store(key)``.
+
+    Missing directories are created with their parents (mode 0700). A directory that holds a
+    store of another namespace (another model, other weights, another layout) gets an empty
+    store of this one: that KV can never be served again, and the library logs the
+    replacement as a warning."""
     key = (tuple(dirs), geo, ns, cfg.engine, cfg.durability)
     with _lock:
         entry = _stores.get(key)
         if entry is None:
+            for d in dirs:
+                os.makedirs(d, mode=0o700, exist_ok=True)
             store = Store(dirs, geo, capacity_bytes=cfg.capacity_bytes, ns=ns,
                           engine=cfg.engine, durability=cfg.durability, key_bytes=KEY_BYTES,
                           staging_bytes=cfg.staging_bytes, gpu_io_workers=cfg.gpu_io_workers,
-                          gpu_io_sms=cfg.gpu_io_sms)
+                          gpu_io_sms=cfg.gpu_io_sms, replace=True, log=log,
+                          log_level=LOG_INFO)
             entry = _stores[key] = _Entry(store)
             log.info("tutti: store %s opened (%s)", dirs, ns.decode())
         entry.users += 1

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import errno
-import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +28,7 @@ from tutti.vllm import ranks
 from tutti.vllm.config import ConnectorContext
 from tutti.vllm.data import LoadSpec, SaveSpec, TuttiConnectorMetadata
 from tutti.vllm.layerwise import LayerwiseLoads
+from tutti.vllm.log import log
 from tutti.vllm.metrics import TuttiConnectorStats
 from tutti.vllm.stores import (
     RemoteKey,
@@ -41,7 +42,8 @@ from tutti.vllm.stores import (
 if TYPE_CHECKING:
     import torch
 
-log = logging.getLogger("tutti.vllm")
+WARN_INTERVAL_S = 60.0
+
 
 
 class TuttiWorker:
@@ -59,13 +61,17 @@ class TuttiWorker:
         self._remote_key: RemoteKey | None
         self.remote: Remote | None
         self._remote_key, self.remote = acquire_remote(ctx)
-        self.reporter = ranks.StoreReporter(self.rank, self.store) if ctx.tp > 1 else None
+        # The scheduler, in a process of its own, learns from these reports what the store
+        # holds (tutti/vllm/ranks.py).
+        self.reporter = (None if ctx.scheduler_opens_store
+                         else ranks.StoreReporter(self.rank, self.store))
         # With several ranks, rank 0 alone counts tokens (each rank moves its share of the
         # same tokens); bytes, times and errors are counted by every rank.
         self._count_tokens = self.rank == 0
         self._remote_seen: dict[str, int] = {}  # the remote handle's counters already reported
         self.kv: KV | None = None
         self.kv_mem = "host"
+        self.engine: str | None = None  # the engine that moves the KV, once registered
         self.layerwise: LayerwiseLoads | None = None
         # Loads may finish on the loader thread: what they report is kept under this lock.
         self._lock = threading.Lock()
@@ -75,6 +81,8 @@ class TuttiWorker:
         # to vLLM together (errors no later than the step that reports the request done)
         self._loader: ThreadPoolExecutor | None = None
         self._loads_done: set[str] = set()
+        self._store_no_space = self.store.stats()["save_no_space"]  # the store's, last seen
+        self._warned: dict[str, tuple[float, int]] = {}  # kind -> (last warned, skipped since)
 
     # -- registration --
 
@@ -111,9 +119,13 @@ class TuttiWorker:
         assert per_layer is not None
         self.kv = KV(self.geo, segs, per_layer, num_blocks, mem=mem)
         self.kv_mem = mem
-        log.info("tutti: registered %d layers, %d blocks of %d bytes (%s, %d segment%s/layer)",
-                 self.geo.nr_layers, num_blocks, page, mem, per_layer,
-                 "s" if per_layer > 1 else "")
+        # What "auto" chose for this KV; for GPU KV it sets gpu-uring up now, so that a
+        # fallback and its reason are in the log at start-up.
+        self.engine = self.store.engine_for(self.kv)
+        log.info("tutti: registered %d layers, %d blocks of %d bytes (%s, %d segment%s/layer); "
+                 "engine %s%s", self.geo.nr_layers, num_blocks, page, mem, per_layer,
+                 "s" if per_layer > 1 else "", self.engine,
+                 ", layerwise loads" if self.cfg.layerwise else "")
         if self.cfg.layerwise:
             self.layerwise = LayerwiseLoads(self.store, self.kv, list(kv_caches),
                                             self.ctx.layer_names, mem)
@@ -246,21 +258,60 @@ class TuttiWorker:
             except OSError as e:
                 log.warning("tutti: save of %s failed: %s", spec.req_id, e)
                 status = [-(e.errno or errno.EIO)] * (len(spec.keys) - spec.first_chunk)
-            with self._lock:
-                self._stats.add("save_ns", time.perf_counter_ns() - t0)
-                for i, rc in enumerate(status):
-                    nb = min(self.bpc, len(spec.block_ids) - i * self.bpc)
-                    if rc >= 0 and self.reporter is not None:
-                        self.reporter.saved(spec.keys[spec.first_chunk + i], nb)
-                    if rc == 0:
-                        if self._count_tokens:
-                            self._stats.add("save_tokens", nb * self.block_size)
-                        self._stats.add("save_bytes", nb * self.geo.layer_block_bytes
-                                        * self.geo.nr_layers)
-                    elif rc < 0:
-                        self._stats.add("save_errors", 1)
+            self._account_save(spec, status, time.perf_counter_ns() - t0)
             if self.remote is not None and self.remote.publish_enabled:
                 self._publish(self.remote, self.kv, spec, status)
+
+    def _account_save(self, spec: SaveSpec, status: list[int], ns: int) -> None:
+        """Count one request's save by what happened to each chunk, and say in the log what
+        went wrong (at most once a minute per kind)."""
+        no_slot = full_disk = 0
+        enospc = sum(rc == -errno.ENOSPC for rc in status)
+        if enospc:
+            # The store returns -ENOSPC both when no slot could be freed and when the disk is
+            # full; its counters tell them apart (this worker is the store's only saver).
+            seen = self._store_no_space
+            self._store_no_space = self.store.stats()["save_no_space"]
+            no_slot = min(enospc, self._store_no_space - seen)
+            full_disk = enospc - no_slot
+        errors = [rc for rc in status if rc < 0 and rc not in (-errno.ENOENT, -errno.ENOSPC)]
+        with self._lock:
+            self._stats.add("save_ns", ns)
+            for i, rc in enumerate(status):
+                nb = min(self.bpc, len(spec.block_ids) - i * self.bpc)
+                if rc >= 0 and self.reporter is not None:
+                    self.reporter.saved(spec.keys[spec.first_chunk + i], nb)
+                if rc == 0:
+                    if self._count_tokens:
+                        self._stats.add("save_tokens", nb * self.block_size)
+                    self._stats.add("save_bytes", nb * self.geo.layer_block_bytes
+                                    * self.geo.nr_layers)
+                elif rc == -errno.ENOENT:
+                    self._stats.add("save_orphans", 1)
+            self._stats.add("save_no_space", no_slot)
+            self._stats.add("save_errors", full_disk + len(errors))
+        if no_slot:
+            self._warn("no_slot", "tutti: %d chunk(s) of %s not saved: no slot of the store "
+                       "could be freed (it holds fewer chunks than the requests in flight load "
+                       "and save; raise %s)", no_slot, spec.req_id, self.cfg.capacity_key)
+        if full_disk:
+            self._warn("full_disk", "tutti: %d chunk(s) of %s not saved: the disk of the store "
+                       "%s is full", full_disk, spec.req_id, self.ctx.dirs)
+        if errors:
+            self._warn("save_error", "tutti: %d chunk(s) of %s not saved: %s", len(errors),
+                       spec.req_id, ", ".join(sorted({os.strerror(-rc) for rc in errors})))
+
+    def _warn(self, kind: str, msg: str, *args: object) -> None:
+        """A warning, at most once a minute per kind (a failing disk fails every save)."""
+        now = time.monotonic()
+        last, skipped = self._warned.get(kind, (float("-inf"), 0))
+        if now - last < WARN_INTERVAL_S:
+            self._warned[kind] = (last, skipped + 1)
+            return
+        if skipped:
+            msg += f" ({skipped} more such warnings in the last {WARN_INTERVAL_S:.0f} s)"
+        self._warned[kind] = (now, 0)
+        log.warning(msg, *args)
 
     def _without_failed_loads(self, spec: SaveSpec) -> SaveSpec | None:
         """The save spec cut before its first chunk holding a block whose load failed in this
