@@ -122,9 +122,12 @@ worker_main(void *arg)
 		uint64_t blk;
 		int rc;
 
+		/* The deadline ends a worker's I/O, never prevents its first: on a loaded machine
+		 * every thread of a point may start after the deadline, and a point that moved
+		 * nothing would be a measurement of 0 GB/s. */
 		if ((r->limit != 0 && k >= r->limit) ||
 		    __atomic_load_n(&r->error, __ATOMIC_RELAXED) != 0 ||
-		    (r->limit == 0 && now_ns() >= r->deadline_ns)) {
+		    (r->limit == 0 && i > 0 && now_ns() >= r->deadline_ns)) {
 			break;
 		}
 		/* I/O k goes to file k mod F, so that every file is busy at once; each file is
@@ -266,7 +269,9 @@ sweep_dim(struct search *s, struct ceiling_sweep *sw, bool write, int dim, uint3
 		double g;
 
 		p[dim] = i;
-		if (s->memo[p[1]][p[0]][p[2]] == 0 && now_ns() >= s->stop_ns) {
+		/* The budget cuts the search, never its first point: a direction asked for is
+		 * always measured. */
+		if (s->memo[p[1]][p[0]][p[2]] == 0 && sw->nr_points > 0 && now_ns() >= s->stop_ns) {
 			return 1;
 		}
 		g = measure(s, sw, write, p[1], p[0], p[2]);
@@ -346,36 +351,57 @@ open_scratch(const char *dir, uint64_t bytes)
 	return fd;
 }
 
-/* Size the scratch files to the free space of the fullest directory. */
+/* Size the scratch files to the free space of the fullest directory. Where even the largest I/O
+ * does not fit in every file, fewer files are swept (halving the most): a small disk still has a
+ * ceiling, measured over the files it has room for, and the result says how many that was. */
 static int
-plan_files(const struct ceiling_conf *c, uint32_t files, uint64_t *file_bytes)
+plan_files(const struct ceiling_conf *c, uint32_t *files, uint64_t *file_bytes)
 {
-	uint64_t bytes = c->file_bytes;
+	uint32_t asked = *files;
+	/* Every directory keeps a file while it can: a ceiling over fewer would leave one out. */
+	uint32_t fewest = asked < c->nr_dirs ? asked : c->nr_dirs;
 
-	for (uint32_t d = 0; d < c->nr_dirs; d++) {
-		struct statvfs v;
-		uint32_t here = files / c->nr_dirs + (d < files % c->nr_dirs);
-		uint64_t room;
+	for (uint32_t n = asked; n >= fewest && n >= 1; n /= 2) {
+		uint64_t bytes = c->file_bytes;
 
-		if (statvfs(c->dirs[d], &v) != 0) {
-			int rc = -errno;
+		for (uint32_t d = 0; d < c->nr_dirs; d++) {
+			struct statvfs v;
+			uint32_t here = n / c->nr_dirs + (d < n % c->nr_dirs);
+			uint64_t room;
 
-			fprintf(stderr, "ceiling: %s: %s\n", c->dirs[d], strerror(-rc));
-			return rc;
+			if (statvfs(c->dirs[d], &v) != 0) {
+				int rc = -errno;
+
+				fprintf(stderr, "ceiling: %s: %s\n", c->dirs[d], strerror(-rc));
+				return rc;
+			}
+			room = (uint64_t)v.f_bavail * v.f_frsize / SPACE_SHARE;
+			if (c->space_bytes != 0 && c->space_bytes < room) {
+				room = c->space_bytes;
+			}
+			room /= here ? here : 1;
+			if (room < bytes) {
+				bytes = room;
+			}
 		}
-		room = (uint64_t)v.f_bavail * v.f_frsize / SPACE_SHARE / (here ? here : 1);
-		if (room < bytes) {
-			bytes = room;
+		bytes = bytes / MAX_IO * MAX_IO;
+		if (bytes >= MAX_IO) {
+			if (n < asked) {
+				fprintf(stderr,
+				        "ceiling: room for %u scratch files of %llu MiB in %s, not %u: "
+				        "sweeping up to %u files\n",
+				        n, (unsigned long long)(bytes >> 20), c->dirs[0], asked, n);
+			}
+			*files = n;
+			*file_bytes = bytes;
+			return 0;
 		}
 	}
-	bytes = bytes / MAX_IO * MAX_IO;
-	if (bytes < MAX_IO) {
-		fprintf(stderr, "ceiling: no room for %u scratch files of %u MiB in %s\n", files,
-		        MAX_IO >> 20, c->dirs[0]);
-		return -ENOSPC;
-	}
-	*file_bytes = bytes;
-	return 0;
+	fprintf(stderr,
+	        "ceiling: no room for %u scratch files of %u MiB in %s (a quarter of the free "
+	        "space is used at most)\n",
+	        fewest, MAX_IO >> 20, c->dirs[0]);
+	return -ENOSPC;
 }
 
 static void
@@ -443,6 +469,11 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 		r->max_threads = CEILING_MAX_THREADS;
 	}
 	max_files = c->max_files ? c->max_files : DEFAULT_MAX_FILES;
+	rc = plan_files(c, &max_files, &s->file_bytes);
+	if (rc < 0) {
+		free(s);
+		return rc;
+	}
 	r->max_files = max_files;
 	/* Candidates: powers of two up to the most, the online CPUs and the most themselves. */
 	for (uint32_t t = 1; t <= r->max_threads; t *= 2) {
@@ -460,11 +491,6 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 	}
 	/* At least one I/O of the largest size, in whole ones. */
 	s->mem_bytes = s->mem_bytes < MAX_IO ? MAX_IO : s->mem_bytes / MAX_IO * MAX_IO;
-	rc = plan_files(c, max_files, &s->file_bytes);
-	if (rc < 0) {
-		free(s);
-		return rc;
-	}
 	r->file_bytes = s->file_bytes;
 	s->mem =
 	    mmap(NULL, s->mem_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -520,6 +546,12 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 	}
 	if (rc < 0) {
 		fprintf(stderr, "ceiling: O_DIRECT I/O in %s: %s\n", c->dirs[0], strerror(-rc));
+	} else if ((!c->skip_writes && r->write.best.gbps <= 0) ||
+	           (!c->skip_reads && r->read.best.gbps <= 0)) {
+		/* Every ratio is taken to this limit: a direction asked for and not measured is
+		 * an error, never a figure of 0. */
+		fprintf(stderr, "ceiling: a sweep in %s measured nothing\n", c->dirs[0]);
+		rc = -EIO;
 	}
 	for (uint32_t i = 0; i < nr_fds; i++) {
 		close(fds[i]);

@@ -31,6 +31,7 @@ struct ceiling_conf {
 	uint32_t nr_dirs;
 	double budget_s;      /* the read and write sweeps together (default 8) */
 	uint64_t file_bytes;  /* region of each scratch file (default 128 MiB; cut to free space) */
+	uint64_t space_bytes; /* scratch space per directory at most (0: a quarter of the free) */
 	uint32_t max_threads; /* 0: twice the online CPUs (at most CEILING_MAX_THREADS) */
 	uint32_t max_files;   /* 0: 16 */
 	uint64_t mem_bytes;   /* host memory the I/O cycles through (0: 1 GiB, at most RAM / 8) */

@@ -55,6 +55,9 @@ for field in read write gbps threads files io_kib sweep h2d_gbps host_read_limit
 	grep -q "\"$field\":" <<<"$out" || fail "ceiling: missing $field in: $out"
 done
 grep -q '"host_read_limit_gbps":0.000' <<<"$out" && fail "ceiling: no read limit: $out"
+# Every point listed moved data (a point is [threads,files,io_kib,gbps]): 0 GB/s is a point that
+# measured nothing, however loaded the machine.
+grep -q ',0\.000\]' <<<"$out" && fail "ceiling: a point of 0 GB/s: $out"
 grep -q '"copies":"skipped: not asked for' <<<"$out" || fail "ceiling: copies: $out"
 out=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.2 --file-mib 16 --mem-mib 64 --max-files 1 \
 	--reads-only --gpu 0 --json)
@@ -64,6 +67,20 @@ grep -q '"write":{"gbps":0.000' <<<"$out" || fail "ceiling --reads-only wrote: $
 "$tutti" ceiling --dir "$dir/ceil" --budget-s 0.2 --file-mib 16 --mem-mib 64 --max-files 1 |
 	grep -q "O_DIRECT read  ceiling .* GB/s" || fail "ceiling table"
 [ -z "$(ls -A "$dir/ceil")" ] || fail "ceiling left files: $(ls "$dir/ceil")"
+# Little room: fewer files are swept, and the result says how many; no room for one file per
+# directory is an error that says so, and leaves nothing behind.
+out=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.2 --file-mib 16 --mem-mib 64 --space-mib 40 \
+	--json 2>"$dir/ceil.err")
+grep -q '"max_files":2,' <<<"$out" || fail "ceiling --space-mib 40: $out"
+grep -q '"file_mib":16,' <<<"$out" || fail "ceiling --space-mib 40 file size: $out"
+grep -q "room for 2 scratch files of 16 MiB" "$dir/ceil.err" || fail "no note: $(cat "$dir/ceil.err")"
+mkdir "$dir/ceil2"
+if "$tutti" ceiling --dir "$dir/ceil" --dir "$dir/ceil2" --budget-s 0.2 --space-mib 8 \
+	2>"$dir/ceil.err"; then
+	fail "ceiling with no room for a file per directory succeeded"
+fi
+grep -q "no room for 2 scratch files of 16 MiB" "$dir/ceil.err" || fail "$(cat "$dir/ceil.err")"
+[ -z "$(ls -A "$dir/ceil" "$dir/ceil2" | grep -v ':$')" ] || fail "ceiling left files"
 
 # The offline profile: storage measured, compute lines given, then kept on a re-profile.
 "$tutti" profile --dir "$dir/llama" --out "$dir/prof" --mib 64 --layer-ns-per-token 12.5 |

@@ -16,6 +16,7 @@
 #define MAX_BUDGET_S 3600.0
 #define MAX_FILE_MIB (1u << 20)
 #define MAX_MEM_MIB (1u << 20)
+#define MAX_SPACE_MIB (1ull << 30)
 #define MAX_GPU 1024u
 
 static void
@@ -26,6 +27,7 @@ ceiling_usage(FILE *f)
 	    "usage: tutti ceiling --dir DIR [--dir DIR]... [--budget-s X] [--gpu N] [--json]\n"
 	    "                     [--file-mib N] [--max-threads N] [--max-files N] "
 	    "[--mem-mib N]\n"
+	    "                     [--space-mib N]\n"
 	    "                     [--reads-only | --writes-only]\n"
 	    "  The best O_DIRECT read and write bandwidth of the storage under DIR, from a sweep\n"
 	    "  over threads x I/O size x files (scratch files, removed), and with --gpu the\n"
@@ -37,7 +39,10 @@ ceiling_usage(FILE *f)
 	    "                  quarter of the free space)\n"
 	    "  --max-threads N 1..%u (default twice the online CPUs)\n"
 	    "  --max-files N   1..%u (default 16)\n"
-	    "  --mem-mib N     host memory the I/O cycles through, 16..1048576 (default 1024)\n",
+	    "  --mem-mib N     host memory the I/O cycles through, 16..1048576 (default 1024)\n"
+	    "  --space-mib N   scratch space per directory at most, 1..1073741824 (default a\n"
+	    "                  quarter of the free space); fewer files are swept where the\n"
+	    "                  most do not fit\n",
 	    CEILING_MAX_THREADS, CEILING_MAX_FILES);
 }
 
@@ -51,6 +56,7 @@ cmd_ceiling(int argc, char **argv)
 	    {"max-threads", required_argument, NULL, 't'},
 	    {"max-files", required_argument, NULL, 'n'},
 	    {"mem-mib", required_argument, NULL, 'm'},
+	    {"space-mib", required_argument, NULL, 's'},
 	    {"gpu", required_argument, NULL, 'g'},
 	    {"reads-only", no_argument, NULL, 'r'},
 	    {"writes-only", no_argument, NULL, 'w'},
@@ -96,6 +102,10 @@ cmd_ceiling(int argc, char **argv)
 		case 'm':
 			rc = cliarg_u64(PROG, "--mem-mib", optarg, 16, MAX_MEM_MIB, &n);
 			c.mem_bytes = n << 20;
+			break;
+		case 's':
+			rc = cliarg_u64(PROG, "--space-mib", optarg, 1, MAX_SPACE_MIB, &n);
+			c.space_bytes = n << 20;
 			break;
 		case 'g':
 			rc = cliarg_u32(PROG, "--gpu", optarg, 0, MAX_GPU, &u);
