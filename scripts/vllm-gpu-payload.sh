@@ -51,9 +51,21 @@ VLLM_REQUIREMENTS=(
 # What vLLM imports on the paths we use (vllm, its KV connectors, its OpenAI server) beyond the
 # list above that a torch + transformers image lacks; the GPU machine had them when vLLM ran
 # there, so these are unpacked only where its Python lacks them (see LMCACHE_REQUIREMENTS).
+# The second line on: the rest of the requirement closure of vLLM and the packages above that
+# a torch + transformers image may lack and that vLLM imports while it starts, serves and builds
+# structured outputs (pydantic's and openai's own requirements among them); found by walking the
+# wheels' Requires-Dist against such an image's package list. Left out: what only optional
+# features import (mcp, tilelang, quack-kernels, torchcodec, fastsafetensors, opentelemetry-*).
 VLLM_IMAGE_REQUIREMENTS=(
 	sniffio==1.3.1 distro==1.9.0 cloudpickle==3.1.3 uvloop==0.23.0 uvicorn==0.54.0
 	watchfiles==1.3.0 model-hosting-container-standards==0.1.16 jmespath==1.1.0
+	annotated-types==0.8.0 typing-inspection==0.4.5 jiter==0.19.0 docstring-parser==0.18.0
+	anthropic==2.14.0 ijson==3.6.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1
+	referencing==0.37.0 rpds-py==2026.9.1 lark==1.2.2 lm-format-enforcer==0.11.3
+	interegular==0.3.3 outlines-core==0.2.14 loguru==0.7.3 astor==0.8.1 dill==0.4.1
+	prometheus-fastapi-instrumentator==8.1.0 python-multipart==0.0.34 sse-starlette==3.7.0
+	httptools==0.9.0 mistral-common==1.13.1 pydantic-extra-types==2.11.1 pycountry==24.6.1
+	supervisor==4.3.0 nvtx==0.2.17
 )
 
 # What LMCache's engine, storage backends and vLLM adapter import that a torch + transformers
