@@ -40,9 +40,9 @@ export PKG_CONFIG_PATH=$(dirname "$pc")
 # shellcheck disable=SC2046,SC2086
 "$cc" -std=c11 -Wall -Wextra -Werror $extra $(pkg-config --cflags tutti) \
 	"$src/examples/save_and_load.c" -o "$work/save_and_load" $(pkg-config --libs tutti)
-LD_LIBRARY_PATH=$libdir ldd "$work/save_and_load" | grep -q "$libdir/libtutti.so" ||
+LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ldd "$work/save_and_load" | grep -q "$libdir/libtutti.so" ||
 	fail "save_and_load does not load the installed library"
-out=$(LD_LIBRARY_PATH=$libdir "$work/save_and_load" "$work/store" tiny) ||
+out=$(LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$work/save_and_load" "$work/store" tiny) ||
 	fail "save_and_load: $out"
 grep -q "^loaded 3 chunks" <<<"$out" || fail "save_and_load: $out"
 
