@@ -387,10 +387,11 @@ plan_files(const struct ceiling_conf *c, uint32_t *files, uint64_t *file_bytes)
 		bytes = bytes / MAX_IO * MAX_IO;
 		if (bytes >= MAX_IO) {
 			if (n < asked) {
-				fprintf(stderr,
-				        "ceiling: room for %u scratch files of %llu MiB in %s, not %u: "
-				        "sweeping up to %u files\n",
-				        n, (unsigned long long)(bytes >> 20), c->dirs[0], asked, n);
+				fprintf(
+				    stderr,
+				    "ceiling: room for %u scratch files of %llu MiB in %s, not %u: "
+				    "sweeping up to %u files\n",
+				    n, (unsigned long long)(bytes >> 20), c->dirs[0], asked, n);
 			}
 			*files = n;
 			*file_bytes = bytes;
