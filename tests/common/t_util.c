@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -257,6 +259,23 @@ t_log_contains(const struct t_log *log, const char *needle)
 		}
 	}
 	return false;
+}
+
+/* ---- a test program in a mount namespace of its own ---- */
+
+int
+t_run_with_private_mounts(const char *suite, const struct CMUnitTest *tests, size_t nr,
+                          bool *mounts, int no_namespace_rc)
+{
+	if (!t_tmpdir_supports_odirect()) {
+		return T_EXIT_SKIP;
+	}
+	*mounts = geteuid() == 0;
+	if (*mounts &&
+	    (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)) {
+		return no_namespace_rc;
+	}
+	return _cmocka_run_group_tests(suite, tests, nr, NULL, NULL);
 }
 
 /* ---- a test program per engine ---- */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Description: helpers shared by the tests: temporary directories, a seeded random generator,
- * aligned buffers, capability probes (O_DIRECT, io_uring, mounts) and a log recorder.
+ * aligned buffers, capability probes (O_DIRECT, io_uring), a log recorder, and the mains of
+ * test programs run once per engine or in a mount namespace of their own.
  */
 #ifndef T_UTIL_H
 #define T_UTIL_H
@@ -40,6 +41,16 @@ int t_uring_probe(void);
 struct CMUnitTest;
 int t_run_per_engine(const char *suite, const struct CMUnitTest *tests, size_t nr, bool gpu_twin,
                      int *engine);
+
+/*
+ * A test program's main for tests that mount filesystems: as root the process moves into a mount
+ * namespace of its own, so that the tests' mounts vanish with it and are seen by nobody else,
+ * and *\p mounts becomes true (false when not root: the tests that mount skip); then \p tests
+ * (\p nr of them) run as the group \p suite. Returns the number of failures, T_EXIT_SKIP without
+ * O_DIRECT, or \p no_namespace_rc when root cannot get a namespace.
+ */
+int t_run_with_private_mounts(const char *suite, const struct CMUnitTest *tests, size_t nr,
+                              bool *mounts, int no_namespace_rc);
 
 /* ---- random data (xorshift64*, reproducible from a seed) ---- */
 

@@ -16,7 +16,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -599,15 +598,6 @@ main(void)
 	    T(test_a_creation_killed_at_any_moment_opens_or_is_made_anew),
 	};
 
-	if (!t_tmpdir_supports_odirect()) {
-		return T_EXIT_SKIP;
-	}
-	if (geteuid() == 0) {
-		if (unshare(CLONE_NEWNS) != 0 ||
-		    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
-			return 1;
-		}
-		g_mounts = true;
-	}
-	return cmocka_run_group_tests_name("dirset", tests, NULL, NULL);
+	return t_run_with_private_mounts("dirset", tests, sizeof(tests) / sizeof(tests[0]),
+	                                 &g_mounts, 1);
 }

@@ -8,7 +8,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -265,16 +264,6 @@ main(void)
 	    T(test_disk_full_during_a_save_is_a_write_error_not_a_full_store),
 	};
 
-	if (!t_tmpdir_supports_odirect()) {
-		return T_EXIT_SKIP;
-	}
-	if (geteuid() == 0) {
-		/* Mounts made from here on vanish with this process and are seen by nobody else. */
-		if (unshare(CLONE_NEWNS) != 0 ||
-		    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
-			return T_EXIT_SKIP;
-		}
-		g_mounts = true;
-	}
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return t_run_with_private_mounts("fs_errors", tests, sizeof(tests) / sizeof(tests[0]),
+	                                 &g_mounts, T_EXIT_SKIP);
 }

@@ -9,7 +9,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -335,16 +334,6 @@ main(void)
 	    T(test_read_only_opens_share_a_store_but_not_with_a_writer),
 	};
 
-	if (!t_tmpdir_supports_odirect()) {
-		return T_EXIT_SKIP;
-	}
-	if (geteuid() == 0) {
-		/* Mounts made from here on vanish with this process and are seen by nobody else. */
-		if (unshare(CLONE_NEWNS) != 0 ||
-		    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
-			return 1;
-		}
-		g_mounts = true;
-	}
-	return cmocka_run_group_tests_name("read_only", tests, NULL, NULL);
+	return t_run_with_private_mounts("read_only", tests, sizeof(tests) / sizeof(tests[0]),
+	                                 &g_mounts, 1);
 }
