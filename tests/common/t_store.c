@@ -70,3 +70,28 @@ t_store_stats(struct tutti_store *st)
 	assert_int_equal(tutti_store_get_stats(st, &s), 0);
 	return s;
 }
+
+int
+t_tmp_fixture_setup(void **state, const struct tutti_geometry *geo, uint64_t seed)
+{
+	struct t_tmp_fixture *f = calloc(1, sizeof(*f));
+
+	if (f == NULL || (f->tmp = t_tmpdir_create()) == NULL) {
+		free(f);
+		return -1;
+	}
+	f->geo = *geo;
+	t_rng_init(&f->r, seed);
+	*state = f;
+	return 0;
+}
+
+int
+t_tmp_fixture_teardown(void **state)
+{
+	struct t_tmp_fixture *f = *state;
+
+	t_tmpdir_remove(f->tmp);
+	free(f);
+	return 0;
+}

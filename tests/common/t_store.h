@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Description: store fixtures shared by the tests: the options of a store on test directories,
- * a small geometry, requests, random keys and statistics. The helpers that return a value
- * assert with cmocka, so they are for test bodies and setups run by cmocka.
+ * a small geometry, requests, random keys and statistics, and the fixture of a test in a
+ * temporary directory. The helpers that return a value assert with cmocka, so they are for test
+ * bodies and setups run by cmocka.
  */
 #ifndef T_STORE_H
 #define T_STORE_H
@@ -37,5 +38,20 @@ uint8_t *t_keys_new(struct t_rng *r, uint32_t n, uint32_t key_bytes);
 
 /* The statistics of \p st (the call must succeed). */
 struct tutti_stats t_store_stats(struct tutti_store *st);
+
+/* The fixture of a test in a temporary directory of its own: the directory, a geometry, a log
+ * recorder and a seeded random source. */
+struct t_tmp_fixture {
+	char *tmp;
+	struct tutti_geometry geo;
+	struct t_log rec;
+	struct t_rng r;
+};
+
+/* A cmocka setup's work: *state becomes a new fixture of \p geo whose random source starts from
+ * \p seed. Returns 0, or -1 when the fixture or its directory cannot be made. */
+int t_tmp_fixture_setup(void **state, const struct tutti_geometry *geo, uint64_t seed);
+/* A cmocka teardown: the directory removed, the fixture freed. */
+int t_tmp_fixture_teardown(void **state);
 
 #endif /* T_STORE_H */

@@ -47,12 +47,6 @@
 static uint64_t g_seed;
 static bool g_uring;
 
-struct fixture {
-	char *tmp;
-	struct tutti_geometry geo;
-	struct t_rng r;
-};
-
 /* What a chain looks like; a pure function of the seed and its id. */
 struct shape {
 	uint32_t nr_keys;
@@ -391,7 +385,7 @@ struct run {
 /* After a kill: every reported chain is there and exact; the chain in flight and the chains
  * never attempted hold nothing wrong. */
 static void
-verify_store(struct fixture *f, const char *dir, uint32_t durability, struct run *run,
+verify_store(struct t_tmp_fixture *f, const char *dir, uint32_t durability, struct run *run,
              uint32_t in_flight, uint32_t life_end)
 {
 	struct verifier v = {.g = &f->geo, .lbb = tutti_geometry_layer_block_bytes(&f->geo)};
@@ -486,7 +480,7 @@ drain(int fd, struct run *run, bool *ready)
 }
 
 static void
-run_kills(struct fixture *f, uint32_t durability, bool batched)
+run_kills(struct t_tmp_fixture *f, uint32_t durability, bool batched)
 {
 	const char *env = getenv("T_CRASH_KILLS");
 	unsigned long n = env != NULL ? strtoul(env, NULL, 10) : 0;
@@ -608,27 +602,11 @@ run_kills(struct fixture *f, uint32_t durability, bool batched)
 static int
 setup(void **state)
 {
-	struct fixture *f = calloc(1, sizeof(*f));
-
-	if (f == NULL || (f->tmp = t_tmpdir_create()) == NULL) {
-		return -1;
-	}
 	/* 4 KiB layer blocks, 8 KiB objects, 12 KiB slots (a 25 MiB file). Blocks-first memory
 	 * takes the direct path, KV-first memory is staged. */
-	f->geo = t_geo_small(1, BPC);
-	t_rng_init(&f->r, g_seed);
-	*state = f;
-	return 0;
-}
+	struct tutti_geometry geo = t_geo_small(1, BPC);
 
-static int
-teardown(void **state)
-{
-	struct fixture *f = *state;
-
-	t_tmpdir_remove(f->tmp);
-	free(f);
-	return 0;
+	return t_tmp_fixture_setup(state, &geo, g_seed);
 }
 
 static void
@@ -659,7 +637,7 @@ test_crash_killed_writers_batching_a_shared_prefix_lose_no_reported_chain(void *
 static void
 test_crash_store_killed_while_being_created_opens_again(void **state)
 {
-	struct fixture *f = *state;
+	struct t_tmp_fixture *f = *state;
 	const uint64_t slots = 16384; /* 192 MiB to reserve: a wide window */
 	uint32_t zero_sb = 0, empty = 0, whole = 0;
 
@@ -725,7 +703,7 @@ test_crash_store_killed_while_being_created_opens_again(void **state)
 	              empty, zero_sb, whole);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, t_tmp_fixture_teardown)
 
 int
 main(void)

@@ -31,6 +31,7 @@
 
 #include "t_disk.h"
 #include "t_kv.h"
+#include "t_store.h"
 #include "t_util.h"
 #include "tutti/tutti.h"
 
@@ -46,37 +47,15 @@
 
 static bool g_uring;
 
-struct fixture {
-	char *tmp;
-	struct tutti_geometry geo;
-	struct t_log rec;
-	struct t_rng r;
-};
-
 static int
 setup(void **state)
 {
-	struct fixture *f = calloc(1, sizeof(*f));
+	struct tutti_geometry geo;
 
-	if (f == NULL || (f->tmp = t_tmpdir_create()) == NULL) {
+	if (tutti_geometry_preset("tiny", &geo) != 0) {
 		return -1;
 	}
-	if (tutti_geometry_preset("tiny", &f->geo) != 0) {
-		return -1;
-	}
-	t_rng_init(&f->r, t_seed(7));
-	*state = f;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct fixture *f = *state;
-
-	t_tmpdir_remove(f->tmp);
-	free(f);
-	return 0;
+	return t_tmp_fixture_setup(state, &geo, t_seed(7));
 }
 
 static uint64_t
@@ -90,7 +69,7 @@ now_ms(void)
 
 /* Open \p dir, one directory of SLOTS slots (with TUTTI_OPEN_EXISTING: its own geometry). */
 static int
-open_dir(struct fixture *f, const char *dir, uint32_t engine, uint32_t flags,
+open_dir(struct t_tmp_fixture *f, const char *dir, uint32_t engine, uint32_t flags,
          struct tutti_store **st)
 {
 	struct tutti_store_opts o;
@@ -170,14 +149,13 @@ receive(int fd)
 	return read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v) ? v : INT32_MIN;
 }
 
-/* ---- an owner killed, a live owner ---- */
-
 /*
- * Fork an owner: it opens \p dir with \p engine, saves a chain so that its engine has done I/O
- * on the file, reports 1 (or -errno) on the pipe and waits. Returns its pid; *rd reads the pipe.
+ * Fork a child that reports on a pipe. In the child (0 returned) *fd is the pipe's write end,
+ * and the child is gone with the test, whatever ends it; in the test (the child's pid returned)
+ * *fd is the pipe's read end.
  */
 static pid_t
-spawn_owner(struct fixture *f, const char *dir, uint32_t engine, int *rd)
+fork_reporter(int *fd)
 {
 	int p[2];
 	pid_t pid;
@@ -186,28 +164,46 @@ spawn_owner(struct fixture *f, const char *dir, uint32_t engine, int *rd)
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		/* Gone with the test, whatever ends it. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		struct tutti_store *st = NULL;
-		int rc;
-
 		close(p[0]);
-		rc = open_dir(f, dir, engine, TUTTI_OPEN_CREATE, &st);
+		*fd = p[1];
+		return 0;
+	}
+	close(p[1]);
+	*fd = p[0];
+	return pid;
+}
+
+/* ---- an owner killed, a live owner ---- */
+
+/*
+ * Fork an owner: it opens \p dir with \p engine, saves a chain so that its engine has done I/O
+ * on the file, reports 1 (or -errno) on the pipe and waits. Returns its pid; *rd reads the pipe.
+ */
+static pid_t
+spawn_owner(struct t_tmp_fixture *f, const char *dir, uint32_t engine, int *rd)
+{
+	int fd;
+	pid_t pid = fork_reporter(&fd);
+
+	if (pid == 0) {
+		struct tutti_store *st = NULL;
+		int rc = open_dir(f, dir, engine, TUTTI_OPEN_CREATE, &st);
+
 		if (rc == 0) {
 			rc = save_chain(st, &f->geo, 1);
 		}
-		report(p[1], rc == 0 ? 1 : rc);
+		report(fd, rc == 0 ? 1 : rc);
 		for (;;) {
 			pause();
 		}
 	}
-	close(p[1]);
-	*rd = p[0];
+	*rd = fd;
 	return pid;
 }
 
 static void
-reopen_after_kill(struct fixture *f, uint32_t engine, uint32_t rounds)
+reopen_after_kill(struct t_tmp_fixture *f, uint32_t engine, uint32_t rounds)
 {
 	char *dir = t_path_join(f->tmp, "killed");
 	uint64_t longest = 0;
@@ -256,7 +252,7 @@ test_open_right_after_a_killed_posix_owner_succeeds(void **state)
 static void
 test_open_beside_a_live_owner_is_ebusy_at_once(void **state)
 {
-	struct fixture *f = *state;
+	struct t_tmp_fixture *f = *state;
 	char *dir = t_path_join(f->tmp, "live");
 	uint32_t engine = g_uring ? TUTTI_ENGINE_URING : TUTTI_ENGINE_POSIX;
 	struct tutti_store *st = NULL, *st2 = NULL;
@@ -292,40 +288,34 @@ test_open_beside_a_live_owner_is_ebusy_at_once(void **state)
  * store), unless it is killed first.
  */
 static pid_t
-spawn_creator(struct fixture *f, const char *dir, uint32_t engine, uint32_t id, int go, int *rd)
+spawn_creator(struct t_tmp_fixture *f, const char *dir, uint32_t engine, uint32_t id, int go,
+              int *rd)
 {
-	int p[2];
-	pid_t pid;
+	int fd;
+	pid_t pid = fork_reporter(&fd);
 
-	assert_int_equal(pipe(p), 0);
-	pid = fork();
-	assert_true(pid >= 0);
 	if (pid == 0) {
-		/* Gone with the test, whatever ends it. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		struct tutti_store *st = NULL;
 		struct pollfd pfd = {.fd = go, .events = POLLIN};
 		int rc;
 
-		close(p[0]);
 		poll(&pfd, 1, -1);
 		rc = open_dir(f, dir, engine, TUTTI_OPEN_CREATE, &st);
-		report(p[1], rc);
+		report(fd, rc);
 		if (rc == 0) {
-			report(p[1], save_chain(st, &f->geo, id));
+			report(fd, save_chain(st, &f->geo, id));
 			tutti_store_close(st);
 		}
 		_exit(0);
 	}
-	close(p[1]);
-	*rd = p[0];
+	*rd = fd;
 	return pid;
 }
 
 /* Let two creators race on \p dir and kill both \p kill_after_us after the start; saved[i]
  * says whether creator i reported its chain saved before it died. */
 static void
-race_and_kill(struct fixture *f, const char *dir, uint32_t engine, uint32_t round,
+race_and_kill(struct t_tmp_fixture *f, const char *dir, uint32_t engine, uint32_t round,
               uint32_t kill_after_us, bool saved[2], int32_t open_rc[2])
 {
 	int go[2], rd[2];
@@ -351,7 +341,7 @@ race_and_kill(struct fixture *f, const char *dir, uint32_t engine, uint32_t roun
 
 /* Round \p round of the race: its directory and engine. */
 static char *
-race_dir(struct fixture *f, uint32_t round, uint32_t *engine)
+race_dir(struct t_tmp_fixture *f, uint32_t round, uint32_t *engine)
 {
 	char name[32];
 
@@ -367,18 +357,13 @@ race_dir(struct fixture *f, uint32_t round, uint32_t *engine)
  * Two long-lived processes rather than two per round keep the race cheap under sanitizers.
  */
 static pid_t
-spawn_racer(struct fixture *f, pthread_barrier_t *start, uint32_t rounds, uint32_t who, int *rd)
+spawn_racer(struct t_tmp_fixture *f, pthread_barrier_t *start, uint32_t rounds, uint32_t who,
+            int *rd)
 {
-	int p[2];
-	pid_t pid;
+	int fd;
+	pid_t pid = fork_reporter(&fd);
 
-	assert_int_equal(pipe(p), 0);
-	pid = fork();
-	assert_true(pid >= 0);
 	if (pid == 0) {
-		/* Gone with the test, whatever ends it. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		close(p[0]);
 		for (uint32_t round = 0; round < rounds; round++) {
 			struct tutti_store *st = NULL;
 			uint32_t engine;
@@ -391,21 +376,20 @@ spawn_racer(struct fixture *f, pthread_barrier_t *start, uint32_t rounds, uint32
 				saved = save_chain(st, &f->geo, 2 * round + who);
 				tutti_store_close(st);
 			}
-			report(p[1], rc);
-			report(p[1], saved);
+			report(fd, rc);
+			report(fd, saved);
 			free(dir);
 		}
 		_exit(0);
 	}
-	close(p[1]);
-	*rd = p[0];
+	*rd = fd;
 	return pid;
 }
 
 static void
 test_two_processes_creating_one_store_keep_what_the_winner_saved(void **state)
 {
-	struct fixture *f = *state;
+	struct t_tmp_fixture *f = *state;
 	const char *env = getenv("T_RACE_ROUNDS");
 	uint32_t rounds = env != NULL ? (uint32_t)strtoul(env, NULL, 10) : DEFAULT_RACE_ROUNDS;
 	uint32_t busy = 0, both = 0;
@@ -469,7 +453,7 @@ test_two_processes_creating_one_store_keep_what_the_winner_saved(void **state)
 static void
 test_creators_killed_while_racing_leave_a_store_that_opens(void **state)
 {
-	struct fixture *f = *state;
+	struct t_tmp_fixture *f = *state;
 	char *dir = t_path_join(f->tmp, "killed-race"), *file = t_data_path(dir);
 
 	for (uint32_t round = 0; round < 40; round++) {
@@ -505,7 +489,7 @@ static const uint32_t g_open_kinds[] = {0, TUTTI_OPEN_CREATE, TUTTI_OPEN_EXISTIN
 static void
 test_a_fifo_as_data_file_is_eproto_without_blocking(void **state)
 {
-	struct fixture *f = *state;
+	struct t_tmp_fixture *f = *state;
 	char *dir = t_path_join(f->tmp, "fifo"), *file = t_data_path(dir);
 
 	assert_int_equal(mkdir(dir, 0700), 0);
@@ -527,7 +511,7 @@ test_a_fifo_as_data_file_is_eproto_without_blocking(void **state)
 static void
 test_a_hard_linked_data_file_is_emlink_and_untouched(void **state)
 {
-	struct fixture *f = *state;
+	struct t_tmp_fixture *f = *state;
 	char *dir = t_path_join(f->tmp, "linked"), *file = t_data_path(dir);
 	char *other = t_path_join(f->tmp, "other");
 	struct tutti_store *st = NULL;
@@ -563,7 +547,7 @@ test_a_hard_linked_data_file_is_emlink_and_untouched(void **state)
 static void
 test_an_empty_data_file_made_elsewhere_becomes_mode_0600(void **state)
 {
-	struct fixture *f = *state;
+	struct t_tmp_fixture *f = *state;
 	char *dir = t_path_join(f->tmp, "touched"), *file = t_data_path(dir);
 	struct tutti_store *st = NULL;
 	struct stat sb;
@@ -592,7 +576,7 @@ test_an_empty_data_file_made_elsewhere_becomes_mode_0600(void **state)
 static void
 test_a_store_directory_may_be_a_symbolic_link(void **state)
 {
-	struct fixture *f = *state;
+	struct t_tmp_fixture *f = *state;
 	char *real = t_path_join(f->tmp, "real"), *link_path = t_path_join(f->tmp, "link");
 	char *slash = t_path_join(f->tmp, "link/"), *file = t_data_path(real);
 	struct tutti_store *st = NULL;
@@ -621,7 +605,7 @@ test_a_store_directory_may_be_a_symbolic_link(void **state)
 	free(real);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, t_tmp_fixture_teardown)
 
 int
 main(void)
