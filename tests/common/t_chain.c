@@ -12,16 +12,19 @@
 #include "t_chain.h"
 #include "t_disk.h"
 
-int
-t_chain_setup(void **state, uint32_t engine)
+/* cmocka setup: *state, the engine's number on entry (the prestate t_chain_run() gives every
+ * test), becomes the test's fixture. */
+static int
+chain_setup(void **state)
 {
+	const int *engine = *state;
 	struct t_chain_fixture *f = calloc(1, sizeof(*f));
 
 	if (f == NULL || (f->tmp = t_tmpdir_create()) == NULL) {
 		free(f);
 		return -1;
 	}
-	f->engine = engine;
+	f->engine = (uint32_t)*engine;
 	f->geo = t_geo_small(2, T_CHAIN_BPC);
 	t_rng_init(&f->r, t_seed(83));
 	t_random_distinct(&f->r, f->src_ids, T_CHAIN_NR_BLOCKS, T_CHAIN_NR_BLOCKS);
@@ -29,14 +32,35 @@ t_chain_setup(void **state, uint32_t engine)
 	return 0;
 }
 
-int
-t_chain_teardown(void **state)
+static int
+chain_teardown(void **state)
 {
 	struct t_chain_fixture *f = *state;
 
 	t_tmpdir_remove(f->tmp);
 	free(f);
 	return 0;
+}
+
+int
+t_chain_run(const char *suite, const struct CMUnitTest *tests, size_t nr)
+{
+	struct CMUnitTest *with_fixture = calloc(nr ? nr : 1, sizeof(*with_fixture));
+	int engine = 0, failed;
+
+	if (with_fixture == NULL) {
+		return 1;
+	}
+	for (size_t i = 0; i < nr; i++) {
+		with_fixture[i] = tests[i];
+		with_fixture[i].setup_func = chain_setup;
+		with_fixture[i].teardown_func = chain_teardown;
+		/* Read by the setup, when t_run_per_engine() has set the engine of the round. */
+		with_fixture[i].initial_state = &engine;
+	}
+	failed = t_run_per_engine(suite, with_fixture, nr, false, &engine);
+	free(with_fixture);
+	return failed;
 }
 
 char *
@@ -95,6 +119,14 @@ t_chain_kv(struct t_chain_fixture *f, const struct tutti_geometry *g, enum t_lay
            bool random)
 {
 	return t_kv_new(g, layout, T_CHAIN_NR_BLOCKS, random ? &f->r : NULL);
+}
+
+struct t_store_case
+t_chain_case_new(struct t_chain_fixture *f, const char *name, enum t_layout src_layout,
+                 enum t_layout dst_layout)
+{
+	return t_store_case_new(f->tmp, name, &f->geo, T_CHAIN_NR_BLOCKS, src_layout, dst_layout,
+	                        &f->r);
 }
 
 void
@@ -201,6 +233,15 @@ t_assert_chain(struct t_chain_fixture *f, struct tutti_store *st, const struct t
 	for (uint32_t i = 0; i < c->nr_keys; i++) {
 		assert_int_equal(status[i], 0);
 		assert_true(t_chunk_equal(src, dst, c, i, dids));
+	}
+}
+
+void
+t_assert_chains(struct t_chain_fixture *f, struct tutti_store *st, const struct t_kv *src,
+                struct t_kv *dst, const struct t_chain *c, uint32_t nr)
+{
+	for (uint32_t i = 0; i < nr; i++) {
+		t_assert_chain(f, st, src, dst, &c[i]);
 	}
 }
 

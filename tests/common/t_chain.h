@@ -9,6 +9,7 @@
 #define T_CHAIN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "t_kv.h"
@@ -52,9 +53,13 @@ struct t_how {
 	bool no_create;
 };
 
-/* cmocka setup and teardown: *state becomes a t_chain_fixture whose stores run on \p engine. */
-int t_chain_setup(void **state, uint32_t engine);
-int t_chain_teardown(void **state);
+/*
+ * A test program's main: run \p tests (cmocka_unit_test()s, \p nr of them) as t_run_per_engine()
+ * does, once per CPU-driven engine, each with a t_chain_fixture of its own as *state whose stores
+ * run on that engine. Returns what t_run_per_engine() returns.
+ */
+struct CMUnitTest;
+int t_chain_run(const char *suite, const struct CMUnitTest *tests, size_t nr);
 
 /* "<tmp>/\p name", malloc'd. */
 char *t_chain_dir(const struct t_chain_fixture *f, const char *name);
@@ -74,6 +79,11 @@ void t_assert_recovery(struct tutti_store *st, uint64_t recovered, uint64_t drop
 /* A KV of T_CHAIN_NR_BLOCKS blocks of \p g: random (\p random) or poisoned. */
 struct t_kv *t_chain_kv(struct t_chain_fixture *f, const struct tutti_geometry *g,
                         enum t_layout layout, bool random);
+
+/* The case of directory "<tmp>/\p name" (t_store_case_new()), KV of T_CHAIN_NR_BLOCKS blocks of
+ * the fixture's geometry: its source in \p src_layout, its destination in \p dst_layout. */
+struct t_store_case t_chain_case_new(struct t_chain_fixture *f, const char *name,
+                                     enum t_layout src_layout, enum t_layout dst_layout);
 
 /*
  * A chain of \p nr_keys keys and \p nr_blocks blocks whose first \p shared chunks are those of
@@ -109,6 +119,9 @@ bool t_chunk_equal(const struct t_kv *src, const struct t_kv *dst, const struct 
 /* The whole chain is found and loads bit-exact. */
 void t_assert_chain(struct t_chain_fixture *f, struct tutti_store *st, const struct t_kv *src,
                     struct t_kv *dst, const struct t_chain *c);
+/* t_assert_chain() of each of the \p nr chains \p c. */
+void t_assert_chains(struct t_chain_fixture *f, struct tutti_store *st, const struct t_kv *src,
+                     struct t_kv *dst, const struct t_chain *c, uint32_t nr);
 
 /* Flip one bit of a random byte of the payload (\p nr_blocks blocks) of layer \p layer of the
  * chunk keyed \p key in the store in \p dir. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
+#include "t_disk.h"
 #include "t_store.h"
 
 void
@@ -94,4 +95,27 @@ t_tmp_fixture_teardown(void **state)
 	t_tmpdir_remove(f->tmp);
 	free(f);
 	return 0;
+}
+
+struct t_store_case
+t_store_case_new(const char *parent, const char *name, const struct tutti_geometry *geo,
+                 uint32_t nr_blocks, enum t_layout src_layout, enum t_layout dst_layout,
+                 struct t_rng *r)
+{
+	struct t_store_case tc;
+
+	tc.dir = t_path_join(parent, name);
+	tc.path = t_data_path(tc.dir);
+	tc.src = t_kv_new(geo, src_layout, nr_blocks, r);
+	tc.dst = t_kv_new(geo, dst_layout, nr_blocks, NULL);
+	return tc;
+}
+
+void
+t_store_case_free(struct t_store_case *tc)
+{
+	t_kv_free(tc->src);
+	t_kv_free(tc->dst);
+	free(tc->path);
+	free(tc->dir);
 }

@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Description: store fixtures shared by the tests: the options of a store on test directories,
- * a small geometry, requests, random keys and statistics, and the fixture of a test in a
- * temporary directory. The helpers that return a value assert with cmocka, so they are for test
- * bodies and setups run by cmocka.
+ * a small geometry, requests, random keys and statistics, the fixture of a test in a temporary
+ * directory, and a test case's store directory and KV. The helpers that return a value assert
+ * with cmocka, so they are for test bodies and setups run by cmocka.
  */
 #ifndef T_STORE_H
 #define T_STORE_H
 
 #include <stdint.h>
 
+#include "t_kv.h"
 #include "t_util.h"
 #include "tutti/tutti.h"
 
@@ -53,5 +54,25 @@ struct t_tmp_fixture {
 int t_tmp_fixture_setup(void **state, const struct tutti_geometry *geo, uint64_t seed);
 /* A cmocka teardown: the directory removed, the fixture freed. */
 int t_tmp_fixture_teardown(void **state);
+
+/* What one test case works with beside its store: the store's directory, its data file, and KV
+ * to save from (random) and to load into (poisoned). */
+struct t_store_case {
+	char *dir;
+	char *path; /* dir's data file */
+	struct t_kv *src;
+	struct t_kv *dst;
+};
+
+/*
+ * The case of directory "\p parent/\p name" (not created) and KV of \p nr_blocks blocks of \p geo:
+ * the source in \p src_layout, filled from \p r, the destination in \p dst_layout. Never fails
+ * (a cmocka assertion); t_store_case_free() frees what it holds.
+ */
+struct t_store_case t_store_case_new(const char *parent, const char *name,
+                                     const struct tutti_geometry *geo, uint32_t nr_blocks,
+                                     enum t_layout src_layout, enum t_layout dst_layout,
+                                     struct t_rng *r);
+void t_store_case_free(struct t_store_case *tc);
 
 #endif /* T_STORE_H */

@@ -23,20 +23,6 @@
 #include "t_util.h"
 #include "tutti/tutti.h"
 
-static int g_engine;
-
-static int
-setup(void **state)
-{
-	return t_chain_setup(state, (uint32_t)g_engine);
-}
-
-static int
-teardown(void **state)
-{
-	return t_chain_teardown(state);
-}
-
 /* ---- checksums on load ---- */
 
 static void
@@ -47,9 +33,7 @@ test_durable_load_fails_damaged_chunks_alone_and_forgets_them(void **state)
 
 	for (uint32_t li = 0; li < 2; li++) {
 		char name[32];
-		char *dir, *path;
-		struct t_kv *src = t_chain_kv(f, &f->geo, layouts[li], true);
-		struct t_kv *dst = t_chain_kv(f, &f->geo, layouts[li], false);
+		struct t_store_case tc;
 		struct t_chain c, d, e;
 		struct tutti_store *st;
 		struct tutti_request reqs[3];
@@ -57,21 +41,20 @@ test_durable_load_fails_damaged_chunks_alone_and_forgets_them(void **state)
 		int32_t status[7];
 
 		snprintf(name, sizeof(name), "csum.%u", li);
-		dir = t_chain_dir(f, name);
-		path = t_data_path(dir);
+		tc = t_chain_case_new(f, name, layouts[li], layouts[li]);
 		f->next_src = 0;
 		t_make_chain(f, &c, 3, 3 * T_CHAIN_BPC, NULL, 0);
 		t_make_chain(f, &d, 2, T_CHAIN_BPC + 2, NULL, 0);
 		t_make_chain(f, &e, 2, 2 * T_CHAIN_BPC, NULL, 0);
-		st = t_open_ok(f, &f->geo, dir, 16, NULL);
-		t_save_chain(st, src, &c, 0);
-		t_save_chain(st, src, &d, 0);
-		t_save_chain(st, src, &e, 0);
+		st = t_open_ok(f, &f->geo, tc.dir, 16, NULL);
+		t_save_chain(st, tc.src, &c, 0);
+		t_save_chain(st, tc.src, &d, 0);
+		t_save_chain(st, tc.src, &e, 0);
 		/* Beneath the open store: C's middle chunk and E's root. */
-		t_damage_payload(f, dir, &f->geo, t_key_of(&c, 1), 1, T_CHAIN_BPC);
-		t_damage_payload(f, dir, &f->geo, t_key_of(&e, 0), 0, T_CHAIN_BPC);
+		t_damage_payload(f, tc.dir, &f->geo, t_key_of(&c, 1), 1, T_CHAIN_BPC);
+		t_damage_payload(f, tc.dir, &f->geo, t_key_of(&e, 0), 0, T_CHAIN_BPC);
 
-		t_kv_poison(dst, T_POISON);
+		t_kv_poison(tc.dst, T_POISON);
 		t_random_distinct(&f->r, dc, 3 * T_CHAIN_BPC, T_CHAIN_NR_BLOCKS / 2);
 		for (uint32_t i = 0; i < 2 * T_CHAIN_BPC; i++) {
 			dd[i] = T_CHAIN_NR_BLOCKS / 2 + i;
@@ -80,7 +63,7 @@ test_durable_load_fails_damaged_chunks_alone_and_forgets_them(void **state)
 		reqs[0] = t_chain_req(&c, 3, 0, dc);
 		reqs[1] = t_chain_req(&d, 2, 0, dd);
 		reqs[2] = t_chain_req(&e, 2, 0, de);
-		assert_int_equal(tutti_store_load(st, dst->kv, reqs, 3, 0, 2, status), 5);
+		assert_int_equal(tutti_store_load(st, tc.dst->kv, reqs, 3, 0, 2, status), 5);
 		assert_int_equal(status[0], 0);
 		assert_int_equal(status[1], -EBADMSG);
 		assert_int_equal(status[2], 0);
@@ -88,47 +71,44 @@ test_durable_load_fails_damaged_chunks_alone_and_forgets_them(void **state)
 		assert_int_equal(status[4], 0);
 		assert_int_equal(status[5], -EBADMSG);
 		assert_int_equal(status[6], 0);
-		assert_true(t_chunk_equal(src, dst, &c, 0, dc));
-		assert_true(t_chunk_equal(src, dst, &c, 2, dc));
-		assert_true(t_chunk_equal(src, dst, &d, 0, dd));
-		assert_true(t_chunk_equal(src, dst, &d, 1, dd));
-		assert_true(t_chunk_equal(src, dst, &e, 1, de));
+		assert_true(t_chunk_equal(tc.src, tc.dst, &c, 0, dc));
+		assert_true(t_chunk_equal(tc.src, tc.dst, &c, 2, dc));
+		assert_true(t_chunk_equal(tc.src, tc.dst, &d, 0, dd));
+		assert_true(t_chunk_equal(tc.src, tc.dst, &d, 1, dd));
+		assert_true(t_chunk_equal(tc.src, tc.dst, &e, 1, de));
 		assert_int_equal(t_store_stats(st).load_corrupt, 2);
 		assert_true(t_log_contains(&f->rec, "checksum"));
 		/* Never served again; the children are cut off from their chains. */
 		assert_int_equal(tutti_store_lookup(st, c.keys, 3, NULL), 1);
 		assert_int_equal(tutti_store_lookup(st, e.keys, 2, NULL), 0);
-		assert_int_equal(t_load_range(f, st, dst, &c, 1, 2, dc, status), 0);
+		assert_int_equal(t_load_range(f, st, tc.dst, &c, 1, 2, dc, status), 0);
 		assert_int_equal(status[0], -ENOENT);
 		/* Saved again, C[1] joins its child, whose slot was never touched, back in. */
-		assert_int_equal(t_save_keys(st, src, &c, 2, status), 1);
+		assert_int_equal(t_save_keys(st, tc.src, &c, 2, status), 1);
 		assert_int_equal(status[0], 1);
 		assert_int_equal(status[1], 0);
-		t_assert_chain(f, st, src, dst, &c);
-		t_assert_chain(f, st, src, dst, &d);
+		t_assert_chain(f, st, tc.src, tc.dst, &c);
+		t_assert_chain(f, st, tc.src, tc.dst, &d);
 		tutti_store_close(st);
 
 		/* E[0]'s header was erased: gone for good, not a damaged header; E[1] is kept,
 		 * an orphan. C[1] is on disk once. */
 		assert_int_equal(
-		    t_find_key_slots(path, &f->geo, t_key_of(&e, 0), T_CHAIN_KB, dc, 1), 0);
+		    t_find_key_slots(tc.path, &f->geo, t_key_of(&e, 0), T_CHAIN_KB, dc, 1), 0);
 		assert_int_equal(
-		    t_find_key_slots(path, &f->geo, t_key_of(&c, 1), T_CHAIN_KB, dc, 1), 1);
-		st = t_open_ok(f, &f->geo, dir, 16, NULL);
+		    t_find_key_slots(tc.path, &f->geo, t_key_of(&c, 1), T_CHAIN_KB, dc, 1), 1);
+		st = t_open_ok(f, &f->geo, tc.dir, 16, NULL);
 		t_assert_recovery(st, 6, 0, 1, 0);
 		assert_int_equal(tutti_store_lookup(st, e.keys, 2, NULL), 0);
 		/* E saved again: only E[0] is written, and E is whole. */
-		assert_int_equal(t_save_keys(st, src, &e, 2, status), 1);
+		assert_int_equal(t_save_keys(st, tc.src, &e, 2, status), 1);
 		assert_int_equal(status[0], 0);
 		assert_int_equal(status[1], 1);
-		t_assert_chain(f, st, src, dst, &e);
-		t_assert_chain(f, st, src, dst, &c);
-		t_assert_chain(f, st, src, dst, &d);
+		t_assert_chain(f, st, tc.src, tc.dst, &e);
+		t_assert_chain(f, st, tc.src, tc.dst, &c);
+		t_assert_chain(f, st, tc.src, tc.dst, &d);
 		tutti_store_close(st);
-		t_kv_free(src);
-		t_kv_free(dst);
-		free(path);
-		free(dir);
+		t_store_case_free(&tc);
 	}
 }
 
@@ -138,23 +118,21 @@ static void
 test_durable_fsck_finds_damaged_chunks_and_repair_removes_them(void **state)
 {
 	struct t_chain_fixture *f = *state;
-	char *dir = t_chain_dir(f, "fsck");
-	struct t_kv *src = t_chain_kv(f, &f->geo, T_CHAIN_STAGED, true);
-	struct t_kv *dst = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, false);
+	struct t_store_case tc = t_chain_case_new(f, "fsck", T_CHAIN_STAGED, T_CHAIN_DIRECT);
 	uint64_t lbb = tutti_geometry_layer_block_bytes(&f->geo);
 	struct tutti_fsck_report rep = {.size = sizeof(rep)};
 	struct t_chain c[10];
 	uint32_t owner[30], idx[30], bad[3], nr = 0, orphans = 0;
 	uint64_t all_bytes = 0, bad_bytes = 0;
 	bool dead[30] = {false};
-	struct tutti_store *st = t_open_ok(f, &f->geo, dir, 32, NULL);
+	struct tutti_store *st = t_open_ok(f, &f->geo, tc.dir, 32, NULL);
 
 	for (uint32_t i = 0; i < 10; i++) {
 		uint32_t keys = 1 + t_rng_below(&f->r, 3);
 		uint32_t blocks = (keys - 1) * T_CHAIN_BPC + 1 + t_rng_below(&f->r, T_CHAIN_BPC);
 
 		t_make_chain(f, &c[i], keys, blocks, NULL, 0);
-		t_save_chain(st, src, &c[i], 0);
+		t_save_chain(st, tc.src, &c[i], 0);
 		for (uint32_t k = 0; k < keys; k++, nr++) {
 			owner[nr] = i;
 			idx[nr] = k;
@@ -167,13 +145,13 @@ test_durable_fsck_finds_damaged_chunks_and_repair_removes_them(void **state)
 		const struct t_chain *ch = &c[owner[bad[i]]];
 		uint32_t k = idx[bad[i]];
 
-		t_damage_payload(f, dir, &f->geo, t_key_of(ch, k), t_rng_below(&f->r, 2),
+		t_damage_payload(f, tc.dir, &f->geo, t_key_of(ch, k), t_rng_below(&f->r, 2),
 		                 t_chunk_blocks(ch, k));
 		dead[bad[i]] = true;
 		bad_bytes += t_chunk_blocks(ch, k) * lbb * f->geo.nr_layers;
 	}
 
-	st = t_open_ok(f, &f->geo, dir, 32, NULL);
+	st = t_open_ok(f, &f->geo, tc.dir, 32, NULL);
 	/* Checking changes nothing, so a second check finds the same. */
 	for (int pass = 0; pass < 2; pass++) {
 		assert_int_equal(tutti_store_fsck(st, 0, &rep), 0);
@@ -200,7 +178,7 @@ test_durable_fsck_finds_damaged_chunks_and_repair_removes_them(void **state)
 
 	/* After reopen the removed chunks stay removed; every valid chunk is kept, those whose
 	 * parent was removed as orphans, and lookups stop where a chain has a hole. */
-	st = t_open_ok(f, &f->geo, dir, 32, NULL);
+	st = t_open_ok(f, &f->geo, tc.dir, 32, NULL);
 	for (uint32_t n = 0; n < nr; n++) {
 		orphans += idx[n] > 0 && dead[n - 1] && !dead[n];
 	}
@@ -214,7 +192,7 @@ test_durable_fsck_finds_damaged_chunks_and_repair_removes_them(void **state)
 			assert_int_equal(tutti_store_lookup(st, ch->keys, ch->nr_keys, NULL),
 			                 prefix);
 			if (prefix == ch->nr_keys) {
-				t_assert_chain(f, st, src, dst, ch);
+				t_assert_chain(f, st, tc.src, tc.dst, ch);
 			}
 		}
 	}
@@ -225,7 +203,7 @@ test_durable_fsck_finds_damaged_chunks_and_repair_removes_them(void **state)
 	 * removed chunks are written, and every chain is whole. */
 	for (uint32_t i = 0, n = 0; i < 10; i++) {
 		int32_t status[T_CHAIN_MAX_KEYS];
-		int64_t written = t_save_keys(st, src, &c[i], c[i].nr_keys, status);
+		int64_t written = t_save_keys(st, tc.src, &c[i], c[i].nr_keys, status);
 		int64_t want = 0;
 
 		for (uint32_t k = 0; k < c[i].nr_keys; k++, n++) {
@@ -234,25 +212,19 @@ test_durable_fsck_finds_damaged_chunks_and_repair_removes_them(void **state)
 		}
 		assert_int_equal(written, want);
 	}
-	for (uint32_t i = 0; i < 10; i++) {
-		t_assert_chain(f, st, src, dst, &c[i]);
-	}
+	t_assert_chains(f, st, tc.src, tc.dst, c, 10);
 	assert_int_equal(t_store_stats(st).used_slots, nr);
 	tutti_store_close(st);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(dir);
+	t_store_case_free(&tc);
 }
-
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    T(test_durable_load_fails_damaged_chunks_alone_and_forgets_them),
-	    T(test_durable_fsck_finds_damaged_chunks_and_repair_removes_them),
+	    cmocka_unit_test(test_durable_load_fails_damaged_chunks_alone_and_forgets_them),
+	    cmocka_unit_test(test_durable_fsck_finds_damaged_chunks_and_repair_removes_them),
 	};
 
-	return t_run_per_engine("fsck", tests, sizeof(tests) / sizeof(tests[0]), false, &g_engine);
+	return t_chain_run("fsck", tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -27,20 +27,6 @@
 #include "t_util.h"
 #include "tutti/tutti.h"
 
-static int g_engine;
-
-static int
-setup(void **state)
-{
-	return t_chain_setup(state, (uint32_t)g_engine);
-}
-
-static int
-teardown(void **state)
-{
-	return t_chain_teardown(state);
-}
-
 /* ---- TUTTI_OPEN_EXISTING ---- */
 
 static void
@@ -133,48 +119,42 @@ static void
 test_durable_store_of_another_model_or_namespace_is_eexist_and_untouched(void **state)
 {
 	struct t_chain_fixture *f = *state;
-	char *dir = t_chain_dir(f, "model");
-	char *path = t_data_path(dir);
-	struct t_kv *src = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, true);
-	struct t_kv *dst = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, false);
+	struct t_store_case tc = t_chain_case_new(f, "model", T_CHAIN_DIRECT, T_CHAIN_DIRECT);
 	struct tutti_geometry other = f->geo;
 	const struct t_how model_b = {.ns = "model-b/bf16/tp0"};
 	const struct t_how keys16 = {.key_bytes = 16};
-	struct tutti_store *st = t_open_ok(f, &f->geo, dir, 8, NULL);
+	struct tutti_store *st = t_open_ok(f, &f->geo, tc.dir, 8, NULL);
 	uint8_t sb[4096], sb2[4096];
 	uint64_t size;
 	struct t_chain c;
 
 	t_make_chain(f, &c, 2, 2 * T_CHAIN_BPC, NULL, 0);
-	t_save_chain(st, src, &c, 0);
+	t_save_chain(st, tc.src, &c, 0);
 	tutti_store_close(st);
-	assert_int_equal(t_disk_read(path, 0, sb, sizeof(sb)), 0);
-	size = t_file_size(path);
+	assert_int_equal(t_disk_read(tc.path, 0, sb, sizeof(sb)), 0);
+	size = t_file_size(tc.path);
 
 	other.nr_kv_heads = 2; /* another model: another layer block size */
 	st = (struct tutti_store *)(uintptr_t)1;
-	assert_int_equal(t_open_rc(f, &other, dir, 8, NULL, &st), -EEXIST);
+	assert_int_equal(t_open_rc(f, &other, tc.dir, 8, NULL, &st), -EEXIST);
 	assert_null(st);
 	assert_true(f->rec.nr_err > 0);
 	other = f->geo;
 	other.head_dim = 32;
 	other.nr_kv_heads = 2; /* the same bytes per block, another shape */
-	assert_int_equal(t_open_rc(f, &other, dir, 8, NULL, &st), -EEXIST);
-	assert_int_equal(t_open_rc(f, &f->geo, dir, 8, &model_b, &st), -EEXIST);
-	assert_int_equal(t_open_rc(f, &f->geo, dir, 8, &keys16, &st), -EEXIST);
+	assert_int_equal(t_open_rc(f, &other, tc.dir, 8, NULL, &st), -EEXIST);
+	assert_int_equal(t_open_rc(f, &f->geo, tc.dir, 8, &model_b, &st), -EEXIST);
+	assert_int_equal(t_open_rc(f, &f->geo, tc.dir, 8, &keys16, &st), -EEXIST);
 	assert_null(st);
 	/* The refused opens wrote nothing. */
-	assert_int_equal(t_disk_read(path, 0, sb2, sizeof(sb2)), 0);
+	assert_int_equal(t_disk_read(tc.path, 0, sb2, sizeof(sb2)), 0);
 	assert_memory_equal(sb, sb2, sizeof(sb));
-	assert_int_equal(t_file_size(path), size);
-	st = t_open_ok(f, &f->geo, dir, 8, NULL);
+	assert_int_equal(t_file_size(tc.path), size);
+	st = t_open_ok(f, &f->geo, tc.dir, 8, NULL);
 	t_assert_recovery(st, 2, 0, 0, 0);
-	t_assert_chain(f, st, src, dst, &c);
+	t_assert_chain(f, st, tc.src, tc.dst, &c);
 	tutti_store_close(st);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(path);
-	free(dir);
+	t_store_case_free(&tc);
 }
 
 /* TUTTI_OPEN_REPLACE: a store of another namespace or geometry gives way to an empty store of
@@ -183,51 +163,47 @@ static void
 test_durable_open_replace_swaps_another_models_store_for_an_empty_one(void **state)
 {
 	struct t_chain_fixture *f = *state;
-	char *dir = t_chain_dir(f, "model");
-	struct t_kv *src = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, true);
-	struct t_kv *dst = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, false);
+	struct t_store_case tc = t_chain_case_new(f, "model", T_CHAIN_DIRECT, T_CHAIN_DIRECT);
 	struct tutti_geometry other = f->geo;
 	const struct t_how replace = {.flags = TUTTI_OPEN_REPLACE};
 	const struct t_how model_b = {.ns = "model-b/bf16/tp0", .flags = TUTTI_OPEN_REPLACE};
 	const struct t_how existing = {.flags = TUTTI_OPEN_EXISTING | TUTTI_OPEN_REPLACE};
-	struct tutti_store *st = t_open_ok(f, &f->geo, dir, 8, NULL);
+	struct tutti_store *st = t_open_ok(f, &f->geo, tc.dir, 8, NULL);
 	uint64_t blocks = 0;
 	struct t_chain c;
 
 	t_make_chain(f, &c, 2, 2 * T_CHAIN_BPC, NULL, 0);
-	t_save_chain(st, src, &c, 0);
+	t_save_chain(st, tc.src, &c, 0);
 	tutti_store_close(st);
 	/* Its own store: kept, chunks and all, and nothing replaced. */
-	st = t_open_ok(f, &f->geo, dir, 8, &replace);
+	st = t_open_ok(f, &f->geo, tc.dir, 8, &replace);
 	assert_false(t_log_contains(&f->rec, "replaced"));
 	t_assert_recovery(st, 2, 0, 0, 0);
-	t_assert_chain(f, st, src, dst, &c);
+	t_assert_chain(f, st, tc.src, tc.dst, &c);
 	tutti_store_close(st);
 	/* Another namespace: an empty store of that namespace, and a warning that says so. */
-	st = t_open_ok(f, &f->geo, dir, 8, &model_b);
+	st = t_open_ok(f, &f->geo, tc.dir, 8, &model_b);
 	assert_true(t_log_contains(&f->rec, "replaced by an empty store"));
 	assert_int_equal(f->rec.nr_err, 0);
 	t_assert_recovery(st, 0, 0, 0, 0);
 	assert_int_equal(tutti_store_lookup(st, c.keys, c.nr_keys, &blocks), 0);
 	tutti_store_close(st);
 	/* It is that namespace's store now: the first namespace is refused without the flag. */
-	assert_int_equal(t_open_rc(f, &f->geo, dir, 8, NULL, &st), -EEXIST);
+	assert_int_equal(t_open_rc(f, &f->geo, tc.dir, 8, NULL, &st), -EEXIST);
 	assert_null(st);
 	/* Another geometry (slots of another size) replaces it too, and the new store works. */
 	other.nr_kv_heads = 2;
-	st = t_open_ok(f, &other, dir, 8, &replace);
+	st = t_open_ok(f, &other, tc.dir, 8, &replace);
 	assert_true(t_log_contains(&f->rec, "replaced by an empty store"));
 	t_assert_recovery(st, 0, 0, 0, 0);
 	tutti_store_close(st);
-	st = t_open_ok(f, &other, dir, 8, NULL);
+	st = t_open_ok(f, &other, tc.dir, 8, NULL);
 	t_assert_recovery(st, 0, 0, 0, 0);
 	tutti_store_close(st);
 	/* Replacing needs the identity to replace with, which TUTTI_OPEN_EXISTING does not give. */
-	assert_int_equal(t_open_rc(f, NULL, dir, 0, &existing, &st), -EINVAL);
+	assert_int_equal(t_open_rc(f, NULL, tc.dir, 0, &existing, &st), -EINVAL);
 	assert_null(st);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(dir);
+	t_store_case_free(&tc);
 }
 
 static void
@@ -452,21 +428,20 @@ test_durable_symbolic_link_as_data_file_is_eloop_and_writes_nothing(void **state
 	free(linked);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
-
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    T(test_durable_open_existing_adopts_geometry_key_size_namespace_and_capacity),
-	    T(test_durable_store_of_another_model_or_namespace_is_eexist_and_untouched),
-	    T(test_durable_open_replace_swaps_another_models_store_for_an_empty_one),
-	    T(test_durable_other_format_versions_are_eproto_and_damage_is_ebadmsg),
-	    T(test_durable_second_process_is_ebusy_while_the_store_is_open),
-	    T(test_durable_created_directory_and_file_are_private),
-	    T(test_durable_symbolic_link_as_data_file_is_eloop_and_writes_nothing),
+	    cmocka_unit_test(
+	        test_durable_open_existing_adopts_geometry_key_size_namespace_and_capacity),
+	    cmocka_unit_test(
+	        test_durable_store_of_another_model_or_namespace_is_eexist_and_untouched),
+	    cmocka_unit_test(test_durable_open_replace_swaps_another_models_store_for_an_empty_one),
+	    cmocka_unit_test(test_durable_other_format_versions_are_eproto_and_damage_is_ebadmsg),
+	    cmocka_unit_test(test_durable_second_process_is_ebusy_while_the_store_is_open),
+	    cmocka_unit_test(test_durable_created_directory_and_file_are_private),
+	    cmocka_unit_test(test_durable_symbolic_link_as_data_file_is_eloop_and_writes_nothing),
 	};
 
-	return t_run_per_engine("identity", tests, sizeof(tests) / sizeof(tests[0]), false,
-	                        &g_engine);
+	return t_chain_run("identity", tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -18,31 +18,14 @@
 #include "t_util.h"
 #include "tutti/tutti.h"
 
-static int g_engine;
-
-static int
-setup(void **state)
-{
-	return t_chain_setup(state, (uint32_t)g_engine);
-}
-
-static int
-teardown(void **state)
-{
-	return t_chain_teardown(state);
-}
-
 static void
 test_durable_partial_loads_verify_the_whole_stored_payload(void **state)
 {
 	struct t_chain_fixture *f = *state;
-	char *dir = t_chain_dir(f, "partial");
-	char *path = t_data_path(dir);
-	struct t_kv *src = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, true);
-	struct t_kv *dst = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, false);
+	struct t_store_case tc = t_chain_case_new(f, "partial", T_CHAIN_DIRECT, T_CHAIN_DIRECT);
 	uint64_t lbb = tutti_geometry_layer_block_bytes(&f->geo);
 	struct t_chain a, p;
-	struct tutti_store *st = t_open_ok(f, &f->geo, dir, 8, NULL);
+	struct tutti_store *st = t_open_ok(f, &f->geo, tc.dir, 8, NULL);
 	struct tutti_request r;
 	uint32_t dids[T_CHAIN_BPC];
 	int32_t status[1];
@@ -50,11 +33,11 @@ test_durable_partial_loads_verify_the_whole_stored_payload(void **state)
 
 	t_make_chain(f, &a, 1, T_CHAIN_BPC, NULL, 0);
 	t_make_chain(f, &p, 1, 2, NULL, 0); /* two of four blocks */
-	t_save_chain(st, src, &a, 0);
-	t_save_chain(st, src, &p, 0);
+	t_save_chain(st, tc.src, &a, 0);
+	t_save_chain(st, tc.src, &p, 0);
 	/* Block 0 of A damaged; a load of blocks 2..3 only still fails. */
-	slot = t_key_slot(path, &f->geo, a.keys, T_CHAIN_KB);
-	assert_int_equal(t_disk_flip_bit(path, t_object_off(&f->geo, slot, 0) + 100, 3), 0);
+	slot = t_key_slot(tc.path, &f->geo, a.keys, T_CHAIN_KB);
+	assert_int_equal(t_disk_flip_bit(tc.path, t_object_off(&f->geo, slot, 0) + 100, 3), 0);
 	t_random_distinct(&f->r, dids, T_CHAIN_BPC, T_CHAIN_NR_BLOCKS);
 	r = (struct tutti_request){.size = sizeof(r),
 	                           .nr_keys = 1,
@@ -62,34 +45,30 @@ test_durable_partial_loads_verify_the_whole_stored_payload(void **state)
 	                           .skip_blocks = 2,
 	                           .nr_blocks = 2,
 	                           .block_ids = dids};
-	assert_int_equal(tutti_store_load(st, dst->kv, &r, 1, 0, 2, status), 0);
+	assert_int_equal(tutti_store_load(st, tc.dst->kv, &r, 1, 0, 2, status), 0);
 	assert_int_equal(status[0], -EBADMSG);
 	assert_int_equal(tutti_store_lookup(st, a.keys, 1, NULL), 0);
 	/* P's padding (past its two blocks) is no data: damage there is harmless, damage inside
 	 * its blocks is not. */
-	slot = t_key_slot(path, &f->geo, p.keys, T_CHAIN_KB);
-	assert_int_equal(t_disk_flip_bit(path, t_object_off(&f->geo, slot, 1) + 2 * lbb + 5, 0), 0);
-	t_assert_chain(f, st, src, dst, &p);
-	assert_int_equal(t_disk_flip_bit(path, t_object_off(&f->geo, slot, 1) + 2 * lbb - 1, 7), 0);
-	assert_int_equal(t_load_range(f, st, dst, &p, 0, 1, dids, status), 0);
+	slot = t_key_slot(tc.path, &f->geo, p.keys, T_CHAIN_KB);
+	assert_int_equal(t_disk_flip_bit(tc.path, t_object_off(&f->geo, slot, 1) + 2 * lbb + 5, 0),
+	                 0);
+	t_assert_chain(f, st, tc.src, tc.dst, &p);
+	assert_int_equal(t_disk_flip_bit(tc.path, t_object_off(&f->geo, slot, 1) + 2 * lbb - 1, 7),
+	                 0);
+	assert_int_equal(t_load_range(f, st, tc.dst, &p, 0, 1, dids, status), 0);
 	assert_int_equal(status[0], -EBADMSG);
 	assert_int_equal(t_store_stats(st).load_corrupt, 2);
 	tutti_store_close(st);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(path);
-	free(dir);
+	t_store_case_free(&tc);
 }
-
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    T(test_durable_partial_loads_verify_the_whole_stored_payload),
+	    cmocka_unit_test(test_durable_partial_loads_verify_the_whole_stored_payload),
 	};
 
-	return t_run_per_engine("partial-loads", tests, sizeof(tests) / sizeof(tests[0]), false,
-	                        &g_engine);
+	return t_chain_run("partial-loads", tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -23,20 +23,6 @@
 #include "t_util.h"
 #include "tutti/tutti.h"
 
-static int g_engine;
-
-static int
-setup(void **state)
-{
-	return t_chain_setup(state, (uint32_t)g_engine);
-}
-
-static int
-teardown(void **state)
-{
-	return t_chain_teardown(state);
-}
-
 /* ---- persistence ---- */
 
 static void
@@ -49,15 +35,13 @@ test_durable_saved_chains_come_back_bit_exact_after_reopen(void **state)
 		for (uint32_t li = 0; li < 2; li++) {
 			struct t_how h = {.durability = mode};
 			char name[32];
-			char *dir;
-			struct t_kv *src = t_chain_kv(f, &f->geo, layouts[li], true);
-			struct t_kv *dst = t_chain_kv(f, &f->geo, layouts[1 - li], false);
+			struct t_store_case tc;
 			struct t_chain c[5];
 			struct tutti_store *st;
 			struct tutti_stats s;
 
 			snprintf(name, sizeof(name), "persist.%u.%u", mode, li);
-			dir = t_chain_dir(f, name);
+			tc = t_chain_case_new(f, name, layouts[li], layouts[1 - li]);
 			f->next_src = 0;
 			t_make_chain(f, &c[0], 3, 3 * T_CHAIN_BPC, NULL, 0);
 			t_make_chain(f, &c[1], 4, 3 * T_CHAIN_BPC + 2, &c[0],
@@ -66,14 +50,14 @@ test_durable_saved_chains_come_back_bit_exact_after_reopen(void **state)
 			t_make_chain(f, &c[3], 2, 2 * T_CHAIN_BPC, &c[0], 1);
 			t_make_chain(f, &c[4], 2, T_CHAIN_BPC + 1, NULL, 0);
 
-			st = t_open_ok(f, &f->geo, dir, 64, &h);
-			t_save_chain(st, src, &c[0], 0);
+			st = t_open_ok(f, &f->geo, tc.dir, 64, &h);
+			t_save_chain(st, tc.src, &c[0], 0);
 			s = t_store_stats(st);
 			/* Durable mode flushes before and after the headers of each call. */
 			assert_int_equal(s.flushes, mode == TUTTI_DURABILITY_DURABLE ? 2 : 0);
-			t_save_chain(st, src, &c[1], 2);
-			t_save_chain(st, src, &c[2], 0);
-			t_save_chain(st, src, &c[3], 1);
+			t_save_chain(st, tc.src, &c[1], 2);
+			t_save_chain(st, tc.src, &c[2], 0);
+			t_save_chain(st, tc.src, &c[3], 1);
 			s = t_store_stats(st);
 			assert_int_equal(s.used_slots, 7);
 			assert_true(mode == TUTTI_DURABILITY_DURABLE ? s.flushes > 0
@@ -82,28 +66,20 @@ test_durable_saved_chains_come_back_bit_exact_after_reopen(void **state)
 
 			/* First reopen: everything is back; a new chain must not land on old slots.
 			 */
-			st = t_open_ok(f, &f->geo, dir, 64, &h);
+			st = t_open_ok(f, &f->geo, tc.dir, 64, &h);
 			t_assert_recovery(st, 7, 0, 0, 0);
-			for (int i = 0; i < 4; i++) {
-				t_assert_chain(f, st, src, dst, &c[i]);
-			}
+			t_assert_chains(f, st, tc.src, tc.dst, c, 4);
 			assert_int_equal(tutti_store_lookup(st, c[4].keys, 2, NULL), 0);
-			t_save_chain(st, src, &c[4], 0);
-			for (int i = 0; i < 5; i++) {
-				t_assert_chain(f, st, src, dst, &c[i]);
-			}
+			t_save_chain(st, tc.src, &c[4], 0);
+			t_assert_chains(f, st, tc.src, tc.dst, c, 5);
 			tutti_store_close(st);
 
 			/* Second reopen. */
-			st = t_open_ok(f, &f->geo, dir, 64, &h);
+			st = t_open_ok(f, &f->geo, tc.dir, 64, &h);
 			t_assert_recovery(st, 9, 0, 0, 0);
-			for (int i = 0; i < 5; i++) {
-				t_assert_chain(f, st, src, dst, &c[i]);
-			}
+			t_assert_chains(f, st, tc.src, tc.dst, c, 5);
 			tutti_store_close(st);
-			t_kv_free(src);
-			t_kv_free(dst);
-			free(dir);
+			t_store_case_free(&tc);
 		}
 	}
 	assert_int_equal(f->rec.nr_err, 0);
@@ -111,16 +87,27 @@ test_durable_saved_chains_come_back_bit_exact_after_reopen(void **state)
 
 /* ---- recovery drops ---- */
 
+/* \p nr new chains of one whole chunk each, saved one after another. */
+static void
+save_new_chunks(struct t_chain_fixture *f, struct tutti_store *st, const struct t_kv *src,
+                struct t_chain *n, uint32_t nr)
+{
+	for (uint32_t i = 0; i < nr; i++) {
+		t_make_chain(f, &n[i], 1, T_CHAIN_BPC, NULL, 0);
+		t_save_chain(st, src, &n[i], 0);
+	}
+}
+
 /*
  * A store of three chains, X (3 chunks), Y (1) and W (2), in 6 slots: garbage over X[1]'s
  * header and one flipped bit inside Y[0]'s. Recovery drops both, and keeps X[2], whose parent
  * is gone, as an orphan.
  */
 static void
-damaged_store(struct t_chain_fixture *f, const char *dir, struct t_kv *src, struct t_chain *c)
+damaged_store(struct t_chain_fixture *f, const struct t_store_case *tc, struct t_chain *c)
 {
-	struct tutti_store *st = t_open_ok(f, &f->geo, dir, 6, NULL);
-	char *path = t_data_path(dir);
+	struct tutti_store *st = t_open_ok(f, &f->geo, tc->dir, 6, NULL);
+	const char *path = tc->path;
 	uint8_t junk[TUTTI_SLOT_HEADER_BYTES];
 	uint32_t slot, len = t_slot_hdr_len(f->geo.nr_layers);
 
@@ -128,7 +115,7 @@ damaged_store(struct t_chain_fixture *f, const char *dir, struct t_kv *src, stru
 	t_make_chain(f, &c[1], 1, T_CHAIN_BPC, NULL, 0);
 	t_make_chain(f, &c[2], 2, 2 * T_CHAIN_BPC - 1, NULL, 0);
 	for (int i = 0; i < 3; i++) {
-		t_save_chain(st, src, &c[i], 0);
+		t_save_chain(st, tc->src, &c[i], 0);
 	}
 	tutti_store_close(st);
 	t_rng_fill(&f->r, junk, sizeof(junk));
@@ -140,90 +127,80 @@ damaged_store(struct t_chain_fixture *f, const char *dir, struct t_kv *src, stru
 	    t_disk_flip_bit(path, t_slot_off(&f->geo, slot) + 8 + t_rng_below(&f->r, len - 8),
 	                    t_rng_below(&f->r, 8)),
 	    0);
-	free(path);
 }
 
 static void
 test_durable_damaged_header_drops_its_chunk_and_keeps_the_children(void **state)
 {
 	struct t_chain_fixture *f = *state;
-	char *dir = t_chain_dir(f, "dropped");
-	struct t_kv *src = t_chain_kv(f, &f->geo, T_CHAIN_STAGED, true);
-	struct t_kv *dst = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, false);
+	struct t_store_case tc = t_chain_case_new(f, "dropped", T_CHAIN_STAGED, T_CHAIN_DIRECT);
 	struct t_chain c[4];
 	struct tutti_store *st;
 	int32_t status[3];
 
-	damaged_store(f, dir, src, c);
-	st = t_open_ok(f, &f->geo, dir, 6, NULL);
+	damaged_store(f, &tc, c);
+	st = t_open_ok(f, &f->geo, tc.dir, 6, NULL);
 	t_assert_recovery(st, 4, 2, 1, 0);
 	assert_int_equal(tutti_store_lookup(st, c[0].keys, 3, NULL), 1);
 	assert_int_equal(tutti_store_lookup(st, c[1].keys, 1, NULL), 0);
-	t_assert_chain(f, st, src, dst, &c[2]);
+	t_assert_chain(f, st, tc.src, tc.dst, &c[2]);
 	/* X[0] alone still loads. */
 	c[3] = c[0];
 	c[3].nr_keys = 1;
 	c[3].nr_blocks = T_CHAIN_BPC;
-	t_assert_chain(f, st, src, dst, &c[3]);
+	t_assert_chain(f, st, tc.src, tc.dst, &c[3]);
 	/* Saving X again, as a server recomputing it does, writes X[1] alone: X[2] was kept
 	 * and joins the chain again, which is whole. */
-	assert_int_equal(t_save_keys(st, src, &c[0], 3, status), 1);
+	assert_int_equal(t_save_keys(st, tc.src, &c[0], 3, status), 1);
 	assert_int_equal(status[0], 1);
 	assert_int_equal(status[1], 0);
 	assert_int_equal(status[2], 1);
 	assert_int_equal(tutti_store_lookup(st, c[0].keys, 3, NULL), 3);
-	t_assert_chain(f, st, src, dst, &c[0]);
+	t_assert_chain(f, st, tc.src, tc.dst, &c[0]);
 	/* Y[0]'s slot is free: one more chunk fits without eviction. */
-	t_make_chain(f, &c[3], 1, T_CHAIN_BPC, NULL, 0);
-	t_save_chain(st, src, &c[3], 0);
+	save_new_chunks(f, st, tc.src, &c[3], 1);
 	assert_int_equal(t_store_stats(st).evictions, 0);
 	assert_int_equal(t_store_stats(st).used_slots, 6);
 	/* Eviction takes a tail: one chunk goes, and X and W still start at their roots. */
-	t_make_chain(f, &c[1], 1, T_CHAIN_BPC, NULL, 0);
-	t_save_chain(st, src, &c[1], 0);
+	save_new_chunks(f, st, tc.src, &c[1], 1);
 	assert_int_equal(t_store_stats(st).evictions, 1);
-	t_assert_chain(f, st, src, dst, &c[3]);
+	t_assert_chain(f, st, tc.src, tc.dst, &c[3]);
 	assert_int_equal(tutti_store_lookup(st, c[0].keys, 3, NULL) +
 	                     tutti_store_lookup(st, c[2].keys, 2, NULL),
 	                 4);
 	tutti_store_close(st);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(dir);
+	t_store_case_free(&tc);
 }
 
 static void
 test_durable_open_with_repair_erases_the_headers_it_drops(void **state)
 {
 	struct t_chain_fixture *f = *state;
-	char *dir = t_chain_dir(f, "repair");
-	char *path = t_data_path(dir);
-	struct t_kv *src = t_chain_kv(f, &f->geo, T_CHAIN_STAGED, true);
-	struct t_kv *dst = t_chain_kv(f, &f->geo, T_CHAIN_STAGED, false);
+	struct t_store_case tc = t_chain_case_new(f, "repair", T_CHAIN_STAGED, T_CHAIN_STAGED);
 	const struct t_how repair = {.flags = TUTTI_OPEN_REPAIR};
 	struct t_chain c[3];
 	struct tutti_store *st;
 	uint32_t nr, live = 0;
 	uint8_t *hdrs;
 
-	damaged_store(f, dir, src, c);
+	damaged_store(f, &tc, c);
 	/* Without repair nothing is erased: the next open meets the same headers. */
 	for (int i = 0; i < 2; i++) {
-		st = t_open_ok(f, &f->geo, dir, 6, NULL);
+		st = t_open_ok(f, &f->geo, tc.dir, 6, NULL);
 		t_assert_recovery(st, 4, 2, 1, 0);
 		tutti_store_close(st);
 	}
-	st = t_open_ok(f, &f->geo, dir, 6, &repair);
+	st = t_open_ok(f, &f->geo, tc.dir, 6, &repair);
 	t_assert_recovery(st, 4, 2, 1, 0);
 	tutti_store_close(st);
 	/* The two damaged headers are gone; X[2], valid, is still there, waiting for X[1]. */
-	st = t_open_ok(f, &f->geo, dir, 6, NULL);
+	st = t_open_ok(f, &f->geo, tc.dir, 6, NULL);
 	t_assert_recovery(st, 4, 0, 1, 0);
-	t_assert_chain(f, st, src, dst, &c[2]);
+	t_assert_chain(f, st, tc.src, tc.dst, &c[2]);
 	assert_int_equal(tutti_store_lookup(st, c[0].keys, 3, NULL), 1);
 	tutti_store_close(st);
 	/* On disk: exactly the four live chunks still carry a header; the rest are zero. */
-	hdrs = t_read_headers(path, &f->geo, &nr);
+	hdrs = t_read_headers(tc.path, &f->geo, &nr);
 	assert_non_null(hdrs);
 	assert_int_equal(nr, 6);
 	for (uint32_t s = 0; s < nr; s++) {
@@ -238,58 +215,44 @@ test_durable_open_with_repair_erases_the_headers_it_drops(void **state)
 	}
 	assert_int_equal(live, 4);
 	free(hdrs);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(path);
-	free(dir);
+	t_store_case_free(&tc);
 }
 
 static void
 test_durable_zeroed_header_frees_its_slot_without_counting_a_drop(void **state)
 {
 	struct t_chain_fixture *f = *state;
-	char *dir = t_chain_dir(f, "zeroed");
-	char *path = t_data_path(dir);
-	struct t_kv *src = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, true);
-	struct t_kv *dst = t_chain_kv(f, &f->geo, T_CHAIN_STAGED, false);
+	struct t_store_case tc = t_chain_case_new(f, "zeroed", T_CHAIN_DIRECT, T_CHAIN_STAGED);
 	struct t_chain p, q, n[2];
-	struct tutti_store *st = t_open_ok(f, &f->geo, dir, 4, NULL);
+	struct tutti_store *st = t_open_ok(f, &f->geo, tc.dir, 4, NULL);
 
 	t_make_chain(f, &p, 2, 2 * T_CHAIN_BPC, NULL, 0);
 	t_make_chain(f, &q, 2, 2 * T_CHAIN_BPC, NULL, 0);
-	t_save_chain(st, src, &p, 0);
-	t_save_chain(st, src, &q, 0);
+	t_save_chain(st, tc.src, &p, 0);
+	t_save_chain(st, tc.src, &q, 0);
 	tutti_store_close(st);
 	/* P's tail and Q's root: Q[1] is left without its parent. */
-	assert_int_equal(
-	    t_disk_zero(path,
-	                t_slot_off(&f->geo, t_key_slot(path, &f->geo, t_key_of(&p, 1), T_CHAIN_KB)),
-	                TUTTI_SLOT_HEADER_BYTES),
-	    0);
-	assert_int_equal(
-	    t_disk_zero(path,
-	                t_slot_off(&f->geo, t_key_slot(path, &f->geo, t_key_of(&q, 0), T_CHAIN_KB)),
-	                TUTTI_SLOT_HEADER_BYTES),
-	    0);
-	st = t_open_ok(f, &f->geo, dir, 4, NULL);
+	assert_int_equal(t_disk_zero(tc.path,
+	                             t_slot_off(&f->geo, t_key_slot(tc.path, &f->geo,
+	                                                            t_key_of(&p, 1), T_CHAIN_KB)),
+	                             TUTTI_SLOT_HEADER_BYTES),
+	                 0);
+	assert_int_equal(t_disk_zero(tc.path,
+	                             t_slot_off(&f->geo, t_key_slot(tc.path, &f->geo,
+	                                                            t_key_of(&q, 0), T_CHAIN_KB)),
+	                             TUTTI_SLOT_HEADER_BYTES),
+	                 0);
+	st = t_open_ok(f, &f->geo, tc.dir, 4, NULL);
 	/* Q[1] has lost its parent and is kept: a zeroed header is no damage, counts no drop. */
 	t_assert_recovery(st, 2, 0, 1, 0);
 	assert_int_equal(tutti_store_lookup(st, p.keys, 2, NULL), 1);
 	assert_int_equal(tutti_store_lookup(st, q.keys, 2, NULL), 0);
 	/* Two slots are free: two new chunks need no eviction. */
-	for (int i = 0; i < 2; i++) {
-		t_make_chain(f, &n[i], 1, T_CHAIN_BPC, NULL, 0);
-		t_save_chain(st, src, &n[i], 0);
-	}
+	save_new_chunks(f, st, tc.src, n, 2);
 	assert_int_equal(t_store_stats(st).evictions, 0);
-	for (int i = 0; i < 2; i++) {
-		t_assert_chain(f, st, src, dst, &n[i]);
-	}
+	t_assert_chains(f, st, tc.src, tc.dst, n, 2);
 	tutti_store_close(st);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(path);
-	free(dir);
+	t_store_case_free(&tc);
 }
 
 /* Copy slot \p from of file \p a (header and objects) over slot \p to of file \p b. */
@@ -371,86 +334,67 @@ static void
 test_durable_two_copies_of_a_key_on_disk_recover_as_one(void **state)
 {
 	struct t_chain_fixture *f = *state;
-	char *dir = t_chain_dir(f, "dups");
-	char *path = t_data_path(dir);
-	struct t_kv *src = t_chain_kv(f, &f->geo, T_CHAIN_STAGED, true);
-	struct t_kv *dst = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, false);
+	struct t_store_case tc = t_chain_case_new(f, "dups", T_CHAIN_STAGED, T_CHAIN_DIRECT);
 	struct t_chain abc, n[6];
-	struct tutti_store *st = t_open_ok(f, &f->geo, dir, 8, NULL);
+	struct tutti_store *st = t_open_ok(f, &f->geo, tc.dir, 8, NULL);
 	uint32_t slots[4];
 	int copies;
 	uint64_t dups;
 
 	t_make_chain(f, &abc, 3, 3 * T_CHAIN_BPC, NULL, 0);
-	save_shared_prefix_in_one_call(st, src, &abc);
+	save_shared_prefix_in_one_call(st, tc.src, &abc);
 	tutti_store_close(st);
 	/* However many copies the call wrote, recovery indexes one per key. */
-	copies = t_find_key_slots(path, &f->geo, t_key_of(&abc, 0), T_CHAIN_KB, slots, 4) +
-	         t_find_key_slots(path, &f->geo, t_key_of(&abc, 1), T_CHAIN_KB, slots, 4);
+	copies = t_find_key_slots(tc.path, &f->geo, t_key_of(&abc, 0), T_CHAIN_KB, slots, 4) +
+	         t_find_key_slots(tc.path, &f->geo, t_key_of(&abc, 1), T_CHAIN_KB, slots, 4);
 	assert_true(copies >= 2);
 	dups = (uint64_t)copies - 2;
 	/* A second copy of c, as a chunk evicted and saved again into another slot leaves. */
-	copy_slot(&f->geo, path, t_key_slot(path, &f->geo, t_key_of(&abc, 2), T_CHAIN_KB), path,
-	          t_free_slot(path, &f->geo));
-	st = t_open_ok(f, &f->geo, dir, 8, NULL);
+	copy_slot(&f->geo, tc.path, t_key_slot(tc.path, &f->geo, t_key_of(&abc, 2), T_CHAIN_KB),
+	          tc.path, t_free_slot(tc.path, &f->geo));
+	st = t_open_ok(f, &f->geo, tc.dir, 8, NULL);
 	t_assert_recovery(st, 3, 0, 0, dups + 1);
-	t_assert_chain(f, st, src, dst, &abc);
+	t_assert_chain(f, st, tc.src, tc.dst, &abc);
 	/* The LRU works: five more chunks fill the store without eviction (the extra copies'
 	 * slots are free), the sixth evicts the least recently used chain's tail, c. */
-	for (int i = 0; i < 5; i++) {
-		t_make_chain(f, &n[i], 1, T_CHAIN_BPC, NULL, 0);
-		t_save_chain(st, src, &n[i], 0);
-	}
+	save_new_chunks(f, st, tc.src, n, 5);
 	assert_int_equal(t_store_stats(st).evictions, 0);
-	t_make_chain(f, &n[5], 1, T_CHAIN_BPC, NULL, 0);
-	t_save_chain(st, src, &n[5], 0);
+	save_new_chunks(f, st, tc.src, &n[5], 1);
 	assert_int_equal(t_store_stats(st).evictions, 1);
 	assert_int_equal(tutti_store_lookup(st, abc.keys, 3, NULL), 2);
-	for (int i = 0; i < 6; i++) {
-		t_assert_chain(f, st, src, dst, &n[i]);
-	}
+	t_assert_chains(f, st, tc.src, tc.dst, n, 6);
 	tutti_store_close(st);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(path);
-	free(dir);
+	t_store_case_free(&tc);
 }
 
 static void
 test_durable_recovery_restores_the_lru_order_of_the_saves(void **state)
 {
 	struct t_chain_fixture *f = *state;
-	char *dir = t_chain_dir(f, "lru");
-	struct t_kv *src = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, true);
-	struct t_kv *dst = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, false);
+	struct t_store_case tc = t_chain_case_new(f, "lru", T_CHAIN_DIRECT, T_CHAIN_DIRECT);
 	struct t_chain x, y, z, n[3];
-	struct tutti_store *st = t_open_ok(f, &f->geo, dir, 5, NULL);
+	struct tutti_store *st = t_open_ok(f, &f->geo, tc.dir, 5, NULL);
 
 	t_make_chain(f, &x, 2, 2 * T_CHAIN_BPC, NULL, 0);
 	t_make_chain(f, &y, 1, T_CHAIN_BPC, NULL, 0);
 	t_make_chain(f, &z, 1, T_CHAIN_BPC, NULL, 0);
-	t_save_chain(st, src, &x, 0);
-	t_save_chain(st, src, &y, 0);
-	t_save_chain(st, src, &z, 0);
+	t_save_chain(st, tc.src, &x, 0);
+	t_save_chain(st, tc.src, &y, 0);
+	t_save_chain(st, tc.src, &z, 0);
 	tutti_store_close(st);
-	st = t_open_ok(f, &f->geo, dir, 5, NULL);
+	st = t_open_ok(f, &f->geo, tc.dir, 5, NULL);
 	t_assert_recovery(st, 4, 0, 0, 0);
-	for (int i = 0; i < 3; i++) {
-		t_make_chain(f, &n[i], 1, T_CHAIN_BPC, NULL, 0);
-		t_save_chain(st, src, &n[i], 0);
+	for (uint32_t i = 0; i < 3; i++) {
+		save_new_chunks(f, st, tc.src, &n[i], 1);
 		assert_int_equal(t_store_stats(st).evictions, (uint64_t)i);
 	}
 	/* X was saved first: its tail went first, then its root. */
 	assert_int_equal(tutti_store_lookup(st, x.keys, 2, NULL), 0);
-	t_assert_chain(f, st, src, dst, &y);
-	t_assert_chain(f, st, src, dst, &z);
-	for (int i = 0; i < 3; i++) {
-		t_assert_chain(f, st, src, dst, &n[i]);
-	}
+	t_assert_chain(f, st, tc.src, tc.dst, &y);
+	t_assert_chain(f, st, tc.src, tc.dst, &z);
+	t_assert_chains(f, st, tc.src, tc.dst, n, 3);
 	tutti_store_close(st);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(dir);
+	t_store_case_free(&tc);
 }
 
 /*
@@ -462,12 +406,9 @@ static void
 test_durable_save_killed_before_its_headers_loses_no_committed_chunk(void **state)
 {
 	struct t_chain_fixture *f = *state;
-	char *dir = t_chain_dir(f, "killed");
-	char *path = t_data_path(dir);
-	struct t_kv *src = t_chain_kv(f, &f->geo, T_CHAIN_DIRECT, true);
-	struct t_kv *dst = t_chain_kv(f, &f->geo, T_CHAIN_STAGED, false);
+	struct t_store_case tc = t_chain_case_new(f, "killed", T_CHAIN_DIRECT, T_CHAIN_STAGED);
 	struct t_chain abc, xy, other;
-	struct tutti_store *st = t_open_ok(f, &f->geo, dir, 8, NULL);
+	struct tutti_store *st = t_open_ok(f, &f->geo, tc.dir, 8, NULL);
 	uint8_t *before, *after;
 	uint32_t nr, nr2, restored = 0, dids[3 * T_CHAIN_BPC];
 	int32_t status[3];
@@ -476,15 +417,15 @@ test_durable_save_killed_before_its_headers_loses_no_committed_chunk(void **stat
 	t_make_chain(f, &abc, 3, 3 * T_CHAIN_BPC, NULL, 0);
 	t_make_chain(f, &other, 1, T_CHAIN_BPC, NULL, 0);
 	t_make_chain(f, &xy, 2, 2 * T_CHAIN_BPC, NULL, 0);
-	t_save_chain(st, src, &other, 0);
-	save_shared_prefix_in_one_call(st, src, &abc);
+	t_save_chain(st, tc.src, &other, 0);
+	save_shared_prefix_in_one_call(st, tc.src, &abc);
 	/* The headers on disk before the next save, read beneath the open (idle) store. */
-	before = t_read_headers(path, &f->geo, &nr);
+	before = t_read_headers(tc.path, &f->geo, &nr);
 	assert_non_null(before);
-	t_save_chain(st, src, &xy, 0);
+	t_save_chain(st, tc.src, &xy, 0);
 	tutti_store_close(st);
 	/* Undo the header writes of that save: its objects stay. */
-	after = t_read_headers(path, &f->geo, &nr2);
+	after = t_read_headers(tc.path, &f->geo, &nr2);
 	assert_non_null(after);
 	assert_int_equal(nr, nr2);
 	for (uint32_t s = 0; s < nr; s++) {
@@ -492,7 +433,7 @@ test_durable_save_killed_before_its_headers_loses_no_committed_chunk(void **stat
 
 		if (memcmp(old, after + (size_t)s * TUTTI_SLOT_HEADER_BYTES,
 		           TUTTI_SLOT_HEADER_BYTES) != 0) {
-			assert_int_equal(t_disk_write(path, t_slot_off(&f->geo, s), old,
+			assert_int_equal(t_disk_write(tc.path, t_slot_off(&f->geo, s), old,
 			                              TUTTI_SLOT_HEADER_BYTES),
 			                 0);
 			restored++;
@@ -500,10 +441,10 @@ test_durable_save_killed_before_its_headers_loses_no_committed_chunk(void **stat
 	}
 	assert_int_equal(restored, 2);
 
-	st = t_open_ok(f, &f->geo, dir, 8, NULL);
+	st = t_open_ok(f, &f->geo, tc.dir, 8, NULL);
 	assert_int_equal(tutti_store_lookup(st, xy.keys, 2, NULL), 0);
 	assert_int_equal(tutti_store_lookup(st, abc.keys, 3, NULL), 3);
-	loaded = t_load_range(f, st, dst, &abc, 0, 3, dids, status);
+	loaded = t_load_range(f, st, tc.dst, &abc, 0, 3, dids, status);
 	for (uint32_t i = 0; i < 3; i++) {
 		if (status[i] != 0) {
 			print_message("chunk %u of [a b c], committed before the killed save, is "
@@ -514,35 +455,29 @@ test_durable_save_killed_before_its_headers_loses_no_committed_chunk(void **stat
 	assert_int_equal(loaded, 3);
 	for (uint32_t i = 0; i < 3; i++) {
 		assert_int_equal(status[i], 0);
-		assert_true(t_chunk_equal(src, dst, &abc, i, dids));
+		assert_true(t_chunk_equal(tc.src, tc.dst, &abc, i, dids));
 	}
-	t_assert_chain(f, st, src, dst, &other);
+	t_assert_chain(f, st, tc.src, tc.dst, &other);
 	assert_int_equal(t_store_stats(st).load_corrupt, 0);
 	tutti_store_close(st);
 	free(before);
 	free(after);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(path);
-	free(dir);
+	t_store_case_free(&tc);
 }
-
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    T(test_durable_saved_chains_come_back_bit_exact_after_reopen),
-	    T(test_durable_damaged_header_drops_its_chunk_and_keeps_the_children),
-	    T(test_durable_open_with_repair_erases_the_headers_it_drops),
-	    T(test_durable_zeroed_header_frees_its_slot_without_counting_a_drop),
-	    T(test_durable_slot_of_another_store_is_dropped),
-	    T(test_durable_two_copies_of_a_key_on_disk_recover_as_one),
-	    T(test_durable_recovery_restores_the_lru_order_of_the_saves),
-	    T(test_durable_save_killed_before_its_headers_loses_no_committed_chunk),
+	    cmocka_unit_test(test_durable_saved_chains_come_back_bit_exact_after_reopen),
+	    cmocka_unit_test(test_durable_damaged_header_drops_its_chunk_and_keeps_the_children),
+	    cmocka_unit_test(test_durable_open_with_repair_erases_the_headers_it_drops),
+	    cmocka_unit_test(test_durable_zeroed_header_frees_its_slot_without_counting_a_drop),
+	    cmocka_unit_test(test_durable_slot_of_another_store_is_dropped),
+	    cmocka_unit_test(test_durable_two_copies_of_a_key_on_disk_recover_as_one),
+	    cmocka_unit_test(test_durable_recovery_restores_the_lru_order_of_the_saves),
+	    cmocka_unit_test(test_durable_save_killed_before_its_headers_loses_no_committed_chunk),
 	};
 
-	return t_run_per_engine("recovery", tests, sizeof(tests) / sizeof(tests[0]), false,
-	                        &g_engine);
+	return t_chain_run("recovery", tests, sizeof(tests) / sizeof(tests[0]));
 }
