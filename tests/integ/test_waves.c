@@ -8,19 +8,16 @@
  * chunk alone. The twin runs the mover's steps only when a marker is waited for, so a wave
  * buffer reused before its copy ran would show here as wrong bytes.
  */
-#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <cmocka.h>
 
 #include "engine/engine_impl.h"
 #include "store/store_impl.h"
-#include "t_disk.h"
+#include "t_batch.h"
 #include "t_kv.h"
 #include "t_store.h"
 #include "t_util.h"
@@ -36,11 +33,9 @@ static int g_engine;
 
 struct fixture {
 	char *tmp;
-	struct tutti_geometry geo;
 	struct t_log rec;
 	struct t_rng r;
-	uint8_t *keys;
-	uint32_t src_ids[BLOCKS], dst_ids[BLOCKS];
+	struct t_batch batch; /* CHUNKS chunks of LAYERS layers */
 };
 
 static int
@@ -51,11 +46,8 @@ setup(void **state)
 	if (f == NULL || (f->tmp = t_tmpdir_create()) == NULL) {
 		return -1;
 	}
-	f->geo = t_geo_small(LAYERS, BPC);
 	t_rng_init(&f->r, t_seed(211));
-	f->keys = t_keys_new(&f->r, CHUNKS, KB);
-	t_random_distinct(&f->r, f->src_ids, BLOCKS, BLOCKS);
-	t_random_distinct(&f->r, f->dst_ids, BLOCKS, BLOCKS);
+	t_batch_init(&f->batch, &f->r, LAYERS, BPC, CHUNKS, KB);
 	*state = f;
 	return 0;
 }
@@ -66,7 +58,7 @@ teardown(void **state)
 	struct fixture *f = *state;
 
 	t_tmpdir_remove(f->tmp);
-	free(f->keys);
+	t_batch_free(&f->batch);
 	free(f);
 	return 0;
 }
@@ -79,100 +71,41 @@ open_store(struct fixture *f, const char *dir, uint32_t slots, bool waves)
 	struct tutti_store_opts o;
 	struct tutti_store *st = NULL;
 
-	t_store_opts(&o, &f->geo, dirs, 1, CHUNKS + 4, (uint32_t)g_engine, &f->rec);
-	o.key_bytes = KB;
+	t_batch_store_opts(&f->batch, &o, dirs, (uint32_t)g_engine, &f->rec);
 	o.queue_depth = 8;
 	o.posix_threads = 4;
-	o.max_io_bytes = (slots > 1 ? 2 : 1) * tutti_geometry_object_bytes(&f->geo);
-	o.staging_bytes = (uint64_t)slots * tutti_geometry_object_bytes(&f->geo);
-	assert_int_equal(tutti_store_open(&f->geo, &o, &st), 0);
+	o.max_io_bytes = (slots > 1 ? 2 : 1) * tutti_geometry_object_bytes(&f->batch.geo);
+	o.staging_bytes = (uint64_t)slots * tutti_geometry_object_bytes(&f->batch.geo);
+	assert_int_equal(tutti_store_open(&f->batch.geo, &o, &st), 0);
 	st->engine->host_waves = waves;
 	return st;
 }
 
-static struct tutti_request
-request(struct fixture *f, const uint32_t *ids)
+/* The case of directory \p name in the fixture's, both KV in \p layout. */
+static struct t_store_case
+case_new(struct fixture *f, const char *name, enum t_layout layout)
 {
-	return t_request(f->keys, CHUNKS, 0, 0, ids, BLOCKS);
-}
-
-static void
-save_all(struct fixture *f, struct tutti_store *st, struct t_kv *src)
-{
-	struct tutti_request r = request(f, f->src_ids);
-	int32_t status[CHUNKS];
-
-	assert_int_equal(tutti_store_save(st, src->kv, &r, 1, status), CHUNKS);
-	for (uint32_t i = 0; i < CHUNKS; i++) {
-		assert_int_equal(status[i], 0);
-	}
-}
-
-static int64_t
-load_range(struct fixture *f, struct tutti_store *st, struct t_kv *dst, uint32_t lb, uint32_t le,
-           int32_t *status)
-{
-	struct tutti_request r = request(f, f->dst_ids);
-
-	t_kv_poison(dst, T_POISON);
-	return tutti_store_load(st, dst->kv, &r, 1, lb, le, status);
-}
-
-/* Chunk \p k's layers [lb, le) loaded bit-exact, and the others untouched. */
-static bool
-chunk_equal(const struct fixture *f, const struct t_kv *src, const struct t_kv *dst, uint32_t k,
-            uint32_t lb, uint32_t le)
-{
-	for (uint32_t b = k * BPC; b < (k + 1) * BPC; b++) {
-		for (uint32_t l = 0; l < LAYERS; l++) {
-			bool in = l >= lb && l < le;
-
-			if (in && !t_kv_block_equal(src, f->src_ids[b], dst, f->dst_ids[b], l)) {
-				return false;
-			}
-			if (!in && !t_kv_block_is(dst, l, f->dst_ids[b], T_POISON)) {
-				return false;
-			}
-		}
-	}
-	return true;
-}
-
-static void
-assert_loaded(struct fixture *f, struct tutti_store *st, struct t_kv *src, struct t_kv *dst,
-              uint32_t lb, uint32_t le)
-{
-	int32_t status[CHUNKS];
-
-	assert_int_equal(load_range(f, st, dst, lb, le, status), CHUNKS);
-	for (uint32_t k = 0; k < CHUNKS; k++) {
-		assert_int_equal(status[k], 0);
-		assert_true(chunk_equal(f, src, dst, k, lb, le));
-	}
+	return t_store_case_new(f->tmp, name, &f->batch.geo, BLOCKS, layout, layout, &f->r);
 }
 
 static void
 round_trip(struct fixture *f, const char *name, enum t_layout layout, uint32_t slots)
 {
-	char *dir = t_path_join(f->tmp, name);
-	struct t_kv *src = t_kv_new(&f->geo, layout, BLOCKS, &f->r);
-	struct t_kv *dst = t_kv_new(&f->geo, layout, BLOCKS, NULL);
-	struct tutti_store *st = open_store(f, dir, slots, true);
+	struct t_store_case tc = case_new(f, name, layout);
+	struct tutti_store *st = open_store(f, tc.dir, slots, true);
 
-	save_all(f, st, src);
+	t_batch_save(&f->batch, st, tc.src);
 	/* The path ran: the twin and its staging exist. */
 	assert_non_null(st->engine->twin);
 	assert_true(st->engine->stage_ops == &tt_objmover_twin);
-	assert_loaded(f, st, src, dst, 0, LAYERS);
-	assert_loaded(f, st, src, dst, 3, 7);
+	t_batch_assert_load(&f->batch, st, tc.src, tc.dst, 0, LAYERS, T_BATCH_NONE);
+	t_batch_assert_load(&f->batch, st, tc.src, tc.dst, 3, 7, T_BATCH_NONE);
 	/* What waves wrote, the lanes' path reads (same bytes, checksums and padding). */
 	st->engine->host_waves = false;
-	assert_loaded(f, st, src, dst, 0, LAYERS);
+	t_batch_assert_load(&f->batch, st, tc.src, tc.dst, 0, LAYERS, T_BATCH_NONE);
 	assert_int_equal(f->rec.nr_err, 0);
 	tutti_store_close(st);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(dir);
+	t_store_case_free(&tc);
 }
 
 static void
@@ -190,54 +123,33 @@ static void
 test_waves_read_what_the_lanes_wrote(void **state)
 {
 	struct fixture *f = *state;
-	char *dir = t_path_join(f->tmp, "lanes-wrote");
-	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, BLOCKS, &f->r);
-	struct t_kv *dst = t_kv_new(&f->geo, T_LAYOUT_KV_FIRST, BLOCKS, NULL);
-	struct tutti_store *st = open_store(f, dir, 8, false);
+	struct t_store_case tc = case_new(f, "lanes-wrote", T_LAYOUT_KV_FIRST);
+	struct tutti_store *st = open_store(f, tc.dir, 8, false);
 
-	save_all(f, st, src);
+	t_batch_save(&f->batch, st, tc.src);
 	st->engine->host_waves = true;
-	assert_loaded(f, st, src, dst, 0, LAYERS);
+	t_batch_assert_load(&f->batch, st, tc.src, tc.dst, 0, LAYERS, T_BATCH_NONE);
 	tutti_store_close(st);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(dir);
+	t_store_case_free(&tc);
 }
 
 static void
 test_waves_damaged_object_fails_its_chunk_alone(void **state)
 {
 	struct fixture *f = *state;
-	char *dir = t_path_join(f->tmp, "damaged");
-	char *path = t_data_path(dir);
-	struct t_kv *src = t_kv_new(&f->geo, T_LAYOUT_BLOCKS_FIRST, BLOCKS, &f->r);
-	struct t_kv *dst = t_kv_new(&f->geo, T_LAYOUT_BLOCKS_FIRST, BLOCKS, NULL);
-	struct tutti_store *st = open_store(f, dir, 8, true);
+	struct t_store_case tc = case_new(f, "damaged", T_LAYOUT_BLOCKS_FIRST);
+	struct tutti_store *st = open_store(f, tc.dir, 8, true);
 	const uint32_t bad = 7;
-	int32_t status[CHUNKS];
-	uint32_t slot;
 
-	save_all(f, st, src);
-	slot = t_key_slot(path, &f->geo, f->keys + (uint64_t)bad * KB, KB);
-	assert_int_equal(t_disk_flip_bit(path, t_object_off(&f->geo, slot, 2) + 300, 6), 0);
-	assert_int_equal(load_range(f, st, dst, 0, LAYERS, status), CHUNKS - 1);
-	for (uint32_t k = 0; k < CHUNKS; k++) {
-		if (k == bad) {
-			assert_int_equal(status[k], -EBADMSG);
-		} else {
-			assert_int_equal(status[k], 0);
-			assert_true(chunk_equal(f, src, dst, k, 0, LAYERS));
-		}
-	}
+	t_batch_save(&f->batch, st, tc.src);
+	t_batch_flip_bit(&f->batch, tc.path, bad, 2, 300, 6);
+	t_batch_assert_load(&f->batch, st, tc.src, tc.dst, 0, LAYERS, bad);
 	assert_int_equal(t_store_stats(st).load_corrupt, 1);
 	assert_true(t_log_contains(&f->rec, "checksum mismatch"));
 	/* The damaged chunk is gone; the others load again. */
-	assert_int_equal(tutti_store_lookup(st, f->keys, CHUNKS, NULL), bad);
+	assert_int_equal(tutti_store_lookup(st, f->batch.keys, CHUNKS, NULL), bad);
 	tutti_store_close(st);
-	t_kv_free(src);
-	t_kv_free(dst);
-	free(path);
-	free(dir);
+	t_store_case_free(&tc);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
