@@ -212,6 +212,35 @@ def test_a_layerwise_step_ends_without_wait_for_save(model_dir, tmp_path):
     w.shutdown()
 
 
+def test_a_block_is_one_dense_page_in_any_dimension_order(model_dir, tmp_path):
+    """vLLM 0.26's GPU model runner gives FlashAttention's KV as a logical (blocks, heads,
+    tokens, 2 x head size) view of (blocks, tokens, heads, 2 x head size) memory: each block a
+    dense page, though not a contiguous view. Such blocks are stored and loaded as their bytes;
+    a view with gaps is refused."""
+    w = TuttiConnector(config(model_dir, extra(tmp_path)), KVConnectorRole.WORKER, kcc())
+    mem = {n: torch.randn(NUM_BLOCKS, BS, 2, 64, generator=torch.Generator().manual_seed(i))
+           for i, n in enumerate(LAYERS)}
+    w.test_kv = {n: m.permute(0, 2, 1, 3) for n, m in mem.items()}
+    assert not w.test_kv[LAYERS[0]][0].is_contiguous()
+    w.register_kv_caches(w.test_kv)
+    keys = store_chunks(w, 2)
+    dst, src = [0, 1, 2, 3], list(range(40, 44))
+    w.bind_connector_metadata(TuttiConnectorMetadata(loads=[LoadSpec("a", keys, 0, 0, dst)]))
+    w.start_load_kv(None)
+    w.wait_for_save()
+    assert w.get_block_ids_with_load_errors() == set()
+    w.clear_connector_metadata()
+    assert loaded(w, dst, src)
+    assert all(torch.equal(m[dst], m[src]) for m in mem.values())
+    w.shutdown()
+
+    gaps = {n: torch.zeros(NUM_BLOCKS, BS, 2, 128)[..., :64] for n in LAYERS}
+    w = TuttiConnector(config(model_dir, extra(tmp_path)), KVConnectorRole.WORKER, kcc())
+    with pytest.raises(ValueError, match="is not one dense page"):
+        w.register_kv_caches(gaps)
+    w.shutdown()
+
+
 def test_prefix_hashes_that_would_not_survive_a_restart_are_warned_about(model_dir, tmp_path,
                                                                          caught, monkeypatch):
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)

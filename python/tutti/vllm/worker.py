@@ -45,6 +45,18 @@ if TYPE_CHECKING:
 WARN_INTERVAL_S = 60.0
 
 
+def dense_bytes(block: torch.Tensor) -> int | None:
+    """The bytes of the one dense range a block's view covers, in whatever order its
+    dimensions walk it; None where the view leaves gaps. A block is moved as its bytes: vLLM
+    0.26's GPU runner hands FlashAttention's KV as a logical (heads, tokens, 2 x head size)
+    view of (tokens, heads, 2 x head size) memory, dense but not a contiguous view."""
+    expect = 1
+    for stride, size in sorted((st, sz) for st, sz in zip(block.stride(), block.shape)
+                               if sz != 1):
+        if stride != expect:
+            return None
+        expect *= size
+    return expect * block.element_size()
 
 class TuttiWorker:
     """The worker side of one connector (one per worker process, i.e. per rank)."""
@@ -108,9 +120,10 @@ class TuttiWorker:
                                  f"{tuple(t.shape)} is neither (blocks, ...) nor (2, blocks, ...)"
                                  f" with {num_blocks} blocks")
             block = t[0] if len(layer) == 1 else t[0][0]
-            if not block.is_contiguous() or block.numel() * item != layer[0][2]:
+            if dense_bytes(block) != layer[0][2]:
                 raise ValueError(f"TuttiConnector: layer {name}: a block of shape "
-                                 f"{tuple(block.shape)} is not one contiguous page")
+                                 f"{tuple(block.shape)} and strides {block.stride()} is not "
+                                 "one dense page")
             if per_layer not in (None, len(layer)):
                 raise ValueError("TuttiConnector: layers with different KV layouts")
             per_layer = len(layer)
