@@ -186,7 +186,7 @@ TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
  *         -ENOTDIR a store directory is not a directory;
  *         -EBADMSG the data file's superblock is damaged (checksum mismatch);
  *         -EBUSY another live handle (in this or another process) has the store open; a store
- *                 whose owner was killed is waited for (at most 5 s) while the kernel
+ *                 whose owner was killed is waited for (at most 30 s) while the kernel
  *                 finishes the dead owner's I/O, and then opens;
  *         -EOPNOTSUPP the filesystem refuses O_DIRECT or needs an alignment above 4 KiB;
  *         -ENOSPC the filesystem cannot hold the requested capacity;

@@ -66,10 +66,13 @@ struct tt_pool {
  * after its process is gone, and until its exit work has run the ring holds the file (and the
  * lock on it) and may still complete the dead owner's last writes. Waiting for the lock means
  * that nothing of the dead owner lands after the new owner starts. The wait is typically well
- * under a second; the bound only matters when a process of an older Tutti, which locks the data
- * file alone, has the store open.
+ * under a second, but the dead owner's last writes and device flushes (durable mode) must end
+ * first, and on a busy device they take seconds: the bound is generous, because before it the
+ * open has already taken the owner lock, so no live process of this version owns the store. It
+ * only runs out when a process of an older Tutti, which locks the data file alone, has the
+ * store open.
  */
-#define DATA_LOCK_WAIT_MS 5000u
+#define DATA_LOCK_WAIT_MS 30000u
 #define DATA_LOCK_POLL_US 2000u
 
 /*

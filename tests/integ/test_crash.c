@@ -127,19 +127,26 @@ chain_block(uint32_t id, uint32_t b, uint8_t *out, size_t len)
 /* ---- store ---- */
 
 static int
-open_slots(const struct tutti_geometry *g, const char *dir, uint32_t engine, uint32_t durability,
-           uint32_t flags, uint64_t slots, struct tutti_store **st)
+open_logged(const struct tutti_geometry *g, const char *dir, uint32_t engine, uint32_t durability,
+            uint32_t flags, uint64_t slots, struct t_log *log, struct tutti_store **st)
 {
 	struct tutti_store_opts o;
 	const char *dirs[1] = {dir};
 
-	t_store_opts(&o, g, dirs, 1, slots, engine, NULL);
+	t_store_opts(&o, g, dirs, 1, slots, engine, log);
 	o.flags = flags;
 	o.durability = durability;
 	o.staging_bytes = 1u << 20;
 	o.ns = "crash";
 	o.ns_bytes = 5;
 	return tutti_store_open(g, &o, st);
+}
+
+static int
+open_slots(const struct tutti_geometry *g, const char *dir, uint32_t engine, uint32_t durability,
+           uint32_t flags, uint64_t slots, struct tutti_store **st)
+{
+	return open_logged(g, dir, engine, durability, flags, slots, NULL, st);
 }
 
 static int
@@ -348,12 +355,19 @@ check_chains(struct verifier *v, const uint32_t *ids, uint32_t n, bool reported)
 }
 
 /* Open right after a child was killed and reaped, as a supervisor restarting a server does: one
- * attempt, which must not fail because the dead child's I/O ring still holds the file. */
+ * attempt, which must not fail because the dead child's I/O ring still holds the file. What the
+ * library said is printed when it fails. */
 static int
 reopen_rc(const struct tutti_geometry *g, const char *dir, uint32_t engine, uint32_t durability,
           uint32_t flags, uint64_t slots, struct tutti_store **st)
 {
-	return open_slots(g, dir, engine, durability, flags, slots, st);
+	struct t_log log = {0};
+	int rc = open_logged(g, dir, engine, durability, flags, slots, &log, st);
+
+	for (int i = 0; rc != 0 && i < log.nr && i < T_LOG_MAX; i++) {
+		print_message("  store log: %s\n", log.msgs[i]);
+	}
+	return rc;
 }
 
 /* Open the store right after a kill (reopen_rc). */
