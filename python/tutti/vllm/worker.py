@@ -51,8 +51,8 @@ def dense_bytes(block: torch.Tensor) -> int | None:
     0.26's GPU runner hands FlashAttention's KV as a logical (heads, tokens, 2 x head size)
     view of (tokens, heads, 2 x head size) memory, dense but not a contiguous view."""
     expect = 1
-    for stride, size in sorted((st, sz) for st, sz in zip(block.stride(), block.shape)
-                               if sz != 1):
+    dims = zip(block.stride(), block.shape, strict=True)
+    for stride, size in sorted((st, sz) for st, sz in dims if sz != 1):
         if stride != expect:
             return None
         expect *= size
