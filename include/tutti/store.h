@@ -344,8 +344,8 @@ struct tutti_stats {
 	uint64_t evictions;        /**< chunks evicted to make room */
 	uint64_t io_ops;           /**< I/O requests issued to the engine */
 	uint64_t io_submits;       /**< submission calls into the engine (system calls for uring;
-	                            *   for gpu-uring, wakeups of the kernel's SQ thread, 0 while it
-	                            *   never sleeps) */
+	                            *   for gpu-uring, wakeups of the kernel's SQ thread, which
+	                            *   follow how often it fell asleep, not the I/O count) */
 	uint64_t staging_bytes;    /**< staging memory owned by the store */
 	uint64_t load_corrupt;     /**< chunks whose objects failed their checksum (dropped) */
 	uint64_t flushes;          /**< device flushes issued (durable mode) */

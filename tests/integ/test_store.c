@@ -959,10 +959,12 @@ test_store_stats_counters_move_as_expected(void **state)
 	assert_int_equal(s.save_errors, 0);
 	assert_true(s.save_ns > 0);
 	assert_true(s.io_ops > 0);
-	/* gpu-uring's submissions are the wakeups of the kernel's SQ thread: none while that
-	 * thread never went idle, which a loaded machine makes likely. */
-	assert_true(s.io_submits <= s.io_ops);
-	assert_true(s.io_submits > 0 || g_engine == TUTTI_ENGINE_GPU_URING);
+	/* gpu-uring's submissions are the wakeups of the kernel's SQ thread, which follow how
+	 * often that thread fell asleep, not the I/O count: none while it never went idle, or more
+	 * than the I/Os where a loaded machine was slow to run it after a wakeup. */
+	if (g_engine != TUTTI_ENGINE_GPU_URING) {
+		assert_true(s.io_submits > 0 && s.io_submits <= s.io_ops);
+	}
 
 	assert_int_equal(tutti_store_lookup(f->st, keys, 4, NULL), 3);
 	assert_int_equal(tutti_store_lookup(f->st, other, 2, NULL), 0);
