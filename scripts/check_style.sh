@@ -95,8 +95,22 @@ venv=$(realpath -m "${TUTTI_VENV:-.venv-vllm}")
 if [ -x "$venv/bin/ruff" ] && [ -x "$venv/bin/mypy" ]; then
 	(cd python && "$venv/bin/ruff" check --quiet tutti tests) ||
 		report "ruff: fix the findings above (ruff check --fix fixes the mechanical ones)"
-	(cd python && "$venv/bin/mypy" --cache-dir ../build/mypy-cache) ||
-		report "mypy: fix the type errors above"
+	# mypy itself sometimes crashes ("INTERNAL ERROR") on a cold cache; a crash is not a
+	# verdict on the code, so it is run once more, from an empty cache, and then judged.
+	mkdir -p build
+	if ! (cd python && "$venv/bin/mypy" --cache-dir ../build/mypy-cache) >build/mypy.log 2>&1; then
+		cat build/mypy.log
+		if grep -q "INTERNAL ERROR" build/mypy.log; then
+			echo "style: mypy crashed; running it again from an empty cache"
+			rm -rf build/mypy-cache
+			(cd python && "$venv/bin/mypy" --cache-dir ../build/mypy-cache --show-traceback) ||
+				report "mypy: fix the type errors above"
+		else
+			report "mypy: fix the type errors above"
+		fi
+	else
+		cat build/mypy.log
+	fi
 else
 	report "ruff and mypy are missing from $venv: run bash scripts/setup-vllm-venv.sh (make style does)"
 fi
