@@ -223,6 +223,7 @@ def save_step(w, saves):
     w.bind_connector_metadata(TuttiConnectorMetadata(saves=saves))
     w.start_load_kv(None)
     w.wait_for_save()
+    w.worker.drain_saves()  # counted once the saver thread has written them
     w.clear_connector_metadata()
     return w.get_kv_connector_stats().data
 

@@ -82,6 +82,9 @@ class Rig:
             w.bind_connector_metadata(meta)
             w.start_load_kv(None)
             w.wait_for_save()
+            # What the saver thread writes is reported once written: these steps stand for
+            # steps far enough apart for it (test_async_save.py runs them back to back).
+            w.worker.drain_saves()
             out = KVConnectorOutput(invalid_block_ids=w.get_block_ids_with_load_errors(),
                                     kv_connector_worker_meta=w.build_connector_worker_meta())
             w.clear_connector_metadata()

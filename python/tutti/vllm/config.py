@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 KNOWN_KEYS = frozenset({
     "dirs", "dir", "capacity_gb", "capacity_bytes", "chunk_tokens", "engine", "durability",
-    "staging_mb", "gpu_io_workers", "gpu_io_sms", "namespace", "async_load", "layerwise",
-    "remote",
+    "staging_mb", "gpu_io_workers", "gpu_io_sms", "namespace", "async_load", "async_save",
+    "layerwise", "remote",
 })
 
 
@@ -47,6 +47,9 @@ class TuttiConfig:
     gpu_io_sms: int = 0
     namespace: str = ""
     async_load: bool = False
+    # Saves written by a saver thread after the step returns; a block handed out again waits
+    # for the save still reading it (docs/vllm.md, "How it works").
+    async_save: bool = True
     # None until resolved ("auto"): on for KV in GPU memory (ConnectorContext).
     layerwise: bool | None = None
     remote: remote_tier.RemoteConfig | None = None  # the cross-node tier (docs/cluster.md)
@@ -96,6 +99,7 @@ class TuttiConfig:
             raise ValueError(f"TuttiConnector: \"namespace\" must be a string, not "
                              f"{namespace!r}")
         async_load = parse_flag(extra.get("async_load", False), "async_load")
+        async_save = parse_flag(extra.get("async_save", True), "async_save")
         layerwise = parse_layerwise(extra.get("layerwise", "auto"))
         if async_load and layerwise:
             # An asynchronous load completes while the request waits, outside any forward
@@ -114,7 +118,7 @@ class TuttiConfig:
                    capacity_key="capacity_bytes" if "capacity_bytes" in extra else "capacity_gb",
                    engine=engine, durability=durability,
                    staging_bytes=int(staging_mb * 2**20), namespace=namespace,
-                   async_load=async_load, layerwise=layerwise,
+                   async_load=async_load, async_save=async_save, layerwise=layerwise,
                    remote=remote_tier.RemoteConfig.from_extra(extra.get("remote")))
 
 

@@ -60,3 +60,7 @@ class TuttiConnectorMetadata(KVConnectorMetadata):
     saves: list[SaveSpec] = field(default_factory=list)
     resync: set[int] = field(default_factory=set)  # ranks asked to list their whole store
     compute_tokens: int = 0  # tokens the step computes (the layerwise pipeline plans with it)
+    # Blocks this step's schedule gave to requests (async_save): blocks vLLM freed and handed
+    # out again, which the step's loads and forward may write. The worker waits for the saves
+    # still reading any of them before it lets them.
+    new_blocks: list[int] = field(default_factory=list)

@@ -9,6 +9,9 @@ loads and saves each step, and what the worker reported back.
 - ``build_connector_meta`` sends the worker this step's loads and the chunks that became
   complete (to save).
 - ``update_connector_output`` folds in the workers' store reports and failed loads.
+- With ``async_save`` the worker writes saves after the step, and vLLM frees a finished or
+  preempted request's blocks at once: each step's metadata lists the blocks the step handed out,
+  so that the worker waits for the saves still reading them before they are written.
 """
 
 from __future__ import annotations
@@ -246,6 +249,8 @@ class TuttiScheduler:
         meta.compute_tokens = int(getattr(scheduler_output, "total_num_scheduled_tokens", 0))
         if self.view is not None:
             meta.resync = self.view.take_resync()
+        if self.ctx.cfg.async_save:
+            meta.new_blocks = self._new_blocks(scheduler_output)
         for new in scheduler_output.scheduled_new_reqs:
             state = self._reqs.get(new.req_id)
             if state is None:
@@ -272,13 +277,27 @@ class TuttiScheduler:
                 meta.saves.append(save)
         return meta
 
+    @staticmethod
+    def _new_blocks(scheduler_output: SchedulerOutput) -> list[int]:
+        """The blocks this step gave to requests: every block of a new or resumed request, the
+        blocks a running one grew by."""
+        out: list[int] = []
+        for new in scheduler_output.scheduled_new_reqs:
+            out.extend(new.block_ids[0])
+        for ids in scheduler_output.scheduled_cached_reqs.new_block_ids:
+            if ids:
+                out.extend(ids[0])
+        return out
+
     def request_finished(self, request: Request,
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         self._reqs.pop(request.request_id, None)
         self._lookups.pop(request.request_id, None)
         self._pending_loads.pop(request.request_id, None)
         self._remote_local_hits.pop(request.request_id, None)
-        return False, None  # saves finish within the step that computed the blocks
+        # Blocks are freed at once: a save still reading them is waited for where they are
+        # handed out again (the metadata's new_blocks).
+        return False, None
 
     def take_stats(self) -> TuttiConnectorStats | None:
         if self.stats.is_empty():

@@ -6,8 +6,12 @@
   against its checksum (the default); on a loader thread while the request waits and other
   requests compute, reported done through ``get_finished`` (``async_load``); or layer by layer
   behind the forward through the library's pipeline (``layerwise``, tutti/vllm/layerwise.py).
-- Saves run in ``wait_for_save``, after the step's forward wrote the KV and while the blocks
-  still belong to their request.
+- Saves: ``wait_for_save`` takes the chunks the step completed, after its forward wrote them,
+  and hands them to a saver thread that writes them in order (``async_save``, the default)
+  while vLLM goes on with the next step. vLLM frees a finished or preempted request's blocks
+  at once; before a later step may write a block a save still reads (the scheduler lists the
+  blocks each step hands out), ``handle_preemptions`` waits for that save. Without
+  ``async_save`` saves are written in ``wait_for_save``.
 - A chunk that cannot be loaded (evicted, damaged, I/O error) is reported through
   ``get_block_ids_with_load_errors``: with ``kv_load_failure_policy="recompute"`` vLLM
   recomputes it, and no error reaches the user.
@@ -19,7 +23,9 @@ import errno
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from typing import TYPE_CHECKING
 
 from tutti.remote import Remote
@@ -93,6 +99,12 @@ class TuttiWorker:
         # to vLLM together (errors no later than the step that reports the request done)
         self._loader: ThreadPoolExecutor | None = None
         self._loads_done: set[str] = set()
+        # asynchronous saves (async_save): one thread writes them in the order the steps
+        # queued them (a chunk's parent may be an earlier step's chunk). Only the thread that
+        # calls the connector touches the two below.
+        self._saver: ThreadPoolExecutor | None = None
+        self._saves: deque[tuple[Future[None], list[int]]] = deque()  # queued, oldest first
+        self._reading: dict[int, Future[None]] = {}  # block -> the latest queued save of it
         self._store_no_space = self.store.stats()["save_no_space"]  # the store's, last seen
         self._warned: dict[str, tuple[float, int]] = {}  # kind -> (last warned, skipped since)
 
@@ -146,6 +158,9 @@ class TuttiWorker:
     # -- loads --
 
     def start_load_kv(self, meta: TuttiConnectorMetadata) -> None:
+        # Before this step's loads write into blocks handed out again (a runner that calls
+        # handle_preemptions has waited already).
+        self.handle_preemptions(meta)
         if self.reporter is not None and self.rank in meta.resync:
             self.reporter.request_full()
         if self.layerwise is not None and not self.layerwise.broken:
@@ -258,22 +273,86 @@ class TuttiWorker:
         # The forward pass is over: every layer of the step's loads has been read by now.
         self._finish_layerwise()
         assert self.kv is not None or not meta.saves
+        forward_done: torch.cuda.Event | None = None
         for spec in meta.saves:
-            assert self.kv is not None
+            # The step's failed loads are taken now, before the save is queued.
             cut = self._without_failed_loads(spec)
             if cut is None:
                 continue
-            spec = cut
-            t0 = time.perf_counter_ns()
-            try:
-                _, status = self.store.save(self.kv, [ChunkRequest(
-                    spec.keys, spec.block_ids, spec.first_chunk)])
-            except OSError as e:
-                log.warning("tutti: save of %s failed: %s", spec.req_id, e)
-                status = [-(e.errno or errno.EIO)] * (len(spec.keys) - spec.first_chunk)
-            self._account_save(spec, status, time.perf_counter_ns() - t0)
-            if self.remote is not None and self.remote.publish_enabled:
-                self._publish(self.remote, self.kv, spec, status)
+            if not self.cfg.async_save:
+                self._save(cut)
+                continue
+            if forward_done is None and self.kv_mem == "cuda":
+                forward_done = self._forward_done()
+            self._queue_save(cut, forward_done)
+
+    def _save(self, spec: SaveSpec) -> None:
+        """Write one request's chunks, count what happened, and publish them to the remote
+        tier."""
+        assert self.kv is not None
+        t0 = time.perf_counter_ns()
+        try:
+            _, status = self.store.save(self.kv, [ChunkRequest(
+                spec.keys, spec.block_ids, spec.first_chunk)])
+        except OSError as e:
+            log.warning("tutti: save of %s failed: %s", spec.req_id, e)
+            status = [-(e.errno or errno.EIO)] * (len(spec.keys) - spec.first_chunk)
+        self._account_save(spec, status, time.perf_counter_ns() - t0)
+        if self.remote is not None and self.remote.publish_enabled:
+            self._publish(self.remote, self.kv, spec, status)
+
+    @staticmethod
+    def _forward_done() -> torch.cuda.Event:
+        """An event on the current stream (the forward's), after the kernels that wrote the
+        step's KV: the saver waits for it before reading the blocks."""
+        import torch
+
+        event = torch.cuda.Event()
+        event.record()
+        return event
+
+    def _queue_save(self, spec: SaveSpec, forward_done: torch.cuda.Event | None) -> None:
+        if self._saver is None:
+            self._saver = ThreadPoolExecutor(1, thread_name_prefix="tutti-save")
+        job = self._saver.submit(self._save_queued, spec, forward_done)
+        self._saves.append((job, spec.block_ids))
+        for b in spec.block_ids:
+            self._reading[b] = job
+
+    def _save_queued(self, spec: SaveSpec, forward_done: torch.cuda.Event | None) -> None:
+        """One queued save, on the saver thread. Nothing it raises may reach vLLM (no step
+        waits for it): what the store's errors do not cover is logged, and its chunks counted
+        as failed saves."""
+        try:
+            if forward_done is not None:
+                forward_done.synchronize()
+            self._save(spec)
+        except Exception as e:  # noqa: BLE001 - logged and counted: the saver keeps serving
+            log.exception("tutti: save of %s failed: %s", spec.req_id, e)
+            self._account_save(spec, [-errno.EIO] * (len(spec.keys) - spec.first_chunk), 0)
+
+    def handle_preemptions(self, meta: TuttiConnectorMetadata) -> None:
+        """Before the step writes anything: wait for the saves still reading a block the step's
+        schedule handed out (freed by a finished or preempted request, given to another).
+        vLLM reuses freed blocks last, so this rarely waits."""
+        self._forget_written()
+        waits = {self._reading[b] for b in meta.new_blocks if b in self._reading}
+        if waits:
+            wait_futures(waits)
+            self._forget_written()
+
+    def _forget_written(self) -> None:
+        """Drop the saves written (in order: the oldest first) from the blocks they read."""
+        while self._saves and self._saves[0][0].done():
+            job, blocks = self._saves.popleft()
+            for b in blocks:
+                if self._reading.get(b) is job:
+                    del self._reading[b]
+
+    def drain_saves(self) -> None:
+        """Wait until every queued save is written."""
+        wait_futures([job for job, _ in self._saves])
+        self._forget_written()
 
     def _account_save(self, spec: SaveSpec, status: list[int], ns: int) -> None:
         """Count one request's save by what happened to each chunk, and say in the log what
@@ -362,7 +441,8 @@ class TuttiWorker:
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None,
                                                                set[str] | None]:
-        # Saves finish within their step; asynchronous loads finish here.
+        # Saves are written in the step (or waited for where their blocks are reused);
+        # asynchronous loads finish here.
         with self._lock:
             done, self._loads_done = self._loads_done, set()
         return None, (done or None)
@@ -379,6 +459,16 @@ class TuttiWorker:
         return out
 
     def shutdown(self) -> None:
+        if self._saver is not None:
+            # Queued saves are written before the store closes: what was served is found
+            # again after a restart.
+            queued = sum(not job.done() for job, _ in self._saves)
+            if queued:
+                log.info("tutti: writing %d queued save(s) before closing the store", queued)
+            self._saver.shutdown(wait=True)
+            self._saver = None
+            self._saves.clear()
+            self._reading.clear()
         if self._loader is not None:
             self._loader.shutdown(wait=True)  # no load may run into freed memory
             self._loader = None
