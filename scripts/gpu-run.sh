@@ -14,7 +14,7 @@
 # (bench/layerwise_ttft.py with LAYERWISE_ARGS), footprint (bench/io_footprint.py with
 # FOOTPRINT_ARGS), iowq (tutti-iowq-burst with IOWQ_ARGS), vllm-gpu (outputs with Tutti
 # identical to vLLM's, inside vLLM), vllm-versions (the connector's vLLM-version tests,
-# python/tests/vllm/test_versions.py, in the GPU machine's vLLM), serve-emulated and serve-disk (bench/serve/serve_bench.py
+# python/tests/vllm/test_versions.py and test_async_save.py, in the GPU machine's vLLM), serve-emulated and serve-disk (bench/serve/serve_bench.py
 # with SERVE_ARGS), lmcache-micro (LMCache's store and retrieve beside tutti-gpu-store-bench,
 # bench/lmcache_micro.py with LMCACHE_MICRO_ARGS), ceiling (tutti ceiling: the limit every bench
 # divides by, emulated and disk, CEILING_ARGS), host-kv-emulated and host-kv-disk (tutti bench:
@@ -215,7 +215,7 @@ vllm-versions)
 		log "vllm-versions: no vLLM here (build/vllm-prefix/env.sh): run scripts/vllm-gpu-payload.sh install first"
 		continue
 	fi
-	log "vllm-versions: tests/vllm/test_versions.py"
+	log "vllm-versions: tests/vllm/test_versions.py tests/vllm/test_async_save.py"
 	root=$PWD
 	(
 		. build/vllm-prefix/env.sh
@@ -223,7 +223,8 @@ vllm-versions)
 			{ echo "no pytest in this Python: ship it with the vLLM payload"; exit 1; }
 		cd python &&
 			PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} TUTTI_LIBRARY=$root/build/gpu/libtutti.so \
-				timeout 600 python3 -m pytest -q -p no:cacheprovider tests/vllm/test_versions.py
+				timeout 600 python3 -m pytest -q -p no:cacheprovider tests/vllm/test_versions.py \
+				tests/vllm/test_async_save.py
 	) > "$OUT/vllm-versions.log" 2>&1
 	log "vllm-versions exit $?"
 	tail -15 "$OUT/vllm-versions.log" >> "$OUT/summary.txt"

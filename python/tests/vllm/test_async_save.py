@@ -260,3 +260,42 @@ def test_the_scheduler_lists_the_blocks_it_hands_out_and_frees_finished_ones_at_
     assert sched2.schedule().kv_connector_metadata.new_blocks == []
     sched.connector.shutdown()
     sched2.connector.shutdown()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="KV in GPU memory needs a GPU "
+                    "(scripts/gpu-run.sh vllm-versions runs this file there)")
+def test_with_gpu_kv_the_saver_reads_the_blocks_after_the_forward_wrote_them(model_dir,
+                                                                             tmp_path):
+    """The forward's kernels may still run when wait_for_save returns: the saver waits for the
+    event recorded on the forward's stream before it reads the blocks."""
+    w = TuttiConnector(config(model_dir, extra(tmp_path)), KVConnectorRole.WORKER, kcc())
+    kv = {n: torch.zeros(NUM_BLOCKS, 2, BS, 2, 32, device="cuda") for n in LAYERS}
+    w.register_kv_caches(kv)
+    k = keys(2)
+    forward = torch.cuda.Stream()
+    a = torch.randn(4096, 4096, device="cuda")
+    with torch.cuda.stream(forward):
+        # A slow forward: the blocks are written only after seconds of other kernels.
+        x = a
+        for _ in range(200):
+            x = torch.tanh(x @ a)
+        for i, t in enumerate(kv.values()):
+            t[0:4] = (x[0, 0] * 0 + i + 1).expand_as(t[0:4])
+        w.bind_connector_metadata(TuttiConnectorMetadata(saves=[SaveSpec("a", k, 0,
+                                                                         [0, 1, 2, 3])]))
+        w.wait_for_save()
+        w.clear_connector_metadata()
+    w.worker.drain_saves()
+    torch.cuda.synchronize()
+    for t in kv.values():
+        t[0:4].zero_()
+    dst = [10, 11, 12, 13]
+    w.bind_connector_metadata(TuttiConnectorMetadata(loads=[LoadSpec("b", k, 0, 0, dst)]))
+    w.start_load_kv(None)
+    w.wait_for_save()
+    assert w.get_block_ids_with_load_errors() == set()
+    w.clear_connector_metadata()
+    torch.cuda.synchronize()
+    for i, t in enumerate(kv.values()):
+        assert bool((t[dst] == i + 1).all()), f"layer {i}: the save read the blocks too early"
+    w.shutdown()
