@@ -44,9 +44,9 @@ state() { # the data files' bytes and times
 store --dir "$dir/a" --dir "$dir/b"
 before=$(state "$dir/a" "$dir/b")
 sleep 1.1 # a time written now would differ
-"$tutti" inspect "$dir/a" "$dir/b" | grep -q "^store .*(2 directories)" || fail "inspect"
-"$tutti" inspect --json "$dir/b" "$dir/a" | grep -q '"chunks":' || fail "inspect --json"
-"$tutti" fsck "$dir/a" "$dir/b" | grep -q "^result     clean" || fail "fsck"
+grep -q "^store .*(2 directories)" <<<"$("$tutti" inspect "$dir/a" "$dir/b")" || fail "inspect"
+grep -q '"chunks":' <<<"$("$tutti" inspect --json "$dir/b" "$dir/a")" || fail "inspect --json"
+grep -q "^result     clean" <<<"$("$tutti" fsck "$dir/a" "$dir/b")" || fail "fsck"
 [ "$(state "$dir/a" "$dir/b")" = "$before" ] || fail "inspect or fsck changed the store"
 
 # ---- part of a store: refused, naming what is missing; --repair erases nothing ----
@@ -100,7 +100,7 @@ done
 	--layer-ns-per-token 10 >/dev/null || fail "profile"
 [ "$(cat "$dir/victim")" = "a file worth keeping" ] || fail "profile wrote through a link"
 grep -qx "tutti-profile 1" "$dir/prof/tutti.profile" || fail "no profile written"
-ls "$dir/prof" | grep -q "scratch\.\|\.tmp\." && fail "profile left a scratch file: $(ls "$dir/prof")"
+grep -q "scratch\.\|\.tmp\." <<<"$(ls "$dir/prof")" && fail "profile left a scratch file: $(ls "$dir/prof")"
 
 # A measurement that cannot be made leaves the existing profile as it was.
 cp "$dir/prof/tutti.profile" "$dir/good"

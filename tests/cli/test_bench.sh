@@ -23,7 +23,7 @@ check_json() {
 	grep -q '"verified":true' <<<"$out" || fail "not verified: $out"
 }
 
-"$tutti" version | grep -q '^tutti [0-9]' || fail "version"
+grep -q '^tutti [0-9]' <<<"$("$tutti" version)" || fail "version"
 
 # Tiny geometry: 2 KiB blocks, not O_DIRECT aligned, so the staged path and no baseline.
 out=$("$tutti" bench --model tiny --context 1024 --requests 3 --shared 512 --repeats 1 \
@@ -64,8 +64,8 @@ out=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.2 --file-mib 16 --mem-mib 
 grep -qE '"copies":"(measured|skipped: built without CUDA|skipped: no GPU)"' <<<"$out" ||
 	fail "ceiling --gpu: $out"
 grep -q '"write":{"gbps":0.000' <<<"$out" || fail "ceiling --reads-only wrote: $out"
-"$tutti" ceiling --dir "$dir/ceil" --budget-s 0.2 --file-mib 16 --mem-mib 64 --max-files 1 |
-	grep -q "O_DIRECT read  ceiling .* GB/s" || fail "ceiling table"
+out=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.2 --file-mib 16 --mem-mib 64 --max-files 1)
+grep -q "O_DIRECT read  ceiling .* GB/s" <<<"$out" || fail "ceiling table: $out"
 [ -z "$(ls -A "$dir/ceil")" ] || fail "ceiling left files: $(ls "$dir/ceil")"
 # Little room: fewer files are swept, and the result says how many; no room for one file per
 # directory is an error that says so, and leaves nothing behind.
@@ -83,8 +83,8 @@ grep -q "no room for 2 scratch files of 16 MiB" "$dir/ceil.err" || fail "$(cat "
 [ -z "$(ls -A "$dir/ceil" "$dir/ceil2" | grep -v ':$')" ] || fail "ceiling left files"
 
 # The offline profile: storage measured, compute lines given, then kept on a re-profile.
-"$tutti" profile --dir "$dir/llama" --out "$dir/prof" --mib 64 --layer-ns-per-token 12.5 |
-	grep -q "read .* GB/s" || fail "profile"
+out=$("$tutti" profile --dir "$dir/llama" --out "$dir/prof" --mib 64 --layer-ns-per-token 12.5)
+grep -q "read .* GB/s" <<<"$out" || fail "profile: $out"
 head -1 "$dir/prof" | grep -qx "tutti-profile 1" || fail "profile header"
 grep -qE '^read_bytes_per_s [0-9.e+]+$' "$dir/prof" || fail "profile read bandwidth"
 grep -q '^layer_ns_per_token 31 12.5$' "$dir/prof" || fail "profile compute: $(cat "$dir/prof")"

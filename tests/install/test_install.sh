@@ -30,7 +30,7 @@ libdir=$(cd "$(dirname "$pc")/.." && pwd)
 # One version: the header, the CLI, pkg-config.
 want=$(awk '/#define TUTTI_VERSION_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END {print v}' \
 	"$prefix/include/tutti/base.h")
-"$prefix/bin/tutti" --version | grep -q "^tutti $want (on-disk format [0-9]" ||
+grep -q "^tutti $want (on-disk format [0-9]" <<<"$("$prefix/bin/tutti" --version)" ||
 	fail "tutti --version: $("$prefix/bin/tutti" --version), want $want"
 export PKG_CONFIG_PATH=$(dirname "$pc")
 [ "$(pkg-config --modversion tutti)" = "$want" ] || fail "tutti.pc version"
@@ -40,7 +40,8 @@ export PKG_CONFIG_PATH=$(dirname "$pc")
 # shellcheck disable=SC2046,SC2086
 "$cc" -std=c11 -Wall -Wextra -Werror $extra $(pkg-config --cflags tutti) \
 	"$src/examples/save_and_load.c" -o "$work/save_and_load" $(pkg-config --libs tutti)
-LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ldd "$work/save_and_load" | grep -q "$libdir/libtutti.so" ||
+deps=$(LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ldd "$work/save_and_load")
+grep -q "$libdir/libtutti.so" <<<"$deps" ||
 	fail "save_and_load does not load the installed library"
 out=$(LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$work/save_and_load" "$work/store" tiny) ||
 	fail "save_and_load: $out"
