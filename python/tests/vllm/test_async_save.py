@@ -299,3 +299,21 @@ def test_with_gpu_kv_the_saver_reads_the_blocks_after_the_forward_wrote_them(mod
     for i, t in enumerate(kv.values()):
         assert bool((t[dst] == i + 1).all()), f"layer {i}: the save read the blocks too early"
     w.shutdown()
+
+
+def test_a_long_save_is_written_in_pieces_that_chain(model_dir, tmp_path):
+    """The saver writes SAVE_PIECE_CHUNKS chunks to a store call (a step's load waits for one
+    piece, not a whole prompt): each piece's first chunk finds its parent, the last piece
+    ending with the prompt's partial chunk."""
+    from tutti.vllm.worker import SAVE_PIECE_CHUNKS
+
+    w = worker(model_dir, extra(tmp_path))
+    n = 2 * SAVE_PIECE_CHUNKS + 3  # two whole pieces and a short one, the last chunk partial
+    k = keys(n)
+    blocks = [b % NUM_BLOCKS for b in range(2 * n - 1)]
+    step(w, TuttiConnectorMetadata(saves=[SaveSpec("long", k, 0, blocks)]))
+    w.worker.drain_saves()
+    assert stored(w, k) == n
+    st = w.get_kv_connector_stats().data
+    assert st["save_tokens"] == (2 * n - 1) * BS and st.get("save_orphans", 0) == 0
+    w.shutdown()

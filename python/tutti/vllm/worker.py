@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     import torch
 
 WARN_INTERVAL_S = 60.0
+# The saver writes a request's chunks this many to a store call: the store runs one load or
+# save at a time, and a step's load waits for the call in progress, not for a whole prompt.
+SAVE_PIECE_CHUNKS = 16
 
 
 def dense_bytes(block: torch.Tensor) -> int | None:
@@ -323,13 +326,31 @@ class TuttiWorker:
         """One queued save, on the saver thread. Nothing it raises may reach vLLM (no step
         waits for it): what the store's errors do not cover is logged, and its chunks counted
         as failed saves."""
+        todo = [spec]
         try:
             if forward_done is not None:
                 forward_done.synchronize()
-            self._save(spec)
+            todo = self._pieces(spec)
+            while todo:
+                self._save(todo[0])
+                todo.pop(0)
         except Exception as e:  # noqa: BLE001 - logged and counted: the saver keeps serving
             log.exception("tutti: save of %s failed: %s", spec.req_id, e)
-            self._account_save(spec, [-errno.EIO] * (len(spec.keys) - spec.first_chunk), 0)
+            for piece in todo:
+                self._account_save(piece, [-errno.EIO] * (len(piece.keys) - piece.first_chunk),
+                                   0)
+
+    def _pieces(self, spec: SaveSpec) -> list[SaveSpec]:
+        """The save in pieces of SAVE_PIECE_CHUNKS chunks, in order: each piece's first chunk
+        has the previous piece's last as its parent, stored by then."""
+        n = len(spec.keys) - spec.first_chunk
+        out = []
+        for at in range(0, n, SAVE_PIECE_CHUNKS):
+            end = min(at + SAVE_PIECE_CHUNKS, n)
+            out.append(SaveSpec(spec.req_id, spec.keys[:spec.first_chunk + end],
+                                spec.first_chunk + at,
+                                spec.block_ids[at * self.bpc:end * self.bpc]))
+        return out
 
     def handle_preemptions(self, meta: TuttiConnectorMetadata) -> None:
         """Before the step writes anything: wait for the saves still reading a block the step's
