@@ -19,7 +19,7 @@ import torch  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
@@ -36,35 +36,22 @@ from tutti.vllm.log import LOGGER_NAME  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vllm_configs import kv_cache_config, tutti_vllm_config  # noqa: E402
+from vllm_configs import (  # noqa: E402
+    RIG_BS,
+    RIG_CHUNK,
+    RIG_LAYERS,
+    RIG_NUM_BLOCKS,
+    rig_config,
+    rig_extra,
+    rig_kv_cache_config,
+    rig_worker,
+)
 
-BS = 32
-CHUNK = 64  # 2 blocks
-NUM_BLOCKS = 64
-LAYERS = ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
-
-
-def extra(tmp_path, **kw):
-    return dict({"dirs": [str(tmp_path / "s")], "capacity_gb": 0.05, "chunk_tokens": CHUNK},
-                **kw)
-
-
-def config(model_dir, ext):
-    init_none_hash(sha256)
-    return tutti_vllm_config(model_dir, ext, BS, NUM_BLOCKS)
-
-
-def kcc():
-    return kv_cache_config(LAYERS, BS, NUM_BLOCKS, kv_heads=2)
-
-
-def worker(model_dir, ext):
-    w = TuttiConnector(config(model_dir, ext), KVConnectorRole.WORKER, kcc())
-    w.test_kv = {n: torch.randn(NUM_BLOCKS, 2, BS, 2, 32,
-                                generator=torch.Generator().manual_seed(i))
-                 for i, n in enumerate(LAYERS)}
-    w.register_kv_caches(w.test_kv)
-    return w
+BS = RIG_BS
+CHUNK = RIG_CHUNK  # 2 blocks
+NUM_BLOCKS = RIG_NUM_BLOCKS
+LAYERS = RIG_LAYERS
+extra, config, kcc, worker = rig_extra, rig_config, rig_kv_cache_config, rig_worker
 
 
 def keys(n, tag=b"a"):

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The vLLM configuration the connector's tests without an engine share: a VllmConfig of vLLM's
-CPU build over the tiny model with Tutti as its KV connector, and a KV cache of one
-full-attention group."""
+CPU build over the tiny model with Tutti as its KV connector, a KV cache of one full-attention
+group, and a small worker rig over them."""
 
 import torch
 from vllm.config import (
@@ -53,3 +53,42 @@ def kv_cache_config(layers, block_size, num_blocks, kv_heads, head_size=32):
         kv_cache_groups=[KVCacheGroupSpec(list(layers), FullAttentionSpec(
             block_size=block_size, num_kv_heads=kv_heads, head_size=head_size,
             dtype=torch.float32))])
+
+
+# The rig: two layers of 64 blocks of 32 tokens, 64-token chunks (2 blocks), a store of 50 MB.
+RIG_BS = 32
+RIG_CHUNK = 64
+RIG_NUM_BLOCKS = 64
+RIG_LAYERS = ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
+
+
+def rig_extra(tmp_path, **kw):
+    """The connector's config for the rig, with ``kw`` on top."""
+    return dict({"dirs": [str(tmp_path / "s")], "capacity_gb": 0.05, "chunk_tokens": RIG_CHUNK},
+                **kw)
+
+
+def rig_config(model_dir, ext):
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import init_none_hash
+
+    init_none_hash(sha256)
+    return tutti_vllm_config(model_dir, ext, RIG_BS, RIG_NUM_BLOCKS)
+
+
+def rig_kv_cache_config():
+    return kv_cache_config(RIG_LAYERS, RIG_BS, RIG_NUM_BLOCKS, kv_heads=2)
+
+
+def rig_worker(model_dir, ext):
+    """A worker-side TuttiConnector with random KV registered (``w.test_kv``)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+    from tutti.vllm.connector import TuttiConnector
+
+    w = TuttiConnector(rig_config(model_dir, ext), KVConnectorRole.WORKER, rig_kv_cache_config())
+    w.test_kv = {n: torch.randn(RIG_NUM_BLOCKS, 2, RIG_BS, 2, 32,
+                                generator=torch.Generator().manual_seed(i))
+                 for i, n in enumerate(RIG_LAYERS)}
+    w.register_kv_caches(w.test_kv)
+    return w
