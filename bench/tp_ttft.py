@@ -321,7 +321,7 @@ def worker(rank, args):
     if args.device == "cuda":
         torch.cuda.set_device(rank)
         lw.DEV = torch.device("cuda", rank)
-        # The pipeline refuses the legacy default stream (CUDA serialises it against the loads).
+        # A compute stream of its own, as vLLM's later model runners use.
         torch.cuda.set_stream(torch.cuda.Stream())
     else:
         lw.DEV = torch.device("cpu")

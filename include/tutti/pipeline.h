@@ -89,9 +89,10 @@ struct tutti_step {
 	const struct tutti_request *saves; /**< as for tutti_store_save() */
 	uint32_t compute_tokens; /**< tokens the step computes (for the profile); may be 0 */
 	uint32_t reserved;
-	/** GPU mode: the compute stream (a CUDA stream handle). Not the legacy default stream
-	 *  (NULL): CUDA makes it wait for other streams' work and theirs for it, so its wait for
-	 *  a layer would hold up the very reads it waits for. */
+	/** GPU mode: the compute stream (a CUDA stream handle; NULL: the legacy default stream).
+	 *  The legacy stream waits for, and holds up, the work of blocking streams only: every
+	 *  stream the library loads on is created non-blocking, so a layer's wait on it never
+	 *  holds up the reads it waits for. */
 	void *stream;
 };
 
@@ -99,8 +100,7 @@ struct tutti_step {
  * Declare a step and start reading its loads. Save chunks get staging now or never: those that
  * do not fit are counted as skipped (a request's chunks after a skipped one are skipped too,
  * since a chunk is only stored after its parent).
- * \return the step's id (> 0), or -EINVAL (bad requests: see tutti_store_load/save; GPU mode
- *         with loads and a NULL stream), -EBUSY
+ * \return the step's id (> 0), or -EINVAL (bad requests: see tutti_store_load/save), -EBUSY
  *         (4 steps outstanding: end one first), -ENOMEM.
  */
 TUTTI_API int64_t tutti_pipeline_begin_step(struct tutti_pipeline *p,

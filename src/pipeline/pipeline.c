@@ -433,12 +433,6 @@ tutti_pipeline_begin_step(struct tutti_pipeline *p, const struct tutti_step *ste
 	    (step->saves == NULL && step->nr_saves > 0) || p->cur != NULL) {
 		return -EINVAL;
 	}
-	if (p->gpu && step->nr_loads > 0 && step->stream == NULL) {
-		tt_log_err(&p->log,
-		           "pipeline: a step with loads needs a compute stream other than the "
-		           "legacy default stream");
-		return -EINVAL;
-	}
 	/* Check the loads as the store will, now rather than in the worker. */
 	nr = tt_plan_check(p->geo, p->kv, step->loads, step->nr_loads, true, &p->log);
 	if (nr < 0) {

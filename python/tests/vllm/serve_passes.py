@@ -14,6 +14,7 @@ leaves what it did. One prompt at a time keeps every step's batch the same from 
 the next: vLLM's kernels are not batch-invariant, and the comparison is about the KV.
 """
 
+import inspect
 import json
 import os
 import sys
@@ -44,6 +45,34 @@ def counters():
 
 def delta(after, before):
     return {k: round(v - before.get(k, 0.0), 6) for k, v in after.items()}
+
+
+def record_every_step(llm):
+    """Pass every step's stats to vLLM's stat loggers. vLLM 0.26's ``LLMEngine.step`` passes
+    them only for steps that produced request outputs (later releases pass every step's), so
+    the counters of a step that only loaded KV, or prefilled part of a prompt, were dropped:
+    the connector's hit and load-error counts and vLLM's own prefix-cache counts read low. Does
+    nothing where the engine passes them itself."""
+    engine = llm.llm_engine
+    if getattr(engine, "logger_manager", None) is None:
+        return
+    try:
+        gated = "len(outputs.outputs) > 0" in inspect.getsource(type(engine).step)
+    except (OSError, TypeError):
+        gated = False
+    if not gated:
+        return
+    core = engine.engine_core
+    get_output = core.get_output
+
+    def get_output_recording_stats():
+        outputs = get_output()
+        if outputs.scheduler_stats is not None and not outputs.outputs:
+            engine.logger_manager.record(scheduler_stats=outputs.scheduler_stats,
+                                         iteration_stats=None)
+        return outputs
+
+    core.get_output = get_output_recording_stats
 
 
 def connector_info():
@@ -103,6 +132,7 @@ def main(spec_path):
                               kv_connector_extra_config=spec["connector"])
     t0 = time.monotonic()
     llm = LLM(kv_transfer_config=kv, **spec["engine_args"])
+    record_every_step(llm)
     if spec.get("reinit_seed") is not None:
         llm.apply_model(partial(local_model.reinit_weights, seed=spec["reinit_seed"]))
     result["startup_s"] = round(time.monotonic() - t0, 2)

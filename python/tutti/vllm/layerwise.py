@@ -82,8 +82,9 @@ class LayerwiseLoads:
         assert self.step is None
         stream = None
         if self.kv_mem == "cuda":
-            # The forward's stream: vLLM runs it on a stream of its own per process (not the
-            # legacy default stream, which the pipeline refuses).
+            # The forward's stream: a stream of vLLM's own, or the legacy default stream
+            # (vLLM 0.26's model runner), which the pipeline accepts since its loads run on
+            # non-blocking streams.
             from vllm.utils.torch_utils import current_stream
 
             stream = current_stream().cuda_stream
