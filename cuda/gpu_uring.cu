@@ -500,16 +500,23 @@ reserve(const struct tt_gpu *g, void **buf, uint64_t *cap, uint64_t need)
 	return 0;
 }
 
-/* The checksum secret into constant memory, once per context. */
+/* The checksum secret into constant memory, once per context, on the context's own stream: a
+ * copy to a symbol without a stream goes on the legacy default stream, where a compute's wait
+ * for a layer may sit ahead of it, waiting for the very load that needs the secret. */
 static int
 secret_set(struct tt_gpu *g)
 {
 	int rc = 0;
 
 	if (!g->csum_secret_set) {
-		rc =
-		    check(g, cudaMemcpyToSymbol(c_xxh_secret, tt_csum_secret, sizeof(c_xxh_secret)),
-		          "cudaMemcpyToSymbol");
+		rc = check(g,
+		           cudaMemcpyToSymbolAsync(c_xxh_secret, tt_csum_secret,
+		                                   sizeof(c_xxh_secret), 0, cudaMemcpyHostToDevice,
+		                                   g->stream),
+		           "cudaMemcpyToSymbolAsync");
+		if (rc == 0) {
+			rc = check(g, cudaStreamSynchronize(g->stream), "checksum secret copy");
+		}
 		g->csum_secret_set = rc == 0;
 	}
 	return rc;
@@ -530,39 +537,67 @@ layer_segs(job_param *param, const struct tutti_kv *kv, uint32_t layer)
 	param->layer_block_bytes = kv->geo.layer_block_bytes;
 }
 
+/* What every launch of the context needs, made once: the failure words, the span events and
+ * the checksum secret. A failure leaves nothing behind, so a later call tries again. */
+static int
+dev_open(struct tt_gpu *g)
+{
+	struct tt_gpu_uring_dev *dev;
+	int rc;
+
+	if (g->uring != NULL) {
+		return 0;
+	}
+	dev = static_cast<struct tt_gpu_uring_dev *>(calloc(1, sizeof(*dev)));
+	if (dev == NULL) {
+		return -ENOMEM;
+	}
+	g->uring = dev;
+	/* failed, the workers-left counter of the trace, the sticky broken word */
+	rc = check(g, cudaMalloc(&dev->failed, 3 * sizeof(int)), "cudaMalloc");
+	if (rc == 0) {
+		rc = check(g, cudaMemsetAsync(dev->failed, 0, 3 * sizeof(int), g->stream),
+		           "cudaMemset");
+	}
+	if (rc == 0) {
+		rc = check(g, cudaEventCreate(&dev->span_begin), "cudaEventCreate");
+	}
+	if (rc == 0) {
+		rc = check(g, cudaEventCreate(&dev->span_end), "cudaEventCreate");
+	}
+	if (rc == 0) {
+		rc = secret_set(g);
+	}
+	if (rc < 0) {
+		tt_gpu_uring_free(g);
+	}
+	return rc;
+}
+
+extern "C" int
+tt_gpu_prepare(struct tt_gpu *g)
+{
+	int rc;
+
+	if (g == NULL) {
+		return -EINVAL;
+	}
+	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
+	return rc < 0 ? rc : dev_open(g);
+}
+
 static int
 prepare_dev(struct tt_gpu *g, const struct tt_gpu_uring_job *job, uint32_t workers)
 {
-	struct tt_gpu_uring_dev *dev = g->uring;
+	struct tt_gpu_uring_dev *dev;
 	uint64_t caps[5];
 	int rc;
 
-	if (dev == NULL) {
-		dev = static_cast<struct tt_gpu_uring_dev *>(calloc(1, sizeof(*dev)));
-		if (dev == NULL) {
-			return -ENOMEM;
-		}
-		g->uring = dev;
-		/* failed, the workers-left counter of the trace, the sticky broken word */
-		rc = check(g, cudaMalloc(&dev->failed, 3 * sizeof(int)), "cudaMalloc");
-		if (rc == 0) {
-			rc = check(g, cudaMemsetAsync(dev->failed, 0, 3 * sizeof(int), g->stream),
-			           "cudaMemset");
-		}
-		if (rc == 0) {
-			rc = check(g, cudaEventCreate(&dev->span_begin), "cudaEventCreate");
-		}
-		if (rc == 0) {
-			rc = check(g, cudaEventCreate(&dev->span_end), "cudaEventCreate");
-		}
-		if (rc < 0) {
-			return rc;
-		}
-	}
-	rc = secret_set(g);
+	rc = dev_open(g);
 	if (rc < 0) {
 		return rc;
 	}
+	dev = g->uring;
 	caps[0] = (uint64_t)dev->nr_objs_cap * sizeof(*dev->objs);
 	caps[1] = (uint64_t)dev->nr_ids_cap * sizeof(*dev->ids);
 	caps[2] = dev->scratch_bytes;

@@ -927,6 +927,13 @@ run_lanes(struct tt_engine *e, struct tt_xfer *x)
 	return rc < 0 ? rc : rc_lanes;
 }
 
+bool
+tt_cpu_waves_take(struct tt_engine *e, const struct tt_mover_ops *mover)
+{
+	return (mover == &tt_mover_cuda || e->host_waves) &&
+	       e->geo->layer_block_bytes > TT_XXH3_MIDSIZE_MAX && tt_lanes_ready(e);
+}
+
 /*
  * Move every unit of every chunk whose status is 0: host KV and fsck over the lanes, GPU KV on
  * the solo lane. Returns 0, or a negative errno when a queue broke down (then every unfinished
@@ -948,8 +955,7 @@ tt_cpu_transfer(struct tt_engine *e, struct tt_batch *b)
 		return run_lanes(e, &x);
 	}
 	/* KV elsewhere (a GPU's) in waves through the object mover, its I/O over the lanes. */
-	if ((x.mover == &tt_mover_cuda || e->host_waves) &&
-	    e->geo->layer_block_bytes > TT_XXH3_MIDSIZE_MAX && tt_lanes_ready(e)) {
+	if (tt_cpu_waves_take(e, x.mover)) {
 		if (x.mover == &tt_mover_cuda) {
 			return tt_waves_transfer(e, &x, &tt_objmover_cuda, x.mover_ctx);
 		}

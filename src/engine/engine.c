@@ -319,6 +319,32 @@ tt_engine_moved_by(struct tt_engine *e, const struct tutti_kv *kv)
 	return e->ops->moved_by != NULL ? e->ops->moved_by(e, kv) : e->ops->kind;
 }
 
+int
+tt_engine_prepare(struct tt_engine *e, const struct tutti_kv *kv)
+{
+	struct tt_gpu *g;
+	uint32_t kind;
+	int rc;
+
+	if (kv->mem != TUTTI_MEM_CUDA) {
+		return 0;
+	}
+	kind = tt_engine_moved_by(e, kv);
+	rc = tt_engine_gpu(e, kv->device, &g);
+	if (rc == 0) {
+		rc = tt_gpu_prepare(g);
+	}
+	if (rc == 0 && (kind == TUTTI_ENGINE_URING || kind == TUTTI_ENGINE_POSIX) &&
+	    tt_cpu_waves_take(e, &tt_mover_cuda)) {
+		rc = tt_waves_prepare(e, &tt_objmover_cuda, g);
+	}
+	if (rc < 0) {
+		tt_log_err(e->log, "GPU %d: could not prepare for loads and saves: %s", kv->device,
+		           tutti_strerror(rc));
+	}
+	return rc;
+}
+
 uint32_t
 tt_engine_queue_depth(const struct tt_engine *e)
 {

@@ -169,6 +169,12 @@ int tt_engine_transfer(struct tt_engine *e, struct tt_batch *b);
  * engine itself, or its CPU-driven queue's engine for KV it does not take. For auto with GPU KV
  * this sets gpu-uring up (once) or falls back. */
 uint32_t tt_engine_moved_by(struct tt_engine *e, const struct tutti_kv *kv);
+/* Make now what moving \p kv would make at its first batch: the GPU context, its device words
+ * and checksum secret, and the object mover's staging. A batch that made them itself would
+ * allocate and copy on the GPU while a compute stream may be waiting for one of its layers
+ * (the layerwise pipeline), and some such calls wait for that very stream. Nothing for host
+ * KV. Returns 0 or the GPU's -errno. */
+int tt_engine_prepare(struct tt_engine *e, const struct tutti_kv *kv);
 
 /* Synchronous extent I/O for the store's own records (slot headers): \p nr I/Os of any number,
  * res[i] the result of ios[i] (the full length or -errno). Returns 0 or the queue's breakdown. */

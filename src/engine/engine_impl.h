@@ -303,6 +303,8 @@ struct tt_xfer {
 int tt_xfer_start(struct tt_xfer *x, struct tt_engine *e, struct tt_batch *b, bool broken);
 /* The batch through the queue, staged or direct; see cpu_path.c. */
 int tt_cpu_transfer(struct tt_engine *e, struct tt_batch *b);
+/* Whether the CPU path moves KV that \p mover copies in waves (tt_waves_transfer). */
+bool tt_cpu_waves_take(struct tt_engine *e, const struct tt_mover_ops *mover);
 int tt_cpu_flush(struct tt_engine *e);
 void tt_cpu_stats(struct tt_engine *e, struct tt_engine_stats *out);
 /* One unit's CPU-side steps (shared by the CPU path and gpu-uring's twin): fill a staging
@@ -337,6 +339,8 @@ int tt_lanes_join(struct tt_engine *e);
  */
 int tt_waves_transfer(struct tt_engine *e, struct tt_xfer *x, const struct tt_objmover_ops *om,
                       void *ctx);
+/* Make the object mover's staging for \p om (\p ctx) now rather than at the first wave. */
+int tt_waves_prepare(struct tt_engine *e, const struct tt_objmover_ops *om, void *ctx);
 
 /* ---- object lists (obj_lists.c), for the engines whose GPU moves whole objects ---- */
 

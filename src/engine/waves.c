@@ -290,6 +290,12 @@ prepare(struct tt_engine *e, const struct tt_objmover_ops *om, void **ctx)
 }
 
 int
+tt_waves_prepare(struct tt_engine *e, const struct tt_objmover_ops *om, void *ctx)
+{
+	return prepare(e, om, &ctx);
+}
+
+int
 tt_waves_transfer(struct tt_engine *e, struct tt_xfer *x, const struct tt_objmover_ops *om,
                   void *ctx)
 {

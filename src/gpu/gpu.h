@@ -57,6 +57,10 @@ int tt_gpu_scatter(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
                    const struct tt_move *moves, uint32_t nr_moves);
 /* Wait for everything launched on the context. Returns 0 or -EIO (the kernel failed). */
 int tt_gpu_sync(struct tt_gpu *g);
+/* Make now what the context's loads and saves would otherwise make at their first call (device
+ * words, events, the checksum secret in constant memory), so that none of them allocates or
+ * copies while a compute stream waits for a layer. Returns 0, -EINVAL, -ENOMEM or -EIO. */
+int tt_gpu_prepare(struct tt_gpu *g);
 /* Kernel launches made by the context so far. */
 uint64_t tt_gpu_launches(const struct tt_gpu *g);
 

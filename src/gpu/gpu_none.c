@@ -122,6 +122,12 @@ tt_gpu_device_of(const void *p, int *device)
 }
 
 int
+tt_gpu_prepare(struct tt_gpu *g)
+{
+	return -EOPNOTSUPP;
+}
+
+int
 tt_gpu_uring_layer(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
                    const struct tt_gpu_uring_job *job)
 {

@@ -264,6 +264,11 @@ tutti_pipeline_create(struct tutti_store *st, const struct tutti_kv *kv,
 		p->trace = tt_calloc(opts->trace_events, sizeof(*p->trace));
 		rc = p->trace == NULL ? -ENOMEM : 0;
 	}
+	if (rc == 0 && p->gpu) {
+		/* Nothing of a step may allocate or copy on the GPU: the compute stream's waits
+		 * could hold such a call up, and it the load they wait for. */
+		rc = tt_store_prepare(st, kv);
+	}
 	if (rc == 0) {
 		rc = alloc_signals(p);
 	}

@@ -466,6 +466,17 @@ tutti_store_engine(struct tutti_store *st, const struct tutti_kv *kv)
 	return (int)kind;
 }
 
+int
+tt_store_prepare(struct tutti_store *st, const struct tutti_kv *kv)
+{
+	int rc;
+
+	tt_io_lock(st);
+	rc = tt_engine_prepare(st->engine, kv);
+	pthread_mutex_unlock(&st->io_lock);
+	return rc;
+}
+
 void
 tt_io_lock(struct tutti_store *st)
 {

@@ -19,6 +19,8 @@
 const struct tt_geo *tt_store_geo(const struct tutti_store *st);
 uint32_t tt_store_key_bytes(const struct tutti_store *st);
 const struct tt_log *tt_store_log(const struct tutti_store *st);
+/* Have the engine make now what moving \p kv needs (tt_engine_prepare). Returns 0 or -errno. */
+int tt_store_prepare(struct tutti_store *st, const struct tutti_kv *kv);
 
 /*
  * A load issued one layer at a time, for the layerwise pipeline. Open finds and pins every

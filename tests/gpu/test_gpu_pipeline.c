@@ -4,8 +4,9 @@
  * prefix loaded behind one-thread wait kernels on a compute stream is bit-exact, the waits and
  * their stall are recorded on the GPU, new KV copied into save staging by the gather kernel is
  * written in slack and reads back bit-exact, a step whose compute runs on the legacy default
- * stream (vLLM 0.26's model runner) loads bit-exact too, and the store serves other calls between a
- * step's launched layers. Exits 77 without a GPU or a usable ring.
+ * stream (vLLM 0.26's model runner) loads bit-exact too, also as a store's first GPU work with
+ * gpu-uring and with uring, and the store serves other calls between a step's launched layers.
+ * Exits 77 without a GPU or a usable ring.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -48,7 +49,7 @@ log_to_output(void *arg, int level, const char *msg)
 }
 
 static void
-world_open(struct world *w)
+world_open(struct world *w, uint32_t engine)
 {
 	const char *dirs[1];
 	struct tutti_store_opts o;
@@ -73,7 +74,7 @@ world_open(struct world *w)
 	o.flags = TUTTI_OPEN_CREATE;
 	o.dirs = dirs;
 	o.nr_dirs = 1;
-	o.engine = TUTTI_ENGINE_GPU_URING;
+	o.engine = engine;
 	o.capacity_bytes = 64 * tutti_geometry_slot_bytes(&w->geo);
 	o.log_fn = log_to_output;
 	assert_int_equal(tutti_store_open(&w->geo, &o, &w->st), 0);
@@ -139,7 +140,7 @@ test_gpu_pipeline_loads_behind_wait_kernels_and_saves_in_slack(void **state)
 	int64_t id;
 
 	(void)state;
-	world_open(&w);
+	world_open(&w, TUTTI_ENGINE_GPU_URING);
 	saved = request(&w, CHUNKS, 0, w.src_ids);
 	assert_int_equal(tutti_store_save(w.st, w.dsrc.kv, &saved, 1, NULL), CHUNKS);
 	tutti_pipeline_opts_init(&o);
@@ -259,7 +260,7 @@ test_gpu_pipeline_store_calls_run_between_launched_layers(void **state)
 	int64_t id;
 
 	(void)state;
-	world_open(&w);
+	world_open(&w, TUTTI_ENGINE_GPU_URING);
 	saved = request(&w, CHUNKS - 1, 0, w.src_ids);
 	assert_int_equal(tutti_store_save(w.st, w.dsrc.kv, &saved, 1, NULL), CHUNKS - 1);
 	tutti_pipeline_opts_init(&o);
@@ -320,12 +321,76 @@ test_gpu_pipeline_store_calls_run_between_launched_layers(void **state)
 	world_close(&w);
 }
 
+/* A store's first GPU work is a layerwise load whose compute runs on the legacy default stream
+ * (vLLM 0.26's model runner): what the engine makes at its first GPU batch (the checksum secret,
+ * device words, the waves' staging) is made when the pipeline is created, since a step's GPU
+ * call on the legacy stream would wait behind the layer-0 wait kernel, which waits for it. The
+ * prefix is saved from host KV, which opens nothing on the GPU. */
+static void
+first_load_on_the_legacy_stream(uint32_t engine)
+{
+	struct world w;
+	struct tutti_request saved, load;
+	struct tutti_pipeline_opts o;
+	struct tutti_pipeline *p;
+	struct tutti_step step = {.size = sizeof(step)};
+	struct tutti_step_result res;
+	int32_t status[CHUNKS];
+	int64_t id;
+
+	world_open(&w, engine);
+	saved = request(&w, CHUNKS, 0, w.src_ids);
+	assert_int_equal(tutti_store_save(w.st, w.src->kv, &saved, 1, NULL), CHUNKS);
+	tutti_pipeline_opts_init(&o);
+	o.wait_timeout_ms = 5000; /* a wait held up by the load it waits for ends here */
+	assert_int_equal(tutti_pipeline_create(w.st, w.ddst.kv, &o, &p), 0);
+	load = request(&w, CHUNKS, 0, w.dst_ids);
+	step.nr_loads = 1;
+	step.loads = &load;
+	step.stream = NULL;
+	id = tutti_pipeline_begin_step(p, &step);
+	assert_true(id > 0);
+	for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
+		assert_int_equal(tutti_pipeline_wait_layer(p, l), 0);
+	}
+	assert_int_equal(tutti_pipeline_end_step(p), 0);
+	assert_int_equal(tt_gpu_stream_sync(NULL), 0);
+	final_result(p, id, &res, status, NULL);
+	assert_int_equal(res.load_chunks, CHUNKS);
+	assert_int_equal(res.load_errors, 0);
+	assert_int_equal(res.timed_out, 0);
+	assert_int_equal(d_kv_download(&w.ddst), 0);
+	for (uint32_t b = 0; b < CHUNKS * w.bpc; b++) {
+		for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
+			assert_true(t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
+		}
+	}
+	tutti_pipeline_destroy(p);
+	world_close(&w);
+}
+
+static void
+test_gpu_pipeline_first_load_on_the_legacy_stream_gpu_uring(void **state)
+{
+	(void)state;
+	first_load_on_the_legacy_stream(TUTTI_ENGINE_GPU_URING);
+}
+
+static void
+test_gpu_pipeline_first_load_on_the_legacy_stream_uring(void **state)
+{
+	(void)state;
+	first_load_on_the_legacy_stream(TUTTI_ENGINE_URING);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_gpu_pipeline_loads_behind_wait_kernels_and_saves_in_slack),
 	    cmocka_unit_test(test_gpu_pipeline_store_calls_run_between_launched_layers),
+	    cmocka_unit_test(test_gpu_pipeline_first_load_on_the_legacy_stream_gpu_uring),
+	    cmocka_unit_test(test_gpu_pipeline_first_load_on_the_legacy_stream_uring),
 	};
 
 	if (tt_gpu_device_count() <= 0 || !t_tmpdir_supports_odirect() || t_uring_probe() != 0) {
