@@ -5,12 +5,14 @@
  * their stall are recorded on the GPU, new KV copied into save staging by the gather kernel is
  * written in slack and reads back bit-exact, a step whose compute runs on the legacy default
  * stream (vLLM 0.26's model runner) loads bit-exact too, also as a store's first GPU work with
- * gpu-uring and with uring, and the store serves other calls between a step's launched layers.
- * Exits 77 without a GPU or a usable ring.
+ * gpu-uring and with uring, a damaged object in such a step fails its chunk alone without
+ * holding up compute or faulting, and the store serves other calls between a step's launched
+ * layers. Exits 77 without a GPU or a usable ring.
  */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include <cmocka.h>
 
 #include "gpu/gpu.h"
+#include "t_disk.h"
 #include "t_gpu.h"
 #include "t_kv.h"
 #include "t_util.h"
@@ -325,9 +328,11 @@ test_gpu_pipeline_store_calls_run_between_launched_layers(void **state)
  * (vLLM 0.26's model runner): what the engine makes at its first GPU batch (the checksum secret,
  * device words, the waves' staging) is made when the pipeline is created, since a step's GPU
  * call on the legacy stream would wait behind the layer-0 wait kernel, which waits for it. The
- * prefix is saved from host KV, which opens nothing on the GPU. */
+ * prefix is saved from host KV, which opens nothing on the GPU. With \p damaged, a bit of the
+ * last chunk's layer-2 object is flipped on disk first: that chunk alone fails, its layers are
+ * still released to compute without the wait timeout, and the GPU is left without an error. */
 static void
-first_load_on_the_legacy_stream(uint32_t engine)
+first_load_on_the_legacy_stream(uint32_t engine, bool damaged)
 {
 	struct world w;
 	struct tutti_request saved, load;
@@ -336,11 +341,19 @@ first_load_on_the_legacy_stream(uint32_t engine)
 	struct tutti_step step = {.size = sizeof(step)};
 	struct tutti_step_result res;
 	int32_t status[CHUNKS];
+	uint32_t good = damaged ? CHUNKS - 1 : CHUNKS;
 	int64_t id;
 
 	world_open(&w, engine);
 	saved = request(&w, CHUNKS, 0, w.src_ids);
 	assert_int_equal(tutti_store_save(w.st, w.src->kv, &saved, 1, NULL), CHUNKS);
+	if (damaged) {
+		char *path = t_data_path(w.dir);
+		uint32_t slot = t_key_slot(path, &w.geo, w.keys + (CHUNKS - 1) * 32, 32);
+
+		assert_int_equal(t_disk_flip_bit(path, t_object_off(&w.geo, slot, 2) + 8192, 5), 0);
+		free(path);
+	}
 	tutti_pipeline_opts_init(&o);
 	o.wait_timeout_ms = 5000; /* a wait held up by the load it waits for ends here */
 	assert_int_equal(tutti_pipeline_create(w.st, w.ddst.kv, &o, &p), 0);
@@ -356,16 +369,20 @@ first_load_on_the_legacy_stream(uint32_t engine)
 	assert_int_equal(tutti_pipeline_end_step(p), 0);
 	assert_int_equal(tt_gpu_stream_sync(NULL), 0);
 	final_result(p, id, &res, status, NULL);
-	assert_int_equal(res.load_chunks, CHUNKS);
-	assert_int_equal(res.load_errors, 0);
+	assert_int_equal(res.load_chunks, good);
+	assert_int_equal(res.load_errors, CHUNKS - good);
 	assert_int_equal(res.timed_out, 0);
+	if (damaged) {
+		assert_int_equal(status[CHUNKS - 1], -EBADMSG);
+	}
 	assert_int_equal(d_kv_download(&w.ddst), 0);
-	for (uint32_t b = 0; b < CHUNKS * w.bpc; b++) {
+	for (uint32_t b = 0; b < good * w.bpc; b++) {
 		for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
 			assert_true(t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
 		}
 	}
 	tutti_pipeline_destroy(p);
+	assert_int_equal(tt_gpu_stream_sync(NULL), 0);
 	world_close(&w);
 }
 
@@ -373,14 +390,28 @@ static void
 test_gpu_pipeline_first_load_on_the_legacy_stream_gpu_uring(void **state)
 {
 	(void)state;
-	first_load_on_the_legacy_stream(TUTTI_ENGINE_GPU_URING);
+	first_load_on_the_legacy_stream(TUTTI_ENGINE_GPU_URING, false);
 }
 
 static void
 test_gpu_pipeline_first_load_on_the_legacy_stream_uring(void **state)
 {
 	(void)state;
-	first_load_on_the_legacy_stream(TUTTI_ENGINE_URING);
+	first_load_on_the_legacy_stream(TUTTI_ENGINE_URING, false);
+}
+
+static void
+test_gpu_pipeline_damaged_object_on_the_legacy_stream_gpu_uring(void **state)
+{
+	(void)state;
+	first_load_on_the_legacy_stream(TUTTI_ENGINE_GPU_URING, true);
+}
+
+static void
+test_gpu_pipeline_damaged_object_on_the_legacy_stream_uring(void **state)
+{
+	(void)state;
+	first_load_on_the_legacy_stream(TUTTI_ENGINE_URING, true);
 }
 
 int
@@ -391,6 +422,8 @@ main(void)
 	    cmocka_unit_test(test_gpu_pipeline_store_calls_run_between_launched_layers),
 	    cmocka_unit_test(test_gpu_pipeline_first_load_on_the_legacy_stream_gpu_uring),
 	    cmocka_unit_test(test_gpu_pipeline_first_load_on_the_legacy_stream_uring),
+	    cmocka_unit_test(test_gpu_pipeline_damaged_object_on_the_legacy_stream_gpu_uring),
+	    cmocka_unit_test(test_gpu_pipeline_damaged_object_on_the_legacy_stream_uring),
 	};
 
 	if (tt_gpu_device_count() <= 0 || !t_tmpdir_supports_odirect() || t_uring_probe() != 0) {
