@@ -28,30 +28,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import tiny_llama  # noqa: E402
-from vllm_configs import kv_cache_config, tutti_vllm_config  # noqa: E402
-
-BS = 32
-CHUNK = 64
-NUM_BLOCKS = 64
-LAYERS = ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
-
-
-def extra(tmp_path, **kw):
-    return dict({"dirs": [str(tmp_path / "s")], "capacity_gb": 0.05, "chunk_tokens": CHUNK},
-                **kw)
+from vllm_configs import RIG_BS as BS  # noqa: E402
+from vllm_configs import RIG_CHUNK as CHUNK  # noqa: E402
+from vllm_configs import RIG_NUM_BLOCKS as NUM_BLOCKS  # noqa: E402
+from vllm_configs import rig_extra as extra  # noqa: E402
+from vllm_configs import rig_register as register  # noqa: E402
+from vllm_configs import rig_worker  # noqa: E402
 
 
 def worker(model_dir, ext, **kw):
-    cfg = tutti_vllm_config(model_dir, ext, BS, NUM_BLOCKS, **kw)
-    return TuttiConnector(cfg, KVConnectorRole.WORKER,
-                          kv_cache_config(LAYERS, BS, NUM_BLOCKS, kv_heads=2))
-
-
-def register(w):
-    kv = {n: torch.randn(NUM_BLOCKS, 2, BS, 2, 32, generator=torch.Generator().manual_seed(i))
-          for i, n in enumerate(LAYERS)}
-    w.register_kv_caches(kv)
-    return kv
+    return rig_worker(model_dir, ext, register=False, **kw)
 
 
 # ---- errors that name the key ----

@@ -68,27 +68,37 @@ def rig_extra(tmp_path, **kw):
                 **kw)
 
 
-def rig_config(model_dir, ext):
+def rig_config(model_dir, ext, **kw):
+    """The rig's vLLM config; ``kw`` goes to tutti_vllm_config (kv_role, ...)."""
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import init_none_hash
 
     init_none_hash(sha256)
-    return tutti_vllm_config(model_dir, ext, RIG_BS, RIG_NUM_BLOCKS)
+    return tutti_vllm_config(model_dir, ext, RIG_BS, RIG_NUM_BLOCKS, **kw)
 
 
 def rig_kv_cache_config():
     return kv_cache_config(RIG_LAYERS, RIG_BS, RIG_NUM_BLOCKS, kv_heads=2)
 
 
-def rig_worker(model_dir, ext):
-    """A worker-side TuttiConnector with random KV registered (``w.test_kv``)."""
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
-
-    from tutti.vllm.connector import TuttiConnector
-
-    w = TuttiConnector(rig_config(model_dir, ext), KVConnectorRole.WORKER, rig_kv_cache_config())
+def rig_register(w):
+    """Register random KV (seeded per layer) with worker ``w``; it is kept as ``w.test_kv``."""
     w.test_kv = {n: torch.randn(RIG_NUM_BLOCKS, 2, RIG_BS, 2, 32,
                                 generator=torch.Generator().manual_seed(i))
                  for i, n in enumerate(RIG_LAYERS)}
     w.register_kv_caches(w.test_kv)
+    return w.test_kv
+
+
+def rig_worker(model_dir, ext, register=True, **kw):
+    """A worker-side TuttiConnector of the rig, with random KV registered unless ``register``
+    is false; ``kw`` goes to rig_config."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+    from tutti.vllm.connector import TuttiConnector
+
+    w = TuttiConnector(rig_config(model_dir, ext, **kw), KVConnectorRole.WORKER,
+                       rig_kv_cache_config())
+    if register:
+        rig_register(w)
     return w
