@@ -15,12 +15,10 @@ import pytest
 
 pytest.importorskip("vllm")
 
-import torch  # noqa: E402
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
 
 from tutti.store import ChunkRequest, Geometry, Store  # noqa: E402
 from tutti.vllm.config import TuttiConfig  # noqa: E402
-from tutti.vllm.connector import SaveSpec, TuttiConnector, TuttiConnectorMetadata  # noqa: E402
+from tutti.vllm.connector import SaveSpec, TuttiConnectorMetadata  # noqa: E402
 from tutti.vllm.fingerprint import fingerprint_dir, weights_fingerprint  # noqa: E402
 from tutti.vllm.log import LOGGER_NAME  # noqa: E402
 
