@@ -2,18 +2,34 @@
 """LMCache's store and retrieve of one request's KV, beside tutti-gpu-store-bench.
 
 The same workload as bench/gpu_store_bench.c: Llama-3-8B geometry (32 layers, 8 KV heads, head
-dim 128, bf16), KV in GPU memory in vLLM's per-layer paged layout (blocks of 16 tokens, K and V
-of a block together: FlashAttention's (blocks, 16, heads, 2 x 128) in vLLM 0.26), stored from
-one shuffled block table and retrieved into another, poisoned before every retrieve and checked
-bit for bit after the last; 256-token chunks; contexts 32K and 128K tokens.
+dim 128, bf16), blocks of 16 tokens, stored from one shuffled block table and retrieved into
+another, poisoned before every retrieve and checked bit for bit after the last; 256-token
+chunks; contexts 32K and 128K tokens.
+
+The KV is what vLLM's GPU model runner hands a connector: one paged pool, allocated once and
+registered once, each layer shaped and strided as the installed vLLM's attention backend says
+(get_kv_cache_shape and get_kv_cache_stride_order, in the layout vLLM picks for LMCache's
+connector: VLLM_KV_CACHE_LAYOUT, else NHD). With vLLM 0.26's FlashAttention that is a
+(blocks, 8, 16, 2 x 128) view of memory laid out (blocks, 16, 8, 2 x 128): K and V of a head
+side by side; older vLLM declared (2, blocks, 16, 8, 128). The pool holds the source and the
+destination tables of the longest context and vLLM's null block 0, since LMCache's GPU
+connector binds the first KV tensors it is given for good. Before the first store, LMCache's
+own format detection must read that pool with this geometry, and every slot must lie inside
+it: a wrong size stops the run with a message, not a kernel's illegal address.
 
 LMCache runs its real in-process engine: LMCacheEngineBuilder with the GPU connector that
-vLLM's integration creates (CreateGPUConnector with EngineType.VLLM), and its local disk back
-end with O_DIRECT (extra_config use_odirect) in --dir, local_cpu off so every retrieve reads the
-disk. The CPU buffer holds one request (LMCache allocates a request's chunks before it writes
-them). A store is timed until every chunk is on the disk back end (its writes are
-asynchronous); a retrieve until the KV is in GPU memory. Before each retrieve the page cache is
-dropped (drop_caches, else posix_fadvise DONTNEED on LMCache's files).
+vLLM's integration creates (CreateGPUConnector with EngineType.VLLM and vLLM's layout hint),
+and its local disk back end with O_DIRECT (extra_config use_odirect) in --dir, local_cpu off
+so every retrieve reads the disk. The CPU buffer holds one request (LMCache allocates a
+request's chunks before it writes them). A store is timed until every chunk is on the disk back
+end (its writes are asynchronous); a retrieve until the KV is in GPU memory. Before each
+retrieve the page cache is dropped (drop_caches, else posix_fadvise DONTNEED on LMCache's
+files).
+
+The check compares logical blocks: after the last retrieve, every layer's destination block of
+request block i must hold what was written into its source block i (regenerated from the
+seed), the source blocks must be unchanged, and every other block of the pool must still hold
+the zeros vLLM allocates. Any difference is a MISMATCH, counted in layer-blocks.
 
 With --tutti-json (the store bench's JSON lines of the same run, same directory), each line
 also carries the raw O_DIRECT ceiling that bench measured for the same context and operation
@@ -21,7 +37,8 @@ and its engines' figures. GB = 1e9 bytes. Output: one JSON line per (context, op
 
 Usage: lmcache_micro.py --dir DIR [--contexts 32768,131072] [--repeats 3] [--json FILE]
            [--tutti-json FILE] [--disk-io-threads N] [--device cuda|cpu]
-Exit status 77: skipped (no CUDA, or LMCache cannot run here), with the reason on stderr.
+Exit status 77: skipped (no CUDA, or LMCache or vLLM cannot run here), with the reason on
+stderr; 1: a failed check, with its reason.
 """
 import argparse
 import glob
@@ -36,9 +53,17 @@ import time
 
 LAYERS, KV_HEADS, HEAD_DIM, BLOCK_TOKENS, CHUNK_TOKENS = 32, 8, 128, 16, 256
 ELEM_BYTES = 2  # bf16
+BLOCK_ELEMS = BLOCK_TOKENS * KV_HEADS * 2 * HEAD_DIM  # one layer's K and V of one block
 TOKEN_BYTES = LAYERS * 2 * KV_HEADS * HEAD_DIM * ELEM_BYTES  # K and V of every layer
+NULL_BLOCK = 0  # vLLM's block pool never hands out block 0 (its null block)
+CHECK_SLICE_BLOCKS = 1024  # blocks per scratch tensor while filling and checking
+POISON = -0x5A5B  # 0xA5A5 as int16
 TMPFS_MAGIC = 0x01021994
 SKIP = 77
+
+
+class BenchError(Exception):
+    """A size or binding that is wrong, found before LMCache touches the KV."""
 
 
 def skip(why):
@@ -123,6 +148,181 @@ def tutti_rows(path):
     return rows
 
 
+class KVLayout:
+    """One layer's paged KV as a vLLM attention backend declares it: shape_of(num_blocks) is its
+    logical shape (get_kv_cache_shape), stride_order the permutation from that shape to the
+    order of memory (get_kv_cache_stride_order: memory axis i is logical axis stride_order[i]).
+    The block axis is found by asking for two pool sizes, not assumed."""
+
+    def __init__(self, name, kv_layout, shape_of, stride_order):
+        self.name, self.kv_layout, self.shape_of = name, kv_layout, shape_of
+        self.order = tuple(stride_order)
+        few, more = tuple(shape_of(3)), tuple(shape_of(5))
+        grows = [i for i, (x, y) in enumerate(zip(few, more, strict=False)) if x != y]
+        # One axis, and its length the number of blocks (a rank that changes is no layout).
+        if len(few) != len(more) or len(grows) != 1 or (few[grows[0]], more[grows[0]]) != (3, 5):
+            raise BenchError(f"{name}: no block axis in its KV shape {few} (3 blocks) vs "
+                             f"{more} (5 blocks)")
+        if sorted(self.order) != list(range(len(few))):
+            raise BenchError(f"{name}: stride order {self.order} is no permutation of the "
+                             f"{len(few)} axes of {few}")
+        self.block_axis = grows[0]  # in the logical shape
+        self.memory_block_axis = self.order.index(self.block_axis)
+
+    def memory_shape(self, num_blocks):
+        shape = tuple(self.shape_of(num_blocks))
+        return tuple(shape[i] for i in self.order)
+
+    def allocate(self, num_blocks, device):
+        """The per-layer tensors vLLM 0.26's model runner registers with a connector
+        (_allocate_kv_cache_tensors, then _reshape_attention_kv_cache without packing or page
+        padding): zeroed bytes, viewed in memory order, permuted back to the logical shape."""
+        import torch
+
+        shape = tuple(self.shape_of(num_blocks))
+        if math.prod(shape) != num_blocks * BLOCK_ELEMS:
+            raise BenchError(
+                f"{self.name}: {num_blocks} blocks of shape {shape} hold {math.prod(shape)} "
+                f"elements, not {num_blocks} x {BLOCK_ELEMS} ({BLOCK_TOKENS} tokens x "
+                f"{KV_HEADS} heads x K and V x {HEAD_DIM})")
+        inverse = [self.order.index(i) for i in range(len(shape))]
+        return [torch.zeros(num_blocks * BLOCK_ELEMS * ELEM_BYTES, dtype=torch.int8,
+                            device=device).view(torch.bfloat16)
+                .view(self.memory_shape(num_blocks)).permute(*inverse)
+                for _ in range(LAYERS)]
+
+    def in_memory_order(self, layer):
+        """A layer's tensor in the order of its memory, as int16 (bits, not values): the view
+        LMCache recovers by sorting strides (check_lmcache_reads_the_pool checks it does)."""
+        import torch
+
+        view = layer.permute(*self.order)
+        if not view.is_contiguous():
+            raise BenchError(f"{self.name}: a layer of shape {tuple(layer.shape)} and strides "
+                             f"{layer.stride()} is not dense in stride order {self.order}")
+        return view.view(torch.int16)
+
+
+def slot_mapping(block_ids, device=None):
+    """Token t of the request sits in slot block_ids[t // 16] * 16 + t % 16: the slot mapping
+    LMCache's vLLM adapter builds from a request's block table."""
+    import torch
+
+    offsets = torch.arange(BLOCK_TOKENS, dtype=torch.long)
+    slots = (block_ids.long()[:, None] * BLOCK_TOKENS + offsets[None, :]).reshape(-1)
+    return slots.to(device) if device is not None else slots
+
+
+def check_slots(slots, tokens, pool_blocks):
+    """LMCache's kernels index the pool by slot without a bound: check every slot first."""
+    import torch
+
+    if slots.dtype != torch.long or slots.dim() != 1 or len(slots) != tokens:
+        raise BenchError(f"slot mapping of {tuple(slots.shape)} {slots.dtype}: want {tokens} "
+                         "int64 slots")
+    low, high = int(slots.min()), int(slots.max())
+    if low < 0 or high >= pool_blocks * BLOCK_TOKENS:
+        raise BenchError(f"slots {low}..{high} fall outside the pool of {pool_blocks} blocks "
+                         f"({pool_blocks * BLOCK_TOKENS} slots)")
+
+
+def _bad_blocks(layout, differs):
+    """How many blocks of a boolean tensor (in memory order) hold any True."""
+    per_block = differs.movedim(layout.memory_block_axis, 0)
+    return int(per_block.reshape(per_block.shape[0], -1).any(dim=1).sum())
+
+
+def _request_blocks(layout, layer_memory_shape, count, generator):
+    """The next `count` blocks of request KV (random bits) from the generator."""
+    import torch
+
+    shape = list(layer_memory_shape)
+    shape[layout.memory_block_axis] = count
+    return torch.randint(-32768, 32767, shape, dtype=torch.int16, generator=generator,
+                         device=generator.device)
+
+
+def fill_blocks(layout, layers, ids, seed):
+    """Write the request's KV (random bits from seed) into the blocks ids, layer by layer."""
+    import torch
+
+    generator = torch.Generator(device=layers[0].device).manual_seed(seed)
+    for layer in layers:
+        memory = layout.in_memory_order(layer)
+        for i in range(0, len(ids), CHECK_SLICE_BLOCKS):
+            part = ids[i:i + CHECK_SLICE_BLOCKS]
+            memory.index_copy_(layout.memory_block_axis, part,
+                               _request_blocks(layout, memory.shape, len(part), generator))
+
+
+def poison_blocks(layout, layers, ids):
+    for layer in layers:
+        layout.in_memory_order(layer).index_fill_(layout.memory_block_axis, ids, POISON)
+
+
+def check_blocks(layout, layers, src_ids, dst_ids, seed):
+    """Compare the same logical KV on both sides: block i of the request is src_ids[i] where it
+    was written and dst_ids[i] where it was retrieved; both must hold what fill_blocks wrote
+    there (regenerated from seed), and every block in neither table must still be zero.
+    Returns layer-block counts: (retrieved wrong, source altered, other blocks written)."""
+    import torch
+
+    device = layers[0].device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    pool_blocks = layers[0].shape[layout.block_axis]
+    used = torch.zeros(pool_blocks, dtype=torch.bool, device=device)
+    used[src_ids] = True
+    used[dst_ids] = True
+    others = torch.nonzero(~used).reshape(-1)
+    axis, wrong, altered, stray = layout.memory_block_axis, 0, 0, 0
+    for layer in layers:
+        memory = layout.in_memory_order(layer)
+        for i in range(0, len(src_ids), CHECK_SLICE_BLOCKS):
+            src, dst = src_ids[i:i + CHECK_SLICE_BLOCKS], dst_ids[i:i + CHECK_SLICE_BLOCKS]
+            want = _request_blocks(layout, memory.shape, len(src), generator)
+            altered += _bad_blocks(layout, memory.index_select(axis, src) != want)
+            wrong += _bad_blocks(layout, memory.index_select(axis, dst) != want)
+        for i in range(0, len(others), CHECK_SLICE_BLOCKS):
+            got = memory.index_select(axis, others[i:i + CHECK_SLICE_BLOCKS])
+            stray += _bad_blocks(layout, got != 0)
+    return wrong, altered, stray
+
+
+def vllm_kv_layout(device_capability):
+    """The KV layout of the installed vLLM's attention backend for this model on this GPU:
+    FlashAttention, or FlashInfer on compute capability 10 (vLLM's platforms/cuda.py backend
+    priorities for a non-MLA causal model), in the cache layout vLLM resolves for LMCache's
+    connector, which requires none: VLLM_KV_CACHE_LAYOUT, else NHD."""
+    try:
+        import vllm
+        import vllm.envs as envs
+        from vllm.v1.attention.backends import utils as attention_utils
+        if device_capability[0] == 10:
+            from vllm.v1.attention.backends.flashinfer import FlashInferBackend as backend
+        else:
+            from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend as backend
+    except ImportError as e:
+        skip(f"vLLM's attention backend does not import ({e}): its KV layout is what LMCache "
+             "reads here (source the payload's env.sh)")
+    name = f"vLLM {vllm.__version__} {backend.get_name()}"
+    if not hasattr(backend, "get_kv_cache_shape"):
+        raise BenchError(f"{name} declares no get_kv_cache_shape: this bench knows vLLM's paged "
+                         "KV through it (vLLM 0.26 and older)")
+    kv_layout = getattr(envs, "VLLM_KV_CACHE_LAYOUT", None) or "NHD"
+    if hasattr(attention_utils, "set_kv_cache_layout"):
+        # vLLM resolves its layout from the running engine's config; there is none here.
+        attention_utils.set_kv_cache_layout(kv_layout)
+
+    def shape_of(num_blocks):
+        return tuple(backend.get_kv_cache_shape(num_blocks, BLOCK_TOKENS, KV_HEADS, HEAD_DIM))
+
+    try:
+        order = tuple(backend.get_kv_cache_stride_order())
+    except (AttributeError, NotImplementedError):  # what the model runner falls back to
+        order = tuple(range(len(shape_of(1))))
+    return KVLayout(name, kv_layout, shape_of, order)
+
+
 class Bench:
     def __init__(self, args, torch):
         self.a, self.torch = args, torch
@@ -132,7 +332,22 @@ class Bench:
         self.odirect = odirect_works(args.dir)
         self.lmcache_dir = os.path.join(args.dir, "lmcache")
         os.makedirs(self.lmcache_dir, exist_ok=True)
+        self.layout = vllm_kv_layout(torch.cuda.get_device_capability(self.dev))
+        # vLLM allocates its KV once and registers it once; LMCache's connector keeps the
+        # first tensors it is handed. So one pool serves every context: the source and the
+        # destination tables of the longest one, and the null block.
+        self.pool_blocks = 1 + 2 * (self.max_tokens // BLOCK_TOKENS)
+        pool_bytes = LAYERS * self.pool_blocks * BLOCK_ELEMS * ELEM_BYTES
+        free, _ = torch.cuda.mem_get_info(self.dev)
+        # Scratch: two slices of blocks while checking, LMCache's chunk buffer, and room.
+        need = pool_bytes + (1 << 30)
+        if free < need:
+            raise BenchError(f"the KV pool of {self.pool_blocks} blocks for {self.max_tokens} "
+                             f"tokens needs {need / 2**30:.1f} GiB of GPU memory; "
+                             f"{free / 2**30:.1f} GiB are free")
+        self.kv = self.layout.allocate(self.pool_blocks, self.dev)
         self.engine = self.make_engine()
+        self.lmcache_format = self.check_lmcache_reads_the_pool()
 
     def make_engine(self):
         import lmcache
@@ -163,29 +378,52 @@ class Bench:
             model_name="llama-3-8b", world_size=1, local_world_size=1, worker_id=0,
             local_worker_id=0, kv_dtype=torch.bfloat16,
             kv_shape=(LAYERS, 2, CHUNK_TOKENS, KV_HEADS, HEAD_DIM))
-        # What vLLM's integration builds (lmcache.integration.vllm), with vLLM's default NHD.
-        connector = CreateGPUConnector(cfg, meta, EngineType.VLLM,
-                                       layout_hints={"kv_layout": "NHD"})
+        # What vLLM's integration builds (lmcache.integration.vllm), with the layout hint it
+        # takes from vLLM.
+        self.hints = {"kv_layout": self.layout.kv_layout}
+        connector = CreateGPUConnector(cfg, meta, EngineType.VLLM, layout_hints=self.hints)
         engine = LMCacheEngineBuilder.get_or_create(
             "tutti-micro", cfg, meta, connector, lambda t, src: t, lambda o, src: o)
         engine.post_init()
         self.version = lmcache.__version__
-        self.connector = type(connector).__name__
+        self.connector = connector
         from lmcache.v1.storage_backend import local_disk_backend
 
         self.threads = cfg.get_extra_config_value(
             "disk_io_threads", getattr(local_disk_backend, "_DEFAULT_THREAD_COUNT", None))
         return engine
 
-    def kv(self, blocks):
-        shape = (blocks, BLOCK_TOKENS, KV_HEADS, 2 * HEAD_DIM)
-        return [self.torch.empty(shape, dtype=self.torch.bfloat16, device=self.dev)
-                for _ in range(LAYERS)]
+    def check_lmcache_reads_the_pool(self):
+        """Run LMCache's own format detection (what its connector does on the first transfer)
+        and check it reads the pool with this geometry; returns the format's name."""
+        from lmcache.utils import EngineType
+        from lmcache.v1.gpu_connector import utils as lmc
 
-    def slots(self, ids):
-        torch = self.torch
-        offs = torch.arange(BLOCK_TOKENS, device=self.dev)
-        return (ids.to(self.dev)[:, None] * BLOCK_TOKENS + offs[None, :]).reshape(-1).long()
+        fmt, kv = lmc.normalize_kv_and_discover_format(list(self.kv), EngineType.VLLM,
+                                                       layout_hints=self.hints)
+        seen = {"layer shape": tuple(kv[0].shape),
+                "layers": lmc.get_num_layers(kv, fmt), "blocks": lmc.get_num_blocks(kv, fmt),
+                "block tokens": lmc.get_block_size(kv, fmt),
+                "elements per token": lmc.get_kv_size(kv, fmt) * lmc.get_hidden_dim_size(kv, fmt)}
+        want = {"layer shape": self.layout.memory_shape(self.pool_blocks), "layers": LAYERS,
+                "blocks": self.pool_blocks, "block tokens": BLOCK_TOKENS,
+                "elements per token": 2 * KV_HEADS * HEAD_DIM}
+        name = getattr(fmt, "name", str(fmt))
+        if seen != want:
+            raise BenchError(f"LMCache reads {self.layout.name}'s KV of "
+                             f"{tuple(self.kv[0].shape)} as {name}: {seen}, not {want}")
+        return name
+
+    def check_connector_bound_the_pool(self):
+        """After the first transfer: LMCache's connector addresses this pool, whole."""
+        c = self.connector
+        if not hasattr(c, "kv_cache_pointers") or not hasattr(c, "page_buffer_size"):
+            return  # another connector class keeps no such record
+        ptrs, ours = c.kv_cache_pointers.tolist(), [t.data_ptr() for t in self.kv]
+        if ptrs != ours or c.page_buffer_size != self.pool_blocks * BLOCK_TOKENS:
+            raise BenchError(f"LMCache's connector addresses other KV than the pool (layer "
+                             f"pointers match: {ptrs == ours}; slots {c.page_buffer_size}, "
+                             f"pool {self.pool_blocks * BLOCK_TOKENS})")
 
     def wait_stored(self, tokens, timeout):
         deadline = time.monotonic() + timeout
@@ -199,42 +437,44 @@ class Bench:
             time.sleep(0.005)
 
     def context(self, tokens):
-        torch, R = self.torch, self.a.repeats
+        torch, R, layout = self.torch, self.a.repeats, self.layout
         blocks = tokens // BLOCK_TOKENS
         nbytes = tokens * TOKEN_BYTES
-        gen = torch.Generator().manual_seed(0x7475747469 + tokens)
-        gpu_gen = torch.Generator(device=self.dev).manual_seed(tokens)
-        src, dst = self.kv(blocks), self.kv(blocks)
-        for t in src:
-            t.view(torch.int16).copy_(torch.randint(-32768, 32767, t.shape, dtype=torch.int16,
-                                                    device=self.dev, generator=gpu_gen))
-        src_ids = torch.randperm(blocks, generator=gen)
-        dst_ids = torch.randperm(blocks, generator=gen)
-        src_slots, dst_slots = self.slots(src_ids), self.slots(dst_ids)
+        seed = 0x7475747469 + tokens
+        gen = torch.Generator().manual_seed(seed)
+        # Two disjoint shuffled tables from the pool, never the null block.
+        ids = (torch.randperm(self.pool_blocks - 1, generator=gen)[:2 * blocks] + 1).to(self.dev)
+        src_ids, dst_ids = ids[:blocks], ids[blocks:]
+        for t in self.kv:  # as vLLM allocates it: zeros, so a stray write shows
+            t.zero_()
+        fill_blocks(layout, self.kv, src_ids, seed)
+        src_slots, dst_slots = slot_mapping(src_ids, self.dev), slot_mapping(dst_ids, self.dev)
+        check_slots(src_slots, tokens, self.pool_blocks)
+        check_slots(dst_slots, tokens, self.pool_blocks)
         timeout = max(120.0, nbytes / 0.2e9)  # far above any sane store time
 
         store, store_cpu, prev = [], [], None
-        for r in range(R):
+        for _ in range(R):
             toks = torch.randint(0, 128000, (tokens,), generator=gen)
             if prev is not None:
                 self.engine.clear(prev, locations=["LocalDiskBackend"])
             torch.cuda.synchronize()
             c0, t0 = cpu_seconds(), time.perf_counter()
-            self.engine.store(toks, kvcaches=src, slot_mapping=src_slots)
+            self.engine.store(toks, kvcaches=self.kv, slot_mapping=src_slots)
             self.wait_stored(toks, timeout)
             dt = time.perf_counter() - t0
             store.append(nbytes / dt / 1e9)
             store_cpu.append((cpu_seconds() - c0) / (nbytes / 1e9))
+            self.check_connector_bound_the_pool()
             prev = toks
 
         retrieve, retrieve_cpu, cache = [], [], None
-        for r in range(R):
-            for t in dst:
-                t.view(torch.uint8).fill_(0xA5)
+        for _ in range(R):
+            poison_blocks(layout, self.kv, dst_ids)
             torch.cuda.synchronize()
             cache = drop_page_cache(self.lmcache_dir)
             c0, t0 = cpu_seconds(), time.perf_counter()
-            mask = self.engine.retrieve(prev, kvcaches=dst, slot_mapping=dst_slots)
+            mask = self.engine.retrieve(prev, kvcaches=self.kv, slot_mapping=dst_slots)
             torch.cuda.synchronize()
             dt = time.perf_counter() - t0
             got = int(mask.sum())
@@ -243,28 +483,27 @@ class Bench:
             retrieve.append(nbytes / dt / 1e9)
             retrieve_cpu.append((cpu_seconds() - c0) / (nbytes / 1e9))
 
-        mismatched = 0
-        for s, d in zip(src, dst):
-            a = s.view(torch.int16)[src_ids.to(self.dev)]
-            b = d.view(torch.int16)[dst_ids.to(self.dev)]
-            mismatched += int((a != b).reshape(blocks, -1).any(dim=1).sum())
+        bad = check_blocks(layout, self.kv, src_ids, dst_ids, seed)
         self.engine.clear(prev, locations=["LocalDiskBackend"])
-        del src, dst
-        torch.cuda.empty_cache()
-        return [("store", store, store_cpu, None, mismatched),
-                ("retrieve", retrieve, retrieve_cpu, cache, mismatched)]
+        return [("store", store, store_cpu, None, bad),
+                ("retrieve", retrieve, retrieve_cpu, cache, bad)]
 
-    def report(self, tokens, op, rounds, cpu, cache, mismatched, tutti):
+    def report(self, tokens, op, rounds, cpu, cache, bad, tutti):
+        wrong, altered, stray = bad
+        exact = not any(bad)
         gbps = statistics.median(rounds)
         row = {
             "storage": self.storage, "system": "lmcache", "lmcache_version": self.version,
             "model": "llama-3-8b", "context_tokens": tokens, "op": op,
             "bytes": tokens * TOKEN_BYTES, "repeats": len(rounds), "gbps": round(gbps, 3),
             "rounds_gbps": [round(x, 3) for x in rounds],
-            "cpu_s_per_gb": round(statistics.median(cpu), 4), "bit_exact": mismatched == 0,
-            "mismatched_layer_blocks": mismatched, "odirect": self.odirect,
-            "page_cache": cache or "not read", "gpu_connector": self.connector,
-            "disk_io_threads": self.threads,
+            "cpu_s_per_gb": round(statistics.median(cpu), 4), "bit_exact": exact,
+            "mismatched_layer_blocks": wrong, "source_altered_layer_blocks": altered,
+            "stray_layer_blocks": stray, "odirect": self.odirect,
+            "page_cache": cache or "not read", "gpu_connector": type(self.connector).__name__,
+            "disk_io_threads": self.threads, "kv_layout": self.layout.name,
+            "kv_layer_shape": list(self.layout.memory_shape(self.pool_blocks)),
+            "kv_cache_layout": self.layout.kv_layout, "lmcache_kv_format": self.lmcache_format,
         }
         same = [t for t in tutti if t.get("context_tokens") == tokens and t.get("op") == op
                 and t.get("storage") == self.storage]
@@ -278,11 +517,13 @@ class Bench:
         if same:
             line += f"  raw {row['raw_gbps']:.2f}  " + "  ".join(
                 f"{p} x{v}" for p, v in row["tutti_over_lmcache"].items())
-        print(line + ("  bit-exact" if mismatched == 0 else "  MISMATCH"), flush=True)
+        print(line + ("  bit-exact" if exact else
+                      f"  MISMATCH (layer-blocks: {wrong} retrieved wrong, {altered} source "
+                      f"altered, {stray} others written)"), flush=True)
         if self.a.json:
             with open(self.a.json, "a") as f:
                 f.write(json.dumps(row) + "\n")
-        return mismatched == 0
+        return exact
 
 
 def parse():
@@ -327,15 +568,22 @@ def main():
         print(f"lmcache_micro: LMCache's compiled ops do not load: {type(e).__name__}: {e}",
               file=sys.stderr)
         return 1
-    b = Bench(a, torch)
-    print(f"# LMCache {b.version} ({', '.join(ops)} loaded), {b.connector}, local disk in "
-          f"{b.lmcache_dir} ({b.storage}{', O_DIRECT' if b.odirect else ', no O_DIRECT'}); "
-          f"median of {a.repeats} rounds", flush=True)
-    tutti = tutti_rows(a.tutti_json)
-    ok = True
-    for tokens in a.contexts:
-        for op, rounds, cpu, cache, bad in b.context(tokens):
-            ok &= b.report(tokens, op, rounds, cpu, cache, bad, tutti)
+    try:
+        b = Bench(a, torch)
+        print(f"# LMCache {b.version} ({', '.join(ops)} loaded), {type(b.connector).__name__}, "
+              f"local disk in {b.lmcache_dir} ({b.storage}"
+              f"{', O_DIRECT' if b.odirect else ', no O_DIRECT'}); KV as {b.layout.name} "
+              f"({b.layout.kv_layout}) registers it: {LAYERS} x "
+              f"{b.layout.memory_shape(b.pool_blocks)} in memory, LMCache reads "
+              f"{b.lmcache_format}; median of {a.repeats} rounds", flush=True)
+        tutti = tutti_rows(a.tutti_json)
+        ok = True
+        for tokens in a.contexts:
+            for op, rounds, cpu, cache, bad in b.context(tokens):
+                ok &= b.report(tokens, op, rounds, cpu, cache, bad, tutti)
+    except BenchError as e:
+        print(f"lmcache_micro: BenchError: {e}", file=sys.stderr)
+        return 1
     return 0 if ok else 1
 
 
