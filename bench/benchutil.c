@@ -49,6 +49,26 @@ bu_median(const double *v, uint32_t n)
 	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
+void
+bu_sort(double *v, uint32_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+}
+
+double
+bu_percentile(const double *sorted, uint32_t n, double p)
+{
+	/* rank = ceil(p / 100 * n), in 1..n; computed in integers of hundredths so that p 99 of
+	 * 100 values is the 99th and not the 100th through rounding. */
+	uint64_t hundredths = (uint64_t)(p * 100 + 0.5), rank = (hundredths * n + 9999) / 10000;
+
+	if (n == 0) {
+		return 0;
+	}
+	rank = rank < 1 ? 1 : rank > n ? n : rank;
+	return sorted[rank - 1];
+}
+
 uint64_t
 bu_splitmix(uint64_t *x)
 {

@@ -17,6 +17,12 @@ uint64_t bu_now_ns(void);
 double bu_process_cpu_s(void);
 /* Median of \p n (1..BU_MAX_VALUES) values; \p v is left as it was. */
 double bu_median(const double *v, uint32_t n);
+/* Sort \p n values in place, ascending. */
+void bu_sort(double *v, uint32_t n);
+/* The \p p-th percentile (0 < p <= 100) of \p n >= 1 values sorted ascending, by nearest rank:
+ * the smallest value with at least p% of the values at or below it (p 50 of 100 values is the
+ * 50th, p 99 the 99th, p 100 the largest), always one of the values, never an interpolation. */
+double bu_percentile(const double *sorted, uint32_t n, double p);
 /* SplitMix64: the next value of the sequence whose state is \p x. */
 uint64_t bu_splitmix(uint64_t *x);
 /* ids = a permutation of 0..n-1 drawn from \p seed (Fisher-Yates). */

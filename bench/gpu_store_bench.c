@@ -30,15 +30,33 @@
  * drifting disk shows there). A tmpfs directory is labelled emulated, and its raw I/O is issued
  * with IOSQE_ASYNC, as the store's is.
  *
+ * Latency (--latency N): for each engine path and each size (--contexts; by default a prefix of
+ * 8 chunks and a single chunk: 2048 and 256 tokens, 256 and 32 MiB, with Llama-3-8B), the
+ * request is stored once and then loaded N times, each load timed from the call until the data
+ * is in the KV (the load has returned and the device is synchronised), the destination
+ * poisoned before and compared bit for bit with what it must hold after every load. A row
+ * gives p50, p99 (nearest rank) and the largest of the N against the limit (min(read ceiling,
+ * pinned host-to-device) for GPU KV): bytes / limit, the target 1.3 x bytes / limit + 1 ms,
+ * and p50 and p99 over that target. The first load is counted like the others (and shown on
+ * its own); nothing is dropped. The store's files are opened O_DIRECT (on tmpfs there is no
+ * page cache to go around), so every load reads the storage.
+ *
+ * KV in host memory (--kv host): the same code paths with the KV, the check and the raw I/O in
+ * ordinary host memory and no CUDA call at all, so that the bench runs without a GPU (engine
+ * gpu-uring then uses its host driver); rows are divided by the host read (write) ceiling.
+ * The baseline moves blocks with CUDA copies and runs with GPU KV only.
+ *
  * CPU time: the process's user + system seconds (getrusage: every thread, the kernel's io_uring
  * threads included) per GB moved, and the part of it spent by io_uring's kernel threads
  * (iou-sqp, iou-wrk; /proc/self/task/N/schedstat). For gpu-uring: system calls per layer (the
  * store's io_submits), the I/O kernels' GPU time and the SMs they held.
  *
+ * A row that is not bit-exact makes the exit status 1.
+ *
  * Usage: tutti-gpu-store-bench --dir DIR [--contexts 8192,32768,131072]
  *            [--paths gpu-uring,uring,posix,gds,baseline] [--repeats N] [--threads N]
  *            [--staging-mib N] [--raw-gib N] [--ceiling-s X] [--model NAME] [--json FILE]
- *            [--trace]
+ *            [--kv gpu|host] [--latency N] [--trace]
  */
 #include <cuda_runtime.h>
 #include <dirent.h>
@@ -84,7 +102,10 @@ struct conf {
 	uint64_t staging_bytes, raw_bytes;
 	double ceiling_s;
 	const char *json;
-	bool trace; /* the store's debug log (per-layer kernel milestones) to stderr */
+	bool trace;  /* the store's debug log (per-layer kernel milestones) to stderr */
+	bool gpu_kv; /* KV in device memory (--kv gpu) or in host memory (--kv host) */
+	bool contexts_given, paths_given;
+	uint32_t latency_loads; /* --latency N: N timed loads per size; 0: bandwidth rounds */
 };
 
 struct phase {
@@ -113,6 +134,7 @@ struct bench {
 	struct base_thread *base;      /* c.threads */
 	FILE *json;
 	uint64_t nonce;
+	bool failed; /* a row was not bit-exact */
 };
 
 static void
@@ -128,6 +150,76 @@ cuda_ok(cudaError_t e, const char *what)
 	if (e != cudaSuccess) {
 		fprintf(stderr, "tutti-gpu-store-bench: %s: %s\n", what, cudaGetErrorString(e));
 		exit(1);
+	}
+}
+
+/* ---- memory: the KV on the device (--kv gpu) or in host memory (--kv host: no CUDA call) ---- */
+
+static void *
+kv_mem_alloc(const struct bench *b, uint64_t bytes)
+{
+	void *p = NULL;
+
+	if (b->c.gpu_kv) {
+		cuda_ok(cudaMalloc(&p, bytes), "cudaMalloc");
+	} else if (posix_memalign(&p, 4096, bytes) != 0) {
+		die("posix_memalign", -ENOMEM);
+	}
+	return p;
+}
+
+static void
+kv_mem_free(const struct bench *b, void *p)
+{
+	if (b->c.gpu_kv) {
+		cudaFree(p);
+	} else {
+		free(p);
+	}
+}
+
+/* Host memory that copies to and from the KV and O_DIRECT I/O use: pinned with GPU KV, plain
+ * page-aligned memory with host KV. */
+static void *
+host_mem_alloc(const struct bench *b, uint64_t bytes)
+{
+	void *p = NULL;
+
+	if (b->c.gpu_kv) {
+		cuda_ok(cudaHostAlloc(&p, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+	} else if (posix_memalign(&p, 4096, bytes) != 0) {
+		die("posix_memalign", -ENOMEM);
+	}
+	return p;
+}
+
+static void
+host_mem_free(const struct bench *b, void *p)
+{
+	if (b->c.gpu_kv) {
+		cudaFreeHost(p);
+	} else {
+		free(p);
+	}
+}
+
+/* A copy between the KV and host memory, either way (unified addressing tells them apart). */
+static void
+mem_copy(const struct bench *b, void *dst, const void *src, uint64_t bytes)
+{
+	if (b->c.gpu_kv) {
+		cuda_ok(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+	} else {
+		memcpy(dst, src, bytes);
+	}
+}
+
+/* Everything the device was asked to do is done: a load's data is in HBM. */
+static void
+kv_sync(const struct bench *b)
+{
+	if (b->c.gpu_kv) {
+		cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 	}
 }
 
@@ -229,7 +321,8 @@ make_kv(const struct bench *b, uint8_t *arena, uint32_t n)
 		segs[l] = (struct tutti_segment){
 		    (uint64_t)(uintptr_t)arena + (uint64_t)l * n * b->lbb, b->lbb, b->lbb};
 	}
-	rc = tutti_kv_create(&b->geo, segs, 1, n, TUTTI_MEM_CUDA, &kv);
+	rc = tutti_kv_create(&b->geo, segs, 1, n, b->c.gpu_kv ? TUTTI_MEM_CUDA : TUTTI_MEM_HOST,
+	                     &kv);
 	free(segs);
 	if (rc < 0) {
 		die("tutti_kv_create", rc);
@@ -265,12 +358,8 @@ check(struct ctx *x)
 	uint64_t bad = 0, layer_bytes = (uint64_t)x->n * b->lbb;
 
 	for (uint32_t l = 0; l < b->L; l++) {
-		cuda_ok(cudaMemcpy(b->host_a, block_at(x, b->src, l, 0), layer_bytes,
-		                   cudaMemcpyDeviceToHost),
-		        "download");
-		cuda_ok(cudaMemcpy(b->host_b, block_at(x, b->dst, l, 0), layer_bytes,
-		                   cudaMemcpyDeviceToHost),
-		        "download");
+		mem_copy(b, b->host_a, block_at(x, b->src, l, 0), layer_bytes);
+		mem_copy(b, b->host_b, block_at(x, b->dst, l, 0), layer_bytes);
 		for (uint32_t i = 0; i < x->n; i++) {
 			bad += memcmp(b->host_a + (uint64_t)x->src_ids[i] * b->lbb,
 			              b->host_b + (uint64_t)x->dst_ids[i] * b->lbb, b->lbb) != 0;
@@ -282,8 +371,12 @@ check(struct ctx *x)
 static void
 poison(struct ctx *x)
 {
-	cuda_ok(cudaMemset(x->b->dst, POISON, x->bytes), "cudaMemset");
-	cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+	if (x->b->c.gpu_kv) {
+		cuda_ok(cudaMemset(x->b->dst, POISON, x->bytes), "cudaMemset");
+	} else {
+		memset(x->b->dst, POISON, x->bytes);
+	}
+	kv_sync(x->b);
 }
 
 /* One raw round paired with a path's round. */
@@ -637,8 +730,8 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	double sm_share =
 	    ph->wall_s > 0 && b->sms > 0 ? (double)ph->block_ns / 1e9 / ph->wall_s / b->sms : 0;
 	bool store = strcmp(op, "store") == 0;
-	double limit =
-	    store ? ceiling_write_limit(&b->ceiling, true) : ceiling_read_limit(&b->ceiling, true);
+	double limit = store ? ceiling_write_limit(&b->ceiling, b->c.gpu_kv)
+	                     : ceiling_read_limit(&b->ceiling, b->c.gpu_kv);
 
 	printf("%-9s %7llu tok %-8s %-9s %6.2f GB/s  x%.2f of limit %.2f  (one-ring raw %.2f)  "
 	       "cpu %.3f s/GB (io threads %.3f)  syscalls/layer %.1f  kernel %.1f ms  SM share "
@@ -648,20 +741,21 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	       (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
 	       mismatches == 0 ? "bit-exact" : "MISMATCH");
 	fflush(stdout);
+	b->failed |= mismatches != 0;
 	if (b->json == NULL) {
 		return;
 	}
 	fprintf(b->json,
-	        "{\"storage\":\"%s\",\"model\":\"%s\",\"context_tokens\":%llu,\"op\":\"%s\","
-	        "\"path\":\"%s\",\"bytes\":%llu,\"repeats\":%u,\"gbps\":%.3f,"
+	        "{\"storage\":\"%s\",\"model\":\"%s\",\"kv\":\"%s\",\"context_tokens\":%llu,"
+	        "\"op\":\"%s\",\"path\":\"%s\",\"bytes\":%llu,\"repeats\":%u,\"gbps\":%.3f,"
 	        "\"limit_gbps\":%.3f,\"ratio_to_limit\":%.3f,\"raw_gbps\":%.3f,"
 	        "\"ratio_to_raw\":%.3f,\"raw_bs\":%u,\"raw_qd\":%u,\"cpu_s_per_gb\":%.4f,"
 	        "\"io_thread_cpu_s_per_gb\":%.4f,\"syscalls_per_layer\":%.2f,"
 	        "\"io_kernel_ms\":%.3f,\"io_kernel_sm_share\":%.4f,\"wall_s\":%.4f,"
 	        "\"bit_exact\":%s,\"rounds_gbps\":[",
-	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, (unsigned long long)x->tokens,
-	        op, path_names[path], (unsigned long long)x->bytes, R, gbps, limit,
-	        limit > 0 ? gbps / limit : 0, raw, gbps / raw,
+	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
+	        (unsigned long long)x->tokens, op, path_names[path], (unsigned long long)x->bytes,
+	        R, gbps, limit, limit > 0 ? gbps / limit : 0, raw, gbps / raw,
 	        store ? b->raw_write.bs : b->raw_read.bs, store ? b->raw_write.qd : b->raw_read.qd,
 	        cpu, iot, (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
 	        ph->wall_s, mismatches == 0 ? "true" : "false");
@@ -672,31 +766,47 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	fflush(b->json);
 }
 
+/* The request of \p tokens tokens: block tables, keys, the KV over the arenas, the source filled
+ * from the host pattern. */
+static void
+ctx_open(struct bench *b, uint64_t tokens, struct ctx *x)
+{
+	*x = (struct ctx){.b = b, .tokens = tokens};
+	x->n = (uint32_t)(tokens / b->geo.block_tokens);
+	x->chunks = (uint32_t)(tokens / b->geo.chunk_tokens);
+	x->bytes = (uint64_t)x->n * b->L * b->lbb;
+	x->src_ids = malloc(x->n * sizeof(*x->src_ids));
+	x->dst_ids = malloc(x->n * sizeof(*x->dst_ids));
+	x->keys = malloc((size_t)x->chunks * KEY_BYTES);
+	if (x->src_ids == NULL || x->dst_ids == NULL || x->keys == NULL) {
+		die("malloc", -ENOMEM);
+	}
+	bu_shuffle(x->src_ids, x->n, b->nonce + tokens);
+	bu_shuffle(x->dst_ids, x->n, b->nonce + tokens + 1);
+	x->src_kv = make_kv(b, b->src, x->n);
+	x->dst_kv = make_kv(b, b->dst, x->n);
+	for (uint32_t l = 0; l < b->L; l++) {
+		mem_copy(b, block_at(x, b->src, l, 0), b->pattern + (uint64_t)l * LAYER_SHIFT,
+		         (uint64_t)x->n * b->lbb);
+	}
+}
+
+static void
+ctx_close(struct ctx *x)
+{
+	tutti_kv_destroy(x->src_kv);
+	tutti_kv_destroy(x->dst_kv);
+	free(x->src_ids);
+	free(x->dst_ids);
+	free(x->keys);
+}
+
 static void
 run_context(struct bench *b, uint64_t tokens)
 {
-	struct ctx x = {.b = b, .tokens = tokens};
-	uint32_t bt = b->geo.block_tokens;
+	struct ctx x;
 
-	x.n = (uint32_t)(tokens / bt);
-	x.chunks = (uint32_t)(tokens / b->geo.chunk_tokens);
-	x.bytes = (uint64_t)x.n * b->L * b->lbb;
-	x.src_ids = malloc(x.n * sizeof(*x.src_ids));
-	x.dst_ids = malloc(x.n * sizeof(*x.dst_ids));
-	x.keys = malloc((size_t)x.chunks * KEY_BYTES);
-	if (x.src_ids == NULL || x.dst_ids == NULL || x.keys == NULL) {
-		die("malloc", -ENOMEM);
-	}
-	bu_shuffle(x.src_ids, x.n, b->nonce + tokens);
-	bu_shuffle(x.dst_ids, x.n, b->nonce + tokens + 1);
-	x.src_kv = make_kv(b, b->src, x.n);
-	x.dst_kv = make_kv(b, b->dst, x.n);
-	for (uint32_t l = 0; l < b->L; l++) {
-		cuda_ok(cudaMemcpy(block_at(&x, b->src, l, 0),
-		                   b->pattern + (uint64_t)l * LAYER_SHIFT, (uint64_t)x.n * b->lbb,
-		                   cudaMemcpyHostToDevice),
-		        "upload");
-	}
+	ctx_open(b, tokens, &x);
 	/* The raw reference: the best point of a sweep over up to --raw-gib of the file. */
 	{
 		struct rawbw_target t = {.fds = &b->raw_fd,
@@ -731,11 +841,193 @@ run_context(struct bench *b, uint64_t tokens)
 		report(&x, (enum path)p, "store", &store, mismatches);
 		report(&x, (enum path)p, "retrieve", &retrieve, mismatches);
 	}
-	tutti_kv_destroy(x.src_kv);
-	tutti_kv_destroy(x.dst_kv);
-	free(x.src_ids);
-	free(x.dst_ids);
-	free(x.keys);
+	ctx_close(&x);
+}
+
+/* ---- latency: one stored request loaded again and again ---- */
+
+/* What the destination holds after a correct load, made from the host pattern the source was
+ * filled from (not from the source itself): block dst_ids[i] of each layer holds source block
+ * src_ids[i] of that layer. */
+static void
+expected_image(const struct ctx *x, uint8_t *img)
+{
+	const struct bench *b = x->b;
+
+	for (uint32_t l = 0; l < b->L; l++) {
+		for (uint32_t i = 0; i < x->n; i++) {
+			memcpy(img + ((uint64_t)l * x->n + x->dst_ids[i]) * b->lbb,
+			       b->pattern + (uint64_t)l * LAYER_SHIFT +
+			           (uint64_t)x->src_ids[i] * b->lbb,
+			       b->lbb);
+		}
+	}
+}
+
+/* Layer blocks of the destination that differ from \p img; GPU KV is read back into
+ * \p readback (x->bytes of host memory) first, host KV is compared where it is. */
+static uint64_t
+check_image(const struct ctx *x, const uint8_t *img, uint8_t *readback)
+{
+	const struct bench *b = x->b;
+	const uint8_t *got = b->dst;
+	uint64_t bad = 0, units = (uint64_t)b->L * x->n;
+
+	if (b->c.gpu_kv) {
+		mem_copy(b, readback, b->dst, x->bytes);
+		got = readback;
+	}
+	for (uint64_t u = 0; u < units; u++) {
+		bad += memcmp(got + u * b->lbb, img + u * b->lbb, b->lbb) != 0;
+	}
+	return bad;
+}
+
+struct latency {
+	double *ms;          /* every load, in order */
+	double *sorted;      /* the same, ascending */
+	uint32_t loads;      /* timed and checked */
+	uint32_t bad_loads;  /* loads with a block that differs from what was stored */
+	uint64_t bad_blocks; /* layer blocks that differed, over every load */
+};
+
+static void
+report_latency(struct ctx *x, enum path path, struct latency *lat)
+{
+	struct bench *b = x->b;
+	uint32_t n = lat->loads;
+	double p50, p99, max, mean = 0, limit = ceiling_read_limit(&b->ceiling, b->c.gpu_kv);
+	/* bytes / limit: the time the request takes at the machine's limit, and the target
+	 * 1.3 x that + 1 ms (a fixed millisecond for a call's set-up and completion). */
+	double ideal_ms = limit > 0 ? (double)x->bytes / (limit * 1e9) * 1e3 : 0;
+	double target_ms = limit > 0 ? 1.3 * ideal_ms + 1 : 0;
+	bool exact = lat->bad_loads == 0;
+
+	memcpy(lat->sorted, lat->ms, n * sizeof(*lat->ms));
+	bu_sort(lat->sorted, n);
+	p50 = bu_percentile(lat->sorted, n, 50);
+	p99 = bu_percentile(lat->sorted, n, 99);
+	max = lat->sorted[n - 1];
+	for (uint32_t i = 0; i < n; i++) {
+		mean += lat->ms[i] / n;
+	}
+	printf("%-9s %7llu tok %-8s %-9s %6.1f MiB  p50 %.2f ms  p99 %.2f ms  max %.2f ms  "
+	       "(first %.2f)  bytes/limit %.2f ms at %.2f GB/s  target %.2f ms: p50 x%.2f, p99 "
+	       "x%.2f  %u loads %s\n",
+	       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, "latency",
+	       path_names[path], (double)x->bytes / (1 << 20), p50, p99, max, lat->ms[0], ideal_ms,
+	       limit, target_ms, target_ms > 0 ? p50 / target_ms : 0,
+	       target_ms > 0 ? p99 / target_ms : 0, n, exact ? "bit-exact" : "MISMATCH");
+	fflush(stdout);
+	b->failed |= !exact;
+	if (b->json == NULL) {
+		return;
+	}
+	fprintf(b->json,
+	        "{\"storage\":\"%s\",\"model\":\"%s\",\"kv\":\"%s\",\"context_tokens\":%llu,"
+	        "\"chunks\":%u,\"op\":\"load-latency\",\"path\":\"%s\",\"bytes\":%llu,"
+	        "\"loads\":%u,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.4f,"
+	        "\"min_ms\":%.4f,\"mean_ms\":%.4f,\"first_ms\":%.4f,\"p50_gbps\":%.3f,"
+	        "\"limit_gbps\":%.3f,\"bytes_over_limit_ms\":%.4f,\"target_ms\":%.4f,"
+	        "\"p50_over_target\":%.4f,\"p99_over_target\":%.4f,\"p50_within_target\":%s,"
+	        "\"p99_within_target\":%s,\"verified_loads\":%u,\"mismatched_loads\":%u,"
+	        "\"mismatched_blocks\":%llu,\"bit_exact\":%s,\"loads_ms\":[",
+	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
+	        (unsigned long long)x->tokens, x->chunks, path_names[path],
+	        (unsigned long long)x->bytes, n, p50, p99, max, lat->sorted[0], mean, lat->ms[0],
+	        p50 > 0 ? (double)x->bytes / (p50 * 1e6) : 0, limit, ideal_ms, target_ms,
+	        target_ms > 0 ? p50 / target_ms : 0, target_ms > 0 ? p99 / target_ms : 0,
+	        target_ms > 0 && p50 <= target_ms ? "true" : "false",
+	        target_ms > 0 && p99 <= target_ms ? "true" : "false", n, lat->bad_loads,
+	        (unsigned long long)lat->bad_blocks, exact ? "true" : "false");
+	for (uint32_t i = 0; i < n; i++) {
+		fprintf(b->json, "%s%.4f", i ? "," : "", lat->ms[i]);
+	}
+	fprintf(b->json, "]}\n");
+	fflush(b->json);
+}
+
+/* Store the request once through \p path, then load it --latency times, each load timed from
+ * the call until its data is in the KV and checked against \p img. */
+static void
+run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *readback)
+{
+	struct bench *b = x->b;
+	struct latency lat = {.loads = b->c.latency_loads};
+	int32_t *status = calloc(x->chunks, sizeof(*status));
+	struct tutti_store *st;
+	struct tutti_request req;
+	char dir[4100];
+	int64_t rc;
+
+	lat.ms = calloc(lat.loads, sizeof(*lat.ms));
+	lat.sorted = calloc(lat.loads, sizeof(*lat.sorted));
+	if (status == NULL || lat.ms == NULL || lat.sorted == NULL) {
+		die("calloc", -ENOMEM);
+	}
+	st = open_store(x, path, dir, sizeof(dir));
+	if (st == NULL) {
+		printf("%-9s %7llu tok %s: not available here (see the log)\n",
+		       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens,
+		       path_names[path]);
+		goto out;
+	}
+	make_keys(x, 0);
+	req = request(x, x->src_ids);
+	rc = tutti_store_save(st, x->src_kv, &req, 1, status);
+	if (rc != x->chunks) {
+		fprintf(stderr, "%s store: %lld of %u chunks (first status %d)\n", path_names[path],
+		        (long long)rc, x->chunks, status[0]);
+		die("store", rc < 0 ? (int)rc : -EIO);
+	}
+	req = request(x, x->dst_ids);
+	for (uint32_t i = 0; i < lat.loads; i++) {
+		uint64_t t0, bad;
+
+		poison(x);
+		t0 = bu_now_ns();
+		rc = tutti_store_load(st, x->dst_kv, &req, 1, 0, b->L, status);
+		kv_sync(b);
+		lat.ms[i] = (double)(bu_now_ns() - t0) / 1e6;
+		if (rc != x->chunks) {
+			fprintf(stderr, "%s load %u: %lld of %u chunks (first status %d)\n",
+			        path_names[path], i, (long long)rc, x->chunks, status[0]);
+			die("load", rc < 0 ? (int)rc : -EIO);
+		}
+		bad = check_image(x, img, readback);
+		lat.bad_loads += bad != 0;
+		lat.bad_blocks += bad;
+	}
+	close_store(st, dir);
+	report_latency(x, path, &lat);
+out:
+	free(lat.ms);
+	free(lat.sorted);
+	free(status);
+}
+
+static void
+run_latency(struct bench *b, uint64_t tokens)
+{
+	struct ctx x;
+	uint8_t *img, *readback = NULL;
+
+	ctx_open(b, tokens, &x);
+	img = host_mem_alloc(b, x.bytes);
+	expected_image(&x, img);
+	if (b->c.gpu_kv) {
+		readback = host_mem_alloc(b, x.bytes);
+	}
+	for (int p = 0; p < NR_PATHS; p++) {
+		if (b->c.paths[p] && p != P_BASELINE) {
+			run_latency_path(&x, (enum path)p, img, readback);
+		}
+	}
+	host_mem_free(b, img);
+	if (readback != NULL) {
+		host_mem_free(b, readback);
+	}
+	ctx_close(&x);
 }
 
 /* ---- set-up ---- */
@@ -743,10 +1035,24 @@ run_context(struct bench *b, uint64_t tokens)
 static void
 usage(void)
 {
-	fprintf(stderr, "usage: tutti-gpu-store-bench --dir DIR [--contexts T1,T2,...] "
-	                "[--paths gpu-uring,uring,posix,gds,baseline]\n"
-	                "       [--repeats N] [--threads N] [--staging-mib N] [--raw-gib N] "
-	                "[--ceiling-s X] [--model NAME] [--json FILE]\n");
+	fprintf(
+	    stderr,
+	    "usage: tutti-gpu-store-bench --dir DIR [--contexts T1,T2,...] "
+	    "[--paths gpu-uring,uring,posix,gds,baseline]\n"
+	    "       [--repeats N] [--threads N] [--staging-mib N] [--raw-gib N] "
+	    "[--ceiling-s X] [--model NAME] [--json FILE]\n"
+	    "       [--kv gpu|host] [--latency N] [--trace]\n"
+	    "  --kv host     KV in host memory, no CUDA call (runs without a GPU); not with "
+	    "the baseline\n"
+	    "  --latency N   instead of bandwidth rounds: per engine path and size, store once, "
+	    "then N loads,\n"
+	    "                each timed from the call until the data is in the KV and checked "
+	    "bit for bit;\n"
+	    "                p50, p99 (nearest rank), max against the target 1.3 x bytes / "
+	    "limit + 1 ms.\n"
+	    "                Sizes: --contexts (default 8 chunks and 1 chunk: 2048 and 256 "
+	    "tokens)\n"
+	    "  A row that is not bit-exact makes the exit status 1.\n");
 	exit(2);
 }
 
@@ -766,8 +1072,10 @@ parse_list(const char *s, struct conf *c, bool contexts)
 	}
 	if (contexts) {
 		c->nr_contexts = 0;
+		c->contexts_given = true;
 	} else {
 		memset(c->paths, 0, sizeof(c->paths));
+		c->paths_given = true;
 	}
 	for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
 		bool ok = false;
@@ -802,6 +1110,7 @@ parse(int argc, char **argv, struct conf *c)
 	    .staging_bytes = 256ull << 20,
 	    .raw_bytes = 4ull << 30,
 	    .ceiling_s = 8,
+	    .gpu_kv = true,
 	};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -837,6 +1146,14 @@ parse(int argc, char **argv, struct conf *c)
 			c->model = v;
 		} else if (strcmp(a, "--json") == 0) {
 			c->json = v;
+		} else if (strcmp(a, "--kv") == 0) {
+			if (strcmp(v, "gpu") != 0 && strcmp(v, "host") != 0) {
+				fprintf(stderr, "tutti-gpu-store-bench: --kv is gpu or host\n");
+				usage();
+			}
+			c->gpu_kv = strcmp(v, "gpu") == 0;
+		} else if (strcmp(a, "--latency") == 0) {
+			c->latency_loads = (uint32_t)number(a, v, 1, 100000);
 		} else {
 			usage();
 		}
@@ -845,14 +1162,26 @@ parse(int argc, char **argv, struct conf *c)
 	    c->threads > 256 || c->raw_bytes == 0) {
 		usage();
 	}
+	/* The baseline is left out of the default paths where it cannot run, and refused when
+	 * asked for there. */
+	if (c->paths[P_BASELINE] && (!c->gpu_kv || c->latency_loads > 0)) {
+		if (c->paths_given) {
+			fprintf(stderr, "tutti-gpu-store-bench: the baseline %s\n",
+			        !c->gpu_kv
+			            ? "moves blocks with CUDA copies: GPU KV only"
+			            : "has no latency mode (--latency times the store's engines)");
+			exit(2);
+		}
+		c->paths[P_BASELINE] = false;
+	}
 }
 
 int
 main(int argc, char **argv)
 {
 	struct bench b = {.raw_fd = -1};
-	uint64_t max_tokens = 0, pattern_bytes, seed = 0x7475747469ull;
-	struct cudaDeviceProp prop;
+	uint64_t max_tokens = 0, pattern_bytes, seed = 0x7475747469ull, arena;
+	char device[300] = "host KV (no GPU used)";
 	struct statfs sfs;
 	int rc;
 
@@ -864,6 +1193,13 @@ main(int argc, char **argv)
 	b.L = b.geo.nr_layers;
 	b.lbb = tutti_geometry_layer_block_bytes(&b.geo);
 	b.bpc = tutti_geometry_blocks_per_chunk(&b.geo);
+	if (b.c.latency_loads > 0 && !b.c.contexts_given) {
+		/* A prefix of 8 chunks (2048 tokens, 256 MiB with Llama-3-8B) and a single chunk.
+		 */
+		b.c.contexts[0] = 8ull * b.geo.chunk_tokens;
+		b.c.contexts[1] = b.geo.chunk_tokens;
+		b.c.nr_contexts = 2;
+	}
 	for (uint32_t i = 0; i < b.c.nr_contexts; i++) {
 		if (b.c.contexts[i] == 0 || b.c.contexts[i] % b.geo.chunk_tokens != 0) {
 			fprintf(stderr,
@@ -879,38 +1215,43 @@ main(int argc, char **argv)
 		die(b.c.dir, -errno);
 	}
 	b.emulated = sfs.f_type == TMPFS_MAGIC;
-	cuda_ok(cudaSetDevice(0), "cudaSetDevice");
-	cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-	b.sms = (uint32_t)prop.multiProcessorCount;
+	if (b.c.gpu_kv) {
+		struct cudaDeviceProp prop;
+
+		cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+		cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+		b.sms = (uint32_t)prop.multiProcessorCount;
+		snprintf(device, sizeof(device), "%s (%u SMs)", prop.name, b.sms);
+	}
 	if (b.c.json != NULL) {
 		b.json = fopen(b.c.json, "a");
 		if (b.json == NULL) {
 			die(b.c.json, -errno);
 		}
 	}
-	printf("# %s on %s (%u SMs); %s: %s; %u-token chunks, %llu-byte layer blocks; median of "
-	       "%u rounds\n",
-	       b.c.model, prop.name, b.sms, b.emulated ? "EMULATED fast NVMe (tmpfs)" : "disk",
-	       b.c.dir, b.geo.chunk_tokens, (unsigned long long)b.lbb, b.c.repeats);
+	if (b.c.latency_loads > 0) {
+		printf("# %s on %s; %s: %s; %u-token chunks, %llu-byte layer blocks; latency of %u "
+		       "loads per size\n",
+		       b.c.model, device, b.emulated ? "EMULATED fast NVMe (tmpfs)" : "disk",
+		       b.c.dir, b.geo.chunk_tokens, (unsigned long long)b.lbb, b.c.latency_loads);
+	} else {
+		printf("# %s on %s; %s: %s; %u-token chunks, %llu-byte layer blocks; median of %u "
+		       "rounds\n",
+		       b.c.model, device, b.emulated ? "EMULATED fast NVMe (tmpfs)" : "disk",
+		       b.c.dir, b.geo.chunk_tokens, (unsigned long long)b.lbb, b.c.repeats);
+	}
 
-	{
-		uint64_t arena = (uint64_t)b.L * b.max_blocks * b.lbb;
-
-		pattern_bytes = (uint64_t)b.max_blocks * b.lbb + (uint64_t)b.L * LAYER_SHIFT;
-		cuda_ok(cudaMalloc((void **)&b.src, arena), "cudaMalloc");
-		cuda_ok(cudaMalloc((void **)&b.dst, arena), "cudaMalloc");
-		cuda_ok(cudaHostAlloc((void **)&b.pattern, pattern_bytes, cudaHostAllocDefault),
-		        "cudaHostAlloc");
-		cuda_ok(cudaHostAlloc((void **)&b.host_a, (uint64_t)b.max_blocks * b.lbb,
-		                      cudaHostAllocDefault),
-		        "cudaHostAlloc");
-		cuda_ok(cudaHostAlloc((void **)&b.host_b, (uint64_t)b.max_blocks * b.lbb,
-		                      cudaHostAllocDefault),
-		        "cudaHostAlloc");
+	arena = (uint64_t)b.L * b.max_blocks * b.lbb;
+	pattern_bytes = (uint64_t)b.max_blocks * b.lbb + (uint64_t)b.L * LAYER_SHIFT;
+	b.src = kv_mem_alloc(&b, arena);
+	b.dst = kv_mem_alloc(&b, arena);
+	b.pattern = host_mem_alloc(&b, pattern_bytes);
+	b.host_a = host_mem_alloc(&b, (uint64_t)b.max_blocks * b.lbb);
+	b.host_b = host_mem_alloc(&b, (uint64_t)b.max_blocks * b.lbb);
+	bu_fill_random(b.pattern, pattern_bytes / 8 * 8, seed);
+	if (b.c.latency_loads == 0) {
 		b.raw_mem_bytes = 256ull << 20;
-		cuda_ok(cudaHostAlloc((void **)&b.raw_mem, b.raw_mem_bytes, cudaHostAllocDefault),
-		        "cudaHostAlloc");
-		bu_fill_random(b.pattern, pattern_bytes / 8 * 8, seed);
+		b.raw_mem = host_mem_alloc(&b, b.raw_mem_bytes);
 		memset(b.raw_mem, 0x5a, b.raw_mem_bytes);
 		/* The baseline's file, also the raw I/O's: one request's layer blocks. */
 		b.raw_file_bytes = arena;
@@ -947,39 +1288,59 @@ main(int argc, char **argv)
 
 		ceiling_conf_init(&cc, &b.c.dir, 1);
 		cc.budget_s = b.c.ceiling_s;
-		cc.gpu = 0;
+		cc.gpu = b.c.gpu_kv ? 0 : -1;
+		/* Loads only read: the write sweep would spend half the budget on nothing. */
+		cc.skip_writes = b.c.latency_loads > 0;
 		rc = ceiling_measure(&cc, &b.ceiling);
 		if (rc < 0) {
 			die("ceiling", rc);
 		}
 		ceiling_print(stdout, "# ", &b.ceiling);
-		printf("# limits: retrieve (SSD -> HBM) %.2f GB/s, store (HBM -> SSD) %.2f GB/s\n",
-		       ceiling_read_limit(&b.ceiling, true), ceiling_write_limit(&b.ceiling, true));
+		printf("# limits%s: retrieve%s %.2f GB/s", b.c.gpu_kv ? "" : " (host KV)",
+		       b.c.gpu_kv ? " (SSD -> HBM)" : "",
+		       ceiling_read_limit(&b.ceiling, b.c.gpu_kv));
+		if (b.c.latency_loads == 0) {
+			printf(", store%s %.2f GB/s", b.c.gpu_kv ? " (HBM -> SSD)" : "",
+			       ceiling_write_limit(&b.ceiling, b.c.gpu_kv));
+		}
+		printf("\n");
 		if (b.json != NULL) {
-			fprintf(b.json,
-			        "{\"storage\":\"%s\",\"model\":\"%s\",\"op\":\"ceiling\","
-			        "\"ceiling\":",
-			        b.emulated ? "emulated-tmpfs" : "disk", b.c.model);
+			fprintf(
+			    b.json,
+			    "{\"storage\":\"%s\",\"model\":\"%s\",\"kv\":\"%s\",\"op\":\"ceiling\","
+			    "\"ceiling\":",
+			    b.emulated ? "emulated-tmpfs" : "disk", b.c.model,
+			    b.c.gpu_kv ? "gpu" : "host");
 			ceiling_json(b.json, &b.ceiling);
 			fprintf(b.json, "}\n");
 			fflush(b.json);
 		}
 	}
-	base_threads_make(&b);
+	if (b.c.paths[P_BASELINE]) {
+		base_threads_make(&b);
+	}
 	for (uint32_t i = 0; i < b.c.nr_contexts; i++) {
-		run_context(&b, b.c.contexts[i]);
+		if (b.c.latency_loads > 0) {
+			run_latency(&b, b.c.contexts[i]);
+		} else {
+			run_context(&b, b.c.contexts[i]);
+		}
 	}
 	base_threads_free(&b);
-	close(b.raw_fd);
-	unlink(b.raw_path);
-	cudaFree(b.src);
-	cudaFree(b.dst);
-	cudaFreeHost(b.pattern);
-	cudaFreeHost(b.host_a);
-	cudaFreeHost(b.host_b);
-	cudaFreeHost(b.raw_mem);
+	if (b.raw_fd >= 0) {
+		close(b.raw_fd);
+		unlink(b.raw_path);
+	}
+	kv_mem_free(&b, b.src);
+	kv_mem_free(&b, b.dst);
+	host_mem_free(&b, b.pattern);
+	host_mem_free(&b, b.host_a);
+	host_mem_free(&b, b.host_b);
+	if (b.raw_mem != NULL) {
+		host_mem_free(&b, b.raw_mem);
+	}
 	if (b.json != NULL) {
 		fclose(b.json);
 	}
-	return 0;
+	return b.failed ? 1 : 0;
 }

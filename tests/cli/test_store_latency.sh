@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Description: tutti-gpu-store-bench without a GPU (--kv host): the latency mode gives one row per
+# (engine, size), every load bit-exact, its p50 / p99 / max the nearest ranks of the loads it
+# lists, its target 1.3 x bytes / limit + 1 ms from the limit of the run's own ceiling, and the
+# ratios and verdicts from those; the default sizes are 8 chunks and 1 chunk; the bandwidth rows
+# run on host KV too; no files are left behind; bad options exit 2.
+set -euo pipefail
+bench=$1
+dir=$(mktemp -d "${TMPDIR:-/tmp}/tutti-latency.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# The value of "name": in one JSON line (numbers, booleans and strings without commas).
+field() {
+	grep -oE "\"$2\":[^,}]*" <<<"$1" | head -1 | cut -d: -f2 | tr -d '"'
+}
+
+mkdir "$dir/store"
+"$bench" --dir "$dir/store" --kv host --latency 3 --contexts 512,256 \
+	--paths gpu-uring,uring,posix --ceiling-s 0.3 --json "$dir/lat.jsonl" >"$dir/lat.txt" ||
+	fail "latency run: $(cat "$dir/lat.txt")"
+[ -z "$(ls -A "$dir/store")" ] || fail "left behind: $(ls "$dir/store")"
+
+[ "$(grep -c '"op":"ceiling"' "$dir/lat.jsonl")" -eq 1 ] || fail "one ceiling line: $(cat "$dir/lat.jsonl")"
+ceiling=$(grep '"op":"ceiling"' "$dir/lat.jsonl")
+limit=$(field "$ceiling" host_read_limit_gbps)
+awk -v l="$limit" 'BEGIN { exit !(l > 0) }' || fail "no read limit: $ceiling"
+[ "$(grep -c '"op":"load-latency"' "$dir/lat.jsonl")" -eq 6 ] || fail "expected 6 rows: $(cat "$dir/lat.jsonl")"
+[ "$(grep -c ' latency .* 3 loads bit-exact$' "$dir/lat.txt")" -eq 6 ] || fail "text rows: $(cat "$dir/lat.txt")"
+
+for path in gpu-uring uring posix; do
+	for tokens in 512 256; do
+		row=$(grep "\"context_tokens\":$tokens,.*\"op\":\"load-latency\",\"path\":\"$path\"" \
+			"$dir/lat.jsonl") || fail "no row for $path $tokens"
+		[ "$(wc -l <<<"$row")" -eq 1 ] || fail "several rows for $path $tokens"
+		# Llama-3-8B: 128 KiB of KV per token, 256-token chunks.
+		[ "$(field "$row" bytes)" -eq $((tokens * 131072)) ] || fail "bytes: $row"
+		[ "$(field "$row" chunks)" -eq $((tokens / 256)) ] || fail "chunks: $row"
+		for f in loads:3 verified_loads:3 mismatched_loads:0 mismatched_blocks:0 \
+			bit_exact:true kv:host; do
+			[ "$(field "$row" "${f%%:*}")" = "${f#*:}" ] || fail "${f%%:*}: $row"
+		done
+		[ "$(field "$row" limit_gbps)" = "$limit" ] || fail "limit not the ceiling's: $row"
+		# The figures from the loads themselves: nearest ranks of 3 (p50 the 2nd, p99 the 3rd),
+		# the first load, and the target arithmetic.
+		loads=$(grep -oE '"loads_ms":\[[^]]*\]' <<<"$row" | sed 's/.*\[//; s/\]//')
+		[ "$(tr ',' '\n' <<<"$loads" | wc -l)" -eq 3 ] || fail "loads_ms: $row"
+		sorted=$(tr ',' '\n' <<<"$loads" | sort -g)
+		[ "$(field "$row" min_ms)" = "$(sed -n 1p <<<"$sorted")" ] || fail "min: $row"
+		[ "$(field "$row" p50_ms)" = "$(sed -n 2p <<<"$sorted")" ] || fail "p50: $row"
+		[ "$(field "$row" p99_ms)" = "$(sed -n 3p <<<"$sorted")" ] || fail "p99: $row"
+		[ "$(field "$row" max_ms)" = "$(sed -n 3p <<<"$sorted")" ] || fail "max: $row"
+		[ "$(field "$row" first_ms)" = "${loads%%,*}" ] || fail "first: $row"
+		awk -v b="$(field "$row" bytes)" -v l="$limit" \
+			-v ideal="$(field "$row" bytes_over_limit_ms)" -v t="$(field "$row" target_ms)" \
+			-v p50="$(field "$row" p50_ms)" -v p99="$(field "$row" p99_ms)" \
+			-v r50="$(field "$row" p50_over_target)" -v r99="$(field "$row" p99_over_target)" \
+			-v w50="$(field "$row" p50_within_target)" -v w99="$(field "$row" p99_within_target)" '
+			function abs(x) { return x < 0 ? -x : x }
+			BEGIN {
+				want = b / (l * 1e6)
+				ok = abs(ideal - want) <= 2e-3 * want + 1e-4 && abs(t - (1.3 * ideal + 1)) <= 1e-3 &&
+					abs(r50 - p50 / t) <= 1e-3 && abs(r99 - p99 / t) <= 1e-3 &&
+					(w50 == "true") == (p50 <= t) && (w99 == "true") == (p99 <= t) && p50 <= p99
+				exit !ok
+			}' || fail "target arithmetic: $row"
+	done
+done
+
+# Default sizes: a prefix of 8 chunks and one chunk (tiny geometry: 64-token chunks).
+"$bench" --dir "$dir/store" --kv host --latency 2 --model tiny --paths uring --ceiling-s 0.2 \
+	--json "$dir/tiny.jsonl" >"$dir/tiny.txt" || fail "tiny: $(cat "$dir/tiny.txt")"
+[ "$(grep -c '"op":"load-latency"' "$dir/tiny.jsonl")" -eq 2 ] || fail "tiny rows: $(cat "$dir/tiny.jsonl")"
+grep -q '"context_tokens":512,"chunks":8,.*"bit_exact":true' "$dir/tiny.jsonl" || fail "8 chunks: $(cat "$dir/tiny.jsonl")"
+grep -q '"context_tokens":64,"chunks":1,.*"bit_exact":true' "$dir/tiny.jsonl" || fail "1 chunk: $(cat "$dir/tiny.jsonl")"
+
+# The bandwidth rows on host KV: store and retrieve, bit-exact, each over its limit.
+"$bench" --dir "$dir/store" --kv host --contexts 512 --repeats 1 --raw-gib 1 --paths uring \
+	--ceiling-s 0.2 --json "$dir/bw.jsonl" >"$dir/bw.txt" || fail "bandwidth: $(cat "$dir/bw.txt")"
+for op in store retrieve; do
+	row=$(grep "\"op\":\"$op\",\"path\":\"uring\"" "$dir/bw.jsonl") || fail "no $op row: $(cat "$dir/bw.jsonl")"
+	[ "$(field "$row" kv)" = host ] && [ "$(field "$row" bit_exact)" = true ] || fail "$op: $row"
+	awk -v l="$(field "$row" limit_gbps)" 'BEGIN { exit !(l > 0) }' || fail "$op limit: $row"
+done
+[ -z "$(ls -A "$dir/store")" ] || fail "left behind: $(ls "$dir/store")"
+
+set +e
+"$bench" --dir "$dir/store" --kv host --paths baseline >/dev/null 2>&1
+[ $? -eq 2 ] || fail "the baseline on host KV should exit 2"
+"$bench" --dir "$dir/store" --kv host --latency 2 --paths uring,baseline >/dev/null 2>&1
+[ $? -eq 2 ] || fail "the baseline in latency mode should exit 2"
+"$bench" --dir "$dir/store" --kv disk >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--kv disk should exit 2"
+"$bench" --dir "$dir/store" --kv host --latency 0 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--latency 0 should exit 2"
+"$bench" --dir "$dir/store" --kv host --latency 2 --contexts 100 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "a size of no whole chunks should exit 2"
+set -e
+echo PASS
