@@ -8,7 +8,10 @@
 # Usage: scripts/gpu-run.sh [STEP...]   steps: test (ctest + compute-sanitizer), gpu-test (the
 # GPU and pipeline tests only, test_gpu_pipeline under memcheck), mover (the
 # CUDA kernels' bandwidth), store-emulated (tutti-gpu-store-bench on a /dev/shm file, labelled
-# emulated), store-disk (the same on the disk holding the working tree), stripe
+# emulated), store-disk (the same on the disk holding the working tree), latency-emulated and
+# latency-disk (tutti-gpu-store-bench --latency: LATENCY_LOADS loads, default 100, of a 2K-token
+# prefix and of one chunk per engine, p50/p99 against 1.3 x bytes / limit + 1 ms; /dev/shm
+# labelled emulated, and the disk holding the working tree; LATENCY_ARGS adds options), stripe
 # (tutti-stripe-bench: retrieve over 1, 2 and 4 directories against raw reads of the same files,
 # emulated and disk), tp (bench/tp_ttft.py with TP_ARGS: TTFT at TP=2 on two GPUs), layerwise
 # (bench/layerwise_ttft.py with LAYERWISE_ARGS), footprint (bench/io_footprint.py with
@@ -84,6 +87,23 @@ mover)
 	build/gpu/tutti-gpu-bench --repeats 10 --json > "$OUT/gpu-mover.json" 2> "$OUT/gpu-mover.err"
 	log "bench exit $?"
 	build/gpu/tutti-gpu-bench --repeats 10 2>&1 | tee "$OUT/gpu-mover.txt" | tee -a "$OUT/summary.txt"
+	;;
+latency-emulated | latency-disk)
+	# Small loads: per engine (gpu-uring, uring, posix) a 2K-token prefix (256 MiB) and one
+	# chunk (32 MiB) stored once and loaded LATENCY_LOADS times into GPU KV, each timed from the
+	# call until the data is in HBM and checked bit for bit; one JSON object per (engine, size)
+	# in $OUT/$step.jsonl beside the ceiling the limit comes from.
+	if [ "$step" = latency-emulated ]; then dir=/dev/shm/tutti-latency; else dir=$PWD/build/tutti-latency; fi
+	rm -rf "$dir" && mkdir -p "$dir"
+	df -h "$dir" >> "$OUT/summary.txt"
+	log "latency ($step) in $dir: ${LATENCY_LOADS:-100} loads, ${LATENCY_ARGS:-defaults}"
+	# shellcheck disable=SC2086
+	timeout "${BENCH_TIMEOUT:-600}" build/gpu/tutti-gpu-store-bench --dir "$dir" \
+		--latency "${LATENCY_LOADS:-100}" --paths gpu-uring,uring,posix --json "$OUT/$step.jsonl" \
+		${LATENCY_ARGS:-} 2> "$OUT/$step.err" | tee "$OUT/$step.txt" | tee -a "$OUT/summary.txt"
+	log "latency bench exit ${PIPESTATUS[0]}"
+	tail -5 "$OUT/$step.err" >> "$OUT/summary.txt"
+	rm -rf "$dir"
 	;;
 store-emulated | store-disk)
 	if [ $step = store-emulated ]; then dir=/dev/shm/tutti-bench; else dir=$PWD/build/tutti-bench; fi
