@@ -556,15 +556,13 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 	struct tutti_store_opts o;
 	struct tutti_store *st = NULL;
 	const char *dirs[1] = {dir};
-	char file[4200];
 	int rc;
 
 	snprintf(dir, dir_len, "%s/%s", b->c.dir, path_names[path]);
+	rawbw_remove_store(dir); /* a fresh store: nothing of an earlier context */
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
 		die(dir, -errno);
 	}
-	snprintf(file, sizeof(file), "%s/tutti.data", dir);
-	unlink(file); /* a fresh store: nothing of an earlier context */
 	tutti_store_opts_init(&o);
 	o.flags = TUTTI_OPEN_CREATE;
 	o.dirs = dirs;
@@ -591,12 +589,8 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 static void
 close_store(struct tutti_store *st, const char *dir)
 {
-	char file[4200];
-
 	tutti_store_close(st);
-	snprintf(file, sizeof(file), "%s/tutti.data", dir);
-	unlink(file);
-	rmdir(dir);
+	rawbw_remove_store(dir);
 }
 
 static struct tutti_request

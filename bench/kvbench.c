@@ -96,8 +96,10 @@ struct bench {
 	/* raw measurements next to every timed round */
 	bool raw;
 	struct rawbw_point best_read, best_write; /* chosen by the sweep at set-up */
-	int store_fds[KVBENCH_MAX_DIRS];          /* the store's data files, read-only */
-	int scratch_fds[KVBENCH_MAX_DIRS];        /* temporary files for raw writes */
+	int store_fds[TT_POOL_MAX_FILES];         /* the store's data files, read-only */
+	int scratch_fds[TT_POOL_MAX_FILES]; /* temporary files for raw writes, one per data file */
+	uint32_t nr_files;                  /* of each */
+	uint64_t file_span;                 /* bytes of slots each data file holds (the least) */
 	/* page-granular baseline */
 	bool page;
 	int page_fd;
@@ -365,9 +367,9 @@ raw_target(struct bench *b, bool write, bool scratch)
 	 */
 	return (struct rawbw_target){
 	    .fds = scratch ? b->scratch_fds : b->store_fds,
-	    .nr_fds = b->conf->nr_dirs,
+	    .nr_fds = b->nr_files,
 	    .off = scratch ? 0 : TT_POOL_DATA_OFF,
-	    .span = b->slots_per_dir * tutti_geometry_slot_bytes(&b->geo),
+	    .span = b->file_span,
 	    .mem = write ? b->src.mem : b->dst.mem,
 	    .mem_bytes = write ? b->src.bytes : b->dst.bytes,
 	    .write = write,
@@ -801,37 +803,51 @@ open_store(struct bench *b, uint64_t unique_chunks)
 	return 0;
 }
 
-/* Open what the raw measurements use (the store's data files and a scratch file per directory),
- * then pick the best block size and depth with a sweep: writes to the scratch files, then reads
- * of what was written (unwritten extents would read as zeros without touching the device). */
+/* Open what the raw measurements use (the store's data files and a scratch file beside each,
+ * so that raw writes meet in a file no more than the store's do), then pick the best block size and
+ * depth with a sweep: writes to the scratch files, then reads of what was written (unwritten
+ * extents would read as zeros without touching the device). */
 static int
 raw_setup(struct bench *b, struct kvbench_result *res)
 {
 	const struct kvbench_conf *c = b->conf;
-	uint64_t per_dir = b->slots_per_dir * tutti_geometry_slot_bytes(&b->geo);
+	uint64_t per_file;
 	struct rawbw_target t;
-	char path[4096];
 	int rc;
 
+	b->file_span = b->slots_per_dir * tutti_geometry_slot_bytes(&b->geo);
 	for (uint32_t d = 0; d < c->nr_dirs; d++) {
-		snprintf(path, sizeof(path), "%s/%s", c->dirs[d], TT_POOL_FILE_NAME);
-		b->store_fds[d] = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-		b->scratch_fds[d] =
-		    open(c->dirs[d], O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
-		if (b->store_fds[d] < 0 || b->scratch_fds[d] < 0 ||
-		    fallocate(b->scratch_fds[d], 0, 0, (off_t)per_dir) != 0) {
-			rc = -errno;
+		uint32_t first = b->nr_files;
+
+		rc = rawbw_open_store_files(c->dirs[d], tutti_geometry_slot_bytes(&b->geo),
+		                            b->store_fds, TT_POOL_MAX_FILES, &b->nr_files,
+		                            &b->file_span);
+		for (uint32_t i = first; rc == 0 && i < b->nr_files; i++) {
+			b->scratch_fds[i] =
+			    open(c->dirs[d], O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+			rc = b->scratch_fds[i] < 0 ? -errno : 0;
+		}
+		if (rc < 0) {
 			fprintf(stderr, "tutti: raw files in %s: %s\n", c->dirs[d],
 			        tutti_strerror(rc));
 			return rc;
 		}
 	}
+	for (uint32_t i = 0; i < b->nr_files; i++) {
+		if (fallocate(b->scratch_fds[i], 0, 0, (off_t)b->file_span) != 0) {
+			rc = -errno;
+			fprintf(stderr, "tutti: raw files in %s: %s\n", c->dirs[0],
+			        tutti_strerror(rc));
+			return rc;
+		}
+	}
+	per_file = b->file_span;
 	progress(b, "sweeping raw O_DIRECT block sizes and queue depths");
 	t = raw_target(b, true, true);
-	rc = rawbw_sweep(&t, TT_MIN(per_dir, RAW_SWEEP_BYTES), &b->best_write);
+	rc = rawbw_sweep(&t, TT_MIN(per_file, RAW_SWEEP_BYTES), &b->best_write);
 	if (rc == 0) {
 		t = raw_target(b, false, true);
-		rc = rawbw_sweep(&t, TT_MIN(per_dir, RAW_SWEEP_BYTES), &b->best_read);
+		rc = rawbw_sweep(&t, TT_MIN(per_file, RAW_SWEEP_BYTES), &b->best_read);
 	}
 	if (rc < 0) {
 		fprintf(stderr, "tutti: raw sweep in %s: %s\n", c->dirs[0], tutti_strerror(rc));
@@ -871,7 +887,7 @@ ceiling_setup(struct bench *b, struct kvbench_result *res)
 static void
 bench_fini(struct bench *b)
 {
-	for (uint32_t d = 0; d < KVBENCH_MAX_DIRS; d++) {
+	for (uint32_t d = 0; d < TT_POOL_MAX_FILES; d++) {
 		if (b->store_fds[d] >= 0) {
 			close(b->store_fds[d]);
 		}
@@ -959,21 +975,27 @@ setup(struct bench *b, struct kvbench_result *res)
 static void
 drain_writes(struct bench *b)
 {
-	for (uint32_t d = 0; d < b->conf->nr_dirs; d++) {
-		if (b->scratch_fds[d] >= 0) {
-			fdatasync(b->scratch_fds[d]);
+	for (uint32_t i = 0; i < TT_POOL_MAX_FILES; i++) {
+		if (b->scratch_fds[i] >= 0) {
+			fdatasync(b->scratch_fds[i]);
 		}
 	}
 	if (b->page_fd >= 0) {
 		fdatasync(b->page_fd);
 	}
 	for (uint32_t d = 0; d < b->conf->nr_dirs; d++) {
-		char path[4096];
-		int fd;
+		for (uint32_t k = 0; k < TT_SB_MAX_FILES; k++) {
+			char name[TT_POOL_NAME_BYTES], path[4200];
+			int fd;
 
-		snprintf(path, sizeof(path), "%s/%s", b->conf->dirs[d], TT_POOL_FILE_NAME);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd >= 0) {
+			if (tt_pool_file_name(k, name, sizeof(name)) != 0) {
+				break;
+			}
+			snprintf(path, sizeof(path), "%s/%s", b->conf->dirs[d], name);
+			fd = open(path, O_RDONLY | O_CLOEXEC);
+			if (fd < 0) {
+				break;
+			}
 			fdatasync(fd);
 			close(fd);
 		}
@@ -991,8 +1013,8 @@ kvbench_run(const struct kvbench_conf *conf, struct kvbench_result *res)
 	if (getrandom(&b.run_nonce, sizeof(b.run_nonce), 0) != sizeof(b.run_nonce)) {
 		return -EIO;
 	}
-	for (uint32_t d = 0; d < KVBENCH_MAX_DIRS; d++) {
-		b.store_fds[d] = b.scratch_fds[d] = -1;
+	for (uint32_t i = 0; i < TT_POOL_MAX_FILES; i++) {
+		b.store_fds[i] = b.scratch_fds[i] = -1;
 	}
 	rc = plan_workload(&b, conf);
 	if (rc < 0) {

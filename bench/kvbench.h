@@ -114,6 +114,18 @@ double rawbw_run(const struct rawbw_target *t, uint64_t start, uint64_t bytes, u
  * none fits. Returns 0 or a negative errno. */
 int rawbw_sweep(const struct rawbw_target *t, uint64_t bytes, struct rawbw_point *best);
 
+/*
+ * Open the data files of store directory \p dir (tutti.data, then tutti.data.1, ... while they
+ * exist) read-only with O_DIRECT: appended to \p fds at *nr (at most \p max in all). *span
+ * becomes the smaller of itself and the bytes of whole slots of \p slot_bytes the smallest of
+ * them holds. Returns 0 or -errno (the files opened stay in fds for the caller to close).
+ */
+int rawbw_open_store_files(const char *dir, uint64_t slot_bytes, int *fds, uint32_t max,
+                           uint32_t *nr, uint64_t *span);
+
+/* Remove store directory \p dir: its data files, then the directory (when empty). */
+void rawbw_remove_store(const char *dir);
+
 struct page_io {
 	uint64_t off;
 	uint32_t nr_iov;

@@ -8,12 +8,17 @@
  * against liburing directly so that it shares no code with the store.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kvbench.h"
+#include "pool/pool.h"
 
 static const uint32_t sweep_bs[] = {1u << 20, 4u << 20};
 static const uint32_t sweep_qd[] = {4, 16, 32};
@@ -141,4 +146,58 @@ rawbw_sweep(const struct rawbw_target *t, uint64_t bytes, struct rawbw_point *be
 		}
 	}
 	return 0;
+}
+
+int
+rawbw_open_store_files(const char *dir, uint64_t slot_bytes, int *fds, uint32_t max, uint32_t *nr,
+                       uint64_t *span)
+{
+	for (uint32_t k = 0; k < TT_SB_MAX_FILES; k++) {
+		char name[TT_POOL_NAME_BYTES], path[4200];
+		struct stat st;
+		int fd;
+
+		if (tt_pool_file_name(k, name, sizeof(name)) != 0) {
+			return -ENAMETOOLONG;
+		}
+		snprintf(path, sizeof(path), "%s/%s", dir, name);
+		fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT && k > 0) {
+			return 0;
+		}
+		if (fd < 0) {
+			return -errno;
+		}
+		if (*nr == max) {
+			close(fd);
+			return -E2BIG;
+		}
+		fds[(*nr)++] = fd;
+		if (fstat(fd, &st) != 0) {
+			return -errno;
+		}
+		if ((uint64_t)st.st_size <= TT_POOL_DATA_OFF) {
+			*span = 0;
+		} else {
+			uint64_t held =
+			    ((uint64_t)st.st_size - TT_POOL_DATA_OFF) / slot_bytes * slot_bytes;
+
+			*span = held < *span ? held : *span;
+		}
+	}
+	return 0;
+}
+
+void
+rawbw_remove_store(const char *dir)
+{
+	for (uint32_t k = 0; k < TT_SB_MAX_FILES; k++) {
+		char name[TT_POOL_NAME_BYTES], path[4200];
+
+		if (tt_pool_file_name(k, name, sizeof(name)) == 0) {
+			snprintf(path, sizeof(path), "%s/%s", dir, name);
+			unlink(path);
+		}
+	}
+	rmdir(dir);
 }

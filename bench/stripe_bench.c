@@ -233,8 +233,9 @@ struct stripe {
 	uint32_t nr;
 	char dirs[TT_POOL_MAX_DIRS][4096];
 	const char *ptrs[TT_POOL_MAX_DIRS];
-	int fds[TT_POOL_MAX_DIRS]; /* the data files, for raw reads */
-	uint64_t span;             /* bytes of request data in each file */
+	int fds[TT_POOL_MAX_FILES]; /* the data files, for raw reads */
+	uint32_t nr_fds;
+	uint64_t span; /* bytes of request data in each file */
 };
 
 static void
@@ -245,23 +246,20 @@ stripe_make(const struct bench *b, struct stripe *s, uint32_t nr)
 		snprintf(s->dirs[i], sizeof(s->dirs[i]), "%s/tutti-stripe-%u.%u",
 		         b->c.bases[i % b->c.nr_bases], nr, i);
 		s->ptrs[i] = s->dirs[i];
-		s->fds[i] = -1;
 	}
+	s->nr_fds = 0;
 	s->span = (uint64_t)b->chunks / nr * tutti_geometry_slot_bytes(&b->geo);
 }
 
 static void
 stripe_remove(struct stripe *s)
 {
-	char file[4200];
-
+	for (uint32_t i = 0; i < s->nr_fds; i++) {
+		close(s->fds[i]);
+	}
+	s->nr_fds = 0;
 	for (uint32_t i = 0; i < s->nr; i++) {
-		if (s->fds[i] >= 0) {
-			close(s->fds[i]);
-		}
-		snprintf(file, sizeof(file), "%s/%s", s->dirs[i], TT_POOL_FILE_NAME);
-		unlink(file);
-		rmdir(s->dirs[i]);
+		rawbw_remove_store(s->dirs[i]);
 	}
 }
 
@@ -285,8 +283,8 @@ open_store(const struct bench *b, const struct stripe *s, uint32_t engine)
 	o.dirs = s->ptrs;
 	o.nr_dirs = s->nr;
 	o.engine = engine;
-	/* Exactly one request: chunk i goes to directory i mod N, so every file holds the same
-	 * chunks / N slots, the bytes the raw rounds read. */
+	/* Exactly one request: chunk i goes to directory i mod N, so every directory holds the
+	 * same chunks / N slots over its data files, the bytes the raw rounds read. */
 	o.capacity_bytes = (uint64_t)b->chunks * tutti_geometry_slot_bytes(&b->geo);
 	o.staging_bytes = b->c.staging_bytes;
 	o.key_bytes = KEY_BYTES;
@@ -337,7 +335,7 @@ raw_target(const struct bench *b, const struct stripe *s)
 {
 	return (struct rawbw_target){
 	    .fds = s->fds,
-	    .nr_fds = s->nr,
+	    .nr_fds = s->nr_fds,
 	    .off = TT_POOL_DATA_OFF,
 	    .span = s->span,
 	    .mem = b->raw_mem,
@@ -346,23 +344,25 @@ raw_target(const struct bench *b, const struct stripe *s)
 	};
 }
 
-/* Open the N data files for raw reads and pick the best block size and depth. */
+/* Open the data files of the N directories for raw reads (each holds its share of the
+ * request's slots: span becomes the least of them) and pick the best block size and depth. */
 static void
 raw_setup(const struct bench *b, struct stripe *s, struct rawbw_point *best)
 {
 	struct rawbw_target t;
-	char file[4200];
 
 	for (uint32_t i = 0; i < s->nr; i++) {
-		snprintf(file, sizeof(file), "%s/%s", s->dirs[i], TT_POOL_FILE_NAME);
-		s->fds[i] = open(file, O_RDONLY | O_DIRECT | O_CLOEXEC);
-		if (s->fds[i] < 0) {
-			die(file, -errno);
+		int rc = rawbw_open_store_files(s->dirs[i], tutti_geometry_slot_bytes(&b->geo),
+		                                s->fds, TT_POOL_MAX_FILES, &s->nr_fds, &s->span);
+
+		if (rc < 0) {
+			die(s->dirs[i], rc);
 		}
 	}
 	t = raw_target(b, s);
-	ok(rawbw_sweep(&t, b->c.sweep_bytes / s->nr < s->span ? b->c.sweep_bytes / s->nr : s->span,
-	               best),
+	ok(rawbw_sweep(
+	       &t, b->c.sweep_bytes / s->nr_fds < s->span ? b->c.sweep_bytes / s->nr_fds : s->span,
+	       best),
 	   "raw sweep");
 }
 
@@ -385,16 +385,17 @@ measure(struct bench *b, struct stripe *s, uint32_t engine, struct rawbw_point *
 	struct tutti_store *st = open_store(b, s, engine);
 	struct tutti_request req = request(b, b->dst_ids);
 	struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
-	struct rawbw_target t = raw_target(b, s);
+	struct rawbw_target t;
 
 	if (st == NULL) {
 		return;
 	}
 	res->ran = true;
 	res->fill_gbps = fill(b, st);
-	if (s->fds[0] < 0) {
+	if (s->nr_fds == 0) {
 		raw_setup(b, s, best);
 	}
+	t = raw_target(b, s);
 	res->best = *best;
 	for (uint32_t r = 0; r < b->c.repeats; r++) {
 		uint64_t t0;

@@ -235,8 +235,10 @@ class Rank:
         """The bound the loads are held to: O_DIRECT reads of the bytes the longest prefix's load
         reads, from this rank's own data files, every rank at once (the ranks share the
         machine's storage as their loads do); --repeats rounds."""
-        per_file = n_tok // lw.CHUNK // len(dirs) * self.geo.slot_bytes
-        files = [str(d / "tutti.data") for d in dirs]
+        # Every data file of each directory (tutti.data, tutti.data.1, ...): a directory's
+        # chunks are spread over them.
+        files = [str(f) for d in dirs for f in sorted(d.glob("tutti.data*"))]
+        per_file = max(1, n_tok // lw.CHUNK // len(files)) * self.geo.slot_bytes
         for rep in range(self.args.repeats):
             dist.barrier()
             try:

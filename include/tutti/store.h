@@ -144,6 +144,13 @@ struct tutti_store_opts {
 	 *  of the GPU, while two already read host memory at the PCIe link's limit: hold as few
 	 *  as keep pace with the storage (docs/results.md, rows F1, F2 and L7). */
 	uint32_t gpu_io_sms;
+	/** Data files in each directory of a new store, 1..16; an existing store keeps the count
+	 *  it was made with. Consecutive chunks of a directory go to consecutive files, so that
+	 *  concurrent writes meet in one file only when there are more of them than files: a
+	 *  filesystem that serialises the writers of one file (tmpfs) then writes as many files
+	 *  side by side. 0 (the default): 16, fewer when 64 files over all directories or the
+	 *  store's slots per directory allow fewer. */
+	uint32_t data_files;
 };
 
 /** Fill \p opts with defaults and set opts->size. This function can't fail. */
@@ -151,10 +158,10 @@ TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
 
 /**
  * Open the store held by opts->dirs for geometry \p geo, creating it when TUTTI_OPEN_CREATE is
- * set. Each directory holds one preallocated data file of fixed-size slots, opened with O_DIRECT
- * and locked against a second opener. The directories are one set, fixed when the store is
- * created: an open must be given all of them (in any order) and no other. An existing store is
- * resized to the requested capacity, with a warning in the log (capacity_bytes 0 with
+ * set. Each directory holds preallocated data files of fixed-size slots (opts->data_files),
+ * opened with O_DIRECT and locked against a second opener. The directories are one set, fixed when
+ * the store is created: an open must be given all of them (in any order) and no other. An existing
+ * store is resized to the requested capacity, with a warning in the log (capacity_bytes 0 with
  * TUTTI_OPEN_EXISTING keeps it).
  *
  * Nothing is written before the open is known to succeed: the files are read and checked, the

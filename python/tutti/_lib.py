@@ -59,6 +59,7 @@ class StoreOpts(ctypes.Structure):
         ("durability", c_u32),
         ("gpu_io_workers", c_u32),
         ("gpu_io_sms", c_u32),
+        ("data_files", c_u32),
     ]
 
 

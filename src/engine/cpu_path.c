@@ -1089,27 +1089,30 @@ tt_engine_read_records(struct tt_engine *e, uint32_t nr, uint32_t bytes,
 }
 
 int
-tt_cpu_flush(struct tt_engine *e)
+tt_cpu_flush(struct tt_engine *e, uint64_t files)
 {
 	int32_t res[TT_ENGINE_MAX_FILES];
 	struct tt_io ios[TT_ENGINE_MAX_FILES];
+	uint32_t nr = 0;
 	int rc;
 
 	if (e->nr_fds > TT_ENGINE_MAX_FILES) {
 		return -EINVAL;
 	}
 	for (uint32_t d = 0; d < e->nr_fds; d++) {
-		ios[d] = (struct tt_io){.file = (uint16_t)d, .op = TT_IO_FSYNC};
+		if (files >> d & 1) {
+			ios[nr++] = (struct tt_io){.file = (uint16_t)d, .op = TT_IO_FSYNC};
+		}
 	}
-	rc = tt_engine_io(e, ios, e->nr_fds, res);
+	rc = nr == 0 ? 0 : tt_engine_io(e, ios, nr, res);
 	if (rc < 0) {
 		return rc;
 	}
-	for (uint32_t d = 0; d < e->nr_fds; d++) {
-		if (res[d] < 0) {
-			tt_log_err(e->log, "flushing directory %u failed: %s", d,
-			           tutti_strerror(res[d]));
-			return res[d];
+	for (uint32_t i = 0; i < nr; i++) {
+		if (res[i] < 0) {
+			tt_log_err(e->log, "flushing data file %u failed: %s", ios[i].file,
+			           tutti_strerror(res[i]));
+			return res[i];
 		}
 	}
 	return 0;

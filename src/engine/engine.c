@@ -351,10 +351,12 @@ tt_engine_queue_depth(const struct tt_engine *e)
 	return e->nr_units;
 }
 
+_Static_assert(TT_ENGINE_MAX_FILES <= 64, "a flush names its files in 64 bits");
+
 int
-tt_engine_flush(struct tt_engine *e)
+tt_engine_flush(struct tt_engine *e, uint64_t files)
 {
-	return e->ops->flush(e);
+	return e->ops->flush(e, files);
 }
 
 void

@@ -26,7 +26,7 @@
 struct tutti_request;
 
 /* Data files an engine does I/O on, at most (the store's directories). */
-#define TT_ENGINE_MAX_FILES 64u
+#define TT_ENGINE_MAX_FILES 64u /* one bit each in a flush's set (tt_engine_flush) */
 
 enum tt_io_op {
 	TT_IO_READ = 0,
@@ -191,8 +191,9 @@ int tt_engine_read_records(struct tt_engine *e, uint32_t nr, uint32_t bytes,
                            void *arg);
 /* The most I/Os the queue keeps in flight: the batch size for records. */
 uint32_t tt_engine_queue_depth(const struct tt_engine *e);
-/* fdatasync every data file. Returns 0 or the first failure. */
-int tt_engine_flush(struct tt_engine *e);
+/* fdatasync the data files whose bits are set in \p files (bit i: file i; an engine has at most
+ * 64 files), side by side. Returns 0 or the first failure. */
+int tt_engine_flush(struct tt_engine *e, uint64_t files);
 void tt_engine_stats(struct tt_engine *e, struct tt_engine_stats *out);
 
 /*

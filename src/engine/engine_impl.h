@@ -123,7 +123,7 @@ struct tt_engine_ops {
 	/* Release what open and attach made, ending with tt_engine_fini(). */
 	void (*close)(struct tt_engine *e);
 	int (*transfer)(struct tt_engine *e, struct tt_batch *b);
-	int (*flush)(struct tt_engine *e);
+	int (*flush)(struct tt_engine *e, uint64_t files);
 	void (*stats)(struct tt_engine *e, struct tt_engine_stats *out);
 	/* Optional: the engine that moves batches of \p kv (one the table entry takes), when not
 	 * this one; see tt_engine_moved_by(). */
@@ -305,7 +305,7 @@ int tt_xfer_start(struct tt_xfer *x, struct tt_engine *e, struct tt_batch *b, bo
 int tt_cpu_transfer(struct tt_engine *e, struct tt_batch *b);
 /* Whether the CPU path moves KV that \p mover copies in waves (tt_waves_transfer). */
 bool tt_cpu_waves_take(struct tt_engine *e, const struct tt_mover_ops *mover);
-int tt_cpu_flush(struct tt_engine *e);
+int tt_cpu_flush(struct tt_engine *e, uint64_t files);
 void tt_cpu_stats(struct tt_engine *e, struct tt_engine_stats *out);
 /* One unit's CPU-side steps (shared by the CPU path and gpu-uring's twin): fill a staging
  * buffer and note checksums (save); check a read against the chunk's checksums, adding the

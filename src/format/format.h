@@ -14,17 +14,20 @@
 #define TT_SB_MAGIC "TUTTISB\0"
 /* Version 2 added the store id and slot headers; version 3 keyed object checksums with
  * tt_csum_secret; version 4 records the store's directory set (set id, count, this directory's
- * place, an unfinished creation) and each directory's path. Other versions are refused
+ * place, an unfinished creation) and each directory's path; version 5 spreads a directory's
+ * slots over several data files (their count and each file's place). Other versions are refused
  * (-EPROTO). */
-#define TT_SB_VERSION 4u
+#define TT_SB_VERSION 5u
 #define TT_SB_BYTES 4096u /* the superblock's share of the file */
 #define TT_NS_FP_BYTES 16u
-#define TT_SB_MAX_DIRS 64u /* directories of one store */
+#define TT_SB_MAX_DIRS 64u  /* directories of one store */
+#define TT_SB_MAX_FILES 64u /* data files of one directory */
 /* sb.flags: the store's creation has not finished (every directory is written first with this
  * flag, then without it): such a file holds nothing yet and is made anew. */
 #define TT_SB_CREATING 0x1u
 
-/* The superblock at offset 0 of every store data file. */
+/* The superblock at offset 0 of every store data file. Every file of a directory holds the same
+ * superblock but for file_index. */
 struct tt_superblock {
 	uint32_t version;
 	struct tutti_geometry geo;
@@ -33,12 +36,14 @@ struct tt_superblock {
 	uint64_t slot_bytes;
 	uint64_t data_off; /* file offset of slot 0 */
 	uint64_t nr_slots;
-	uint64_t store_uid; /* random per directory at creation: slots of an earlier store, or of
-	                     * another directory, are never taken */
-	uint64_t set_uid;   /* random at creation, the same in every directory of the store */
-	uint32_t nr_dirs;   /* directories of the store, 1..TT_SB_MAX_DIRS */
-	uint32_t dir_index; /* this directory's place among them */
-	uint32_t flags;     /* TT_SB_CREATING */
+	uint64_t store_uid;  /* random per directory at creation: slots of an earlier store, or of
+	                      * another directory, are never taken */
+	uint64_t set_uid;    /* random at creation, the same in every directory of the store */
+	uint32_t nr_dirs;    /* directories of the store, 1..TT_SB_MAX_DIRS */
+	uint32_t dir_index;  /* this directory's place among them */
+	uint32_t flags;      /* TT_SB_CREATING */
+	uint32_t nr_files;   /* data files of each directory, 1..TT_SB_MAX_FILES */
+	uint32_t file_index; /* this file's place among its directory's files */
 };
 
 /* Serialise \p sb into \p buf (TT_SB_BYTES bytes, little-endian, checksummed). */
@@ -46,8 +51,8 @@ void tt_sb_encode(const struct tt_superblock *sb, uint8_t *buf);
 
 /*
  * Parse \p len bytes at \p buf. Returns 0, or -EPROTO (bad magic, unknown version) or -EBADMSG
- * (short buffer, bad sizes, a directory count or place out of range, unknown flags, checksum
- * mismatch).
+ * (short buffer, bad sizes, a directory or file count or place out of range, unknown flags,
+ * checksum mismatch).
  */
 int tt_sb_decode(const uint8_t *buf, size_t len, struct tt_superblock *out);
 

@@ -26,9 +26,11 @@ enum {
 	OFF_NR_DIRS = 104,
 	OFF_DIR_INDEX = 108,
 	OFF_FLAGS = 112,
-	OFF_RESERVED = 116,
-	OFF_CSUM = 120,
-	HDR_BYTES = 128,
+	OFF_NR_FILES = 116,
+	OFF_FILE_INDEX = 120,
+	OFF_RESERVED = 124,
+	OFF_CSUM = 128,
+	HDR_BYTES = 136,
 };
 
 /* Path table entry: length, directory index, set id, the path, then a checksum of all before. */
@@ -63,6 +65,8 @@ tt_sb_encode(const struct tt_superblock *sb, uint8_t *buf)
 	put32(buf + OFF_NR_DIRS, sb->nr_dirs);
 	put32(buf + OFF_DIR_INDEX, sb->dir_index);
 	put32(buf + OFF_FLAGS, sb->flags);
+	put32(buf + OFF_NR_FILES, sb->nr_files);
+	put32(buf + OFF_FILE_INDEX, sb->file_index);
 	put32(buf + OFF_RESERVED, 0);
 	put64(buf + OFF_CSUM, XXH3_64bits(buf, OFF_CSUM));
 }
@@ -111,8 +115,11 @@ tt_sb_decode(const uint8_t *buf, size_t len, struct tt_superblock *out)
 	sb.nr_dirs = get32(buf + OFF_NR_DIRS);
 	sb.dir_index = get32(buf + OFF_DIR_INDEX);
 	sb.flags = get32(buf + OFF_FLAGS);
+	sb.nr_files = get32(buf + OFF_NR_FILES);
+	sb.file_index = get32(buf + OFF_FILE_INDEX);
 	/* Checksummed but impossible: written by no version of this format. */
 	if (sb.nr_dirs == 0 || sb.nr_dirs > TT_SB_MAX_DIRS || sb.dir_index >= sb.nr_dirs ||
+	    sb.nr_files == 0 || sb.nr_files > TT_SB_MAX_FILES || sb.file_index >= sb.nr_files ||
 	    (sb.flags & ~TT_SB_CREATING) != 0 || get32(buf + OFF_RESERVED) != 0) {
 		return -EBADMSG;
 	}

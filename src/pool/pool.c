@@ -3,6 +3,12 @@
  * File pool: the data files of a store's directories (opening, locking and checking them, then
  * making them what the open decided) and the slot free lists. pool.h says how an open is split
  * so that a failed one writes nothing.
+ *
+ * Each directory holds nr_files data files: tutti.data (file 0: the superblock the store's size
+ * is read from, the path table) and its siblings tutti.data.1, ... Local slot l of a directory
+ * lives in its file l % nr_files, row l / nr_files, so that consecutive slots (those one save
+ * fills) are written through different files: a filesystem that serialises writers of one file
+ * (tmpfs, on its inode lock) lets them run side by side.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,29 +25,39 @@
 #include "index/index.h"
 #include "pool/pool.h"
 
+/* One data file of a directory. */
+struct pool_file {
+	int fd;
+	bool created;             /* created by this open: removed again unless committed */
+	bool empty;               /* the file is empty */
+	struct tt_superblock sb;  /* as found, unless empty or its directory fresh; as written
+	                           * after a commit */
+	uint64_t file_bytes;      /* as found */
+	struct timespec times[2]; /* access and modification times as found, put back by an undo */
+};
+
 struct pool_dir {
 	int dir_fd; /* the store directory, holding the owner lock (lock_owner) */
-	int fd;
-	dev_t dev; /* the directory's identity: one directory given twice is refused */
+	dev_t dev;  /* the directory's identity: one directory given twice is refused */
 	ino_t ino;
 	bool dir_made;     /* created by this open: removed again unless committed */
 	bool owner_locked; /* this open holds the directory's owner lock */
-	bool created;      /* tutti.data created by this open: removed again unless committed */
-	bool empty;        /* the file is empty */
 	bool fresh;        /* holds no store: empty, or of a store whose creation never finished */
 	bool replaced;     /* held a store of another identity: fresh, emptied at commit */
-	struct tt_superblock sb;  /* as found, unless fresh; as written after a commit */
-	uint64_t file_bytes;      /* as found */
-	struct timespec times[2]; /* access and modification times as found, put back by an undo */
-	uint32_t disk_slots;      /* slots with headers on disk that the store keeps */
-	char path[PATH_MAX];      /* where the directory is, for the path table and messages */
-	uint32_t *free;           /* stack of free local slot ids; top at free[nr_free - 1] */
+	/* files[0] (tutti.data) is opened first; the siblings once the store's plan says how
+	 * many it has. nr_open entries are set up (fd -1 where not opened). */
+	struct pool_file *files;
+	uint32_t nr_open;
+	uint32_t kept_slots; /* slots whose headers the store keeps (recovery reads these) */
+	char path[PATH_MAX]; /* where the directory is, for the path table and messages */
+	uint32_t *free;      /* stack of free local slot ids; top at free[nr_free - 1] */
 	uint32_t nr_free;
 };
 
 struct tt_pool {
 	uint32_t nr_dirs;
 	uint32_t slots_per_dir;
+	uint32_t files_per_dir; /* decided by the plan: the store's, or conf's for a new one */
 	uint64_t slot_bytes;
 	bool read_only;
 	bool replace;         /* a store of another identity is replaced (conf->replace) */
@@ -53,7 +69,7 @@ struct tt_pool {
 	const struct tt_geo *geo;
 	uint32_t key_bytes;
 	uint8_t ns_fp[TT_NS_FP_BYTES];
-	int *fds;
+	int *fds; /* nr_dirs x files_per_dir, once every file is open */
 	struct pool_dir *dirs;
 	const struct tt_log *log;
 };
@@ -181,39 +197,39 @@ lock_data_file(int fd, const char *path, bool shared, const struct tt_log *log)
 }
 
 /*
- * Open (or, with \p create, create) the data file in the directory \p dir_fd without following
+ * Open (or, with \p create, create) the data file \p name in the directory \p dir_fd (\p path
+ * names it in messages) without following
  * a symbolic link and without blocking (a FIFO in its place would block an open for reading
  * until a writer came), and check that it is a regular file; when \p writable, also that it has
  * no other hard link, whose file every write of the store would change too. *created says
  * whether this call created it. Returns the descriptor or -errno, having logged why.
  */
 static int
-open_data_fd(int dir_fd, const char *path, bool writable, bool create, bool *created,
-             const struct tt_log *log)
+open_data_fd(int dir_fd, const char *name, const char *path, bool writable, bool create,
+             bool *created, const struct tt_log *log)
 {
 	int flags = (writable ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
 	/* A reader that is to change nothing does not change the access time either, where the
 	 * file is its own (O_NOATIME is refused, EPERM, on others' files). */
-	int fd = writable ? -1 : openat(dir_fd, TT_POOL_FILE_NAME, flags | O_NOATIME);
+	int fd = writable ? -1 : openat(dir_fd, name, flags | O_NOATIME);
 	struct stat st;
 	int rc;
 
 	if (fd < 0) {
-		fd = openat(dir_fd, TT_POOL_FILE_NAME, flags);
+		fd = openat(dir_fd, name, flags);
 	}
 	*created = false;
 	if (fd < 0 && errno == ENOENT && create) {
-		fd = openat(dir_fd, TT_POOL_FILE_NAME, flags | O_CREAT | O_EXCL, 0600);
+		fd = openat(dir_fd, name, flags | O_CREAT | O_EXCL, 0600);
 		*created = fd >= 0;
 		if (fd < 0 && errno == EEXIST) {
 			/* Made meanwhile by a process that does not take the owner lock (an older
 			 * build): it is not ours to initialise or remove, only to open. */
-			fd = openat(dir_fd, TT_POOL_FILE_NAME, flags);
+			fd = openat(dir_fd, name, flags);
 		}
 	}
 	/* O_DIRECT is refused by a FIFO, a socket or a device: say what the file is instead. */
-	if (fd < 0 && errno == EINVAL &&
-	    fstatat(dir_fd, TT_POOL_FILE_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	if (fd < 0 && errno == EINVAL && fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
 		tt_log_err(log, "%s is not a regular file (file type 0%o): not a Tutti store", path,
 		           (unsigned)(st.st_mode & S_IFMT) >> 12);
@@ -255,7 +271,7 @@ open_data_fd(int dir_fd, const char *path, bool writable, bool create, bool *cre
 err:
 	close(fd);
 	if (*created) {
-		unlinkat(dir_fd, TT_POOL_FILE_NAME, 0);
+		unlinkat(dir_fd, name, 0);
 	}
 	return rc;
 }
@@ -370,36 +386,90 @@ sb_matches(const struct tt_pool *pool, const struct tt_superblock *sb, const cha
 }
 
 /* Make the file at least \p bytes long, reserving the space now so that writes never fail for
- * lack of it. */
+ * lack of it: its first \p head bytes (superblock, path table) and its slots. The gap between
+ * them is never read or written: it stays a hole, so that a directory's many files cost no
+ * more space than their slots. */
 static int
-reserve(int fd, uint64_t bytes, const char *dir, const struct tt_log *log)
+reserve(int fd, uint64_t head, uint64_t bytes, const char *path, const struct tt_log *log)
 {
-	int rc;
+	struct stat st;
+	int rc = 0;
 
 	/* Not posix_fallocate: its fallback writes single bytes, which O_DIRECT refuses. */
-	if (fallocate(fd, 0, 0, (off_t)bytes) == 0) {
-		return 0;
+	if (fallocate(fd, 0, 0, (off_t)head) != 0 ||
+	    (bytes > TT_POOL_DATA_OFF &&
+	     fallocate(fd, 0, TT_POOL_DATA_OFF, (off_t)(bytes - TT_POOL_DATA_OFF)) != 0)) {
+		rc = -errno;
 	}
-	rc = -errno;
-	if (rc == -EOPNOTSUPP && ftruncate(fd, (off_t)bytes) == 0) {
+	if (rc == -EOPNOTSUPP) {
 		tt_log_warn(log,
-		            "%s/%s: no fallocate; the file is sparse and a full disk will show up "
-		            "as write errors",
-		            dir, TT_POOL_FILE_NAME);
-		return 0;
+		            "%s: no fallocate; the file is sparse and a full disk will show up as "
+		            "write errors",
+		            path);
+		rc = 0;
 	}
-	tt_log_err(log, "%s/%s: cannot reserve %llu bytes: %s", dir, TT_POOL_FILE_NAME,
-	           (unsigned long long)bytes, tutti_strerror(rc));
+	if (rc == 0 && fstat(fd, &st) != 0) {
+		rc = -errno;
+	}
+	if (rc == 0 && (uint64_t)st.st_size < bytes && ftruncate(fd, (off_t)bytes) != 0) {
+		rc = -errno;
+	}
+	if (rc < 0) {
+		tt_log_err(log, "%s: cannot reserve %llu bytes: %s", path,
+		           (unsigned long long)bytes, tutti_strerror(rc));
+	}
+	return rc;
+}
+
+int
+tt_pool_file_name(uint32_t index, char *name, size_t len)
+{
+	int n = index == 0 ? snprintf(name, len, "%s", TT_POOL_FILE_NAME)
+	                   : snprintf(name, len, "%s.%u", TT_POOL_FILE_NAME, index);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* The path of file \p index of directory \p dir, for messages and peeking. */
+static int
+file_path(const char *dir, uint32_t index, char *path, size_t len)
+{
+	char name[TT_POOL_NAME_BYTES];
+	int rc = tt_pool_file_name(index, name, sizeof(name));
+
+	if (rc == 0 && snprintf(path, len, "%s/%s", dir, name) >= (int)len) {
+		rc = -ENAMETOOLONG;
+	}
 	return rc;
 }
 
 static int
 data_path(const char *dir, char *path, size_t len)
 {
-	if (snprintf(path, len, "%s/%s", dir, TT_POOL_FILE_NAME) >= (int)len) {
-		return -ENAMETOOLONG;
-	}
-	return 0;
+	return file_path(dir, 0, path, len);
+}
+
+/* Rows (slots) of file \p f of a directory of \p slots slots spread over \p nr_files files. */
+static uint64_t
+file_rows(uint64_t slots, uint32_t nr_files, uint32_t f)
+{
+	return slots / nr_files + (f < slots % nr_files);
+}
+
+/* The bytes before the slots that file \p f uses: its superblock and, in file 0, the path
+ * table. */
+static uint64_t
+head_bytes(const struct tt_pool *pool, uint32_t f)
+{
+	return TT_SB_BYTES + (f == 0 ? (uint64_t)pool->nr_dirs * TT_SB_PATH_BYTES : 0);
+}
+
+/* The size file \p f of each directory has at the pool's size. */
+static uint64_t
+file_size(const struct tt_pool *pool, uint32_t f)
+{
+	return TT_POOL_DATA_OFF +
+	       file_rows(pool->slots_per_dir, pool->files_per_dir, f) * pool->slot_bytes;
 }
 
 /* A fresh random id: a new store's slots are never mistaken for those of an earlier store that
@@ -440,6 +510,63 @@ check_given_once(const struct tt_pool *pool, const struct tt_pool_conf *conf, ui
 			return -EINVAL;
 		}
 	}
+	return 0;
+}
+
+/*
+ * Open, lock and size file \p f of directory \p pd (given as \p dir), creating it when
+ * \p create, and read its superblock when \p read_sb. Writes nothing.
+ */
+static int
+open_file(struct tt_pool *pool, struct pool_dir *pd, const char *dir, uint32_t f, bool create,
+          bool read_sb)
+{
+	struct pool_file *pf = &pd->files[f];
+	char name[TT_POOL_NAME_BYTES], path[PATH_MAX];
+	struct stat st;
+	int rc = tt_pool_file_name(f, name, sizeof(name));
+
+	if (rc == 0) {
+		rc = file_path(dir, f, path, sizeof(path));
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	pf->fd =
+	    open_data_fd(pd->dir_fd, name, path, !pool->read_only, create, &pf->created, pool->log);
+	if (pf->fd < 0) {
+		rc = pf->fd;
+		pf->fd = -1;
+		return rc;
+	}
+	rc = lock_data_file(pf->fd, path, pool->read_only, pool->log);
+	if (rc == 0) {
+		rc = check_dio_alignment(pf->fd, path, pool->log);
+	}
+	if (rc == 0 && fstat(pf->fd, &st) != 0) {
+		rc = -errno;
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	pf->file_bytes = (uint64_t)st.st_size;
+	pf->times[0] = st.st_atim;
+	pf->times[1] = st.st_mtim;
+	pf->empty = st.st_size == 0;
+	if (!read_sb) {
+		return 0;
+	}
+	rc = read_superblock(pf->fd, &pf->sb, path, pool->log);
+	if (rc == -EINVAL) {
+		tt_log_err(pool->log, "%s: O_DIRECT reads fail on this filesystem", path);
+		return -EOPNOTSUPP; /* an O_DIRECT read refused despite the open succeeding */
+	}
+	if (rc < 0) {
+		tt_log_err(pool->log, "%s: not a Tutti store or damaged superblock: %s", path,
+		           tutti_strerror(rc));
+		return rc;
+	}
+	pf->empty = rc == 1;
 	return 0;
 }
 
@@ -493,38 +620,7 @@ open_dir(struct tt_pool *pool, const struct tt_pool_conf *conf, uint32_t d)
 		tt_log_err(pool->log, "%s: removed again and again while being opened", dir);
 		return rc;
 	}
-	pd->fd = open_data_fd(pd->dir_fd, path, !conf->read_only, create, &pd->created, pool->log);
-	if (pd->fd < 0) {
-		rc = pd->fd;
-		pd->fd = -1;
-		return rc;
-	}
-	pool->fds[d] = pd->fd;
-	rc = lock_data_file(pd->fd, path, conf->read_only, pool->log);
-	if (rc == 0) {
-		rc = check_dio_alignment(pd->fd, path, pool->log);
-	}
-	if (rc == 0 && fstat(pd->fd, &st) != 0) {
-		rc = -errno;
-	}
-	if (rc < 0) {
-		return rc;
-	}
-	pd->file_bytes = (uint64_t)st.st_size;
-	pd->times[0] = st.st_atim;
-	pd->times[1] = st.st_mtim;
-	rc = read_superblock(pd->fd, &pd->sb, path, pool->log);
-	if (rc == -EINVAL) {
-		tt_log_err(pool->log, "%s: O_DIRECT reads fail on this filesystem", path);
-		return -EOPNOTSUPP; /* an O_DIRECT read refused despite the open succeeding */
-	}
-	if (rc < 0) {
-		tt_log_err(pool->log, "%s: not a Tutti store or damaged superblock: %s", path,
-		           tutti_strerror(rc));
-		return rc;
-	}
-	pd->empty = rc == 1;
-	return 0;
+	return open_file(pool, pd, dir, 0, create, true);
 }
 
 /* ---- what the directories given are ---- */
@@ -536,8 +632,9 @@ read_paths(const struct tt_pool *pool, const struct pool_dir *pd, uint32_t nr,
            char (*paths)[PATH_MAX])
 {
 	uint8_t *buf = tt_aligned_alloc((size_t)nr * TT_SB_PATH_BYTES);
-	ssize_t n =
-	    buf == NULL ? -1 : pread(pd->fd, buf, (size_t)nr * TT_SB_PATH_BYTES, TT_SB_PATHS_OFF);
+	ssize_t n = buf == NULL ? -1
+	                        : pread(pd->files[0].fd, buf, (size_t)nr * TT_SB_PATH_BYTES,
+	                                TT_SB_PATHS_OFF);
 
 	for (uint32_t i = 0; i < nr; i++) {
 		size_t at = (size_t)i * TT_SB_PATH_BYTES;
@@ -556,7 +653,7 @@ static int
 report_missing(struct tt_pool *pool, const struct tt_pool_conf *conf, const struct pool_dir *ref,
                const bool *seen)
 {
-	uint32_t nr = ref->sb.nr_dirs;
+	uint32_t nr = ref->files[0].sb.nr_dirs;
 	char(*paths)[PATH_MAX] = tt_calloc(nr, sizeof(*paths));
 	char msg[1024];
 	size_t len = 0;
@@ -578,7 +675,7 @@ report_missing(struct tt_pool *pool, const struct tt_pool_conf *conf, const stru
 	           "missing %s %s. Give every directory of the store (in any order); if one is "
 	           "lost for good, remove tutti.data from each of the others to start an empty "
 	           "store",
-	           ref->path, ref->sb.dir_index + 1, nr, conf->nr_dirs,
+	           ref->path, ref->files[0].sb.dir_index + 1, nr, conf->nr_dirs,
 	           conf->nr_dirs == 1 ? "was" : "were",
 	           nr - conf->nr_dirs == 1 ? "directory" : "directories", msg);
 	tt_free(paths);
@@ -596,8 +693,16 @@ plan_new_store(struct tt_pool *pool, const struct tt_pool_conf *conf)
 
 	pool->fresh = true;
 	pool->slots_per_dir = (uint32_t)conf->slots_per_dir;
+	/* Enough files that a save's writers rarely meet in one, within the store's budget of
+	 * files; never more files than slots. */
+	pool->files_per_dir =
+	    conf->files_per_dir != 0
+	        ? conf->files_per_dir
+	        : (uint32_t)TT_MAX(
+	              1u, TT_MIN(TT_MIN(TT_POOL_FILES_PER_DIR, TT_POOL_MAX_FILES / pool->nr_dirs),
+	                         conf->slots_per_dir));
 	for (uint32_t d = 0; rc == 0 && d < pool->nr_dirs; d++) {
-		rc = new_uid(&pool->dirs[d].sb.store_uid);
+		rc = new_uid(&pool->dirs[d].files[0].sb.store_uid);
 	}
 	return rc;
 }
@@ -614,11 +719,11 @@ plan_existing_store(struct tt_pool *pool, const struct tt_pool_conf *conf,
 {
 	bool seen[TT_SB_MAX_DIRS] = {false};
 	uint32_t by_index[TT_SB_MAX_DIRS];
-	uint64_t found = ref->sb.nr_slots;
+	uint64_t found = ref->files[0].sb.nr_slots;
 	bool uneven = false;
 	char(*paths)[PATH_MAX];
 
-	pool->set_uid = ref->sb.set_uid;
+	pool->set_uid = ref->files[0].sb.set_uid;
 	for (uint32_t d = 0; d < pool->nr_dirs; d++) {
 		const struct pool_dir *pd = &pool->dirs[d];
 
@@ -629,31 +734,33 @@ plan_existing_store(struct tt_pool *pool, const struct tt_pool_conf *conf,
 			    "directories: a store's directories are fixed when it is made. Give "
 			    "exactly its directories, or remove tutti.data from each of them to "
 			    "make a new store over these",
-			    conf->dirs[d], ref->path, ref->sb.dir_index + 1, ref->sb.nr_dirs);
+			    conf->dirs[d], ref->path, ref->files[0].sb.dir_index + 1,
+			    ref->files[0].sb.nr_dirs);
 			return -EINVAL;
 		}
-		if (pd->sb.set_uid != ref->sb.set_uid || pd->sb.nr_dirs != ref->sb.nr_dirs) {
+		if (pd->files[0].sb.set_uid != ref->files[0].sb.set_uid ||
+		    pd->files[0].sb.nr_dirs != ref->files[0].sb.nr_dirs) {
 			tt_log_err(pool->log,
 			           "%s and %s hold two different stores: give the directories "
 			           "of one",
 			           ref->path, pd->path);
 			return -EEXIST;
 		}
-		if (seen[pd->sb.dir_index]) {
+		if (seen[pd->files[0].sb.dir_index]) {
 			tt_log_err(
 			    pool->log,
 			    "%s and %s both hold directory %u of one store (a copy of a data "
 			    "file?): give each directory of the store once",
-			    pool->dirs[by_index[pd->sb.dir_index]].path, pd->path,
-			    pd->sb.dir_index + 1);
+			    pool->dirs[by_index[pd->files[0].sb.dir_index]].path, pd->path,
+			    pd->files[0].sb.dir_index + 1);
 			return -EINVAL;
 		}
-		seen[pd->sb.dir_index] = true;
-		by_index[pd->sb.dir_index] = d;
-		uneven |= pd->sb.nr_slots != ref->sb.nr_slots;
-		found = TT_MAX(found, pd->sb.nr_slots);
+		seen[pd->files[0].sb.dir_index] = true;
+		by_index[pd->files[0].sb.dir_index] = d;
+		uneven |= pd->files[0].sb.nr_slots != ref->files[0].sb.nr_slots;
+		found = TT_MAX(found, pd->files[0].sb.nr_slots);
 	}
-	if (pool->nr_dirs < ref->sb.nr_dirs) {
+	if (pool->nr_dirs < ref->files[0].sb.nr_dirs) {
 		return report_missing(pool, conf, ref, seen);
 	}
 	if (uneven) {
@@ -674,24 +781,33 @@ plan_existing_store(struct tt_pool *pool, const struct tt_pool_conf *conf,
 	}
 	for (uint32_t d = 0; d < pool->nr_dirs; d++) {
 		struct pool_dir *pd = &pool->dirs[d];
-		/* Slots that start inside the file: a slot cut by a truncation is read too, and
-		 * its header or payload found damaged as any other. */
-		uint64_t in_file =
-		    pd->file_bytes > TT_POOL_DATA_OFF
-		        ? (pd->file_bytes - TT_POOL_DATA_OFF + pool->slot_bytes - 1) /
-		              pool->slot_bytes
-		        : 0;
 
-		pd->disk_slots = (uint32_t)TT_MIN(TT_MIN(in_file, pd->sb.nr_slots),
-		                                  (uint64_t)pool->slots_per_dir);
+		if (pd->files[0].sb.nr_files != ref->files[0].sb.nr_files) {
+			tt_log_err(pool->log,
+			           "%s and %s disagree on how many data files each directory has "
+			           "(%u and %u): damaged superblocks",
+			           ref->path, pd->path, ref->files[0].sb.nr_files,
+			           pd->files[0].sb.nr_files);
+			return -EBADMSG;
+		}
+		pd->kept_slots =
+		    (uint32_t)TT_MIN(pd->files[0].sb.nr_slots, (uint64_t)pool->slots_per_dir);
+	}
+	pool->files_per_dir = ref->files[0].sb.nr_files;
+	if ((uint64_t)pool->files_per_dir * pool->nr_dirs > TT_POOL_MAX_FILES) {
+		tt_log_err(pool->log,
+		           "the store in %s has %u directories of %u data files: more than the "
+		           "%u files a store may have",
+		           ref->path, pool->nr_dirs, pool->files_per_dir, TT_POOL_MAX_FILES);
+		return -EINVAL;
 	}
 	/* Is the path table still right? */
-	paths = tt_calloc(ref->sb.nr_dirs, sizeof(*paths));
+	paths = tt_calloc(ref->files[0].sb.nr_dirs, sizeof(*paths));
 	if (paths == NULL) {
 		return -ENOMEM;
 	}
-	read_paths(pool, ref, ref->sb.nr_dirs, paths);
-	for (uint32_t i = 0; i < ref->sb.nr_dirs; i++) {
+	read_paths(pool, ref, ref->files[0].sb.nr_dirs, paths);
+	for (uint32_t i = 0; i < ref->files[0].sb.nr_dirs; i++) {
 		pool->paths_stale |= strcmp(paths[i], pool->dirs[by_index[i]].path) != 0;
 	}
 	tt_free(paths);
@@ -711,11 +827,13 @@ plan_store(struct tt_pool *pool, const struct tt_pool_conf *conf)
 	for (uint32_t d = 0; d < pool->nr_dirs; d++) {
 		const struct pool_dir *pd = &pool->dirs[d];
 
-		pool->dirs[d].fresh |= pd->empty;
-		for (uint32_t e = 0;
-		     !pd->empty && (pd->sb.flags & TT_SB_CREATING) && e < pool->nr_dirs; e++) {
+		pool->dirs[d].fresh |= pd->files[0].empty;
+		for (uint32_t e = 0; !pd->files[0].empty &&
+		                     (pd->files[0].sb.flags & TT_SB_CREATING) && e < pool->nr_dirs;
+		     e++) {
 			pool->dirs[e].fresh |=
-			    !pool->dirs[e].empty && pool->dirs[e].sb.set_uid == pd->sb.set_uid;
+			    !pool->dirs[e].files[0].empty &&
+			    pool->dirs[e].files[0].sb.set_uid == pd->files[0].sb.set_uid;
 		}
 	}
 	for (uint32_t d = 0; d < pool->nr_dirs; d++) {
@@ -723,7 +841,7 @@ plan_store(struct tt_pool *pool, const struct tt_pool_conf *conf)
 
 		if (pd->fresh && !create) {
 			tt_log_err(pool->log,
-			           pd->empty
+			           pd->files[0].empty
 			               ? "%s/%s is empty: no store was ever written here (open "
 			                 "with TUTTI_OPEN_CREATE to make one)"
 			               : "%s/%s holds a store whose creation never finished: "
@@ -736,7 +854,7 @@ plan_store(struct tt_pool *pool, const struct tt_pool_conf *conf)
 			char path[PATH_MAX];
 			int rc = data_path(conf->dirs[d], path, sizeof(path));
 
-			rc = rc < 0 ? rc : sb_matches(pool, &pd->sb, path);
+			rc = rc < 0 ? rc : sb_matches(pool, &pd->files[0].sb, path);
 			if (rc < 0) {
 				return rc;
 			}
@@ -755,6 +873,97 @@ plan_store(struct tt_pool *pool, const struct tt_pool_conf *conf)
 
 /* ---- pool ---- */
 
+/* The remedy for a data file of an existing store that is gone or not its own. */
+#define LOST_FILE_HINT                                                                             \
+	"if it is lost for good, remove tutti.data from every directory of the store to start an " \
+	"empty store"
+
+/* Sibling \p f of existing directory \p pd (given as \p dir) holds its place in it. */
+static int
+check_sibling(const struct tt_pool *pool, const struct pool_dir *pd, const char *dir, uint32_t f)
+{
+	const struct tt_superblock *head = &pd->files[0].sb, *sb = &pd->files[f].sb;
+	char path[PATH_MAX];
+	int rc = file_path(dir, f, path, sizeof(path));
+
+	if (rc < 0) {
+		return rc;
+	}
+	if (pd->files[f].empty) {
+		tt_log_err(
+		    pool->log,
+		    "%s is empty, while %s/%s holds directory %u of a store whose directories "
+		    "have %u data files each: the file lost its superblock and its slots; "
+		    "%s",
+		    path, dir, TT_POOL_FILE_NAME, head->dir_index + 1, head->nr_files,
+		    LOST_FILE_HINT);
+		return -ENOENT;
+	}
+	if (sb->set_uid != head->set_uid || sb->store_uid != head->store_uid ||
+	    sb->dir_index != head->dir_index || sb->nr_dirs != head->nr_dirs) {
+		tt_log_err(pool->log,
+		           "%s is a data file of another store or directory than %s/%s (copied or "
+		           "moved between directories?): each directory must hold its own files; "
+		           "%s",
+		           path, dir, TT_POOL_FILE_NAME, LOST_FILE_HINT);
+		return -EEXIST;
+	}
+	if (sb->nr_files != head->nr_files || sb->file_index != f ||
+	    (sb->flags & TT_SB_CREATING) != 0) {
+		tt_log_err(pool->log,
+		           "%s holds data file %u of %u of its directory, not file %u of %u "
+		           "(renamed?): give each file its own name back; %s",
+		           path, sb->file_index, sb->nr_files, f, head->nr_files, LOST_FILE_HINT);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * Open the siblings of directory \p d (file 1 on), now that the plan says how many the store
+ * has. A fresh directory's are created where missing (whatever they hold is replaced at
+ * commit); an existing store's must all be there, each holding its place in the directory.
+ */
+static int
+open_siblings(struct tt_pool *pool, const struct tt_pool_conf *conf, uint32_t d)
+{
+	struct pool_dir *pd = &pool->dirs[d];
+	struct pool_file *files = tt_calloc(pool->files_per_dir, sizeof(*files));
+
+	if (files == NULL) {
+		return -ENOMEM;
+	}
+	files[0] = pd->files[0];
+	for (uint32_t f = 1; f < pool->files_per_dir; f++) {
+		files[f].fd = -1;
+	}
+	tt_free(pd->files);
+	pd->files = files;
+	pd->nr_open = pool->files_per_dir;
+	for (uint32_t f = 1; f < pool->files_per_dir; f++) {
+		int rc = open_file(pool, pd, conf->dirs[d], f, pd->fresh, !pd->fresh);
+
+		if (rc == -ENOENT && !pd->fresh) {
+			tt_log_err(pool->log,
+			           "%s/%s.%u is missing, while %s/%s holds directory %u of a store "
+			           "whose directories have %u data files each; %s",
+			           conf->dirs[d], TT_POOL_FILE_NAME, f, conf->dirs[d],
+			           TT_POOL_FILE_NAME, pd->files[0].sb.dir_index + 1,
+			           pool->files_per_dir, LOST_FILE_HINT);
+		}
+		if (rc == 0 && !pd->fresh) {
+			rc = check_sibling(pool, pd, conf->dirs[d], f);
+		}
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	for (uint32_t f = 0; f < pool->files_per_dir; f++) {
+		pool->fds[d * pool->files_per_dir + f] = pd->files[f].fd;
+	}
+	return 0;
+}
+
 int
 tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
 {
@@ -765,6 +974,7 @@ tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
 	if (conf->nr_dirs == 0 || conf->nr_dirs > TT_POOL_MAX_DIRS ||
 	    (conf->slots_per_dir == 0 && !conf->keep_slots) ||
 	    conf->slots_per_dir * conf->nr_dirs >= UINT32_MAX ||
+	    (uint64_t)conf->files_per_dir * conf->nr_dirs > TT_POOL_MAX_FILES ||
 	    (conf->create && conf->read_only)) {
 		return -EINVAL;
 	}
@@ -780,21 +990,37 @@ tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
 	pool->key_bytes = conf->key_bytes;
 	memcpy(pool->ns_fp, conf->ns_fp, TT_NS_FP_BYTES);
 	pool->log = conf->log;
-	pool->fds = tt_calloc(conf->nr_dirs, sizeof(*pool->fds));
 	pool->dirs = tt_calloc(conf->nr_dirs, sizeof(*pool->dirs));
-	if (pool->fds == NULL || pool->dirs == NULL) {
+	if (pool->dirs == NULL) {
 		tt_pool_close(pool);
 		return -ENOMEM;
 	}
-	for (uint32_t d = 0; d < conf->nr_dirs; d++) {
-		pool->dirs[d].fd = pool->fds[d] = pool->dirs[d].dir_fd = -1;
-	}
 	rc = 0;
+	for (uint32_t d = 0; d < conf->nr_dirs; d++) {
+		struct pool_dir *pd = &pool->dirs[d];
+
+		pd->dir_fd = -1;
+		pd->files = tt_calloc(1, sizeof(*pd->files));
+		if (pd->files == NULL) {
+			rc = -ENOMEM;
+			break;
+		}
+		pd->files[0].fd = -1;
+		pd->nr_open = 1;
+	}
 	for (uint32_t d = 0; rc == 0 && d < conf->nr_dirs; d++) {
 		rc = open_dir(pool, conf, d);
 	}
 	if (rc == 0) {
 		rc = plan_store(pool, conf);
+	}
+	if (rc == 0) {
+		pool->fds =
+		    tt_calloc((size_t)pool->nr_dirs * pool->files_per_dir, sizeof(*pool->fds));
+		rc = pool->fds == NULL ? -ENOMEM : 0;
+	}
+	for (uint32_t d = 0; rc == 0 && d < conf->nr_dirs; d++) {
+		rc = open_siblings(pool, conf, d);
 	}
 	for (uint32_t d = 0; rc == 0 && d < conf->nr_dirs; d++) {
 		struct pool_dir *pd = &pool->dirs[d];
@@ -804,7 +1030,8 @@ tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
 			rc = -ENOMEM;
 			break;
 		}
-		/* Pushed in reverse so that allocation walks the file from its start. */
+		/* Pushed in reverse so that allocation walks the slots from the first: consecutive
+		 * slots go to consecutive files. */
 		for (uint32_t i = 0; i < pool->slots_per_dir; i++) {
 			pd->free[i] = pool->slots_per_dir - 1 - i;
 		}
@@ -818,7 +1045,7 @@ tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out)
 	return 0;
 }
 
-/* Write the whole path table into directory \p pd's file. */
+/* Write the whole path table into directory \p pd's first file. */
 static int
 write_paths(const struct tt_pool *pool, const struct pool_dir *pd)
 {
@@ -832,19 +1059,20 @@ write_paths(const struct tt_pool *pool, const struct pool_dir *pd)
 	for (uint32_t d = 0; d < nr; d++) {
 		const struct pool_dir *member = &pool->dirs[d];
 
-		tt_sb_path_encode(pool->set_uid, member->sb.dir_index, member->path,
-		                  buf + (size_t)member->sb.dir_index * TT_SB_PATH_BYTES);
+		tt_sb_path_encode(pool->set_uid, member->files[0].sb.dir_index, member->path,
+		                  buf + (size_t)member->files[0].sb.dir_index * TT_SB_PATH_BYTES);
 	}
-	rc = write_at(pd->fd, buf, (size_t)nr * TT_SB_PATH_BYTES, TT_SB_PATHS_OFF);
+	rc = write_at(pd->files[0].fd, buf, (size_t)nr * TT_SB_PATH_BYTES, TT_SB_PATHS_OFF);
 	tt_aligned_free(buf);
 	return rc;
 }
 
-/* The superblock of the \p d-th directory of a new store. */
+/* The superblock of file \p f of the \p d-th directory of a new store. The store's size is
+ * read from file 0 alone (a resize writes only it): the others record no slot count. */
 static void
-new_superblock(const struct tt_pool *pool, uint32_t d, struct tt_superblock *sb)
+new_superblock(const struct tt_pool *pool, uint32_t d, uint32_t f, struct tt_superblock *sb)
 {
-	uint64_t uid = pool->dirs[d].sb.store_uid;
+	uint64_t uid = pool->dirs[d].files[0].sb.store_uid;
 
 	memset(sb, 0, sizeof(*sb));
 	sb->version = TT_SB_VERSION;
@@ -853,29 +1081,90 @@ new_superblock(const struct tt_pool *pool, uint32_t d, struct tt_superblock *sb)
 	memcpy(sb->ns_fp, pool->ns_fp, TT_NS_FP_BYTES);
 	sb->slot_bytes = pool->slot_bytes;
 	sb->data_off = TT_POOL_DATA_OFF;
-	sb->nr_slots = pool->slots_per_dir;
+	sb->nr_slots = f == 0 ? pool->slots_per_dir : 0;
 	sb->store_uid = uid;
 	sb->set_uid = pool->set_uid;
 	sb->nr_dirs = pool->nr_dirs;
 	sb->dir_index = d;
 	sb->flags = TT_SB_CREATING;
+	sb->nr_files = pool->files_per_dir;
+	sb->file_index = f;
+}
+
+/* The path of file \p f of directory \p pd, for messages. */
+static const char *
+path_of(const struct pool_dir *pd, uint32_t f, char *buf, size_t len)
+{
+	return file_path(pd->path, f, buf, len) == 0 ? buf : pd->path;
+}
+
+/* Make file \p f of directory \p pd a new store's: its superblock (marked as being created), its
+ * size and, in file 0, the path table. */
+static int
+make_new_file(struct tt_pool *pool, struct pool_dir *pd, uint32_t f)
+{
+	struct pool_file *pf = &pd->files[f];
+	uint64_t bytes = file_size(pool, f);
+	char path[PATH_MAX];
+	int rc;
+
+	/* A file someone else made empty (touch, a copy) gets the mode of one made here. */
+	rc = pf->created || fchmod(pf->fd, 0600) == 0 ? 0 : -errno;
+	/* A replaced store's slots go first: its headers are not met again. A sibling found in a
+	 * fresh directory holds nothing of this store either. */
+	if (rc == 0 && (pd->replaced || f > 0) && !pf->empty && ftruncate(pf->fd, 0) != 0) {
+		rc = -errno;
+	}
+	if (rc == 0) {
+		rc = write_superblock(pf->fd, &pf->sb);
+	}
+	if (rc == 0 && pf->file_bytes > bytes && ftruncate(pf->fd, (off_t)bytes) != 0) {
+		rc = -errno;
+	}
+	if (rc == 0) {
+		rc = reserve(pf->fd, head_bytes(pool, f), bytes, path_of(pd, f, path, sizeof(path)),
+		             pool->log);
+	}
+	if (rc == 0 && f == 0) {
+		rc = write_paths(pool, pd);
+	}
+	return rc;
+}
+
+/* Remove data files beyond the store's count that an earlier store of more files left (under
+ * the owner lock, as every creation and removal of a data file). */
+static void
+remove_stale_files(const struct tt_pool *pool, const struct pool_dir *pd)
+{
+	for (uint32_t f = pool->files_per_dir; f < TT_SB_MAX_FILES; f++) {
+		char name[TT_POOL_NAME_BYTES];
+		struct stat st;
+
+		if (tt_pool_file_name(f, name, sizeof(name)) == 0 &&
+		    fstatat(pd->dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode) && unlinkat(pd->dir_fd, name, 0) != 0) {
+			tt_log_warn(pool->log,
+			            "%s/%s: cannot remove a data file no longer used: %s", pd->path,
+			            name, tutti_strerror(-errno));
+		}
+	}
 }
 
 /*
- * A new store: every directory gets its superblock marked as being created, its size and the
- * path table; only when all have them is each superblock written again without the mark. A
- * process killed in between leaves files that say their creation never finished (opened again
- * with TUTTI_OPEN_CREATE, they are made anew), never a store with some directories missing.
+ * A new store: every file of every directory gets its superblock marked as being created, its
+ * size and (file 0) the path table; only when all have them is each superblock written again
+ * without the mark, the siblings' before any file 0's. A process killed in between leaves a
+ * file 0 that says its creation never finished (opened again with TUTTI_OPEN_CREATE, the store
+ * is made anew), never a store with some directories or files missing.
  */
 static int
 make_new_store(struct tt_pool *pool)
 {
-	uint64_t bytes = TT_POOL_DATA_OFF + (uint64_t)pool->slots_per_dir * pool->slot_bytes;
-	uint32_t d;
+	uint32_t d, f, fail_d = 0, fail_f = 0;
 	int rc = 0;
 
 	for (d = 0; d < pool->nr_dirs; d++) {
-		const struct tt_superblock *old = &pool->dirs[d].sb;
+		const struct tt_superblock *old = &pool->dirs[d].files[0].sb;
 
 		if (pool->dirs[d].replaced) {
 			tt_log_warn(
@@ -886,68 +1175,73 @@ make_new_store(struct tt_pool *pool)
 			    pool->dirs[d].path, TT_POOL_FILE_NAME, old->geo.nr_layers,
 			    old->geo.nr_kv_heads, old->geo.head_dim, old->key_bytes);
 		}
-		new_superblock(pool, d, &pool->dirs[d].sb);
-	}
-	for (d = 0; d < pool->nr_dirs; d++) {
-		struct pool_dir *pd = &pool->dirs[d];
-
-		/* A file someone else made empty (touch, a copy) gets the mode of one made here. */
-		rc = pd->created || fchmod(pd->fd, 0600) == 0 ? 0 : -errno;
-		/* A replaced store's slots go first: its headers are not met again. */
-		if (rc == 0 && pd->replaced && ftruncate(pd->fd, 0) != 0) {
-			rc = -errno;
-		}
-		if (rc == 0) {
-			rc = write_superblock(pd->fd, &pd->sb);
-		}
-		if (rc == 0 && pd->file_bytes > bytes && ftruncate(pd->fd, (off_t)bytes) != 0) {
-			rc = -errno;
-		}
-		if (rc == 0) {
-			rc = reserve(pd->fd, bytes, pd->path, pool->log);
-		}
-		if (rc == 0) {
-			rc = write_paths(pool, pd);
-		}
-		if (rc < 0) {
-			break;
+		for (f = pool->files_per_dir; f-- > 0;) {
+			new_superblock(pool, d, f, &pool->dirs[d].files[f].sb);
 		}
 	}
 	for (d = 0; rc == 0 && d < pool->nr_dirs; d++) {
-		pool->dirs[d].sb.flags = 0;
-		rc = write_superblock(pool->dirs[d].fd, &pool->dirs[d].sb);
-		if (rc < 0) {
-			break;
+		for (f = 0; rc == 0 && f < pool->files_per_dir; f++) {
+			rc = make_new_file(pool, &pool->dirs[d], f);
+			fail_d = d;
+			fail_f = f;
+		}
+	}
+	/* Done: the siblings first, then the files 0 that say so. */
+	for (uint32_t pass = 0; rc == 0 && pass < 2; pass++) {
+		uint32_t first = pass == 0 ? 1 : 0, end = pass == 0 ? pool->files_per_dir : 1;
+
+		for (d = 0; rc == 0 && d < pool->nr_dirs; d++) {
+			for (f = first; rc == 0 && f < end; f++) {
+				struct pool_file *pf = &pool->dirs[d].files[f];
+
+				pf->sb.flags = 0;
+				rc = write_superblock(pf->fd, &pf->sb);
+				fail_d = d;
+				fail_f = f;
+			}
 		}
 	}
 	if (rc < 0) {
-		tt_log_err(pool->log, "%s: cannot create the store: %s", pool->dirs[d].path,
+		char path[PATH_MAX];
+
+		tt_log_err(pool->log, "%s: cannot create the store: %s",
+		           path_of(&pool->dirs[fail_d], fail_f, path, sizeof(path)),
 		           tutti_strerror(rc));
 		/* Back to files holding nothing (the ones created here go at close). */
 		for (uint32_t e = 0; e < pool->nr_dirs; e++) {
-			if (!pool->dirs[e].created && ftruncate(pool->dirs[e].fd, 0) != 0) {
-				tt_log_warn(pool->log, "%s: cannot empty the file again: %s",
-				            pool->dirs[e].path, tutti_strerror(-errno));
+			for (uint32_t g = 0; g < pool->files_per_dir; g++) {
+				const struct pool_file *pf = &pool->dirs[e].files[g];
+
+				if (!pf->created && ftruncate(pf->fd, 0) != 0) {
+					tt_log_warn(pool->log,
+					            "%s: cannot empty the file again: %s",
+					            path_of(&pool->dirs[e], g, path, sizeof(path)),
+					            tutti_strerror(-errno));
+				}
 			}
 		}
 		return rc;
 	}
-	tt_log_info(pool->log, "created a store of %u directories, %u slots each", pool->nr_dirs,
-	            pool->slots_per_dir);
+	for (d = 0; d < pool->nr_dirs; d++) {
+		remove_stale_files(pool, &pool->dirs[d]);
+	}
+	tt_log_info(pool->log, "created a store of %u directories, %u slots each in %u data files",
+	            pool->nr_dirs, pool->slots_per_dir, pool->files_per_dir);
 	return 0;
 }
 
 /*
  * An existing store: grow files first (extend every file that needs it; on failure, cut them
- * back), then the superblocks, then shrink; a process killed in between leaves superblocks that
- * disagree over files that are all large enough, which the next open resolves (plan_existing_
- * store). The path table is rewritten where it names other paths.
+ * back), then the superblocks (file 0's: the others record no size), then shrink; a process
+ * killed in between leaves superblocks that disagree over files that are all large enough,
+ * which the next open resolves (plan_existing_store). The path table is rewritten where it
+ * names other paths.
  */
 static int
 update_store(struct tt_pool *pool)
 {
-	uint64_t bytes = TT_POOL_DATA_OFF + (uint64_t)pool->slots_per_dir * pool->slot_bytes;
-	uint32_t d;
+	uint32_t nr = pool->nr_dirs * pool->files_per_dir, i;
+	char path[PATH_MAX];
 	int rc = 0;
 
 	if (pool->slots_per_dir != pool->found_slots) {
@@ -961,45 +1255,52 @@ update_store(struct tt_pool *pool)
 		        ? ": the chunks in the slots cut off are dropped"
 		        : "");
 	}
-	for (d = 0; rc == 0 && pool->paths_stale && d < pool->nr_dirs; d++) {
+	for (uint32_t d = 0; rc == 0 && pool->paths_stale && d < pool->nr_dirs; d++) {
 		rc = write_paths(pool, &pool->dirs[d]);
 	}
-	for (d = 0; rc == 0 && d < pool->nr_dirs; d++) {
-		struct pool_dir *pd = &pool->dirs[d];
+	for (i = 0; rc == 0 && i < nr; i++) {
+		struct pool_dir *pd = &pool->dirs[i / pool->files_per_dir];
+		uint32_t f = i % pool->files_per_dir;
+		struct pool_file *pf = &pd->files[f];
 
-		if (pd->file_bytes < bytes) {
-			if (pd->sb.nr_slots == pool->slots_per_dir) {
+		if (pf->file_bytes < file_size(pool, f)) {
+			if (pd->files[0].sb.nr_slots == pool->slots_per_dir) {
 				tt_log_warn(pool->log,
-				            "%s/%s is shorter than its %u slots (cut by something "
-				            "else): extended; what was cut off is gone",
-				            pd->path, TT_POOL_FILE_NAME, pool->slots_per_dir);
+				            "%s is shorter than its slots (cut by something else): "
+				            "extended; what was cut off is gone",
+				            path_of(pd, f, path, sizeof(path)));
 			}
-			rc = reserve(pd->fd, bytes, pd->path, pool->log);
+			rc = reserve(pf->fd, head_bytes(pool, f), file_size(pool, f),
+			             path_of(pd, f, path, sizeof(path)), pool->log);
 		}
 	}
 	if (rc < 0) {
 		/* Back to the sizes (and times) found: the open fails as if never tried. */
-		for (uint32_t e = 0; e < d; e++) {
-			struct pool_dir *pd = &pool->dirs[e];
+		for (uint32_t e = 0; e < i; e++) {
+			uint32_t f = e % pool->files_per_dir;
+			struct pool_file *pf = &pool->dirs[e / pool->files_per_dir].files[f];
 
-			if (pd->file_bytes < bytes &&
-			    ftruncate(pd->fd, (off_t)pd->file_bytes) == 0) {
-				futimens(pd->fd, pd->times);
+			if (pf->file_bytes < file_size(pool, f) &&
+			    ftruncate(pf->fd, (off_t)pf->file_bytes) == 0) {
+				futimens(pf->fd, pf->times);
 			}
 		}
 		return rc;
 	}
-	for (d = 0; rc == 0 && d < pool->nr_dirs; d++) {
-		struct pool_dir *pd = &pool->dirs[d];
+	for (uint32_t d = 0; rc == 0 && d < pool->nr_dirs; d++) {
+		struct pool_file *head = &pool->dirs[d].files[0];
 
-		if (pd->sb.nr_slots != pool->slots_per_dir) {
-			pd->sb.nr_slots = pool->slots_per_dir;
-			rc = write_superblock(pd->fd, &pd->sb);
+		if (head->sb.nr_slots != pool->slots_per_dir) {
+			head->sb.nr_slots = pool->slots_per_dir;
+			rc = write_superblock(head->fd, &head->sb);
 		}
 	}
-	for (d = 0; rc == 0 && d < pool->nr_dirs; d++) {
-		if (pool->dirs[d].file_bytes > bytes &&
-		    ftruncate(pool->dirs[d].fd, (off_t)bytes) != 0) {
+	for (i = 0; rc == 0 && i < nr; i++) {
+		uint32_t f = i % pool->files_per_dir;
+		const struct pool_file *pf = &pool->dirs[i / pool->files_per_dir].files[f];
+
+		if (pf->file_bytes > file_size(pool, f) &&
+		    ftruncate(pf->fd, (off_t)file_size(pool, f)) != 0) {
 			rc = -errno;
 		}
 	}
@@ -1031,26 +1332,34 @@ tt_pool_close(struct tt_pool *pool)
 	for (uint32_t d = 0; pool->dirs != NULL && d < pool->nr_dirs; d++) {
 		struct pool_dir *pd = &pool->dirs[d];
 
-		/* A failed open leaves no file behind, however large: each was created by this
-		 * open under the owner lock, which is still held. */
-		if (!pool->committed && pd->created) {
-			unlinkat(pd->dir_fd, TT_POOL_FILE_NAME, 0);
-		}
-		if (pd->fd >= 0) {
-			/* Unlock explicitly: another reference to the open file (an I/O ring being
-			 * torn down) must not keep the store locked after close. */
-			flock(pd->fd, LOCK_UN);
-			close(pd->fd);
+		for (uint32_t f = 0; pd->files != NULL && f < pd->nr_open; f++) {
+			struct pool_file *pf = &pd->files[f];
+			char name[TT_POOL_NAME_BYTES];
+
+			/* A failed open leaves no file behind, however large: each was created by
+			 * this open under the owner lock, which is still held. */
+			if (!pool->committed && pf->created &&
+			    tt_pool_file_name(f, name, sizeof(name)) == 0) {
+				unlinkat(pd->dir_fd, name, 0);
+			}
+			if (pf->fd >= 0) {
+				/* Unlock explicitly: another reference to the open file (an I/O
+				 * ring being torn down) must not keep the store locked after close.
+				 */
+				flock(pf->fd, LOCK_UN);
+				close(pf->fd);
+			}
 		}
 		/* Nor the directory it made, when it holds its lock (rmdir removes only an empty
 		 * one; an opener that locks it next finds it gone and looks it up again). */
 		if (!pool->committed && pd->dir_made && pd->owner_locked) {
 			rmdir(pd->path);
 		}
-		/* The owner lock last: the data file is released before another opener may go. */
+		/* The owner lock last: the data files are released before another opener may go. */
 		if (pd->dir_fd >= 0) {
 			close(pd->dir_fd);
 		}
+		tt_free(pd->files);
 		tt_free(pd->free);
 	}
 	tt_free(pool->dirs);
@@ -1062,6 +1371,12 @@ uint32_t
 tt_pool_nr_dirs(const struct tt_pool *pool)
 {
 	return pool->nr_dirs;
+}
+
+uint32_t
+tt_pool_nr_files(const struct tt_pool *pool)
+{
+	return pool->nr_dirs * pool->files_per_dir;
 }
 
 uint32_t
@@ -1088,12 +1403,12 @@ tt_pool_fds(const struct tt_pool *pool)
 }
 
 void
-tt_pool_locate(const struct tt_pool *pool, uint32_t slot, uint32_t *dir, uint64_t *off)
+tt_pool_locate(const struct tt_pool *pool, uint32_t slot, uint32_t *file, uint64_t *off)
 {
 	uint32_t local = slot % pool->slots_per_dir;
 
-	*dir = slot / pool->slots_per_dir;
-	*off = TT_POOL_DATA_OFF + (uint64_t)local * pool->slot_bytes;
+	*file = slot / pool->slots_per_dir * pool->files_per_dir + local % pool->files_per_dir;
+	*off = TT_POOL_DATA_OFF + (uint64_t)(local / pool->files_per_dir) * pool->slot_bytes;
 }
 
 int
@@ -1120,9 +1435,9 @@ tt_pool_free(struct tt_pool *pool, uint32_t slot)
 }
 
 uint64_t
-tt_pool_store_uid(const struct tt_pool *pool, uint32_t dir)
+tt_pool_slot_uid(const struct tt_pool *pool, uint32_t slot)
 {
-	return pool->dirs[dir].sb.store_uid;
+	return pool->dirs[slot / pool->slots_per_dir].files[0].sb.store_uid;
 }
 
 void
@@ -1132,7 +1447,7 @@ tt_pool_reset_free(struct tt_pool *pool, const uint8_t *used)
 		struct pool_dir *pd = &pool->dirs[d];
 
 		pd->nr_free = 0;
-		/* Pushed in reverse so that allocation walks the file from its start. */
+		/* Pushed in reverse so that allocation walks the slots from the first. */
 		for (uint32_t i = pool->slots_per_dir; i-- > 0;) {
 			if (!used[(uint64_t)d * pool->slots_per_dir + i]) {
 				pd->free[pd->nr_free++] = i;
@@ -1141,16 +1456,26 @@ tt_pool_reset_free(struct tt_pool *pool, const uint8_t *used)
 	}
 }
 
-uint32_t
-tt_pool_disk_slots(const struct tt_pool *pool, uint32_t dir)
+bool
+tt_pool_on_disk(const struct tt_pool *pool, uint32_t slot)
 {
-	return pool->dirs[dir].disk_slots;
+	const struct pool_dir *pd = &pool->dirs[slot / pool->slots_per_dir];
+	uint32_t file;
+	uint64_t off;
+
+	if (pool->fresh || slot % pool->slots_per_dir >= pd->kept_slots) {
+		return false;
+	}
+	/* A slot that starts inside its file: one cut by a truncation is read too, and its header
+	 * or payload found damaged as any other. */
+	tt_pool_locate(pool, slot, &file, &off);
+	return off < tt_pool_file_bytes(pool, file);
 }
 
 uint64_t
-tt_pool_file_bytes(const struct tt_pool *pool, uint32_t dir)
+tt_pool_file_bytes(const struct tt_pool *pool, uint32_t file)
 {
-	return pool->dirs[dir].file_bytes;
+	return pool->dirs[file / pool->files_per_dir].files[file % pool->files_per_dir].file_bytes;
 }
 
 bool
@@ -1173,7 +1498,7 @@ tt_pool_peek(const char *dir, struct tt_superblock *sb, const struct tt_log *log
 	if (rc < 0) {
 		return rc;
 	}
-	fd = open_data_fd(dir_fd, path, false, false, &created, log);
+	fd = open_data_fd(dir_fd, TT_POOL_FILE_NAME, path, false, false, &created, log);
 	close(dir_fd);
 	if (fd < 0) {
 		return fd;

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The file pool: one preallocated data file of fixed-size slots per store directory, opened with
- * O_DIRECT and locked; slot allocation with striping of consecutive chunks across directories.
+ * The file pool: preallocated data files of fixed-size slots in each store directory, opened with
+ * O_DIRECT and locked; slot allocation with striping of consecutive chunks across directories,
+ * and of a directory's consecutive slots across its files (a filesystem that serialises the
+ * writers of one file then runs a save's writes side by side).
  *
  * A store's directories are one set, fixed when the store is created: every superblock names
  * the set, its size and the directory's place in it, so an open given part of a store, or parts
@@ -13,23 +15,34 @@
  * without a commit (a failed open) removes what its open created and changes nothing else.
  *
  * Slot ids are global: the d-th directory given holds slots [d * slots_per_dir, (d + 1) *
- * slots_per_dir). Not thread-safe except for the read-only accessors (fd, locate), which may be
- * called while another thread allocates under the store's lock.
+ * slots_per_dir); its local slot l lives in its file l % files_per_dir. Files are numbered
+ * globally too: directory d's files are [d * files_per_dir, (d + 1) * files_per_dir), the first
+ * of each being tutti.data (which holds the store's size and path table). Not thread-safe except
+ * for the read-only accessors (fd, locate), which may be called while another thread allocates
+ * under the store's lock.
  */
 #ifndef TT_POOL_H
 #define TT_POOL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/common.h"
 #include "format/format.h"
 #include "layout/layout.h"
 
+/* A directory's first data file; the others are named tutti.data.1, tutti.data.2, ... */
 #define TT_POOL_FILE_NAME "tutti.data"
+#define TT_POOL_NAME_BYTES 32u /* room for any data file's name */
 /* Slot 0 starts 1 MiB into the file, so that slots stay aligned for any device up to 1 MiB. */
 #define TT_POOL_DATA_OFF (1u << 20)
 #define TT_POOL_MAX_DIRS 64u
+/* Data files of a store, all directories together: every one is an I/O engine's file. */
+#define TT_POOL_MAX_FILES 64u
+/* Data files per directory of a new store, unless the budget above or its slots allow fewer:
+ * enough that 16 concurrent writers rarely meet in one file. */
+#define TT_POOL_FILES_PER_DIR 16u
 
 struct tt_pool;
 
@@ -41,6 +54,9 @@ struct tt_pool_conf {
 	bool replace;    /* a store of another identity becomes a new empty one at commit */
 	bool keep_slots; /* an existing store keeps its size (slots_per_dir is for a new one) */
 	uint64_t slots_per_dir;
+	/* Data files per directory of a new store (an existing one keeps its own); 0: the
+	 * default, TT_POOL_FILES_PER_DIR within TT_POOL_MAX_FILES and slots_per_dir. */
+	uint32_t files_per_dir;
 	const struct tt_geo *geo; /* borrowed for the pool's lifetime */
 	uint32_t key_bytes;
 	const uint8_t *ns_fp; /* TT_NS_FP_BYTES */
@@ -51,8 +67,9 @@ struct tt_pool_conf {
  * Open, lock and check the data files; nothing is written (a file or directory this call
  * creates is empty, and removed again unless the pool is committed). Errors as documented for
  * tutti_store_open(), and: -ENOENT when directories of the store are missing from the list (the
- * log names them), -EEXIST when the list mixes two stores, -EINVAL when it names a directory
- * twice or adds one that holds no store to an existing store.
+ * log names them) or a data file of one is missing or empty, -EEXIST when the list mixes two
+ * stores or a directory holds another's data file, -EINVAL when it names a directory twice,
+ * adds one that holds no store to an existing store, or a data file holds another's place.
  */
 int tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out);
 /* Write what the open decided: a new store's superblocks, sizes and path table; a resize;
@@ -62,22 +79,24 @@ int tt_pool_open(const struct tt_pool_conf *conf, struct tt_pool **out);
 int tt_pool_commit(struct tt_pool *pool);
 void tt_pool_close(struct tt_pool *pool);
 
-/* Slots of directory \p dir whose headers are on disk now (recovery reads these): those the
- * file holds and the store keeps; 0 for a new store. */
-uint32_t tt_pool_disk_slots(const struct tt_pool *pool, uint32_t dir);
-/* The size directory \p dir's data file had when it was opened. */
-uint64_t tt_pool_file_bytes(const struct tt_pool *pool, uint32_t dir);
+/* Whether \p slot's header is on disk now (recovery reads these): a slot the store keeps that
+ * starts inside its file; never in a new store. */
+bool tt_pool_on_disk(const struct tt_pool *pool, uint32_t slot);
+/* The size data file \p file had when it was opened. */
+uint64_t tt_pool_file_bytes(const struct tt_pool *pool, uint32_t file);
 /* Whether the pool was opened read-only. */
 bool tt_pool_read_only(const struct tt_pool *pool);
 
 uint32_t tt_pool_nr_dirs(const struct tt_pool *pool);
+/* Data files, all directories together (nr_dirs x files per directory). */
+uint32_t tt_pool_nr_files(const struct tt_pool *pool);
 uint32_t tt_pool_nr_slots(const struct tt_pool *pool);
 uint32_t tt_pool_nr_free(const struct tt_pool *pool);
-/* The data file descriptors, one per directory, in directory order. */
+/* The data file descriptors (tt_pool_nr_files), in file order. */
 const int *tt_pool_fds(const struct tt_pool *pool);
 
-/* Directory and file offset of \p slot's first byte. */
-void tt_pool_locate(const struct tt_pool *pool, uint32_t slot, uint32_t *dir, uint64_t *off);
+/* Data file (an index into tt_pool_fds) and file offset of \p slot's first byte. */
+void tt_pool_locate(const struct tt_pool *pool, uint32_t slot, uint32_t *file, uint64_t *off);
 
 /*
  * Take a free slot, preferring directory \p hint_dir (mod nr_dirs) and then the following ones.
@@ -89,11 +108,15 @@ void tt_pool_free(struct tt_pool *pool, uint32_t slot);
 /* Make exactly the slots whose used[] byte is 0 free (used has one byte per slot). */
 void tt_pool_reset_free(struct tt_pool *pool, const uint8_t *used);
 
-/* The store id recorded in directory \p dir's superblock. */
-uint64_t tt_pool_store_uid(const struct tt_pool *pool, uint32_t dir);
+/* The store id of the directory holding \p slot (its slot headers carry it). */
+uint64_t tt_pool_slot_uid(const struct tt_pool *pool, uint32_t slot);
 
-/* Read the superblock of the store in \p dir without opening it for use. Returns 0, -ENOENT,
- * -EPROTO, -EBADMSG or the errno of open/read. */
+/* The name of a directory's data file number \p index into \p name (\p len bytes,
+ * TT_POOL_NAME_BYTES is enough). Returns 0 or -ENAMETOOLONG. */
+int tt_pool_file_name(uint32_t index, char *name, size_t len);
+
+/* Read the superblock of the store in \p dir (its first data file) without opening it for use.
+ * Returns 0, -ENOENT, -EPROTO, -EBADMSG or the errno of open/read. */
 int tt_pool_peek(const char *dir, struct tt_superblock *sb, const struct tt_log *log);
 
 #endif /* TT_POOL_H */

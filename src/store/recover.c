@@ -54,7 +54,7 @@ struct recovery {
 	uint32_t *by_seq; /* record numbers sorted by sequence */
 	uint32_t *stack;
 	uint8_t *used;     /* one byte per slot */
-	uint32_t *slots;   /* the slots read: those on disk (tt_pool_disk_slots) */
+	uint32_t *slots;   /* the slots read: those on disk (tt_pool_on_disk) */
 	uint32_t *damaged; /* slots whose headers are proven damaged */
 	uint32_t nr_damaged;
 	uint64_t max_seq;
@@ -80,20 +80,18 @@ take_header(struct recovery *r, uint32_t slot, const uint8_t *buf)
 {
 	struct tutti_store *st = r->st;
 	struct tt_slot_header h;
-	uint32_t dir, n;
-	uint64_t off;
+	uint32_t n;
 	int rc = tt_slot_decode(buf, TUTTI_SLOT_HEADER_BYTES, &h);
 
 	if (rc == -ENODATA) {
 		return; /* never committed */
 	}
-	tt_pool_locate(st->pool, slot, &dir, &off);
 	if (rc == -EBADMSG || (rc == -EPROTO && memcmp(buf, TT_SLOT_MAGIC, 8) != 0)) {
 		r->dropped++;
 		r->damaged[r->nr_damaged++] = slot;
 		return;
 	}
-	if (rc < 0 || h.store_uid != tt_pool_store_uid(st->pool, dir) ||
+	if (rc < 0 || h.store_uid != tt_pool_slot_uid(st->pool, slot) ||
 	    h.key_bytes != st->key_bytes || h.nr_objects != st->geo.g.nr_layers ||
 	    h.nr_blocks == 0 || h.nr_blocks > st->geo.blocks_per_chunk) {
 		r->dropped++; /* another version's, store's or configuration's: not ours to erase */
@@ -112,10 +110,10 @@ static void
 header_where(void *arg, uint32_t i, uint16_t *file, uint64_t *off)
 {
 	const struct recovery *r = arg;
-	uint32_t dir;
+	uint32_t f;
 
-	tt_pool_locate(r->st->pool, r->slots[i], &dir, off);
-	*file = (uint16_t)dir;
+	tt_pool_locate(r->st->pool, r->slots[i], &f, off);
+	*file = (uint16_t)f;
 }
 
 static void
@@ -133,20 +131,20 @@ header_got(void *arg, uint32_t i, const uint8_t *buf, int32_t res)
 
 /*
  * The header of a slot that a truncation cut through (at most the last slot on disk of each
- * directory): what the file still holds, the rest read as zeros, as it will once the file is
+ * data file): what the file still holds, the rest read as zeros, as it will once the file is
  * extended again. Read apart, since the engine reports a read that meets the end of the file
  * as an error.
  */
 static int
 read_cut_header(struct recovery *r, uint32_t slot, uint8_t *buf)
 {
-	uint32_t dir;
+	uint32_t file;
 	uint64_t off;
 	ssize_t n;
 
-	tt_pool_locate(r->st->pool, slot, &dir, &off);
+	tt_pool_locate(r->st->pool, slot, &file, &off);
 	memset(buf, 0, TUTTI_SLOT_HEADER_BYTES);
-	n = pread(tt_pool_fds(r->st->pool)[dir], buf, TUTTI_SLOT_HEADER_BYTES, (off_t)off);
+	n = pread(tt_pool_fds(r->st->pool)[file], buf, TUTTI_SLOT_HEADER_BYTES, (off_t)off);
 	if (n < 0) {
 		return -errno;
 	}
@@ -159,22 +157,23 @@ static int
 read_headers(struct recovery *r)
 {
 	const struct tt_pool *pool = r->st->pool;
-	uint32_t per_dir = tt_pool_nr_slots(pool) / tt_pool_nr_dirs(pool), nr = 0, nr_cut = 0;
-	uint32_t cut[TT_POOL_MAX_DIRS];
+	uint32_t nr = 0, nr_cut = 0;
+	uint32_t cut[TT_POOL_MAX_FILES];
 	uint8_t *buf;
 	int rc;
 
-	for (uint32_t d = 0; d < tt_pool_nr_dirs(pool); d++) {
-		for (uint32_t l = 0; l < tt_pool_disk_slots(pool, d); l++) {
-			uint32_t slot = d * per_dir + l, dir;
-			uint64_t off;
+	for (uint32_t slot = 0; slot < tt_pool_nr_slots(pool); slot++) {
+		uint32_t file;
+		uint64_t off;
 
-			tt_pool_locate(pool, slot, &dir, &off);
-			if (off + TUTTI_SLOT_HEADER_BYTES > tt_pool_file_bytes(pool, d)) {
-				cut[nr_cut++] = slot;
-			} else {
-				r->slots[nr++] = slot;
-			}
+		if (!tt_pool_on_disk(pool, slot)) {
+			continue;
+		}
+		tt_pool_locate(pool, slot, &file, &off);
+		if (off + TUTTI_SLOT_HEADER_BYTES > tt_pool_file_bytes(pool, file)) {
+			cut[nr_cut++] = slot;
+		} else {
+			r->slots[nr++] = slot;
 		}
 	}
 	rc = tt_engine_read_records(r->st->engine, nr, TUTTI_SLOT_HEADER_BYTES, header_where,

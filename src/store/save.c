@@ -156,12 +156,10 @@ static void
 fill_header(struct tutti_store *st, const struct tt_chunk_op *c, uint8_t *buf)
 {
 	struct tt_slot_header h;
-	uint32_t L = st->geo.g.nr_layers, dir;
-	uint64_t off;
+	uint32_t L = st->geo.g.nr_layers;
 
 	memset(&h, 0, sizeof(h));
-	tt_pool_locate(st->pool, c->slot, &dir, &off);
-	h.store_uid = tt_pool_store_uid(st->pool, dir);
+	h.store_uid = tt_pool_slot_uid(st->pool, c->slot);
 	h.seq = st->next_seq++;
 	h.nr_blocks = c->nr_blocks;
 	h.key_bytes = st->key_bytes;
@@ -187,10 +185,14 @@ write_commit_records(struct tutti_store *st, struct tt_batch *t)
 	int32_t *res = tt_malloc(batch * sizeof(*res));
 	bool durable = st->durability == TUTTI_DURABILITY_DURABLE;
 	uint32_t pending = 0;
+	uint64_t files = 0; /* the data files written: a chunk's header lies in its objects' file */
 	int rc = 0;
 
 	for (uint32_t i = 0; i < t->nr_chunks; i++) {
 		pending += t->chunks[i].status == 0;
+		if (t->chunks[i].status == 0) {
+			files |= 1ull << t->chunks[i].file;
+		}
 	}
 	if (pending == 0) {
 		goto out; /* nothing written: nothing to commit or flush */
@@ -199,8 +201,8 @@ write_commit_records(struct tutti_store *st, struct tt_batch *t)
 		rc = -ENOMEM;
 	}
 	if (rc == 0 && durable) {
-		rc = tt_engine_flush(st->engine);
-		flushes++;
+		rc = tt_engine_flush(st->engine, files);
+		flushes += (uint32_t)__builtin_popcountll(files);
 	}
 	for (uint32_t i = 0; rc == 0 && i < t->nr_chunks;) {
 		uint32_t n = 0;
@@ -221,8 +223,8 @@ write_commit_records(struct tutti_store *st, struct tt_batch *t)
 		}
 	}
 	if (rc == 0 && durable) {
-		rc = tt_engine_flush(st->engine);
-		flushes++;
+		rc = tt_engine_flush(st->engine, files);
+		flushes += (uint32_t)__builtin_popcountll(files);
 	}
 	if (rc < 0) {
 		tt_log_err(&st->log, "committing saved chunks failed: %s", tutti_strerror(rc));
@@ -233,7 +235,7 @@ out:
 	tt_free(slots);
 	tt_free(which);
 	tt_free(res);
-	return flushes * tt_pool_nr_dirs(st->pool);
+	return flushes;
 }
 
 /*

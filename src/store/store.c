@@ -16,7 +16,7 @@
 #define DEFAULT_MAX_IO_BYTES (4ull << 20)
 #define DEFAULT_QUEUE_DEPTH 32u
 #define MAX_QUEUE_DEPTH 4096u
-_Static_assert(TT_POOL_MAX_DIRS <= TT_ENGINE_MAX_FILES, "an engine does I/O on every directory");
+_Static_assert(TT_POOL_MAX_FILES <= TT_ENGINE_MAX_FILES, "an engine does I/O on every data file");
 
 #define TT_OPEN_FLAGS                                                                              \
 	(TUTTI_OPEN_CREATE | TUTTI_OPEN_EXISTING | TUTTI_OPEN_REPAIR | TUTTI_OPEN_READ_ONLY |      \
@@ -49,6 +49,14 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 	}
 	if (o->dirs == NULL || o->nr_dirs == 0 || o->nr_dirs > TT_POOL_MAX_DIRS) {
 		tt_log_err(log, "store options: 1 to %u directories are needed", TT_POOL_MAX_DIRS);
+		return -EINVAL;
+	}
+	if (o->data_files > TT_POOL_FILES_PER_DIR ||
+	    (uint64_t)o->data_files * o->nr_dirs > TT_POOL_MAX_FILES) {
+		tt_log_err(log,
+		           "store options: %u data files per directory: at most %u, and %u over "
+		           "all directories",
+		           o->data_files, TT_POOL_FILES_PER_DIR, TT_POOL_MAX_FILES);
 		return -EINVAL;
 	}
 	for (uint32_t d = 0; d < o->nr_dirs; d++) {
@@ -212,6 +220,7 @@ open_pool(struct tutti_store *st, const struct tutti_store_opts *opts, const uin
 	    /* TUTTI_OPEN_EXISTING without a capacity: the store as it is. */
 	    .keep_slots = (opts->flags & TUTTI_OPEN_EXISTING) != 0 && opts->capacity_bytes == 0,
 	    .slots_per_dir = per_dir,
+	    .files_per_dir = opts->data_files,
 	    .geo = &st->geo,
 	    .key_bytes = st->key_bytes,
 	    .ns_fp = ns_fp,
@@ -326,7 +335,8 @@ tutti_store_open(const struct tutti_geometry *geo, const struct tutti_store_opts
 		rc = make_index(st);
 	}
 	if (rc == 0) {
-		rc = tt_engine_attach(st->engine, tt_pool_fds(st->pool), tt_pool_nr_dirs(st->pool));
+		rc =
+		    tt_engine_attach(st->engine, tt_pool_fds(st->pool), tt_pool_nr_files(st->pool));
 	}
 	if (rc == 0) {
 		rc = tt_store_recover(st, &damaged, &nr_damaged);

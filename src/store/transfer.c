@@ -77,13 +77,13 @@ tt_batch_locate(const struct tutti_store *st, struct tt_batch *b, uint64_t *save
 {
 	for (uint32_t i = 0; i < b->nr_chunks; i++) {
 		struct tt_chunk_op *c = &b->chunks[i];
-		uint32_t dir;
+		uint32_t file;
 
 		if (c->status != 0 || c->slot == TT_NO_SLOT) {
 			continue;
 		}
-		tt_pool_locate(st->pool, c->slot, &dir, &c->off);
-		c->file = (uint16_t)dir;
+		tt_pool_locate(st->pool, c->slot, &file, &c->off);
+		c->file = (uint16_t)file;
 		c->csums = b->kind == TT_BATCH_SAVE ? save_csums + (uint64_t)i * st->geo.g.nr_layers
 		                                    : tt_slot_csums(st, c->slot);
 	}
@@ -106,15 +106,15 @@ tt_write_headers(struct tutti_store *st, const uint32_t *slots, uint32_t nr, con
 		uint32_t n = TT_MIN(nr - first, batch);
 
 		for (uint32_t i = 0; i < n; i++) {
-			uint32_t dir;
+			uint32_t file;
 			uint64_t off;
 
-			tt_pool_locate(st->pool, slots[first + i], &dir, &off);
+			tt_pool_locate(st->pool, slots[first + i], &file, &off);
 			ios[i] = (struct tt_io){
 			    .off = off,
 			    .buf = (void *)(bufs + (uint64_t)(first + i) * TUTTI_SLOT_HEADER_BYTES),
 			    .len = TUTTI_SLOT_HEADER_BYTES,
-			    .file = (uint16_t)dir,
+			    .file = (uint16_t)file,
 			    .op = TT_IO_WRITE,
 			};
 		}

@@ -54,10 +54,10 @@ full_io(int fd, bool write, uint8_t *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-/* The covering sectors of [off, off + len) through O_DIRECT; patch them with \p in when not
- * NULL (and write back), copy them out to \p out when not NULL. */
+/* The covering sectors of [off, off + len) of one file through O_DIRECT; patch them with \p in
+ * when not NULL (and write back), copy them out to \p out when not NULL. */
 static int
-sector_rmw(const char *path, uint64_t off, size_t len, const void *in, void *out)
+file_rmw(const char *path, uint64_t off, size_t len, const void *in, void *out)
 {
 	uint64_t first = off / SECTOR * SECTOR;
 	uint64_t end = (off + len + SECTOR - 1) / SECTOR * SECTOR;
@@ -86,6 +86,109 @@ sector_rmw(const char *path, uint64_t off, size_t len, const void *in, void *out
 	}
 	free(buf);
 	close(fd);
+	return rc;
+}
+
+static uint64_t
+le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--) {
+		v = v << 8 | p[i];
+	}
+	return v;
+}
+
+static uint32_t
+le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* How a directory spreads its slots over its files, from the superblock of its first file
+ * \p path; one file when it gives none. */
+static void
+layout_of(const char *path, uint32_t *nr_files, uint64_t *slot_bytes)
+{
+	uint8_t sb[T_SB_BYTES];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t len = strlen(path), base = strlen(T_DATA_FILE);
+
+	*nr_files = 1;
+	*slot_bytes = 0;
+	if (fd < 0) {
+		return;
+	}
+	if (len > base && path[len - base - 1] == '/' &&
+	    strcmp(path + len - base, T_DATA_FILE) == 0 &&
+	    pread(fd, sb, sizeof(sb), 0) == (ssize_t)sizeof(sb) && memcmp(sb, "TUTTISB", 8) == 0 &&
+	    le32(sb + T_SB_OFF_VERSION) == T_SB_VERSION) {
+		*nr_files = le32(sb + T_SB_OFF_NR_FILES);
+		*slot_bytes = le64(sb + T_SB_OFF_SLOT_BYTES);
+	}
+	close(fd);
+	if (*nr_files == 0 || *slot_bytes == 0 || *slot_bytes % SECTOR != 0) {
+		*nr_files = 1;
+	}
+}
+
+/* The file of a directory whose first file is \p path that holds slot \p slot, and that slot's
+ * offset in it. */
+static char *
+slot_file(const char *path, uint32_t nr_files, uint64_t slot_bytes, uint64_t slot, uint64_t *off)
+{
+	size_t len = strlen(path) + 16;
+	char *file = malloc(len);
+
+	if (file == NULL) {
+		abort();
+	}
+	if (slot % nr_files == 0) {
+		snprintf(file, len, "%s", path);
+	} else {
+		snprintf(file, len, "%s.%u", path, (unsigned)(slot % nr_files));
+	}
+	*off = T_DATA_OFF + slot / nr_files * slot_bytes;
+	return file;
+}
+
+/* [off, off + len) of a directory's slots, as if its files were one (t_disk.h), piece by piece
+ * in the files holding them. */
+static int
+sector_rmw(const char *path, uint64_t off, size_t len, const void *in, void *out)
+{
+	uint32_t nr_files;
+	uint64_t slot_bytes;
+	int rc = 0;
+
+	layout_of(path, &nr_files, &slot_bytes);
+	if (nr_files == 1 || off + len <= T_DATA_OFF) {
+		return file_rmw(path, off, len, in, out);
+	}
+	if (off < T_DATA_OFF) {
+		size_t head = (size_t)(T_DATA_OFF - off);
+
+		rc = file_rmw(path, off, head, in, out);
+		off += head;
+		len -= head;
+		in = in != NULL ? (const uint8_t *)in + head : NULL;
+		out = out != NULL ? (uint8_t *)out + head : NULL;
+	}
+	while (rc == 0 && len > 0) {
+		uint64_t slot = (off - T_DATA_OFF) / slot_bytes,
+		         within = (off - T_DATA_OFF) % slot_bytes;
+		size_t piece = (size_t)(slot_bytes - within < len ? slot_bytes - within : len);
+		uint64_t file_off;
+		char *file = slot_file(path, nr_files, slot_bytes, slot, &file_off);
+
+		rc = file_rmw(file, file_off + within, piece, in, out);
+		free(file);
+		off += piece;
+		len -= piece;
+		in = in != NULL ? (const uint8_t *)in + piece : NULL;
+		out = out != NULL ? (uint8_t *)out + piece : NULL;
+	}
 	return rc;
 }
 
@@ -213,12 +316,21 @@ t_file_read_all(const char *path, size_t *len)
 uint32_t
 t_nr_slots(const char *path, const struct tutti_geometry *g)
 {
-	uint64_t size = t_file_size(path);
+	uint64_t slot_bytes = tutti_geometry_slot_bytes(g), n = 0, layout_slot_bytes;
+	uint32_t nr_files;
 
-	if (size <= T_DATA_OFF) {
-		return 0;
+	layout_of(path, &nr_files, &layout_slot_bytes);
+	/* Slots up to the first one whose file does not hold it whole. */
+	for (;; n++) {
+		uint64_t off;
+		char *file = slot_file(path, nr_files, slot_bytes, n, &off);
+		bool whole = t_file_size(file) >= off + slot_bytes;
+
+		free(file);
+		if (!whole) {
+			return (uint32_t)n;
+		}
 	}
-	return (uint32_t)((size - T_DATA_OFF) / tutti_geometry_slot_bytes(g));
 }
 
 uint8_t *
@@ -226,18 +338,12 @@ t_read_headers(const char *path, const struct tutti_geometry *g, uint32_t *nr)
 {
 	uint32_t n = t_nr_slots(path, g);
 	uint8_t *all = malloc((size_t)(n ? n : 1) * TUTTI_SLOT_HEADER_BYTES);
-	uint8_t *hdr = t_aligned_alloc(TUTTI_SLOT_HEADER_BYTES);
-	int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-	int rc = fd < 0 ? -errno : 0;
+	int rc = 0;
 
-	for (uint32_t s = 0; rc == 0 && s < n; s++) {
-		rc = full_io(fd, false, hdr, TUTTI_SLOT_HEADER_BYTES, t_slot_off(g, s));
-		memcpy(all + (size_t)s * TUTTI_SLOT_HEADER_BYTES, hdr, TUTTI_SLOT_HEADER_BYTES);
+	for (uint32_t s = 0; rc == 0 && all != NULL && s < n; s++) {
+		rc = t_disk_read(path, t_slot_off(g, s), all + (size_t)s * TUTTI_SLOT_HEADER_BYTES,
+		                 TUTTI_SLOT_HEADER_BYTES);
 	}
-	if (fd >= 0) {
-		close(fd);
-	}
-	free(hdr);
 	if (rc < 0 || all == NULL) {
 		free(all);
 		return NULL;

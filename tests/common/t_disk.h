@@ -4,6 +4,11 @@
  * damage it or inspect it: O_DIRECT reads and read-modify-writes (so that the store's own
  * O_DIRECT I/O sees them at once), copies, truncation, and the on-disk slot layout
  * (docs/format.md; the slot header fields of src/format/slot.c).
+ *
+ * A directory spreads its slots over several files (tutti.data, tutti.data.1, ...). Given the
+ * path of a directory's tutti.data, the reads and writes here and the slot helpers see the
+ * directory's slots as if its files were one: slot s at t_slot_off(s), wherever it lies (the
+ * superblock says how the files share the slots). Other paths are plain files.
  */
 #ifndef T_DISK_H
 #define T_DISK_H
@@ -18,10 +23,13 @@
 /* File offset of slot 0. */
 #define T_DATA_OFF (1u << 20)
 /* Superblock: the encoded bytes (checksum included) and the offsets the tests touch. */
-#define T_SB_BYTES 128u
+#define T_SB_BYTES 136u
+#define T_SB_VERSION 5u
 #define T_SB_OFF_VERSION 8u
+#define T_SB_OFF_SLOT_BYTES 64u
 #define T_SB_OFF_NR_SLOTS 80u
-#define T_SB_OFF_CSUM 120u
+#define T_SB_OFF_NR_FILES 116u
+#define T_SB_OFF_CSUM 128u
 /* Slot header fields. */
 #define T_SLOT_MAGIC "TUTTISL\0"
 #define T_SLOT_OFF_STORE_UID 16u
@@ -37,7 +45,7 @@ t_slot_hdr_len(uint32_t nr_layers)
 	return T_SLOT_OFF_CSUMS + 8 * nr_layers + 8;
 }
 
-/* File offset of \p slot (a slot of one directory's file). */
+/* Offset of \p slot of a directory (in its files seen as one; see above). */
 static inline uint64_t
 t_slot_off(const struct tutti_geometry *g, uint32_t slot)
 {
@@ -81,7 +89,7 @@ int t_file_create(const char *path, const void *buf, size_t len);
  * NULL on failure. */
 uint8_t *t_file_read_all(const char *path, size_t *len);
 
-/* Whole slots in the data file of geometry \p g at \p path. */
+/* Whole slots in the data files (seen as one) of geometry \p g at \p path. */
 uint32_t t_nr_slots(const char *path, const struct tutti_geometry *g);
 
 /*

@@ -60,11 +60,14 @@ main(int argc, char **argv)
 	sb.store_uid = 0x0123456789abcdefull;
 	sb.set_uid = 0xfedcba9876543210ull;
 	sb.nr_dirs = 1;
+	sb.nr_files = 1;
 	tt_sb_encode(&sb, buf);
 	err |= put(sb_dir, "llama", buf, TT_SB_BYTES);
-	/* Directory 3 of 4, being created. */
+	/* File 7 of 16 of directory 3 of 4, being created. */
 	sb.nr_dirs = 4;
 	sb.dir_index = 3;
+	sb.nr_files = 16;
+	sb.file_index = 7;
 	sb.flags = TT_SB_CREATING;
 	tt_sb_encode(&sb, buf);
 	err |= put(sb_dir, "creating", buf, TT_SB_BYTES);

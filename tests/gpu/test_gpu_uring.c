@@ -23,6 +23,7 @@
 
 #include "format/format.h"
 #include "gpu/gpu.h"
+#include "t_disk.h"
 #include "t_gpu.h"
 #include "t_kv.h"
 #include "t_util.h"
@@ -294,26 +295,13 @@ test_gpu_uring_damaged_object_is_caught_on_the_gpu(void **state)
 	struct tutti_stats s = {.size = sizeof(s)};
 	int32_t status[4];
 	char *path;
-	int fd;
-	uint8_t *page;
 
 	geo_init(&geo, 2, 2, 64, 64);
 	world_with_chain(&w, &a, &geo, T_LAYOUT_BLOCKS_FIRST, 256, 4, 4, src_ids, dst_ids);
-	/* Flip a byte in layer 1 of chunk 3 (slot 3 of a fresh store: allocation is in order). */
-	path = t_path_join(w.dir, "tutti.data");
-	fd = open(path, O_RDWR | O_DIRECT);
-	assert_true(fd >= 0);
-	page = t_aligned_alloc(4096);
-	{
-		uint64_t off = (1u << 20) + 3 * tutti_geometry_slot_bytes(&geo) + 4096 +
-		               tutti_geometry_object_bytes(&geo) + 8192;
-
-		assert_int_equal(pread(fd, page, 4096, (off_t)off), 4096);
-		page[17] ^= 0x20;
-		assert_int_equal(pwrite(fd, page, 4096, (off_t)off), 4096);
-	}
-	close(fd);
-	free(page);
+	/* Flip a byte in layer 1 of chunk 3 (slot 3 of a fresh store: allocation is in order),
+	 * wherever among the directory's data files it lies (t_disk.h). */
+	path = t_data_path(w.dir);
+	assert_int_equal(t_disk_flip_bit(path, t_object_off(&geo, 3, 1) + 8192 + 17, 5), 0);
 	free(path);
 	assert_int_equal(tt_gpu_fill(w.ddst.mem, 0xa5, w.dst->mem_bytes), 0);
 	req = req_of(&a, a.dst_ids, 0, 0, a.nr_blocks);

@@ -116,6 +116,8 @@ open_dir(struct fixture *f, const char *dir, uint32_t engine, uint32_t flags, st
 	const char *dirs[1] = {dir};
 
 	t_store_opts(&o, &f->geo, dirs, 1, SLOTS, engine, log);
+	/* One data file: the damage is done to an image of the whole directory. */
+	o.data_files = 1;
 	o.flags = flags;
 	o.ns = "corrupt";
 	o.ns_bytes = 7;

@@ -24,6 +24,7 @@
 
 #define NR_DIRS 3u
 #define SLOTS 4u
+#define FILES 3u /* per directory: rows of 2, 1 and 1 slots */
 
 struct fixture {
 	char *tmp;
@@ -60,6 +61,7 @@ setup(void **state)
 	    .nr_dirs = NR_DIRS,
 	    .create = true,
 	    .slots_per_dir = SLOTS,
+	    .files_per_dir = FILES,
 	    .geo = &f->geo,
 	    .key_bytes = 32,
 	    .ns_fp = f->ns_fp,
@@ -95,9 +97,36 @@ open_ok(const struct tt_pool_conf *conf)
 }
 
 static char *
+data_file_k(const struct fixture *f, uint32_t d, uint32_t k)
+{
+	char name[TT_POOL_NAME_BYTES];
+
+	assert_int_equal(tt_pool_file_name(k, name, sizeof(name)), 0);
+	return t_path_join(f->dirs[d], name);
+}
+
+static char *
 data_file(const struct fixture *f, uint32_t d)
 {
-	return t_path_join(f->dirs[d], TT_POOL_FILE_NAME);
+	return data_file_k(f, d, 0);
+}
+
+/* The size file \p k of a directory of \p slots slots has. */
+static uint64_t
+want_bytes(const struct fixture *f, uint32_t k, uint32_t slots)
+{
+	return TT_POOL_DATA_OFF + (slots / FILES + (k < slots % FILES)) * f->geo.slot_bytes;
+}
+
+static off_t
+file_size_k(const struct fixture *f, uint32_t d, uint32_t k)
+{
+	char *path = data_file_k(f, d, k);
+	struct stat st;
+
+	assert_int_equal(stat(path, &st), 0);
+	free(path);
+	return st.st_size;
 }
 
 static off_t
@@ -112,9 +141,9 @@ file_size(const struct fixture *f, uint32_t d)
 }
 
 static int
-read_sb(const struct fixture *f, uint32_t d, struct tt_superblock *sb)
+read_sb_k(const struct fixture *f, uint32_t d, uint32_t k, struct tt_superblock *sb)
 {
-	char *path = data_file(f, d);
+	char *path = data_file_k(f, d, k);
 	uint8_t buf[TT_SB_BYTES];
 	int fd = open(path, O_RDONLY);
 
@@ -123,6 +152,12 @@ read_sb(const struct fixture *f, uint32_t d, struct tt_superblock *sb)
 	assert_int_equal(pread(fd, buf, sizeof(buf), 0), sizeof(buf));
 	close(fd);
 	return tt_sb_decode(buf, sizeof(buf), sb);
+}
+
+static int
+read_sb(const struct fixture *f, uint32_t d, struct tt_superblock *sb)
+{
+	return read_sb_k(f, d, 0, sb);
 }
 
 static void
@@ -144,34 +179,55 @@ test_pool_create_makes_preallocated_files_with_superblocks(void **state)
 {
 	struct fixture *f = *state;
 	struct tt_pool *p = open_ok(&f->conf);
-	const uint64_t want = TT_POOL_DATA_OFF + SLOTS * f->geo.slot_bytes;
+	char *stale;
 
 	assert_int_equal(tt_pool_nr_dirs(p), NR_DIRS);
+	assert_int_equal(tt_pool_nr_files(p), NR_DIRS * FILES);
 	assert_int_equal(tt_pool_nr_slots(p), NR_DIRS * SLOTS);
 	assert_int_equal(tt_pool_nr_free(p), NR_DIRS * SLOTS);
 	for (uint32_t d = 0; d < NR_DIRS; d++) {
-		char *path = data_file(f, d);
-		struct tt_superblock sb;
 		struct stat st;
+		struct tt_superblock head;
 
 		assert_int_equal(stat(f->dirs[d], &st), 0);
 		assert_int_equal(st.st_mode & 0777, 0700);
-		assert_int_equal(stat(path, &st), 0);
-		assert_int_equal(st.st_size, want);
-		/* Reserved, not sparse: a full disk shows up at open, not as a failed write. */
-		assert_true((uint64_t)st.st_blocks * 512 >= want);
-		assert_int_equal(read_sb(f, d, &sb), 0);
-		assert_memory_equal(&sb.geo, &f->geo.g, sizeof(sb.geo));
-		assert_int_equal(sb.key_bytes, 32);
-		assert_memory_equal(sb.ns_fp, f->ns_fp, TT_NS_FP_BYTES);
-		assert_int_equal(sb.slot_bytes, f->geo.slot_bytes);
-		assert_int_equal(sb.data_off, TT_POOL_DATA_OFF);
-		assert_int_equal(sb.nr_slots, SLOTS);
-		/* The descriptors are the data files, opened for O_DIRECT. */
-		assert_true(fcntl(tt_pool_fds(p)[d], F_GETFL) & O_DIRECT);
-		assert_int_equal(fstat(tt_pool_fds(p)[d], &st), 0);
-		assert_int_equal(st.st_size, want);
-		free(path);
+		assert_int_equal(read_sb(f, d, &head), 0);
+		for (uint32_t k = 0; k < FILES; k++) {
+			char *path = data_file_k(f, d, k);
+			uint64_t want = want_bytes(f, k, SLOTS);
+			int fd = tt_pool_fds(p)[d * FILES + k];
+			struct tt_superblock sb;
+
+			assert_int_equal(stat(path, &st), 0);
+			assert_int_equal(st.st_mode & 0777, 0600);
+			assert_int_equal(st.st_size, want);
+			/* Reserved, not sparse: a full disk shows up at open, not as a failed
+			 * write. Only the gap before the slots, never used, is a hole. */
+			assert_true((uint64_t)st.st_blocks * 512 >=
+			            want - TT_POOL_DATA_OFF + TT_SB_BYTES);
+			assert_int_equal(read_sb_k(f, d, k, &sb), 0);
+			assert_memory_equal(&sb.geo, &f->geo.g, sizeof(sb.geo));
+			assert_int_equal(sb.key_bytes, 32);
+			assert_memory_equal(sb.ns_fp, f->ns_fp, TT_NS_FP_BYTES);
+			assert_int_equal(sb.slot_bytes, f->geo.slot_bytes);
+			assert_int_equal(sb.data_off, TT_POOL_DATA_OFF);
+			/* The size is file 0's alone. */
+			assert_int_equal(sb.nr_slots, k == 0 ? SLOTS : 0);
+			assert_int_equal(sb.flags, 0);
+			assert_int_equal(sb.nr_files, FILES);
+			assert_int_equal(sb.file_index, k);
+			assert_int_equal(sb.dir_index, head.dir_index);
+			assert_int_equal(sb.store_uid, head.store_uid);
+			assert_int_equal(sb.set_uid, head.set_uid);
+			/* The descriptors are the data files, opened for O_DIRECT. */
+			assert_true(fcntl(fd, F_GETFL) & O_DIRECT);
+			assert_int_equal(fstat(fd, &st), 0);
+			assert_int_equal(st.st_size, want);
+			free(path);
+		}
+		stale = data_file_k(f, d, FILES);
+		assert_false(t_path_exists(stale));
+		free(stale);
 	}
 	tt_pool_close(p);
 }
@@ -200,14 +256,21 @@ test_pool_reopen_resizes_to_the_requested_capacity(void **state)
 	f->conf.create = false;
 	f->conf.slots_per_dir = 9;
 	tt_pool_close(open_ok(&f->conf));
-	assert_int_equal(file_size(f, 1), TT_POOL_DATA_OFF + 9 * f->geo.slot_bytes);
+	for (uint32_t k = 0; k < FILES; k++) {
+		assert_int_equal(file_size_k(f, 1, k), want_bytes(f, k, 9));
+	}
 	assert_int_equal(read_sb(f, 1, &sb), 0);
 	assert_int_equal(sb.nr_slots, 9);
 	f->conf.slots_per_dir = 2;
 	tt_pool_close(open_ok(&f->conf));
-	assert_int_equal(file_size(f, 2), TT_POOL_DATA_OFF + 2 * f->geo.slot_bytes);
+	for (uint32_t k = 0; k < FILES; k++) {
+		assert_int_equal(file_size_k(f, 2, k), want_bytes(f, k, 2));
+	}
 	assert_int_equal(read_sb(f, 2, &sb), 0);
 	assert_int_equal(sb.nr_slots, 2);
+	/* The other files record no size: a resize leaves their superblocks as they were. */
+	assert_int_equal(read_sb_k(f, 2, 1, &sb), 0);
+	assert_int_equal(sb.nr_slots, 0);
 }
 
 static void
@@ -247,7 +310,7 @@ test_pool_reopen_with_other_identity_is_eexist(void **state)
 	assert_int_equal(read_sb(f, 0, &sb), 0);
 	assert_int_equal(sb.geo.nr_kv_heads, f->geo.g.nr_kv_heads);
 	assert_int_equal(sb.nr_slots, SLOTS);
-	assert_int_equal(file_size(f, 0), TT_POOL_DATA_OFF + SLOTS * f->geo.slot_bytes);
+	assert_int_equal(file_size(f, 0), want_bytes(f, 0, SLOTS));
 	f->conf.ns_fp = f->ns_fp;
 	tt_pool_close(open_ok(&f->conf));
 }
@@ -365,10 +428,14 @@ test_pool_an_open_not_committed_leaves_nothing_behind(void **state)
 	f->conf.slots_per_dir = SLOTS + 5;
 	assert_int_equal(tt_pool_open(&f->conf, &p), 0);
 	assert_int_equal(tt_pool_nr_slots(p), NR_DIRS * (SLOTS + 5));
-	assert_int_equal(tt_pool_disk_slots(p, 0), SLOTS); /* what recovery reads */
+	for (uint32_t l = 0; l < SLOTS + 5; l++) { /* what recovery reads */
+		assert_int_equal(tt_pool_on_disk(p, l), l < SLOTS);
+	}
 	tt_pool_close(p);
 	for (uint32_t d = 0; d < NR_DIRS; d++) {
-		assert_int_equal(file_size(f, d), TT_POOL_DATA_OFF + SLOTS * f->geo.slot_bytes);
+		for (uint32_t k = 0; k < FILES; k++) {
+			assert_int_equal(file_size_k(f, d, k), want_bytes(f, k, SLOTS));
+		}
 		assert_int_equal(read_sb(f, d, &sb), 0);
 		assert_int_equal(sb.nr_slots, SLOTS);
 	}
@@ -435,24 +502,190 @@ test_pool_allocation_falls_back_to_other_directories(void **state)
 }
 
 static void
-test_pool_locate_gives_directory_and_aligned_offset(void **state)
+test_pool_locate_stripes_a_directory_s_slots_over_its_files(void **state)
 {
 	struct fixture *f = *state;
 	struct tt_pool *p = open_ok(&f->conf);
-	uint64_t end = TT_POOL_DATA_OFF + SLOTS * f->geo.slot_bytes;
+	bool seen[NR_DIRS * FILES][SLOTS] = {{false}};
 
 	for (uint32_t s = 0; s < NR_DIRS * SLOTS; s++) {
-		uint32_t dir;
+		uint32_t file, local = s % SLOTS;
 		uint64_t off;
 
-		tt_pool_locate(p, s, &dir, &off);
-		assert_int_equal(dir, s / SLOTS);
-		assert_int_equal(off, TT_POOL_DATA_OFF + (s % SLOTS) * f->geo.slot_bytes);
+		tt_pool_locate(p, s, &file, &off);
+		/* Consecutive slots of a directory go to consecutive files of it. */
+		assert_int_equal(file, s / SLOTS * FILES + local % FILES);
+		assert_int_equal(off, TT_POOL_DATA_OFF + (local / FILES) * f->geo.slot_bytes);
 		assert_int_equal(off % TUTTI_ALIGN, 0);
 		assert_true(off >= TT_SB_BYTES);
-		assert_true(off + f->geo.slot_bytes <= end);
+		assert_true(off + f->geo.slot_bytes <= want_bytes(f, file % FILES, SLOTS));
+		assert_false(seen[file][(off - TT_POOL_DATA_OFF) / f->geo.slot_bytes]);
+		seen[file][(off - TT_POOL_DATA_OFF) / f->geo.slot_bytes] = true;
 	}
 	tt_pool_close(p);
+}
+
+static void
+unlink_k(const struct fixture *f, uint32_t d, uint32_t k)
+{
+	char *path = data_file_k(f, d, k);
+
+	assert_int_equal(unlink(path), 0);
+	free(path);
+}
+
+static void
+rename_k(const struct fixture *f, uint32_t from_d, uint32_t from_k, uint32_t to_d, uint32_t to_k)
+{
+	char *from = data_file_k(f, from_d, from_k), *to = data_file_k(f, to_d, to_k);
+
+	assert_int_equal(rename(from, to), 0);
+	free(from);
+	free(to);
+}
+
+/* Swap file \p a_k of directory \p a_d with file \p b_k of directory \p b_d. */
+static void
+swap_k(const struct fixture *f, uint32_t a_d, uint32_t a_k, uint32_t b_d, uint32_t b_k)
+{
+	rename_k(f, a_d, a_k, a_d, TT_SB_MAX_FILES);
+	rename_k(f, b_d, b_k, a_d, a_k);
+	rename_k(f, a_d, TT_SB_MAX_FILES, b_d, b_k);
+}
+
+static void
+test_pool_default_file_count_is_recorded_and_kept(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_pool *p;
+
+	/* A new store takes TT_POOL_FILES_PER_DIR, never more files than slots... */
+	f->conf.files_per_dir = 0;
+	f->conf.slots_per_dir = 64;
+	p = open_ok(&f->conf);
+	assert_int_equal(tt_pool_nr_files(p), NR_DIRS * TT_POOL_FILES_PER_DIR);
+	tt_pool_close(p);
+	/* ...and an existing one keeps the count its superblocks give. */
+	f->conf.create = false;
+	f->conf.files_per_dir = 2;
+	f->conf.slots_per_dir = 8;
+	p = open_ok(&f->conf);
+	assert_int_equal(tt_pool_nr_files(p), NR_DIRS * TT_POOL_FILES_PER_DIR);
+	tt_pool_close(p);
+	for (uint32_t d = 0; d < NR_DIRS; d++) {
+		unlink_k(f, d, 0);
+	}
+	f->conf.create = true;
+	f->conf.files_per_dir = 0;
+	f->conf.slots_per_dir = 5;
+	p = open_ok(&f->conf);
+	assert_int_equal(tt_pool_nr_files(p), NR_DIRS * 5);
+	tt_pool_close(p);
+	/* Within the store's budget of files. */
+	f->conf.files_per_dir = TT_POOL_MAX_FILES / NR_DIRS + 1;
+	assert_int_equal(tt_pool_open(&f->conf, &p), -EINVAL);
+}
+
+/* ---- a directory's files: each must be there, and its own ---- */
+
+static void
+test_pool_missing_or_empty_sibling_file_is_enoent(void **state)
+{
+	struct fixture *f = *state;
+	char *path = data_file_k(f, 1, 2);
+	int fd;
+
+	tt_pool_close(open_ok(&f->conf));
+	f->conf.create = false;
+	unlink_k(f, 1, 2);
+	assert_open_fails(f, -ENOENT);
+	assert_true(t_log_contains(&f->rec, "tutti.data.2 is missing"));
+	/* Not even an open that may create: the store would silently lose a file's chunks. */
+	f->conf.create = true;
+	assert_open_fails(f, -ENOENT);
+	assert_false(t_path_exists(path)); /* and nothing was made in its place */
+	fd = open(path, O_CREAT | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_open_fails(f, -ENOENT);
+	assert_true(t_log_contains(&f->rec, "is empty"));
+	free(path);
+	/* The remedy the message gives: remove tutti.data, and a new store is made. */
+	for (uint32_t d = 0; d < NR_DIRS; d++) {
+		unlink_k(f, d, 0);
+	}
+	tt_pool_close(open_ok(&f->conf));
+	f->conf.create = false;
+	tt_pool_close(open_ok(&f->conf));
+}
+
+static void
+test_pool_sibling_of_another_directory_or_place_is_refused(void **state)
+{
+	struct fixture *f = *state;
+
+	tt_pool_close(open_ok(&f->conf));
+	f->conf.create = false;
+	/* Directories 0 and 2 swapped their files 1. */
+	swap_k(f, 0, 1, 2, 1);
+	assert_open_fails(f, -EEXIST);
+	assert_true(t_log_contains(&f->rec, "another store or directory"));
+	swap_k(f, 0, 1, 2, 1);
+	tt_pool_close(open_ok(&f->conf));
+	/* Two files of one directory swapped. */
+	swap_k(f, 1, 1, 1, 2);
+	assert_open_fails(f, -EINVAL);
+	assert_true(t_log_contains(&f->rec, "renamed"));
+	swap_k(f, 1, 1, 1, 2);
+	tt_pool_close(open_ok(&f->conf));
+}
+
+static void
+test_pool_truncated_sibling_file_is_extended(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_pool *p = open_ok(&f->conf);
+	char *path = data_file_k(f, 2, 0);
+
+	tt_pool_close(p);
+	/* File 0 of directory 2 holds local slots 0 and 3; cut through slot 3. */
+	assert_int_equal(truncate(path, (off_t)(TT_POOL_DATA_OFF + f->geo.slot_bytes + 512)), 0);
+	f->conf.create = false;
+	t_log_reset(&f->rec);
+	assert_int_equal(tt_pool_open(&f->conf, &p), 0);
+	/* Slots starting inside their file are read (the cut one too), as before the cut. */
+	for (uint32_t l = 0; l < SLOTS; l++) {
+		assert_true(tt_pool_on_disk(p, 2 * SLOTS + l));
+	}
+	assert_int_equal(tt_pool_commit(p), 0);
+	assert_true(t_log_contains(&f->rec, "shorter than its slots"));
+	tt_pool_close(p);
+	assert_int_equal(file_size_k(f, 2, 0), want_bytes(f, 0, SLOTS));
+	/* Cut before a slot: that slot is no longer on disk. */
+	assert_int_equal(truncate(path, (off_t)(TT_POOL_DATA_OFF + f->geo.slot_bytes)), 0);
+	p = open_ok(&f->conf);
+	assert_false(tt_pool_on_disk(p, 2 * SLOTS + 3));
+	assert_true(tt_pool_on_disk(p, 2 * SLOTS + 2));
+	tt_pool_close(p);
+	free(path);
+}
+
+static void
+test_pool_new_store_removes_files_beyond_its_count(void **state)
+{
+	struct fixture *f = *state;
+	char *extra = data_file_k(f, 0, FILES);
+
+	f->conf.files_per_dir = FILES + 1;
+	tt_pool_close(open_ok(&f->conf));
+	assert_true(t_path_exists(extra));
+	for (uint32_t d = 0; d < NR_DIRS; d++) {
+		unlink_k(f, d, 0);
+	}
+	f->conf.files_per_dir = FILES;
+	tt_pool_close(open_ok(&f->conf));
+	assert_false(t_path_exists(extra));
+	free(extra);
 }
 
 static void
@@ -511,7 +744,17 @@ main(void)
 	        test_pool_consecutive_hints_land_in_consecutive_directories, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pool_allocation_falls_back_to_other_directories,
 	                                    setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_pool_locate_gives_directory_and_aligned_offset,
+	    cmocka_unit_test_setup_teardown(
+	        test_pool_locate_stripes_a_directory_s_slots_over_its_files, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_pool_default_file_count_is_recorded_and_kept,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_pool_missing_or_empty_sibling_file_is_enoent,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        test_pool_sibling_of_another_directory_or_place_is_refused, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_pool_truncated_sibling_file_is_extended, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_pool_new_store_removes_files_beyond_its_count,
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pool_slot_data_survives_reopen, setup, teardown),
 	};

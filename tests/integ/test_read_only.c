@@ -104,6 +104,8 @@ open_flags(struct fixture *f, uint32_t flags, struct tutti_store **st)
 
 	t_store_opts(&o, existing ? NULL : &f->geo, dirs, 1, existing ? 0 : SLOTS,
 	             TUTTI_ENGINE_URING, &f->rec);
+	/* One data file: the tests cut it and compare it whole, before and after. */
+	o.data_files = 1;
 	if (t_uring_probe() != 0) {
 		o.engine = TUTTI_ENGINE_POSIX;
 	}
@@ -286,6 +288,7 @@ test_a_read_only_open_writes_nothing_where_a_writable_one_would(void **state)
 		const char *dirs[1] = {f->dir};
 
 		t_store_opts(&o, &f->geo, dirs, 1, 2 * SLOTS, TUTTI_ENGINE_POSIX, &f->rec);
+		o.data_files = 1;
 		o.flags = TUTTI_OPEN_READ_ONLY;
 		assert_int_equal(tutti_store_open(&f->geo, &o, &st), 0);
 		assert_int_equal(t_store_stats(st).capacity_slots, SLOTS);

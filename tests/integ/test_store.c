@@ -601,17 +601,25 @@ test_store_consecutive_chunks_are_striped_across_directories(void **state)
 	assert_non_null(block);
 	t_random_distinct(&f->r, ids, 6 * BPC, NR_BLOCKS);
 	assert_int_equal(save1(st, src, keys, 6, 0, ids, 6 * BPC, NULL), 6);
-	/* Chunk i lives in directory i mod 3, so a chain reads from every disk at once. */
+	/* Chunk i lives in directory i mod 3, so a chain reads from every disk at once; and in
+	 * it, the directory's consecutive chunks in consecutive data files (4 slots per
+	 * directory: 4 files), so that their writes do not queue on one file. */
 	for (uint32_t i = 0; i < 6; i++) {
 		t_kv_read_block(src, 1, ids[i * BPC + 2], block);
 		for (uint32_t d = 0; d < 3; d++) {
-			char sub[32];
-			char *path;
+			for (uint32_t k = 0; k < 4; k++) {
+				char sub[48];
+				char *path;
 
-			snprintf(sub, sizeof(sub), "stripe.%u/tutti.data", d);
-			path = t_path_join(f->tmp, sub);
-			assert_int_equal(count_in_file(path, block, src->lbb), d == i % 3);
-			free(path);
+				snprintf(sub, sizeof(sub),
+				         k == 0 ? "stripe.%u/tutti.data"
+				                : "stripe.%u/tutti.data.%u",
+				         d, k);
+				path = t_path_join(f->tmp, sub);
+				assert_int_equal(count_in_file(path, block, src->lbb),
+				                 d == i % 3 && k == i / 3);
+				free(path);
+			}
 		}
 	}
 	free(block);

@@ -2,9 +2,9 @@
 /*
  * Description: src/format/superblock.c: encode/decode round trip, the fixed little-endian
  * field offsets, -EPROTO for a bad magic or version, -EBADMSG for any flipped header byte,
- * a short buffer, a wrong header size or an impossible directory set, the path table's entries
- * (round trip, and refused when damaged or of another store or directory), and the namespace
- * fingerprint.
+ * a short buffer, a wrong header size or an impossible directory or file set, the path table's
+ * entries (round trip, and refused when damaged or of another store or directory), and the
+ * namespace fingerprint.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -31,9 +31,11 @@
 #define OFF_NR_DIRS 104
 #define OFF_DIR_INDEX 108
 #define OFF_FLAGS 112
-#define OFF_RESERVED 116
-#define OFF_CSUM 120
-#define HDR_BYTES 128
+#define OFF_NR_FILES 116
+#define OFF_FILE_INDEX 120
+#define OFF_RESERVED 124
+#define OFF_CSUM 128
+#define HDR_BYTES 136
 
 static uint8_t buf[TT_SB_BYTES];
 
@@ -59,6 +61,8 @@ sample(void)
 	sb.nr_dirs = 7;
 	sb.dir_index = 5;
 	sb.flags = TT_SB_CREATING;
+	sb.nr_files = 9;
+	sb.file_index = 4;
 	return sb;
 }
 
@@ -120,6 +124,8 @@ test_sb_round_trip_preserves_every_field(void **state)
 	assert_int_equal(out.nr_dirs, 7);
 	assert_int_equal(out.dir_index, 5);
 	assert_int_equal(out.flags, TT_SB_CREATING);
+	assert_int_equal(out.nr_files, 9);
+	assert_int_equal(out.file_index, 4);
 	/* The rest of the 4 KiB is zero, not stale buffer bytes. */
 	for (size_t i = HDR_BYTES; i < sizeof(buf); i++) {
 		assert_int_equal(buf[i], 0);
@@ -153,6 +159,8 @@ test_sb_fields_sit_at_fixed_little_endian_offsets(void **state)
 	assert_int_equal(le32(buf + OFF_NR_DIRS), 7);
 	assert_int_equal(le32(buf + OFF_DIR_INDEX), 5);
 	assert_int_equal(le32(buf + OFF_FLAGS), TT_SB_CREATING);
+	assert_int_equal(le32(buf + OFF_NR_FILES), 9);
+	assert_int_equal(le32(buf + OFF_FILE_INDEX), 4);
 	assert_int_equal(le32(buf + OFF_RESERVED), 0);
 	assert_int_equal(le64(buf + OFF_CSUM), XXH3_64bits(buf, OFF_CSUM));
 }
@@ -248,9 +256,11 @@ test_sb_impossible_directory_set_is_ebadmsg(void **state)
 	static const struct {
 		uint32_t off, value;
 	} bad[] = {
-	    {OFF_NR_DIRS, 0},   {OFF_NR_DIRS, TT_SB_MAX_DIRS + 1},
-	    {OFF_DIR_INDEX, 7}, {OFF_DIR_INDEX, 1000},
-	    {OFF_FLAGS, 2},     {OFF_FLAGS, UINT32_MAX},
+	    {OFF_NR_DIRS, 0},    {OFF_NR_DIRS, TT_SB_MAX_DIRS + 1},
+	    {OFF_DIR_INDEX, 7},  {OFF_DIR_INDEX, 1000},
+	    {OFF_FLAGS, 2},      {OFF_FLAGS, UINT32_MAX},
+	    {OFF_NR_FILES, 0},   {OFF_NR_FILES, TT_SB_MAX_FILES + 1},
+	    {OFF_FILE_INDEX, 9}, {OFF_FILE_INDEX, 1000},
 	    {OFF_RESERVED, 1},
 	};
 	struct tt_superblock in = sample(), out;
@@ -263,6 +273,8 @@ test_sb_impossible_directory_set_is_ebadmsg(void **state)
 	}
 	in.nr_dirs = TT_SB_MAX_DIRS;
 	in.dir_index = TT_SB_MAX_DIRS - 1;
+	in.nr_files = TT_SB_MAX_FILES;
+	in.file_index = TT_SB_MAX_FILES - 1;
 	in.flags = 0;
 	tt_sb_encode(&in, buf);
 	assert_int_equal(tt_sb_decode(buf, sizeof(buf), &out), 0);
