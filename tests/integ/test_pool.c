@@ -4,7 +4,9 @@
  * superblock at commit (an open that is not committed leaves nothing), reopening (same
  * geometry, resized capacity), refusing another geometry, key size or namespace, damaged
  * superblocks, locking, slot allocation with striping across directories, fallback and
- * exhaustion, and slot offsets.
+ * exhaustion, and slot offsets striped over a directory's data files: the file count a store
+ * records and keeps, a sibling file missing, empty, of another directory or renamed (refused),
+ * truncated (extended), read-only opens of every file, and stale files removed.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -671,6 +673,50 @@ test_pool_truncated_sibling_file_is_extended(void **state)
 }
 
 static void
+test_pool_read_only_open_reads_every_file_and_writes_none(void **state)
+{
+	struct fixture *f = *state;
+	struct stat before[NR_DIRS][FILES], after;
+	struct tt_pool *p;
+	char *path = data_file_k(f, 1, 2);
+
+	tt_pool_close(open_ok(&f->conf));
+	/* Cut a sibling: a writable open would extend it. */
+	assert_int_equal(truncate(path, (off_t)TT_POOL_DATA_OFF), 0);
+	for (uint32_t d = 0; d < NR_DIRS; d++) {
+		for (uint32_t k = 0; k < FILES; k++) {
+			char *file = data_file_k(f, d, k);
+
+			assert_int_equal(stat(file, &before[d][k]), 0);
+			free(file);
+		}
+	}
+	f->conf.create = false;
+	f->conf.read_only = true;
+	f->conf.slots_per_dir = SLOTS + 3; /* asks for a resize, which read-only never does */
+	p = open_ok(&f->conf);
+	assert_int_equal(tt_pool_nr_files(p), NR_DIRS * FILES);
+	assert_int_equal(tt_pool_nr_slots(p), NR_DIRS * SLOTS);
+	for (uint32_t i = 0; i < NR_DIRS * FILES; i++) {
+		assert_int_equal(fcntl(tt_pool_fds(p)[i], F_GETFL) & O_ACCMODE, O_RDONLY);
+	}
+	assert_false(tt_pool_on_disk(p, SLOTS + 2)); /* the cut sibling's slot */
+	tt_pool_close(p);
+	for (uint32_t d = 0; d < NR_DIRS; d++) {
+		for (uint32_t k = 0; k < FILES; k++) {
+			char *file = data_file_k(f, d, k);
+
+			assert_int_equal(stat(file, &after), 0);
+			assert_int_equal(after.st_size, before[d][k].st_size);
+			assert_int_equal(after.st_mtim.tv_sec, before[d][k].st_mtim.tv_sec);
+			assert_int_equal(after.st_mtim.tv_nsec, before[d][k].st_mtim.tv_nsec);
+			free(file);
+		}
+	}
+	free(path);
+}
+
+static void
 test_pool_new_store_removes_files_beyond_its_count(void **state)
 {
 	struct fixture *f = *state;
@@ -754,6 +800,8 @@ main(void)
 	        test_pool_sibling_of_another_directory_or_place_is_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pool_truncated_sibling_file_is_extended, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(
+	        test_pool_read_only_open_reads_every_file_and_writes_none, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pool_new_store_removes_files_beyond_its_count,
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pool_slot_data_survives_reopen, setup, teardown),
