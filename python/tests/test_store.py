@@ -110,6 +110,28 @@ def test_a_second_open_is_ebusy_and_a_reopen_finds_the_chunks(tmp_path):
     assert e.value.errno == errno.EEXIST
 
 
+def test_data_files_spread_a_directory_s_chunks_and_a_missing_one_is_enoent(tmp_path):
+    src, src_kv = host_kv(GEO, NR_BLOCKS, 1)
+    dst, dst_kv = host_kv(GEO, NR_BLOCKS, 2)
+    d = tmp_path / "s"
+    with Store([d], GEO, capacity_bytes=64 * GEO.slot_bytes, data_files=0) as st:
+        st.save(src_kv, [ChunkRequest(keys(4), list(range(8)))])
+    # The library's default: 16 files, the store's 4 chunks in the first 4 of them.
+    names = ["tutti.data"] + [f"tutti.data.{k}" for k in range(1, 16)]
+    assert sorted(p.name for p in d.iterdir()) == sorted(names)
+    with Store([d], GEO, capacity_bytes=64 * GEO.slot_bytes) as st:
+        assert st.load(dst_kv, [ChunkRequest(keys(4), list(range(8)))]) == (4, [0, 0, 0, 0])
+    for layer in range(GEO.nr_layers):
+        assert np.array_equal(dst[layer][:8], src[layer][:8])
+    (d / "tutti.data.3").unlink()
+    with pytest.raises(OSError) as e:
+        Store([d], GEO, capacity_bytes=64 * GEO.slot_bytes)
+    assert e.value.errno == errno.ENOENT and "tutti.data.3 is missing" in str(e.value)
+    with pytest.raises(OSError) as e:
+        Store([tmp_path / "t"], GEO, capacity_bytes=64 * GEO.slot_bytes, data_files=17)
+    assert e.value.errno == errno.EINVAL
+
+
 def test_auto_moves_host_kv_through_the_cpu_engine_and_says_so(tmp_path, caplog):
     src, src_kv = host_kv(GEO, NR_BLOCKS, 1)
     dst, dst_kv = host_kv(GEO, NR_BLOCKS, 2)
