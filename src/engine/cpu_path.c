@@ -157,32 +157,54 @@ tt_xfer_start(struct tt_xfer *x, struct tt_engine *e, struct tt_batch *b, bool b
 
 /* ---- units ---- */
 
-/* The next unit at the cursor, without moving it; false when none is left. */
+/* Layers per unit of chunk \p c: at most staged_layers. */
+static uint32_t
+unit_layers(const struct tt_xfer *x, const struct tt_chunk_op *c)
+{
+	if (c->direct) {
+		/* Objects of a chunk are adjacent on disk only when whole. */
+		bool whole = c->obj_skip == 0 && c->nr_moved == x->e->geo->blocks_per_chunk;
+
+		return whole ? x->direct_layers : 1;
+	}
+	return x->staged_layers;
+}
+
+/*
+ * The next unit at the cursor, without moving it; false when none is left. A load takes each
+ * chunk whole in turn. A save takes staged_layers of every chunk in turn, then the next
+ * staged_layers: the units in flight belong to many chunks, which lie in different data files
+ * (pool.h), so that a filesystem that serialises the writers of one file writes them side by
+ * side; whole chunks in turn would keep all of them in one or two files.
+ */
 static bool
 peek_unit(struct tt_xfer *x, struct tt_unit *u)
 {
 	const struct tt_batch *b = x->b;
+	bool save = b->kind == TT_BATCH_SAVE;
 
-	while (x->next_chunk < b->nr_chunks) {
-		const struct tt_chunk_op *c = &b->chunks[x->next_chunk];
+	while (x->round < b->layer_end) {
+		uint32_t end =
+		    save ? TT_MIN(x->round + x->staged_layers, b->layer_end) : b->layer_end;
 
-		if (c->status == 0 && x->next_layer < b->layer_end) {
-			uint32_t layers = x->staged_layers;
+		while (x->next_chunk < b->nr_chunks) {
+			const struct tt_chunk_op *c = &b->chunks[x->next_chunk];
 
-			if (c->direct) {
-				/* Objects of a chunk are adjacent on disk only when whole. */
-				bool whole =
-				    c->obj_skip == 0 && c->nr_moved == x->e->geo->blocks_per_chunk;
-
-				layers = whole ? x->direct_layers : 1;
+			if (c->status == 0 && x->next_layer < end) {
+				u->chunk = x->next_chunk;
+				u->layer = x->next_layer;
+				u->nr_layers = TT_MIN(unit_layers(x, c), end - x->next_layer);
+				return true;
 			}
-			u->chunk = x->next_chunk;
-			u->layer = x->next_layer;
-			u->nr_layers = TT_MIN(layers, b->layer_end - x->next_layer);
-			return true;
+			x->next_chunk++;
+			x->next_layer = x->round;
 		}
-		x->next_chunk++;
-		x->next_layer = b->layer_begin;
+		if (!save) {
+			return false;
+		}
+		x->round = end;
+		x->next_chunk = 0;
+		x->next_layer = x->round;
 	}
 	return false;
 }
@@ -950,7 +972,7 @@ tt_cpu_transfer(struct tt_engine *e, struct tt_batch *b)
 		return rc;
 	}
 	choose_direct(&x);
-	x.next_layer = b->layer_begin;
+	x.next_layer = x.round = b->layer_begin;
 	if (x.mover == &tt_mover_cpu && !e->host_waves && tt_lanes_ready(e)) {
 		return run_lanes(e, &x);
 	}

@@ -296,6 +296,7 @@ struct tt_xfer {
 	bool abort;
 	uint32_t next_chunk;
 	uint32_t next_layer;
+	uint32_t round; /* a save's: the first layer of the units every chunk takes in turn */
 };
 
 /* The start of every path: every chunk fails with -EIO when the path broke down (\p broken),
