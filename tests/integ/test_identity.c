@@ -230,7 +230,7 @@ test_durable_other_format_versions_are_eproto_and_damage_is_ebadmsg(void **state
 	char *path = t_data_path(dir);
 	const struct t_how existing = {.flags = TUTTI_OPEN_EXISTING, .no_create = true};
 	struct tutti_store *st = t_open_ok(f, &f->geo, dir, 8, NULL);
-	uint8_t sb[T_SB_BYTES], v1[T_SB_BYTES], bad[T_SB_BYTES], now[T_SB_BYTES];
+	uint8_t sb[T_SB_BYTES], v1[T_SB_BYTES], v4[T_SB_BYTES], bad[T_SB_BYTES], now[T_SB_BYTES];
 
 	tutti_store_close(st);
 	assert_int_equal(t_disk_read(path, 0, sb, sizeof(sb)), 0);
@@ -245,6 +245,18 @@ test_durable_other_format_versions_are_eproto_and_damage_is_ebadmsg(void **state
 	assert_true(f->rec.nr_err > 0);
 	assert_int_equal(t_open_rc(f, NULL, dir, 0, &existing, &st), -EPROTO);
 	assert_null(st);
+	/* Version 4, the last of one data file per directory: 128 encoded bytes, checksum at
+	 * 120. The log names its version. */
+	memcpy(v4, sb, sizeof(v4));
+	memset(v4 + 116, 0, sizeof(v4) - 116);
+	put32le(v4 + T_SB_OFF_VERSION, 4);
+	put32le(v4 + 12, 128);
+	put64le(v4 + 120, XXH3_64bits(v4, 120));
+	assert_int_equal(t_disk_write(path, 0, v4, sizeof(v4)), 0);
+	t_log_reset(&f->rec);
+	assert_int_equal(t_open_rc(f, &f->geo, dir, 8, NULL, &st), -EPROTO);
+	assert_true(
+	    t_log_contains(&f->rec, "a store of format version 4; this build reads version 5"));
 	/* A later version, correctly sealed. */
 	memcpy(bad, sb, sizeof(bad));
 	put32le(bad + T_SB_OFF_VERSION, TT_SB_VERSION + 1);
