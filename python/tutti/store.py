@@ -199,14 +199,14 @@ class Store(_Handle):
                  staging_bytes: int = 0, queue_depth: int = 0, repair: bool = False,
                  gpu_io_workers: int = 0, gpu_io_sms: int | None = None, replace: bool = False,
                  log: logging.Logger | None = None, log_level: int = 1,
-                 data_files: int = 1) -> None:
+                 data_files: int = 0) -> None:
         """``replace``: a store of another geometry, key size or namespace in ``dirs`` is
         replaced by an empty one (TUTTI_OPEN_REPLACE) instead of refused. ``data_files``: data
-        files in each directory of a new store (``tutti_store_opts.data_files``, 1..16; 0 for
-        the library's default, up to 16); 1 unless given. The library's log lines up to
-        ``log_level`` (0 errors, 1 warnings, 2 information) go to ``log`` (the ``tutti`` logger
-        by default); an open that fails says in its exception what the library logged as
-        errors."""
+        files in each directory of a new store (``tutti_store_opts.data_files``, 1..16; 0, the
+        default, for the library's: up to 16, fewer for a small store). The library's log
+        lines up to ``log_level`` (0 errors, 1 warnings, 2 information) go to ``log`` (the
+        ``tutti`` logger by default); an open that fails says in its exception what the
+        library logged as errors."""
         lib = L.lib()
         self.geometry = geometry
         self.key_bytes = key_bytes
@@ -236,7 +236,6 @@ class Store(_Handle):
             o.gpu_io_workers = int(gpu_io_workers)
         if gpu_io_sms is not None:
             o.gpu_io_sms = int(gpu_io_sms)
-        # One file unless asked: the vLLM tests damage a store through tutti.data alone.
         o.data_files = int(data_files)
         # The library's log lines go to Python logging (kept referenced while the store lives);
         # the open's error lines are also kept for its exception. The callback holds no

@@ -50,6 +50,7 @@ HERE = Path(__file__).resolve().parent
 SERVE = HERE / "serve_passes.py"
 sys.path.insert(0, str(HERE))
 import local_model  # noqa: E402
+import store_files  # noqa: E402
 
 # The cases, in the order they run. "corrupt": before the process starts, damage the first chunk
 # of every prompt of that set in the case's store. "config": the connector's keys besides dirs
@@ -152,44 +153,38 @@ def reusable_tokens(prompt_len, block):
 
 
 def read_slots(store_dir):
-    """(index, sequence number, has_parent) of every committed slot, and the file's geometry."""
-    path = Path(store_dir) / "tutti.data"
-    with open(path, "rb") as f:
-        sb = f.read(4096)
-        nr_layers = struct.unpack_from("<I", sb, 16)[0]
-        slot_bytes, data_off, nr_slots = struct.unpack_from("<QQQ", sb, 64)
-        slots = []
-        for i in range(nr_slots):
-            f.seek(data_off + i * slot_bytes)
+    """(slot, sequence number, has_parent) of every committed slot of the directory, over all
+    its data files, and the directory's layout (store_files.layout)."""
+    lay = store_files.layout(store_dir)
+    slots = []
+    for i in range(lay["nr_slots"]):
+        path, off = store_files.slot_location(store_dir, lay, i)
+        with open(path, "rb") as f:
+            f.seek(off)
             h = f.read(48)
-            if h[:8] == SLOT_MAGIC:
-                seq = struct.unpack_from("<Q", h, 24)[0]
-                has_parent = struct.unpack_from("<I", h, 44)[0]
-                slots.append((i, seq, has_parent))
-    geo = {"nr_layers": nr_layers, "slot_bytes": slot_bytes, "data_off": data_off,
-           "object_bytes": (slot_bytes - 4096) // nr_layers}
-    return slots, geo
+        if h[:8] == SLOT_MAGIC:
+            seq = struct.unpack_from("<Q", h, 24)[0]
+            has_parent = struct.unpack_from("<I", h, 44)[0]
+            slots.append((i, seq, has_parent))
+    return slots, lay
 
 
 def damage_roots(store_dir, seq_range):
     """Flip one byte inside the middle layer's object of every first chunk (a chain's root)
     committed within seq_range: each prompt saved then fails to load from its first chunk."""
-    slots, geo = read_slots(store_dir)
+    slots, lay = read_slots(store_dir)
     lo, hi = seq_range
     roots = [i for i, seq, parent in slots if lo < seq <= hi and not parent]
-    layer = geo["nr_layers"] // 2
-    with open(Path(store_dir) / "tutti.data", "r+b") as f:
-        for i in roots:
-            off = geo["data_off"] + i * geo["slot_bytes"] + 4096 + layer * geo["object_bytes"] + 100
-            f.seek(off)
-            b = f.read(1)
-            f.seek(off)
-            f.write(bytes([b[0] ^ 0x5A]))
+    layer = lay["nr_layers"] // 2
+    for i in roots:
+        path, off = store_files.slot_location(store_dir, lay, i)
+        store_files.flip_byte(path, off + store_files.SLOT_HEADER_BYTES +
+                              layer * lay["object_bytes"] + 100, 0x5A)
     return len(roots)
 
 
 def max_seq(store_dir):
-    if not (Path(store_dir) / "tutti.data").exists():
+    if not store_files.file_path(store_dir, 0).exists():
         return 0
     slots, _ = read_slots(store_dir)
     return max((s for _, s, _ in slots), default=0)

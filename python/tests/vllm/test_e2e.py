@@ -22,6 +22,9 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 SERVE = HERE / "serve_prompts.py"
+sys.path.insert(0, str(HERE))
+
+import store_files  # noqa: E402
 
 pytest.importorskip("vllm")
 
@@ -54,18 +57,13 @@ def prompts():
     return first, first + extended
 
 
-def damage_every_slot(store_dir, slot_bytes):
-    """Flip one byte of the first object of every slot of the store's data file."""
-    path = Path(store_dir) / "tutti.data"
-    size = path.stat().st_size
-    with open(path, "r+b") as f:
-        off = (1 << 20) + 4096 + 100  # past the superblock area and the first slot header
-        while off < size:
-            f.seek(off)
-            b = f.read(1)
-            f.seek(off)
-            f.write(bytes([b[0] ^ 0xFF]))
-            off += slot_bytes
+def damage_every_slot(store_dir):
+    """Flip one byte of the first object of every slot of the store's directory, in whichever
+    of its data files the slot lives."""
+    lay = store_files.layout(store_dir)
+    for slot in range(lay["nr_slots"]):
+        path, off = store_files.slot_location(store_dir, lay, slot)
+        store_files.flip_byte(path, off + store_files.SLOT_HEADER_BYTES + 100)
 
 
 def check_installed(result, library=True):
@@ -118,12 +116,7 @@ def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model_di
     assert (tmp_path / "b-async.log").read_text().count("tutti: store ") == 1
     check_installed(b2)
 
-    from tutti.store import Geometry
-
-    # The test model: 2 layers, 2 KV heads of 32, fp32, 32-token blocks, 64-token chunks.
-    geo = Geometry(nr_layers=2, nr_kv_heads=2, head_dim=32, elem_bytes=4, block_tokens=32,
-                   chunk_tokens=64)
-    damage_every_slot(store, geo.slot_bytes)
+    damage_every_slot(store)
     # Every prompt reaches the scheduler before the first step (the engine core in this
     # process), so that no prompt of C loads what an earlier one of C stored again.
     c = run(model_dir, second, tmp_path, "c", store, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})

@@ -263,9 +263,7 @@ def test_a_restarted_engine_loads_the_prefix_layer_by_layer(model4, tmp_path):
     # A damaged store: every chunk fails its checksum in some layer, vLLM recomputes, and the
     # answers are the same. The first prompt's recomputed chunks are stored again, and the
     # others load the shared prefix from them.
-    geo = Geometry(nr_layers=LAYERS_E2E, nr_kv_heads=2, head_dim=32, elem_bytes=4,
-                   block_tokens=32, chunk_tokens=64)
-    damage_every_slot(store, geo.slot_bytes)
+    damage_every_slot(store)
     c = run(model4, prompts, tmp_path, "c", store, mode="layerwise")
     m = c["metrics"]
     assert m["vllm:tutti_load_errors"] > 0

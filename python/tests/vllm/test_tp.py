@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
+import store_files  # noqa: E402
 import torch  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator  # noqa: E402
@@ -270,17 +271,14 @@ def test_a_load_failing_on_one_rank_fails_its_blocks_for_all_and_becomes_a_miss(
     rig.step()  # the listings: the scheduler believes both ranks hold all three chunks
     # Rank 1's copies are damaged on disk behind the scheduler's back.
     w1 = rig.workers[1].worker
-    data = tmp_path / "r1" / "tutti.data"
     w1.store.close()  # damage with the store closed, then reopen it
     w1.store = Store([tmp_path / "r1"], w1.geo, capacity_bytes=int(0.05 * 2**30),
                      ns=w1.ctx.ns, key_bytes=32)
     w1.reporter.store = w1.store
-    slot = Geometry(nr_layers=2, nr_kv_heads=1, head_dim=32, elem_bytes=4, block_tokens=32,
-                    chunk_tokens=CHUNK).slot_bytes
-    with open(data, "r+b") as f:
-        for s in range(3):
-            f.seek((1 << 20) + s * slot + 4096 + 100)
-            f.write(b"\xff\x00\xff")
+    lay = store_files.layout(tmp_path / "r1")
+    for s in range(3):  # a new store's first three slots
+        path, off = store_files.slot_location(tmp_path / "r1", lay, s)
+        store_files.flip_byte(path, off + store_files.SLOT_HEADER_BYTES + 100)
     req = request(tokens)
     rig.sched.add_request(req)
     out, agg = rig.step()

@@ -97,11 +97,7 @@ def test_tp2_loads_from_every_rank_and_a_chunk_one_rank_lacks_is_never_used(mode
 
     # D stored the chunks on rank 1 again, so C finds them on both ranks and loads; rank 1's
     # copies are damaged: its loads fail, and the blocks are recomputed on both ranks.
-    from tutti.store import Geometry
-
-    geo = Geometry(nr_layers=2, nr_kv_heads=1, head_dim=32, elem_bytes=4, block_tokens=32,
-                   chunk_tokens=64)  # one rank's share: one KV head of two
-    damage_every_slot(rank1, geo.slot_bytes)
+    damage_every_slot(rank1)
     c = run(model_dir, second, tmp_path, "c", store)
     assert c["metrics"]["vllm:tutti_hit_tokens"] > 0
     assert c["metrics"]["vllm:tutti_load_errors"] > 0
