@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "format/le.h"
 #include "t_disk.h"
 #include "t_util.h"
 
@@ -89,23 +90,6 @@ file_rmw(const char *path, uint64_t off, size_t len, const void *in, void *out)
 	return rc;
 }
 
-static uint64_t
-le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--) {
-		v = v << 8 | p[i];
-	}
-	return v;
-}
-
-static uint32_t
-le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* How a directory spreads its slots over its files, from the superblock of its first file
  * \p path; one file when it gives none. */
 static void
@@ -123,9 +107,9 @@ layout_of(const char *path, uint32_t *nr_files, uint64_t *slot_bytes)
 	if (len > base && path[len - base - 1] == '/' &&
 	    strcmp(path + len - base, T_DATA_FILE) == 0 &&
 	    pread(fd, sb, sizeof(sb), 0) == (ssize_t)sizeof(sb) && memcmp(sb, "TUTTISB", 8) == 0 &&
-	    le32(sb + T_SB_OFF_VERSION) == T_SB_VERSION) {
-		*nr_files = le32(sb + T_SB_OFF_NR_FILES);
-		*slot_bytes = le64(sb + T_SB_OFF_SLOT_BYTES);
+	    get32(sb + T_SB_OFF_VERSION) == T_SB_VERSION) {
+		*nr_files = get32(sb + T_SB_OFF_NR_FILES);
+		*slot_bytes = get64(sb + T_SB_OFF_SLOT_BYTES);
 	}
 	close(fd);
 	if (*nr_files == 0 || *slot_bytes == 0 || *slot_bytes % SECTOR != 0) {

@@ -226,7 +226,9 @@ class Matrix:
                "prompt_lengths": {k: self.setup[k] for k in ("P", "Q")},
                "max_tokens": self.setup["max_tokens"], "block": self.setup["block"],
                "cases": self.results}
-        (self.out / "outputs-matrix.json").write_text(json.dumps(doc, indent=1))
+        # Paths inside the repository as relative ones (the file is committed as a result).
+        text = json.dumps(doc, indent=1).replace(f"{HERE.parents[2]}/", "")
+        (self.out / "outputs-matrix.json").write_text(text)
         (self.out / "outputs-matrix.md").write_text(markdown(doc))
 
     def run(self):
