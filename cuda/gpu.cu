@@ -131,6 +131,28 @@ __launch_bounds__(THREADS)
 	}
 }
 
+int
+tt_cuda_load_move_kernels(const struct tt_gpu *g)
+{
+	cudaFuncAttributes a;
+	int rc;
+
+	rc = check(g, cudaFuncGetAttributes(&a, move_kernel<true, true>), "cudaFuncGetAttributes");
+	if (rc == 0) {
+		rc = check(g, cudaFuncGetAttributes(&a, move_kernel<true, false>),
+		           "cudaFuncGetAttributes");
+	}
+	if (rc == 0) {
+		rc = check(g, cudaFuncGetAttributes(&a, move_kernel<false, true>),
+		           "cudaFuncGetAttributes");
+	}
+	if (rc == 0) {
+		rc = check(g, cudaFuncGetAttributes(&a, move_kernel<false, false>),
+		           "cudaFuncGetAttributes");
+	}
+	return rc;
+}
+
 /* ---- context ---- */
 
 extern "C" int

@@ -46,5 +46,15 @@ int cuda_errno(cudaError_t err);
 int check(const struct tt_gpu *g, cudaError_t err, const char *what);
 /* Release the gpu-uring driver state of a context. */
 void tt_gpu_uring_free(struct tt_gpu *g);
+/*
+ * Load each file's kernels now (cudaFuncGetAttributes loads a kernel's module). Under CUDA's lazy
+ * module loading, the default since CUDA 12.2, a kernel's first launch loads its module, and that
+ * may synchronise the context: behind a pipeline's wait kernel, which spins until a load's
+ * kernels have run, the load's first launch would wait for the wait kernel and the wait kernel
+ * for it, until the wait timeout. Returns 0 or -EIO.
+ */
+int tt_cuda_load_move_kernels(const struct tt_gpu *g);
+int tt_cuda_load_signal_kernels(const struct tt_gpu *g);
+int tt_cuda_load_uring_kernels(const struct tt_gpu *g);
 
 #endif /* TT_CUDA_GPU_IMPL_CUH */

@@ -583,6 +583,15 @@ tt_gpu_prepare(struct tt_gpu *g)
 		return -EINVAL;
 	}
 	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
+	if (rc == 0) {
+		rc = tt_cuda_load_move_kernels(g);
+	}
+	if (rc == 0) {
+		rc = tt_cuda_load_signal_kernels(g);
+	}
+	if (rc == 0) {
+		rc = tt_cuda_load_uring_kernels(g);
+	}
 	return rc < 0 ? rc : dev_open(g);
 }
 
@@ -833,6 +842,16 @@ tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
 	objs_kernel<<<nr, GROUP, 0, g->stream>>>(param, objs, ids, mem);
 	g->launches++;
 	return check(g, cudaGetLastError(), "objects kernel launch");
+}
+
+int
+tt_cuda_load_uring_kernels(const struct tt_gpu *g)
+{
+	cudaFuncAttributes a;
+	int rc;
+
+	rc = check(g, cudaFuncGetAttributes(&a, gpu_uring_kernel), "cudaFuncGetAttributes");
+	return rc < 0 ? rc : check(g, cudaFuncGetAttributes(&a, objs_kernel), "cudaFuncGetAttributes");
 }
 
 /* ---- the checksum alone, for tests ---- */

@@ -85,6 +85,16 @@ on_device(int device, Launch launch)
 	return rc;
 }
 
+int
+tt_cuda_load_signal_kernels(const struct tt_gpu *g)
+{
+	cudaFuncAttributes a;
+	int rc;
+
+	rc = check(g, cudaFuncGetAttributes(&a, wait_kernel), "cudaFuncGetAttributes");
+	return rc < 0 ? rc : check(g, cudaFuncGetAttributes(&a, signal_kernel), "cudaFuncGetAttributes");
+}
+
 extern "C" int
 tt_gpu_stream_wait(int device, void *stream, const uint32_t *word, uint32_t value,
                    uint64_t timeout_ns, uint64_t *times)

@@ -58,8 +58,9 @@ int tt_gpu_scatter(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
 /* Wait for everything launched on the context. Returns 0 or -EIO (the kernel failed). */
 int tt_gpu_sync(struct tt_gpu *g);
 /* Make now what the context's loads and saves would otherwise make at their first call (device
- * words, events, the checksum secret in constant memory), so that none of them allocates or
- * copies while a compute stream waits for a layer. Returns 0, -EINVAL, -ENOMEM or -EIO. */
+ * words, events, the checksum secret in constant memory, every kernel's module under CUDA's lazy
+ * loading), so that none of them allocates, copies or loads while a compute stream waits for a
+ * layer. Returns 0, -EINVAL, -ENOMEM or -EIO. */
 int tt_gpu_prepare(struct tt_gpu *g);
 /* Kernel launches made by the context so far. */
 uint64_t tt_gpu_launches(const struct tt_gpu *g);

@@ -390,8 +390,11 @@ test_gpu_pipeline_damaged_object_on_the_legacy_stream_uring(void **state)
 	first_load_on_the_legacy_stream(TUTTI_ENGINE_URING, true);
 }
 
+/* With an argument, only the tests whose names match it run (cmocka's filter, '*' a wildcard):
+ * ctest runs each legacy-stream case again alone, in a process whose first GPU work it is, where
+ * CUDA's lazy module loading has loaded none of the library's kernels yet. */
 int
-main(void)
+main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_gpu_pipeline_loads_behind_wait_kernels_and_saves_in_slack),
@@ -404,6 +407,9 @@ main(void)
 
 	if (tt_gpu_device_count() <= 0 || !t_tmpdir_supports_odirect() || t_uring_probe() != 0) {
 		return 77; /* no GPU here, built without CUDA, no O_DIRECT or no io_uring */
+	}
+	if (argc > 1) {
+		cmocka_set_test_filter(argv[1]);
 	}
 	return cmocka_run_group_tests_name("gpu-pipeline", tests, NULL, NULL);
 }
