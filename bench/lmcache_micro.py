@@ -208,7 +208,7 @@ def slot_mapping(block_ids, device=None):
     LMCache's vLLM adapter builds from a request's block table."""
     import torch
 
-    offsets = torch.arange(BLOCK_TOKENS, dtype=torch.long)
+    offsets = torch.arange(BLOCK_TOKENS, dtype=torch.long, device=block_ids.device)
     slots = (block_ids.long()[:, None] * BLOCK_TOKENS + offsets[None, :]).reshape(-1)
     return slots.to(device) if device is not None else slots
 
