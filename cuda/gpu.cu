@@ -395,8 +395,8 @@ tt_gpu_buf_copy(struct tt_gpu *g, unsigned buf, void *dst, const void *src, size
 
 extern "C" int
 tt_gpu_buf_objs(struct tt_gpu *g, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
-                struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
-                uint64_t slot_bytes, bool write)
+                uint32_t per_layer, uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr,
+                const uint32_t *ids, uint8_t *mem, uint64_t slot_bytes, bool write)
 {
 	int rc;
 
@@ -409,7 +409,8 @@ tt_gpu_buf_objs(struct tt_gpu *g, unsigned buf, const struct tutti_kv *kv, uint3
 		           "cudaStreamWaitEvent");
 	}
 	if (rc == 0) {
-		rc = tt_gpu_objs(g, kv, layer, objs, nr, ids, mem, slot_bytes, write);
+		rc = tt_gpu_objs(g, kv, layer, per_layer, skip, objs, nr, ids, mem, slot_bytes,
+		                 write);
 	}
 	if (rc == 0) {
 		rc = check(g, cudaEventRecord(g->buf_used[buf], g->stream), "cudaEventRecord");

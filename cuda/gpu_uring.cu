@@ -184,22 +184,29 @@ team_copy(const team &t, uint8_t *dst, const uint8_t *src, uint64_t bytes)
 
 /* Move an object's blocks between \p obj (canonical layout) and the paged KV. */
 __device__ static void
+move_segs(const team &t, const seg_param *seg, unsigned nr_segs, const uint32_t *ids, uint32_t n,
+          uint8_t *obj, bool gather)
+{
+	for (uint32_t b = 0; b < n; b++) {
+		for (unsigned s = 0; s < nr_segs; s++) {
+			uint8_t *kv =
+			    reinterpret_cast<uint8_t *>(seg[s].base + ids[b] * seg[s].stride);
+
+			if (gather) {
+				team_copy(t, obj, kv, seg[s].bytes);
+			} else {
+				team_copy(t, kv, obj, seg[s].bytes);
+			}
+			obj += seg[s].bytes;
+		}
+	}
+}
+
+__device__ static void
 move_blocks(const team &t, const job_param &param, const uint32_t *ids, uint32_t n, uint8_t *obj,
             bool gather)
 {
-	for (uint32_t b = 0; b < n; b++) {
-		for (unsigned s = 0; s < param.nr_segs; s++) {
-			uint8_t *kv = reinterpret_cast<uint8_t *>(param.seg[s].base +
-			                                          ids[b] * param.seg[s].stride);
-
-			if (gather) {
-				team_copy(t, obj, kv, param.seg[s].bytes);
-			} else {
-				team_copy(t, kv, obj, param.seg[s].bytes);
-			}
-			obj += param.seg[s].bytes;
-		}
-	}
+	move_segs(t, param.seg, param.nr_segs, ids, n, obj, gather);
 }
 
 /* ---- the controller ---- */
@@ -765,18 +772,38 @@ tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
 	return 0;
 }
 
-/* ---- objects in device memory (engine gds) ---- */
+/* ---- objects in device memory (engines gds, uring and posix) ---- */
+
+/* Layers one launch of objs_kernel covers: their segments travel in the kernel's parameters
+ * (16 x 8 segments of 24 bytes, within the 4 KiB that every CUDA version accepts). */
+#define OBJS_LAYERS 16u
+
+/* A run of objects in layer-major order, per_layer objects a layer: block b owns object
+ * skip + b of the run, whose layer is seg[(skip + b) / per_layer]. */
+struct objs_param {
+	seg_param seg[OBJS_LAYERS][TT_MAX_SEGS_PER_LAYER];
+	unsigned nr_segs;
+	uint64_t layer_block_bytes;
+	uint64_t slot_bytes;
+	uint32_t per_layer, skip;
+	uint32_t write;
+};
 
 /* Block b owns object b, in slot b of \p mem: load checks and scatters it, save gathers and
- * hashes it (zeroing the slot's padding). */
+ * hashes it (zeroing the slot's padding). An object's checksum is one XXH3 over the whole
+ * object, whose stripes depend on each other every kilobyte, so one block checks one object at
+ * a few GB/s: the blocks of several layers run side by side so that a small load (one chunk:
+ * one object a layer) is not a chain of one-block launches. */
 __global__ static void
 __launch_bounds__(GROUP)
-    objs_kernel(job_param param, struct tt_gpu_uring_obj *objs, const uint32_t *ids, uint8_t *mem)
+    objs_kernel(const __grid_constant__ objs_param param, struct tt_gpu_uring_obj *objs,
+                const uint32_t *ids, uint8_t *mem)
 {
 	__shared__ xxh_shared block_mem;
 	__shared__ struct tt_gpu_uring_obj
 	    obj; /* the descriptor lives in mapped host memory: read once */
 	uint8_t *slot = mem + (uint64_t)blockIdx.x * param.slot_bytes;
+	const seg_param *seg = param.seg[(param.skip + blockIdx.x) / param.per_layer];
 	const team t = {threadIdx.x, GROUP, 0};
 
 	if (threadIdx.x == 0) {
@@ -789,7 +816,7 @@ __launch_bounds__(GROUP)
 	if (param.write) {
 		uint64_t moved = (uint64_t)obj.nr_moved * param.layer_block_bytes, h;
 
-		move_blocks(t, param, ids + obj.ids_off, obj.nr_moved, slot, true);
+		move_segs(t, seg, param.nr_segs, ids + obj.ids_off, obj.nr_moved, slot, true);
 		__syncthreads();
 		h = xxh3_64_block(slot, moved, &block_mem, t);
 		for (uint64_t b = moved + threadIdx.x; b < param.slot_bytes; b += GROUP) {
@@ -807,22 +834,24 @@ __launch_bounds__(GROUP)
 		}
 		return; /* never scattered */
 	}
-	move_blocks(t, param, ids + obj.ids_off, obj.nr_moved,
-	            slot + (uint64_t)obj.skip * param.layer_block_bytes, false);
+	move_segs(t, seg, param.nr_segs, ids + obj.ids_off, obj.nr_moved,
+	          slot + (uint64_t)obj.skip * param.layer_block_bytes, false);
 }
 
 extern "C" int
-tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
-            struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
-            uint64_t slot_bytes, bool write)
+tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer,
+            uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids,
+            uint8_t *mem, uint64_t slot_bytes, bool write)
 {
-	job_param param;
+	objs_param param;
 	int rc;
 
 	if (g == NULL || kv == NULL || kv->mem != TUTTI_MEM_CUDA || kv->device != g->device ||
-	    layer >= kv->geo.g.nr_layers || slot_bytes % 16 != 0 ||
-	    kv->geo.layer_block_bytes <= TT_XXH3_MIDSIZE_MAX ||
-	    (nr > 0 && (objs == NULL || mem == NULL))) {
+	    per_layer == 0 || skip >= per_layer || layer >= kv->geo.g.nr_layers ||
+	    slot_bytes % 16 != 0 || kv->geo.layer_block_bytes <= TT_XXH3_MIDSIZE_MAX ||
+	    (nr > 0 &&
+	     (objs == NULL || mem == NULL || ids == NULL ||
+	      (uint64_t)(skip + (uint64_t)nr - 1) / per_layer >= kv->geo.g.nr_layers - layer))) {
 		return -EINVAL;
 	}
 	if (nr == 0) {
@@ -832,16 +861,36 @@ tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
 	if (rc == 0) {
 		rc = secret_set(g);
 	}
-	if (rc < 0) {
-		return rc;
-	}
 	memset(&param, 0, sizeof(param));
-	layer_segs(&param, kv, layer);
+	param.nr_segs = kv->segs_per_layer;
+	param.layer_block_bytes = kv->geo.layer_block_bytes;
 	param.slot_bytes = slot_bytes;
+	param.per_layer = per_layer;
 	param.write = write;
-	objs_kernel<<<nr, GROUP, 0, g->stream>>>(param, objs, ids, mem);
-	g->launches++;
-	return check(g, cudaGetLastError(), "objects kernel launch");
+	/* Launches of up to OBJS_LAYERS layers each; \p layer and \p skip follow the run. */
+	for (uint32_t done = 0; rc == 0 && done < nr;) {
+		uint32_t room = OBJS_LAYERS * per_layer - skip, n = TT_MIN(room, nr - done);
+		uint32_t layers = (skip + n + per_layer - 1) / per_layer;
+
+		for (uint32_t l = 0; l < layers; l++) {
+			const struct tutti_segment *segs = tt_kv_layer_segs(kv, layer + l);
+
+			for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
+				param.seg[l][s].base = segs[s].base;
+				param.seg[l][s].stride = segs[s].block_stride;
+				param.seg[l][s].bytes = segs[s].bytes;
+			}
+		}
+		param.skip = skip;
+		objs_kernel<<<n, GROUP, 0, g->stream>>>(param, objs + done, ids,
+		                                        mem + (uint64_t)done * slot_bytes);
+		g->launches++;
+		rc = check(g, cudaGetLastError(), "objects kernel launch");
+		done += n;
+		layer += (skip + n) / per_layer;
+		skip = (skip + n) % per_layer;
+	}
+	return rc;
 }
 
 int
@@ -851,7 +900,8 @@ tt_cuda_load_uring_kernels(const struct tt_gpu *g)
 	int rc;
 
 	rc = check(g, cudaFuncGetAttributes(&a, gpu_uring_kernel), "cudaFuncGetAttributes");
-	return rc < 0 ? rc : check(g, cudaFuncGetAttributes(&a, objs_kernel), "cudaFuncGetAttributes");
+	return rc < 0 ? rc
+	              : check(g, cudaFuncGetAttributes(&a, objs_kernel), "cudaFuncGetAttributes");
 }
 
 /* ---- the checksum alone, for tests ---- */

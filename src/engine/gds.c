@@ -173,9 +173,9 @@ wave_kernels(struct gds_engine *gd, const struct tt_batch *t, struct tt_gpu *g,
 	for (uint32_t i = w->first; rc == 0 && i < w->first + w->nr;) {
 		uint32_t l = i / lists->n, end = TT_MIN((l + 1) * lists->n, w->first + w->nr);
 
-		rc = tt_gpu_objs(g, t->kv, t->layer_begin + l, lists->objs + i, end - i, lists->ids,
-		                 slot_of(gd, w, i), gd->base.geo->object_bytes,
-		                 t->kind == TT_BATCH_SAVE);
+		rc = tt_gpu_objs(g, t->kv, t->layer_begin + l, lists->n, i - l * lists->n,
+		                 lists->objs + i, end - i, lists->ids, slot_of(gd, w, i),
+		                 gd->base.geo->object_bytes, t->kind == TT_BATCH_SAVE);
 		i = end;
 	}
 	return rc;

@@ -177,22 +177,16 @@ wait_wave(struct waves *w, uint32_t k)
 	return ok;
 }
 
-/* One launch per layer run of wave \p k. */
+/* Wave \p k's objects in one call, whatever layers they span: its slots are consecutive, and
+ * the layers' objects are checked side by side (one object a block), not layer after layer. */
 static int
 wave_objs(struct waves *w, uint32_t k)
 {
-	uint32_t first = k * w->per_wave, end = first + wave_size(w, k), n = w->lists.n;
-	int rc = 0;
+	uint32_t first = k * w->per_wave, n = w->lists.n;
 
-	for (uint32_t i = first; rc == 0 && i < end;) {
-		uint32_t l = i / n, stop = TT_MIN((l + 1) * n, end);
-
-		rc = w->om->objs(w->ctx, k % w->nr_bufs, w->b->kv, w->b->layer_begin + l,
-		                 w->lists.objs + i, stop - i, w->lists.ids,
-		                 w->stage + slot_off(w, i), w->e->geo->object_bytes, w->write);
-		i = stop;
-	}
-	return rc;
+	return w->om->objs(w->ctx, k % w->nr_bufs, w->b->kv, w->b->layer_begin + first / n, n,
+	                   first % n, w->lists.objs + first, wave_size(w, k), w->lists.ids,
+	                   w->stage + slot_off(w, first), w->e->geo->object_bytes, w->write);
 }
 
 static int

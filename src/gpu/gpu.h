@@ -126,17 +126,20 @@ int tt_gpu_uring_layer(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 int tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks);
 
 /*
- * Engine gds: \p nr objects of layer \p layer in device memory, object k in the slot of
- * \p slot_bytes at mem + k * slot_bytes. Load (write false): check each object with status 0
- * against its csum (-EBADMSG on a mismatch, never scattered) and scatter it into the KV; save:
- * gather each object with status 0, hash it into csum and zero its padding. \p objs and \p ids
- * must be readable by the device (mapped host memory, say); results land in \p objs. Layer
- * blocks must exceed TT_XXH3_MIDSIZE_MAX bytes. One launch, asynchronous on the context's stream.
+ * Objects in device memory (engine gds, and the CPU-driven engines' waves): \p nr objects of a
+ * run in layer-major order, \p per_layer objects a layer; objs[0] is object \p skip (below
+ * per_layer) of layer \p layer, and objs[k] belongs to layer layer + (skip + k) / per_layer.
+ * Object k lies in the slot of \p slot_bytes at mem + k * slot_bytes. Load (write false): check
+ * each object with status 0 against its csum (-EBADMSG on a mismatch, never scattered) and
+ * scatter it into the KV; save: gather each object with status 0, hash it into csum and zero its
+ * padding. \p objs and \p ids must be readable by the device (mapped host memory, say); results
+ * land in \p objs. Layer blocks must exceed TT_XXH3_MIDSIZE_MAX bytes. One launch per 16
+ * layers of the run, their objects side by side, asynchronous on the context's stream.
  * Returns 0, -EINVAL or -EIO.
  */
-int tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
-                struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
-                uint64_t slot_bytes, bool write);
+int tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer,
+                uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids,
+                uint8_t *mem, uint64_t slot_bytes, bool write);
 /* Two markers on the context's stream: tt_gpu_mark records marker \p i (0 or 1) after what is
  * launched so far; tt_gpu_wait_mark sleeps until it is passed. Returns 0, -EINVAL or -EIO. */
 int tt_gpu_mark(struct tt_gpu *g, unsigned i);
@@ -155,8 +158,8 @@ int tt_gpu_wait_mark(struct tt_gpu *g, unsigned i);
 #define TT_GPU_BUFS 8u
 int tt_gpu_buf_copy(struct tt_gpu *g, unsigned buf, void *dst, const void *src, size_t bytes);
 int tt_gpu_buf_objs(struct tt_gpu *g, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
-                    struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
-                    uint64_t slot_bytes, bool write);
+                    uint32_t per_layer, uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr,
+                    const uint32_t *ids, uint8_t *mem, uint64_t slot_bytes, bool write);
 int tt_gpu_buf_wait(struct tt_gpu *g, unsigned buf);
 /* Device memory for the buffers, allocated and freed in stream order (cudaMallocAsync), so that
  * neither synchronises the device while a compute stream waits on a load; usable by both the

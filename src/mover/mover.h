@@ -49,9 +49,11 @@ void tt_mover_close(struct tt_mover *m);
  * Object movers: waves of whole objects between host staging and KV, each checked against its
  * checksum (load) or hashed (save) where the KV lives: the CPU-driven engines' way to GPU KV.
  * The mover's staging is cut into buffers (below TT_OBJMOVER_BUFS); copy moves a wave between
- * host staging and one buffer (one DMA across PCIe for CUDA), objs checks and scatters the
- * objects of one layer out of a buffer, or gathers and hashes them into it (one kernel launch),
- * object k of the call in the slot mem + k * slot_bytes. Steps run asynchronously, each buffer's
+ * host staging and one buffer (one DMA across PCIe for CUDA), objs checks and scatters a run of
+ * objects out of a buffer, or gathers and hashes them into it (for CUDA one kernel launch per 16
+ * layers), object k of the call in the slot mem + k * slot_bytes; the run is in layer-major
+ * order, per_layer objects a layer, its first object the skip-th of layer \p layer
+ * (tt_gpu_objs). Steps run asynchronously, each buffer's
  * in the order queued (a copy after the buffer's earlier objs, objs after its earlier copy),
  * different buffers' side by side; wait sleeps until a buffer's latest copy is done, sync until
  * everything is. Statuses and checksums land in objs (memory the mover can write) once a later
@@ -70,8 +72,8 @@ struct tt_objmover_ops {
 	void (*stage_free)(void *ctx, void *p);
 	int (*copy)(void *ctx, unsigned buf, void *dst, const void *src, size_t bytes);
 	int (*objs)(void *ctx, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
-	            struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
-	            uint64_t slot_bytes, bool write);
+	            uint32_t per_layer, uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr,
+	            const uint32_t *ids, uint8_t *mem, uint64_t slot_bytes, bool write);
 	int (*wait)(void *ctx, unsigned buf);
 	int (*sync)(void *ctx);
 };

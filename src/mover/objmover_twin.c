@@ -21,7 +21,7 @@ struct twin_step {
 	const void *src;
 	size_t bytes;
 	const struct tutti_kv *kv;
-	uint32_t layer, nr;
+	uint32_t layer, per_layer, skip, nr; /* a run as in tt_gpu_objs */
 	struct tt_gpu_uring_obj *objs;
 	const uint32_t *ids;
 	uint64_t slot_bytes;
@@ -57,6 +57,7 @@ run_objs(const struct twin_step *s)
 		struct tt_gpu_uring_obj *o = &s->objs[k];
 		uint8_t *slot = (uint8_t *)s->dst + (uint64_t)k * s->slot_bytes;
 		struct tt_move m = {.block_ids = s->ids + o->ids_off, .nr_blocks = o->nr_moved};
+		uint32_t layer = s->layer + (s->skip + k) / s->per_layer;
 
 		if (o->status != 0) {
 			continue;
@@ -65,7 +66,7 @@ run_objs(const struct twin_step *s)
 			uint64_t moved = (uint64_t)o->nr_moved * lbb;
 
 			m.obj = slot;
-			tt_mover_cpu.gather(NULL, s->kv, s->layer, &m, 1);
+			tt_mover_cpu.gather(NULL, s->kv, layer, &m, 1);
 			memset(slot + moved, 0, s->slot_bytes - moved);
 			o->csum = tt_csum(slot, moved);
 			continue;
@@ -75,7 +76,7 @@ run_objs(const struct twin_step *s)
 			continue;
 		}
 		m.obj = slot + (uint64_t)o->skip * lbb;
-		tt_mover_cpu.scatter(NULL, s->kv, s->layer, &m, 1);
+		tt_mover_cpu.scatter(NULL, s->kv, layer, &m, 1);
 	}
 }
 
@@ -187,14 +188,16 @@ twin_copy(void *ctx, unsigned buf, void *dst, const void *src, size_t bytes)
 }
 
 static int
-twin_objs(void *ctx, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
-          struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
-          uint64_t slot_bytes, bool write)
+twin_objs(void *ctx, unsigned buf, const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer,
+          uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids,
+          uint8_t *mem, uint64_t slot_bytes, bool write)
 {
 	struct tt_objmover_twin *t = ctx;
 	struct twin_step s = {.dst = mem,
 	                      .kv = kv,
 	                      .layer = layer,
+	                      .per_layer = per_layer,
+	                      .skip = skip,
 	                      .nr = nr,
 	                      .objs = objs,
 	                      .ids = ids,
@@ -202,8 +205,11 @@ twin_objs(void *ctx, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
 	                      .write = write};
 	int rc;
 
-	if (buf >= TT_OBJMOVER_BUFS || kv == NULL || layer >= kv->geo.g.nr_layers ||
-	    (nr > 0 && (objs == NULL || mem == NULL))) {
+	if (buf >= TT_OBJMOVER_BUFS || kv == NULL || per_layer == 0 || skip >= per_layer ||
+	    layer >= kv->geo.g.nr_layers ||
+	    (nr > 0 &&
+	     (objs == NULL || mem == NULL ||
+	      (uint64_t)(skip + (uint64_t)nr - 1) / per_layer >= kv->geo.g.nr_layers - layer))) {
 		return -EINVAL;
 	}
 	if (nr == 0) {
