@@ -220,8 +220,9 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 	         head = *(volatile uint32_t *)ring->cq_head;
 	uint32_t next = 0, done = 0;
 	uint64_t progress = now_ns(), published_ns = 0;
-	/* Reads go out one at a time, read_pace_ns apart, where the ring asks for it (proto.h). */
-	uint32_t pace_ns = param.write ? 0 : ring->read_pace_ns;
+	/* Punted I/O goes out one at a time, its pace apart, where the ring asks for it (proto.h).
+	 */
+	uint32_t pace_ns = param.write ? ring->write_pace_ns : ring->read_pace_ns;
 	unsigned back_off = 32;
 	bool published = false;
 

@@ -28,17 +28,18 @@
 #include "tutti/store.h"
 
 /* The ring: one bounce slot per object of staging, up to the CQ credit. Reads of
- * page-cache-backed files (tmpfs) get IOSQE_ASYNC: issued inline, their copies would all run on
- * the one SQ thread. */
+ * page-cache-backed files (tmpfs) get IOSQE_ASYNC, and so do writes when the store has several
+ * data files: issued inline, their copies would all run on the one SQ thread (on the H200 that
+ * held gpu-uring's stores to 3.3-3.4 GB/s over 16 files, docs/results.md, row E1). */
 #define RING_MAX_SLOTS 4096u
 /* The SQ holds what the controller publishes in one batch, which the CQ credit bounds anyway. */
 #define RING_MAX_SQ_ENTRIES 1024u
 /* An idle SQ thread sleeps after this long; the host wakes it once per launch. */
 #define RING_SQ_IDLE_MS 100u
-/* Those punted reads are published a few microseconds apart, so that each wakes an io-wq
+/* Those punted I/Os are published a few microseconds apart, so that each wakes an io-wq
  * worker of its own (gpu_uring/proto.h): long enough apart for a woken worker to leave io-wq's
- * free list, short next to a read's own time (docs/results.md, row I1). */
-#define RING_READ_PACE_NS 4000u
+ * free list, short next to an object's own time (docs/results.md, row I1, measured on reads). */
+#define RING_PACE_NS 4000u
 
 /* Engine auto's ring, set up on first use with GPU KV. */
 enum auto_state {
@@ -140,7 +141,11 @@ ring_create(struct gpu_uring_engine *g)
 	    .cq_entries = cq,
 	    .sq_idle_ms = RING_SQ_IDLE_MS,
 	    .async = e->page_cache,
-	    .read_pace_ns = e->page_cache ? RING_READ_PACE_NS : 0,
+	    /* Over several files (format 5 spreads a directory's slots over up to 16), punted
+	     * writes run side by side on io-wq; into one file they would only contend. */
+	    .async_writes = e->page_cache && e->nr_fds > 1,
+	    .read_pace_ns = e->page_cache ? RING_PACE_NS : 0,
+	    .write_pace_ns = e->page_cache && e->nr_fds > 1 ? RING_PACE_NS : 0,
 	    .log = e->log,
 	};
 	return tt_gpu_uring_create(&conf, &g->ring);

@@ -30,8 +30,11 @@ struct tt_gpu_uring_conf {
 	uint32_t cq_entries; /* >= the most I/Os a driver keeps in flight */
 	uint32_t sq_idle_ms; /* how long the SQ thread spins before it sleeps */
 	bool async;          /* IOSQE_ASYNC on reads: for page-cache-backed files (tmpfs) */
-	/* Publish reads one at a time, this many ns apart (proto.h says why); at most 1 ms. */
+	bool async_writes;   /* and on writes: for such files when I/O spreads over several */
+	/* Publish reads (punted writes) one at a time, this many ns apart (proto.h says why); at
+	 * most 1 ms each. */
 	uint32_t read_pace_ns;
+	uint32_t write_pace_ns;
 	const struct tt_log *log;
 };
 

@@ -102,15 +102,17 @@ struct tt_gpu_uring_view {
 	uint64_t *cqes;    /* cq_entries x 2 words: user_data, res | flags << 32 */
 	uint32_t sq_mask, sq_entries;
 	uint32_t cq_mask, cq_entries;
-	uint32_t fixed_files; /* files registered: an SQE names the file by index */
-	uint32_t fixed_buf;   /* [buf_base, buf_base + buf_bytes) is registered buffer 0 */
-	uint32_t sqe_flags;   /* reads: IOSQE_ASYNC for page-cache-backed files */
+	uint32_t fixed_files;     /* files registered: an SQE names the file by index */
+	uint32_t fixed_buf;       /* [buf_base, buf_base + buf_bytes) is registered buffer 0 */
+	uint32_t sqe_flags;       /* reads: IOSQE_ASYNC for page-cache-backed files */
+	uint32_t write_sqe_flags; /* writes: the same, where they spread over several files */
 	/* Reads are published one SQE at a time, at least this many ns apart (0: in batches).
 	 * Punted reads run on io-wq, which wakes one idle worker per enqueue and counts a woken
 	 * worker as free until it runs: a batch of reads enqueued at once wakes one or two
 	 * workers, which then copy the whole batch alone, while reads enqueued a few
 	 * microseconds apart each wake their own (docs/results.md, row I1). */
 	uint32_t read_pace_ns;
+	uint32_t write_pace_ns; /* the same for punted writes (0: in batches) */
 	uint64_t buf_base, buf_bytes;
 	int32_t fds[TT_GPU_URING_MAX_FILES];
 };
@@ -132,10 +134,12 @@ tt_gpu_uring_put(const struct tt_gpu_uring_view *v, uint32_t tail, const struct 
 	                io->buf + io->len <= v->buf_base + v->buf_bytes;
 	uint32_t op = io->write ? (fixed_buf ? TT_OP_WRITE_FIXED : TT_OP_WRITE)
 	                        : (fixed_buf ? TT_OP_READ_FIXED : TT_OP_READ);
-	/* Only reads are punted: writes to one page-cache-backed file serialize on its inode lock,
-	 * and punted they only make io-wq workers spin on it, at many times the CPU of writes
-	 * issued inline for the same bandwidth. */
-	uint32_t flags = (io->write ? 0 : v->sqe_flags) | (v->fixed_files ? TT_SQE_FIXED_FILE : 0);
+	/* Writes are punted only where they spread over several files: writes to one
+	 * page-cache-backed file serialize on its inode lock, and punted they only make io-wq
+	 * workers spin on it, at many times the CPU of writes issued inline for the same
+	 * bandwidth; issued inline, writes to many files all run on the one SQ thread's copy. */
+	uint32_t flags = (io->write ? v->write_sqe_flags : v->sqe_flags) |
+	                 (v->fixed_files ? TT_SQE_FIXED_FILE : 0);
 	int32_t fd = v->fixed_files ? (int32_t)io->file : v->fds[io->file];
 
 	s[0] = (uint64_t)op | (uint64_t)flags << 8 | (uint64_t)(uint32_t)fd << 32;

@@ -212,7 +212,9 @@ fill_view(struct tt_gpu_uring *r, const struct tt_gpu_uring_conf *conf,
 	v->cq_entries = p->cq_entries;
 	v->cq_mask = p->cq_entries - 1;
 	v->sqe_flags = conf->async ? TT_SQE_ASYNC : 0;
+	v->write_sqe_flags = conf->async_writes ? TT_SQE_ASYNC : 0;
 	v->read_pace_ns = conf->read_pace_ns;
+	v->write_pace_ns = conf->write_pace_ns;
 	for (uint32_t i = 0; i < conf->nr_fds; i++) {
 		v->fds[i] = conf->fds[i];
 	}
@@ -253,7 +255,8 @@ tt_gpu_uring_create(const struct tt_gpu_uring_conf *conf, struct tt_gpu_uring **
 	if (conf == NULL || out == NULL || conf->fds == NULL || conf->nr_fds == 0 ||
 	    conf->nr_fds > TT_GPU_URING_MAX_FILES || conf->sq_entries == 0 ||
 	    conf->sq_entries > 32768 || conf->cq_entries < conf->sq_entries ||
-	    conf->cq_entries > 65536 || conf->read_pace_ns > MAX_PACE_NS) {
+	    conf->cq_entries > 65536 || conf->read_pace_ns > MAX_PACE_NS ||
+	    conf->write_pace_ns > MAX_PACE_NS) {
 		return -EINVAL;
 	}
 	*out = NULL;
@@ -377,11 +380,12 @@ tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program 
 		 * the program allow. */
 		while (!cancelled && next < p->nr && tt_gpu_uring_sq_space(v, tail) > 0 &&
 		       (next < window || completed[next - window])) {
+			uint32_t pace = p->ios[next].write ? v->write_pace_ns : v->read_pace_ns;
 			int prc;
 
-			/* A paced read waits for its turn (proto.h says why). */
-			if (!p->ios[next].write && v->read_pace_ns != 0 &&
-			    (queued > 0 || tt_now_ns() - published_ns < v->read_pace_ns)) {
+			/* A paced I/O waits for its turn (proto.h says why). */
+
+			if (pace != 0 && (queued > 0 || tt_now_ns() - published_ns < pace)) {
 				break;
 			}
 			prc = p->prepare != NULL ? p->prepare(p->arg, next) : 0;

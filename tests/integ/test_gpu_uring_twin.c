@@ -4,7 +4,8 @@
  * host thread that follows the GPU's protocol on the same ring memory: data round trips through
  * O_DIRECT files, wrap-around of a small ring, a CQ larger than the SQ (the SQ fills), error
  * completions (end of file, bad address, unknown file), the SQ thread falling asleep and the
- * doorbell helper waking it, and cancellation (every I/O completes exactly once). Exits 77 where
+ * doorbell helper waking it, cancellation (every I/O completes exactly once), and paced reads
+ * and punted, paced writes going out the pace apart with their bytes intact. Exits 77 where
  * the kernel refuses such rings or the temporary directory refuses O_DIRECT.
  */
 #include <errno.h>
@@ -363,7 +364,7 @@ test_ring_paced_reads_are_submitted_the_pace_apart(void **state)
 	}
 	t_rng_fill(&f->rng, f->buf, (size_t)NR * IO_BYTES);
 	memcpy(expect, f->buf, (size_t)NR * IO_BYTES);
-	program(f, run, perm, true); /* writes are never paced */
+	program(f, run, perm, true); /* writes are not paced unless asked */
 	assert_int_equal(run_program(r, run, 64), 0);
 	memset(f->buf, 0xa5, (size_t)NR * IO_BYTES);
 	memset(run->calls, 0, NR * sizeof(*run->calls));
@@ -378,6 +379,58 @@ test_ring_paced_reads_are_submitted_the_pace_apart(void **state)
 	assert_memory_equal(f->buf, expect, (size_t)NR * IO_BYTES);
 	/* NR submissions with the pace between each two: no sooner than (NR - 1) paces. */
 	assert_true(elapsed >= (uint64_t)(NR - 1) * PACE_NS);
+	free(expect);
+	free_run(run);
+	tt_gpu_uring_destroy(r);
+}
+
+/* Writes punted to io-wq (IOSQE_ASYNC, as for a store of several page-cache-backed files) and
+ * paced land intact, the pace apart; reads of the same ring stay unpaced. */
+static void
+test_ring_punted_writes_are_submitted_the_pace_apart(void **state)
+{
+	enum { NR = 24, PACE_NS = 200000 };
+	struct fixture *f = *state;
+	struct tt_gpu_uring_conf conf = {
+	    .fds = &f->fd,
+	    .nr_fds = 1,
+	    .buf = f->buf,
+	    .buf_bytes = (uint64_t)FILE_IOS * IO_BYTES,
+	    .sq_entries = 64,
+	    .cq_entries = 64,
+	    .sq_idle_ms = 100,
+	    .async = true,
+	    .async_writes = true,
+	    .write_pace_ns = PACE_NS,
+	};
+	struct tt_gpu_uring *r = NULL;
+	struct run *run = make_run(NR);
+	uint32_t perm[NR];
+	uint8_t *expect = malloc((size_t)NR * IO_BYTES);
+	uint64_t t0, elapsed;
+
+	assert_non_null(expect);
+	assert_int_equal(tt_gpu_uring_create(&conf, &r), 0);
+	for (uint32_t i = 0; i < NR; i++) {
+		perm[i] = i;
+	}
+	t_rng_fill(&f->rng, f->buf, (size_t)NR * IO_BYTES);
+	memcpy(expect, f->buf, (size_t)NR * IO_BYTES);
+	program(f, run, perm, true);
+	t0 = tt_now_ns();
+	assert_int_equal(run_program(r, run, 64), 0);
+	elapsed = tt_now_ns() - t0;
+	assert_each_completed_once(run);
+	for (uint32_t i = 0; i < NR; i++) {
+		assert_int_equal(run->res[i], IO_BYTES);
+	}
+	assert_true(elapsed >= (uint64_t)(NR - 1) * PACE_NS);
+	memset(f->buf, 0xa5, (size_t)NR * IO_BYTES);
+	memset(run->calls, 0, NR * sizeof(*run->calls));
+	program(f, run, perm, false);
+	assert_int_equal(run_program(r, run, 64), 0);
+	assert_each_completed_once(run);
+	assert_memory_equal(f->buf, expect, (size_t)NR * IO_BYTES);
 	free(expect);
 	free_run(run);
 	tt_gpu_uring_destroy(r);
@@ -400,6 +453,9 @@ test_ring_bad_configurations_are_einval(void **state)
 	conf.nr_fds = 1;
 	conf.read_pace_ns = 1000001; /* more than a millisecond between reads */
 	assert_int_equal(tt_gpu_uring_create(&conf, &r), -EINVAL);
+	conf.read_pace_ns = 0;
+	conf.write_pace_ns = 1000001; /* or between writes */
+	assert_int_equal(tt_gpu_uring_create(&conf, &r), -EINVAL);
 	assert_int_equal(tt_gpu_uring_create(NULL, &r), -EINVAL);
 	tt_gpu_uring_destroy(NULL);
 }
@@ -421,6 +477,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(test_ring_cancel_completes_every_io_once, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_ring_paced_reads_are_submitted_the_pace_apart,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_ring_punted_writes_are_submitted_the_pace_apart,
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_ring_bad_configurations_are_einval, setup,
 	                                    teardown),
