@@ -92,7 +92,8 @@ tt_cuda_load_signal_kernels(const struct tt_gpu *g)
 	int rc;
 
 	rc = check(g, cudaFuncGetAttributes(&a, wait_kernel), "cudaFuncGetAttributes");
-	return rc < 0 ? rc : check(g, cudaFuncGetAttributes(&a, signal_kernel), "cudaFuncGetAttributes");
+	return rc < 0 ? rc
+	              : check(g, cudaFuncGetAttributes(&a, signal_kernel), "cudaFuncGetAttributes");
 }
 
 extern "C" int

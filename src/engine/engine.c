@@ -338,6 +338,9 @@ tt_engine_prepare(struct tt_engine *e, const struct tutti_kv *kv)
 	    tt_cpu_waves_take(e, &tt_mover_cuda)) {
 		rc = tt_waves_prepare(e, &tt_objmover_cuda, g);
 	}
+	if (rc == 0 && !e->lists.plain) {
+		rc = tt_list_mem_reserve(&e->lists, kv);
+	}
 	if (rc < 0) {
 		tt_log_err(e->log, "GPU %d: could not prepare for loads and saves: %s", kv->device,
 		           tutti_strerror(rc));

@@ -172,8 +172,9 @@ uint32_t tt_engine_moved_by(struct tt_engine *e, const struct tutti_kv *kv);
 /* Make now what moving \p kv would make at its first batch: the GPU context, its device words
  * and checksum secret, and the object mover's staging. A batch that made them itself would
  * allocate and copy on the GPU while a compute stream may be waiting for one of its layers
- * (the layerwise pipeline), and some such calls wait for that very stream. Nothing for host
- * KV. Returns 0 or the GPU's -errno. */
+ * (the layerwise pipeline), and some such calls wait for that very stream; the engine's object
+ * lists are grown for \p kv's largest batch (tt_list_mem_reserve) for the same reason. Nothing
+ * for host KV. Returns 0 or the GPU's -errno. */
 int tt_engine_prepare(struct tt_engine *e, const struct tutti_kv *kv);
 
 /* Synchronous extent I/O for the store's own records (slot headers): \p nr I/Os of any number,
@@ -234,5 +235,11 @@ struct tt_list_mem {
 	bool plain;
 };
 void tt_list_mem_free(struct tt_list_mem *m);
+/* Grow \p m now to hold the object lists of the largest batch \p kv is likely to see (every
+ * block of the KV moved, in chunks, plus a partial chunk for each of 256 requests), at most
+ * 64 MiB: growing it during a layerwise step allocates pinned memory, which may wait for the
+ * compute stream that waits for that step. A larger batch still grows it. Returns 0 or
+ * -ENOMEM. */
+int tt_list_mem_reserve(struct tt_list_mem *m, const struct tutti_kv *kv);
 
 #endif /* TT_ENGINE_H */

@@ -62,6 +62,29 @@ tt_list_mem_free(struct tt_list_mem *m)
 	m->plain = plain;
 }
 
+/* List memory for \p n chunks in play, \p nr_ids moved blocks and \p nr_layers layers. */
+static size_t
+lists_bytes(uint32_t n, uint32_t nr_ids, uint32_t nr_layers)
+{
+	return (size_t)n * nr_layers * sizeof(struct tt_gpu_uring_obj) +
+	       (size_t)nr_ids * sizeof(uint32_t) + nr_layers * sizeof(int);
+}
+
+#define RESERVE_REQUESTS 256u
+#define RESERVE_MAX_BYTES ((size_t)64 << 20)
+
+int
+tt_list_mem_reserve(struct tt_list_mem *m, const struct tutti_kv *kv)
+{
+	uint32_t bpc = kv->geo.blocks_per_chunk;
+	uint64_t chunks = (kv->nr_blocks + bpc - 1) / bpc + RESERVE_REQUESTS;
+	size_t want =
+	    lists_bytes((uint32_t)TT_MIN(chunks, UINT32_MAX), kv->nr_blocks, kv->geo.g.nr_layers);
+	void *p;
+
+	return tt_list_mem_get(m, TT_MIN(want, RESERVE_MAX_BYTES), &p);
+}
+
 int
 tt_obj_lists_make(const struct tt_batch *t, struct tt_list_mem *mem, struct tt_obj_lists *out)
 {
@@ -78,9 +101,7 @@ tt_obj_lists_make(const struct tt_batch *t, struct tt_list_mem *mem, struct tt_o
 	if (n == 0) {
 		return 0;
 	}
-	rc = tt_list_mem_get(
-	    mem, (size_t)n * L * sizeof(*objs) + (size_t)nr_ids * sizeof(*ids) + L * sizeof(int),
-	    (void **)&objs);
+	rc = tt_list_mem_get(mem, lists_bytes(n, nr_ids, L), (void **)&objs);
 	if (rc < 0) {
 		return rc;
 	}

@@ -269,6 +269,9 @@ tutti_pipeline_create(struct tutti_store *st, const struct tutti_kv *kv,
 		 * could hold such a call up, and it the load they wait for. */
 		rc = tt_store_prepare(st, kv);
 	}
+	if (rc == 0 && p->gpu) {
+		rc = tt_list_mem_reserve(&p->op_lists, kv); /* the load ops' lists, likewise */
+	}
 	if (rc == 0) {
 		rc = alloc_signals(p);
 	}
