@@ -132,25 +132,28 @@ __launch_bounds__(THREADS)
 }
 
 int
-tt_cuda_load_move_kernels(const struct tt_gpu *g)
+tt_cuda_load_funcs(const struct tt_gpu *g, const void *const *funcs, unsigned n)
 {
 	cudaFuncAttributes a;
-	int rc;
+	int rc = 0;
 
-	rc = check(g, cudaFuncGetAttributes(&a, move_kernel<true, true>), "cudaFuncGetAttributes");
-	if (rc == 0) {
-		rc = check(g, cudaFuncGetAttributes(&a, move_kernel<true, false>),
-		           "cudaFuncGetAttributes");
-	}
-	if (rc == 0) {
-		rc = check(g, cudaFuncGetAttributes(&a, move_kernel<false, true>),
-		           "cudaFuncGetAttributes");
-	}
-	if (rc == 0) {
-		rc = check(g, cudaFuncGetAttributes(&a, move_kernel<false, false>),
-		           "cudaFuncGetAttributes");
+	for (unsigned i = 0; rc == 0 && i < n; i++) {
+		rc = check(g, cudaFuncGetAttributes(&a, funcs[i]), "cudaFuncGetAttributes");
 	}
 	return rc;
+}
+
+int
+tt_cuda_load_move_kernels(const struct tt_gpu *g)
+{
+	const void *const funcs[] = {
+	    reinterpret_cast<const void *>(move_kernel<true, true>),
+	    reinterpret_cast<const void *>(move_kernel<true, false>),
+	    reinterpret_cast<const void *>(move_kernel<false, true>),
+	    reinterpret_cast<const void *>(move_kernel<false, false>),
+	};
+
+	return tt_cuda_load_funcs(g, funcs, sizeof(funcs) / sizeof(funcs[0]));
 }
 
 /* ---- context ---- */

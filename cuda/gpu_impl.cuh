@@ -51,8 +51,10 @@ void tt_gpu_uring_free(struct tt_gpu *g);
  * module loading, the default since CUDA 12.2, a kernel's first launch loads its module, and that
  * may synchronise the context: behind a pipeline's wait kernel, which spins until a load's
  * kernels have run, the load's first launch would wait for the wait kernel and the wait kernel
- * for it, until the wait timeout. Returns 0 or -EIO.
+ * for it, until the wait timeout. tt_cuda_load_funcs loads the \p n kernels \p funcs; the others
+ * load their file's own. Return 0 or -EIO.
  */
+int tt_cuda_load_funcs(const struct tt_gpu *g, const void *const *funcs, unsigned n);
 int tt_cuda_load_move_kernels(const struct tt_gpu *g);
 int tt_cuda_load_signal_kernels(const struct tt_gpu *g);
 int tt_cuda_load_uring_kernels(const struct tt_gpu *g);

@@ -897,12 +897,10 @@ tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, uint32_
 int
 tt_cuda_load_uring_kernels(const struct tt_gpu *g)
 {
-	cudaFuncAttributes a;
-	int rc;
+	const void *const funcs[] = {reinterpret_cast<const void *>(gpu_uring_kernel),
+	                             reinterpret_cast<const void *>(objs_kernel)};
 
-	rc = check(g, cudaFuncGetAttributes(&a, gpu_uring_kernel), "cudaFuncGetAttributes");
-	return rc < 0 ? rc
-	              : check(g, cudaFuncGetAttributes(&a, objs_kernel), "cudaFuncGetAttributes");
+	return tt_cuda_load_funcs(g, funcs, 2);
 }
 
 /* ---- the checksum alone, for tests ---- */

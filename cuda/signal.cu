@@ -88,12 +88,10 @@ on_device(int device, Launch launch)
 int
 tt_cuda_load_signal_kernels(const struct tt_gpu *g)
 {
-	cudaFuncAttributes a;
-	int rc;
+	const void *const funcs[] = {reinterpret_cast<const void *>(wait_kernel),
+	                             reinterpret_cast<const void *>(signal_kernel)};
 
-	rc = check(g, cudaFuncGetAttributes(&a, wait_kernel), "cudaFuncGetAttributes");
-	return rc < 0 ? rc
-	              : check(g, cudaFuncGetAttributes(&a, signal_kernel), "cudaFuncGetAttributes");
+	return tt_cuda_load_funcs(g, funcs, 2);
 }
 
 extern "C" int

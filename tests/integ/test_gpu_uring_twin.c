@@ -183,6 +183,36 @@ assert_each_completed_once(const struct run *run)
 	}
 }
 
+/* Run \p run's program, every I/O completing once with its full length; returns the ns it
+ * took. */
+static uint64_t
+timed_run(struct tt_gpu_uring *r, struct run *run)
+{
+	uint64_t t0 = tt_now_ns(), elapsed;
+
+	assert_int_equal(run_program(r, run, 64), 0);
+	elapsed = tt_now_ns() - t0;
+	assert_each_completed_once(run);
+	for (uint32_t i = 0; i < run->nr; i++) {
+		assert_int_equal(run->res[i], IO_BYTES);
+	}
+	return elapsed;
+}
+
+/* Read back what \p run's program wrote (its I/Os in \p perm's order) into a poisoned buffer,
+ * each I/O completing once, and compare with \p expect. */
+static void
+read_back(struct fixture *f, struct tt_gpu_uring *r, struct run *run, const uint32_t *perm,
+          const uint8_t *expect)
+{
+	memset(f->buf, 0xa5, (size_t)run->nr * IO_BYTES);
+	memset(run->calls, 0, run->nr * sizeof(*run->calls));
+	program(f, run, perm, false);
+	assert_int_equal(run_program(r, run, 64), 0);
+	assert_each_completed_once(run);
+	assert_memory_equal(f->buf, expect, (size_t)run->nr * IO_BYTES);
+}
+
 static void
 test_ring_writes_then_reads_back_the_same_bytes(void **state)
 {
@@ -205,12 +235,7 @@ test_ring_writes_then_reads_back_the_same_bytes(void **state)
 	for (uint32_t i = 0; i < FILE_IOS; i++) {
 		assert_int_equal(run->res[i], IO_BYTES);
 	}
-	memset(f->buf, 0xa5, (size_t)FILE_IOS * IO_BYTES);
-	memset(run->calls, 0, FILE_IOS * sizeof(*run->calls));
-	program(f, run, perm, false);
-	assert_int_equal(run_program(r, run, 64), 0);
-	assert_each_completed_once(run);
-	assert_memory_equal(f->buf, expect, (size_t)FILE_IOS * IO_BYTES);
+	read_back(f, r, run, perm, expect);
 	free(expect);
 	free_run(run);
 	tt_gpu_uring_destroy(r);
@@ -356,7 +381,7 @@ test_ring_paced_reads_are_submitted_the_pace_apart(void **state)
 	struct run *run = make_run(NR);
 	uint32_t perm[NR];
 	uint8_t *expect = malloc((size_t)NR * IO_BYTES);
-	uint64_t t0, elapsed;
+	uint64_t elapsed;
 
 	assert_non_null(expect);
 	for (uint32_t i = 0; i < NR; i++) {
@@ -369,13 +394,7 @@ test_ring_paced_reads_are_submitted_the_pace_apart(void **state)
 	memset(f->buf, 0xa5, (size_t)NR * IO_BYTES);
 	memset(run->calls, 0, NR * sizeof(*run->calls));
 	program(f, run, perm, false);
-	t0 = tt_now_ns();
-	assert_int_equal(run_program(r, run, 64), 0);
-	elapsed = tt_now_ns() - t0;
-	assert_each_completed_once(run);
-	for (uint32_t i = 0; i < NR; i++) {
-		assert_int_equal(run->res[i], IO_BYTES);
-	}
+	elapsed = timed_run(r, run);
 	assert_memory_equal(f->buf, expect, (size_t)NR * IO_BYTES);
 	/* NR submissions with the pace between each two: no sooner than (NR - 1) paces. */
 	assert_true(elapsed >= (uint64_t)(NR - 1) * PACE_NS);
@@ -407,7 +426,7 @@ test_ring_punted_writes_are_submitted_the_pace_apart(void **state)
 	struct run *run = make_run(NR);
 	uint32_t perm[NR];
 	uint8_t *expect = malloc((size_t)NR * IO_BYTES);
-	uint64_t t0, elapsed;
+	uint64_t elapsed;
 
 	assert_non_null(expect);
 	assert_int_equal(tt_gpu_uring_create(&conf, &r), 0);
@@ -417,20 +436,9 @@ test_ring_punted_writes_are_submitted_the_pace_apart(void **state)
 	t_rng_fill(&f->rng, f->buf, (size_t)NR * IO_BYTES);
 	memcpy(expect, f->buf, (size_t)NR * IO_BYTES);
 	program(f, run, perm, true);
-	t0 = tt_now_ns();
-	assert_int_equal(run_program(r, run, 64), 0);
-	elapsed = tt_now_ns() - t0;
-	assert_each_completed_once(run);
-	for (uint32_t i = 0; i < NR; i++) {
-		assert_int_equal(run->res[i], IO_BYTES);
-	}
+	elapsed = timed_run(r, run);
 	assert_true(elapsed >= (uint64_t)(NR - 1) * PACE_NS);
-	memset(f->buf, 0xa5, (size_t)NR * IO_BYTES);
-	memset(run->calls, 0, NR * sizeof(*run->calls));
-	program(f, run, perm, false);
-	assert_int_equal(run_program(r, run, 64), 0);
-	assert_each_completed_once(run);
-	assert_memory_equal(f->buf, expect, (size_t)NR * IO_BYTES);
+	read_back(f, r, run, perm, expect);
 	free(expect);
 	free_run(run);
 	tt_gpu_uring_destroy(r);
