@@ -530,18 +530,25 @@ secret_set(struct tt_gpu *g)
 	return rc;
 }
 
+/* The segments of \p layer of \p kv into \p seg (kv->segs_per_layer of them). */
+static void
+fill_segs(seg_param *seg, const struct tutti_kv *kv, uint32_t layer)
+{
+	const struct tutti_segment *segs = tt_kv_layer_segs(kv, layer);
+
+	for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
+		seg[s].base = segs[s].base;
+		seg[s].stride = segs[s].block_stride;
+		seg[s].bytes = segs[s].bytes;
+	}
+}
+
 /* The segments of \p layer of \p kv into \p param. */
 static void
 layer_segs(job_param *param, const struct tutti_kv *kv, uint32_t layer)
 {
-	const struct tutti_segment *segs = tt_kv_layer_segs(kv, layer);
-
 	param->nr_segs = kv->segs_per_layer;
-	for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
-		param->seg[s].base = segs[s].base;
-		param->seg[s].stride = segs[s].block_stride;
-		param->seg[s].bytes = segs[s].bytes;
-	}
+	fill_segs(param->seg, kv, layer);
 	param->layer_block_bytes = kv->geo.layer_block_bytes;
 }
 
@@ -792,8 +799,8 @@ struct objs_param {
 
 /* Block b owns object b, in slot b of \p mem: load checks and scatters it, save gathers and
  * hashes it (zeroing the slot's padding). An object's checksum is one XXH3 over the whole
- * object, whose stripes depend on each other every kilobyte, so one block checks one object at
- * a few GB/s: the blocks of several layers run side by side so that a small load (one chunk:
+ * object, whose stripes depend on each other every kilobyte, so one block checks one object:
+ * the blocks of several layers run side by side so that a small load (one chunk:
  * one object a layer) is not a chain of one-block launches. */
 __global__ static void
 __launch_bounds__(GROUP)
@@ -848,11 +855,9 @@ tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, uint32_
 	int rc;
 
 	if (g == NULL || kv == NULL || kv->mem != TUTTI_MEM_CUDA || kv->device != g->device ||
-	    per_layer == 0 || skip >= per_layer || layer >= kv->geo.g.nr_layers ||
-	    slot_bytes % 16 != 0 || kv->geo.layer_block_bytes <= TT_XXH3_MIDSIZE_MAX ||
-	    (nr > 0 &&
-	     (objs == NULL || mem == NULL || ids == NULL ||
-	      (uint64_t)(skip + (uint64_t)nr - 1) / per_layer >= kv->geo.g.nr_layers - layer))) {
+	    !tt_gpu_objs_run_fits(kv, layer, per_layer, skip, nr) || slot_bytes % 16 != 0 ||
+	    kv->geo.layer_block_bytes <= TT_XXH3_MIDSIZE_MAX ||
+	    (nr > 0 && (objs == NULL || mem == NULL || ids == NULL))) {
 		return -EINVAL;
 	}
 	if (nr == 0) {
@@ -874,13 +879,7 @@ tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, uint32_
 		uint32_t layers = (skip + n + per_layer - 1) / per_layer;
 
 		for (uint32_t l = 0; l < layers; l++) {
-			const struct tutti_segment *segs = tt_kv_layer_segs(kv, layer + l);
-
-			for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
-				param.seg[l][s].base = segs[s].base;
-				param.seg[l][s].stride = segs[s].block_stride;
-				param.seg[l][s].bytes = segs[s].bytes;
-			}
+			fill_segs(param.seg[l], kv, layer + l);
 		}
 		param.skip = skip;
 		objs_kernel<<<n, GROUP, 0, g->stream>>>(param, objs + done, ids,

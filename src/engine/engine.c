@@ -338,7 +338,7 @@ tt_engine_prepare(struct tt_engine *e, const struct tutti_kv *kv)
 	    tt_cpu_waves_take(e, &tt_mover_cuda)) {
 		rc = tt_waves_prepare(e, &tt_objmover_cuda, g);
 	}
-	if (rc == 0 && !e->lists.plain) {
+	if (rc == 0) {
 		rc = tt_list_mem_reserve(&e->lists, kv);
 	}
 	if (rc < 0) {

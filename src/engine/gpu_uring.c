@@ -29,8 +29,8 @@
 
 /* The ring: one bounce slot per object of staging, up to the CQ credit. Reads of
  * page-cache-backed files (tmpfs) get IOSQE_ASYNC, and so do writes when the store has several
- * data files: issued inline, their copies would all run on the one SQ thread (on the H200 that
- * held gpu-uring's stores to 3.3-3.4 GB/s over 16 files, docs/results.md, row E1). */
+ * data files: issued inline, their copies would all run on the one SQ thread (inline writes
+ * stored 3.3-3.4 GB/s over 16 files on the H200, docs/results.md, row E1). */
 #define RING_MAX_SLOTS 4096u
 /* The SQ holds what the controller publishes in one batch, which the CQ credit bounds anyway. */
 #define RING_MAX_SQ_ENTRIES 1024u
@@ -124,6 +124,9 @@ ring_create(struct gpu_uring_engine *g)
 {
 	struct tt_engine *e = &g->base;
 	uint64_t slots = e->nr_staging * e->unit_bytes / e->geo->object_bytes;
+	/* Over several files (format 5 spreads a directory's slots over up to 16), punted writes
+	 * run side by side on io-wq; into one file they would only contend. */
+	bool punt_writes = e->page_cache && e->nr_fds > 1;
 	struct tt_gpu_uring_conf conf;
 	uint32_t cq;
 
@@ -141,11 +144,9 @@ ring_create(struct gpu_uring_engine *g)
 	    .cq_entries = cq,
 	    .sq_idle_ms = RING_SQ_IDLE_MS,
 	    .async = e->page_cache,
-	    /* Over several files (format 5 spreads a directory's slots over up to 16), punted
-	     * writes run side by side on io-wq; into one file they would only contend. */
-	    .async_writes = e->page_cache && e->nr_fds > 1,
+	    .async_writes = punt_writes,
 	    .read_pace_ns = e->page_cache ? RING_PACE_NS : 0,
-	    .write_pace_ns = e->page_cache && e->nr_fds > 1 ? RING_PACE_NS : 0,
+	    .write_pace_ns = punt_writes ? RING_PACE_NS : 0,
 	    .log = e->log,
 	};
 	return tt_gpu_uring_create(&conf, &g->ring);

@@ -137,6 +137,14 @@ int tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks);
  * layers of the run, their objects side by side, asynchronous on the context's stream.
  * Returns 0, -EINVAL or -EIO.
  */
+/* Whether such a run is well formed and ends within \p kv's layers. */
+static inline bool
+tt_gpu_objs_run_fits(const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer, uint32_t skip,
+                     uint32_t nr)
+{
+	return per_layer != 0 && skip < per_layer && layer < kv->geo.g.nr_layers &&
+	       (nr == 0 || ((uint64_t)skip + nr - 1) / per_layer < kv->geo.g.nr_layers - layer);
+}
 int tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer,
                 uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids,
                 uint8_t *mem, uint64_t slot_bytes, bool write);

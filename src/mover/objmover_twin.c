@@ -205,11 +205,9 @@ twin_objs(void *ctx, unsigned buf, const struct tutti_kv *kv, uint32_t layer, ui
 	                      .write = write};
 	int rc;
 
-	if (buf >= TT_OBJMOVER_BUFS || kv == NULL || per_layer == 0 || skip >= per_layer ||
-	    layer >= kv->geo.g.nr_layers ||
-	    (nr > 0 &&
-	     (objs == NULL || mem == NULL ||
-	      (uint64_t)(skip + (uint64_t)nr - 1) / per_layer >= kv->geo.g.nr_layers - layer))) {
+	if (buf >= TT_OBJMOVER_BUFS || kv == NULL ||
+	    !tt_gpu_objs_run_fits(kv, layer, per_layer, skip, nr) ||
+	    (nr > 0 && (objs == NULL || mem == NULL))) {
 		return -EINVAL;
 	}
 	if (nr == 0) {
