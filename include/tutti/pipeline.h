@@ -6,12 +6,14 @@
  * A step (one forward pass of a batch) is declared up front: the chunks to load (a cached
  * prefix) and the chunks to save (KV this step computes). Then, layer by layer, the engine calls
  * tutti_pipeline_wait_layer() before the layer's attention and tutti_pipeline_save_layer() after
- * it, and tutti_pipeline_end_step() at the end. None of these blocks the host thread when the KV
- * is in GPU memory: the compute stream waits on a device-side signal raised once the layer's
- * objects have landed (a one-thread kernel polls it; on engine gpu-uring a one-thread kernel
- * behind the layer's I/O kernel raises it, elsewhere the pipeline's own thread). With KV in host
- * memory (CPU mode, the same scheduler with the CPU mover and engines) wait_layer blocks the
- * caller.
+ * it, and tutti_pipeline_end_step() at the end. When the KV is in GPU memory the compute stream
+ * waits on a device-side signal raised once the layer's objects have landed (a one-thread kernel
+ * polls it; on engine gpu-uring a one-thread kernel behind the layer's I/O kernel raises it,
+ * elsewhere the pipeline's own thread); wait_layer blocks the host thread only until the layer's
+ * read is issued, which it is within the read-ahead window (on the CPU-driven engines issuing a
+ * layer reads it), so that no wait on the GPU ever depends on a CUDA call still to come (see
+ * tutti_pipeline_wait_layer()). With KV in host memory (CPU mode, the same scheduler with the
+ * CPU mover and engines) wait_layer blocks the caller until the layer is loaded.
  *
  * The pipeline's thread runs the scheduler:
  *  - reads first: layer l of the step's loads is read when compute has reached layer
@@ -107,8 +109,13 @@ TUTTI_API int64_t tutti_pipeline_begin_step(struct tutti_pipeline *p,
                                             const struct tutti_step *step);
 
 /**
- * Layer \p layer's loaded KV is needed now. GPU mode: enqueue on the step's stream a wait for
- * the layer (returns at once). CPU mode: block until the layer is loaded (or failed).
+ * Layer \p layer's loaded KV is needed now. GPU mode: block until the layer's read is issued
+ * (its kernels launched on engine gpu-uring; read and copied on the CPU-driven engines), then
+ * enqueue on the step's stream a wait for the layer and return. A wait enqueued earlier could
+ * deadlock: CUDA loads a kernel's module at its first launch by default, which may wait for
+ * every kernel on the device, the wait among them, while the CUDA calls that issue the read
+ * wait for the load. CPU mode: block until the layer is loaded (or failed). Either way a layer
+ * not issued (loaded) within the wait timeout is released to compute and its chunks fail.
  * Call it for every layer, in order, whether or not the step loads anything.
  * \return 0, or -EINVAL (no step, layer out of range or out of order), -EIO.
  */

@@ -517,10 +517,37 @@ tutti_pipeline_begin_step(struct tutti_pipeline *p, const struct tutti_step *ste
 	return s->id;
 }
 
+/*
+ * Block until the worker has issued layer \p layer of \p s (on engine gpu-uring its kernels are
+ * on the store's stream; on the CPU-driven engines it is loaded), or until the wait timeout.
+ *
+ * Why the host waits for this before any wait goes on a compute stream: loading a kernel's
+ * module (CUDA loads them lazily, at first launch, by default) can synchronise the whole
+ * context. A wait kernel for a layer not yet issued would then hold that synchronisation, and
+ * with it every CUDA call of the thread that is to issue the layer: a deadlock that only the
+ * wait timeout breaks. Once the layer is issued, its wait depends on work already on the GPU
+ * alone. The host runs at most the read-ahead window ahead of the GPU, which it does anyway.
+ * CPU mode waits for the same, then for the layer's load. Returns false on the timeout.
+ */
+static bool
+wait_issued(struct tutti_pipeline *p, struct tt_pipe_step *s, uint32_t layer, uint64_t deadline)
+{
+	bool issued;
+
+	pthread_mutex_lock(&p->lock);
+	while (!(issued = s->next_load > layer) && tt_now_ns() < deadline) {
+		tt_pipe_cond_wait_ns(&p->done, &p->lock, TT_NS_PER_MS);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return issued;
+}
+
 int
 tutti_pipeline_wait_layer(struct tutti_pipeline *p, uint32_t layer)
 {
 	struct tt_pipe_step *s;
+	uint64_t t0, deadline;
+	bool issued;
 	int rc = 0;
 
 	if (p == NULL || p->cur == NULL || layer >= p->nr_layers || layer != p->cur->waited) {
@@ -532,12 +559,19 @@ tutti_pipeline_wait_layer(struct tutti_pipeline *p, uint32_t layer)
 		__atomic_add_fetch(&s->waited, 1, __ATOMIC_RELEASE);
 		return 0;
 	}
-	if (p->gpu) {
+	t0 = tt_now_ns();
+	deadline = t0 + (uint64_t)p->opts.wait_timeout_ms * TT_NS_PER_MS;
+	issued = wait_issued(p, s, layer, deadline);
+	if (p->gpu && issued) {
 		rc = tt_pipe_stream_wait(p, s, layer);
+	} else if (p->gpu) {
+		/* Released without a wait on the GPU: the times in its clock, as the kernel's. */
+		s->wait_times[2 * layer] = (uint64_t)((int64_t)t0 + p->timer_offset);
+		__atomic_store_n(&s->wait_times[2 * layer + 1],
+		                 (uint64_t)((int64_t)tt_now_ns() + p->timer_offset) |
+		                     TT_PIPE_WAIT_TIMED_OUT,
+		                 __ATOMIC_RELEASE);
 	} else {
-		uint64_t t0 = tt_now_ns(),
-		         deadline = t0 + (uint64_t)p->opts.wait_timeout_ms * TT_NS_PER_MS;
-
 		pthread_mutex_lock(&p->lock);
 		while ((int32_t)(tt_word_load_acquire(&p->loaded[layer]) - s->seq) < 0) {
 			if (tt_now_ns() >= deadline) {

@@ -5,9 +5,10 @@
  * their stall are recorded on the GPU, new KV copied into save staging by the gather kernel is
  * written in slack and reads back bit-exact, a store's first GPU work as a step whose compute
  * runs on the legacy default stream (vLLM 0.26's model runner) loads bit-exact with gpu-uring
- * and with uring, a damaged object in such a step fails its chunk alone without
- * holding up compute or faulting, and the store serves other calls between a step's launched
- * layers. Exits 77 without a GPU or a usable ring.
+ * and with uring, a damaged object in such a step fails its chunk alone without holding up
+ * compute or faulting, a kernel loaded lazily right after a layer's wait holds up nothing, and
+ * the store serves other calls between a step's launched layers. Exits 77 without a GPU or a
+ * usable ring.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -25,6 +26,9 @@
 #include "t_disk.h"
 #include "t_gpu.h"
 #include "t_kv.h"
+#ifdef T_LAZY_KERNEL
+#include "t_lazy.h"
+#endif
 #include "t_util.h"
 
 #define NR_BLOCKS 256u
@@ -390,6 +394,75 @@ test_gpu_pipeline_damaged_object_on_the_legacy_stream_uring(void **state)
 	first_load_on_the_legacy_stream(TUTTI_ENGINE_URING, true);
 }
 
+#ifdef T_LAZY_KERNEL
+/* Compute launches a kernel the process has never run (t_lazy.cu) right after a layer's wait,
+ * as vLLM's first forward over a cached prefix does. Under CUDA's lazy module loading that
+ * launch loads the kernel's module, which may synchronise the context: a wait kernel for a
+ * layer whose load was not yet issued would hold that up, and with it the CUDA calls that are
+ * to issue the load, until the wait timeout. No layer may be released by the timeout, and the
+ * prefix lands bit for bit. The engines issue differently: gpu-uring launches a layer's kernels,
+ * uring reads it on the host and copies it with CUDA calls. */
+static void
+lazy_kernel_behind_a_wait(uint32_t engine)
+{
+	struct world w;
+	struct tutti_request saved, load;
+	struct tutti_pipeline_opts o;
+	struct tutti_pipeline *p;
+	struct tutti_step step = {.size = sizeof(step)};
+	struct tutti_step_result res;
+	int32_t status[CHUNKS];
+	int64_t id;
+
+	world_open(&w, engine);
+	saved = request(&w, CHUNKS, 0, w.src_ids);
+	assert_int_equal(tutti_store_save(w.st, w.src->kv, &saved, 1, NULL), CHUNKS);
+	tutti_pipeline_opts_init(&o);
+	o.wait_timeout_ms = 5000;
+	assert_int_equal(tutti_pipeline_create(w.st, w.ddst.kv, &o, &p), 0);
+	load = request(&w, CHUNKS, 0, w.dst_ids);
+	step.nr_loads = 1;
+	step.loads = &load;
+	step.stream = w.stream;
+	id = tutti_pipeline_begin_step(p, &step);
+	assert_true(id > 0);
+	for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
+		assert_int_equal(tutti_pipeline_wait_layer(p, l), 0);
+		if (l == 0) {
+			assert_int_equal(t_lazy_launch(w.stream), 0);
+		}
+	}
+	assert_int_equal(tutti_pipeline_end_step(p), 0);
+	assert_int_equal(tt_gpu_stream_sync(w.stream), 0);
+	final_result(p, id, &res, status, NULL);
+	assert_int_equal(res.timed_out, 0);
+	assert_int_equal(res.load_errors, 0);
+	assert_int_equal(res.load_chunks, CHUNKS);
+	assert_int_equal(d_kv_download(&w.ddst), 0);
+	for (uint32_t b = 0; b < CHUNKS * w.bpc; b++) {
+		for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
+			assert_true(t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
+		}
+	}
+	tutti_pipeline_destroy(p);
+	world_close(&w);
+}
+
+static void
+test_gpu_pipeline_lazy_kernel_behind_a_wait_gpu_uring(void **state)
+{
+	(void)state;
+	lazy_kernel_behind_a_wait(TUTTI_ENGINE_GPU_URING);
+}
+
+static void
+test_gpu_pipeline_lazy_kernel_behind_a_wait_uring(void **state)
+{
+	(void)state;
+	lazy_kernel_behind_a_wait(TUTTI_ENGINE_URING);
+}
+#endif
+
 /* With an argument, only the tests whose names match it run (cmocka's filter, '*' a wildcard):
  * ctest runs each legacy-stream case again alone, in a process whose first GPU work it is, where
  * CUDA's lazy module loading has loaded none of the library's kernels yet. */
@@ -403,6 +476,10 @@ main(int argc, char **argv)
 	    cmocka_unit_test(test_gpu_pipeline_first_load_on_the_legacy_stream_uring),
 	    cmocka_unit_test(test_gpu_pipeline_damaged_object_on_the_legacy_stream_gpu_uring),
 	    cmocka_unit_test(test_gpu_pipeline_damaged_object_on_the_legacy_stream_uring),
+#ifdef T_LAZY_KERNEL
+	    cmocka_unit_test(test_gpu_pipeline_lazy_kernel_behind_a_wait_gpu_uring),
+	    cmocka_unit_test(test_gpu_pipeline_lazy_kernel_behind_a_wait_uring),
+#endif
 	};
 
 	if (tt_gpu_device_count() <= 0 || !t_tmpdir_supports_odirect() || t_uring_probe() != 0) {

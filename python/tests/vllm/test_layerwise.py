@@ -18,7 +18,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  #
 
 from tutti.store import ChunkRequest, Geometry  # noqa: E402
 from tutti.vllm import stores  # noqa: E402
-from tutti.vllm import worker as worker_mod  # noqa: E402
 from tutti.vllm.connector import (  # noqa: E402
     LoadSpec,
     TuttiConfig,
@@ -155,40 +154,6 @@ def test_each_layer_is_loaded_before_its_hook_returns(worker, hooks, waits, unho
     # A step without loads is no pipeline step: the hooks do nothing.
     errors, st = step(worker, [], LAYERS)
     assert errors == set() and st.get("pipeline_steps", 0) == 0
-
-
-def test_cuda_lazy_loading_follows_the_environment(monkeypatch):
-    monkeypatch.delenv("CUDA_MODULE_LOADING", raising=False)
-    assert worker_mod.cuda_lazy_loading()  # CUDA's default since 12.2
-    for value, lazy in (("LAZY", True), ("EAGER", False), (" eager ", False), ("", True)):
-        monkeypatch.setenv("CUDA_MODULE_LOADING", value)
-        assert worker_mod.cuda_lazy_loading() is lazy
-
-
-def test_a_processs_first_loads_can_complete_before_the_forward(worker):
-    """With GPU KV under CUDA's lazy module loading the worker sets this flag at registration
-    (host KV here, so the test sets it): that step's loads complete in start_load_kv, before
-    any hook, and the next step's go through the pipeline again."""
-    assert not worker.worker._first_loads_before_forward  # host KV: never
-    keys = store_chunks(worker, 3)
-    dst, src = list(range(0, 6)), list(range(SRC, SRC + 6))
-    worker.worker._first_loads_before_forward = True
-    worker.bind_connector_metadata(TuttiConnectorMetadata(
-        loads=[LoadSpec("r0", keys, 0, 0, dst)], compute_tokens=128))
-    worker.start_load_kv(None)
-    assert all(loaded(worker, layer, dst, src) for layer in range(3))  # before any hook
-    for name in LAYERS:
-        worker.wait_for_layer_load(name)
-    worker.wait_for_save()
-    assert worker.get_block_ids_with_load_errors() == set()
-    st = worker.get_kv_connector_stats().data
-    worker.clear_connector_metadata()
-    assert st["load_tokens"] == 6 * BS and st.get("pipeline_steps", 0) == 0
-    assert not worker.worker._first_loads_before_forward
-    dst2 = list(range(6, 12))
-    errors, st = step(worker, [LoadSpec("r1", keys, 0, 0, dst2)], LAYERS)
-    assert errors == set() and st["pipeline_steps"] == 1
-    assert all(loaded(worker, layer, dst2, src) for layer in range(3))
 
 
 def test_a_chunk_that_cannot_be_loaded_reports_its_blocks(worker):

@@ -67,12 +67,6 @@ def dense_bytes(block: torch.Tensor) -> int | None:
         expect *= size
     return expect * block.element_size()
 
-def cuda_lazy_loading() -> bool:
-    """Whether CUDA loads a kernel's module at its first launch (CUDA_MODULE_LOADING; LAZY is
-    the default since CUDA 12.2)."""
-    return os.environ.get("CUDA_MODULE_LOADING", "LAZY").strip().upper() != "EAGER"
-
-
 class TuttiWorker:
     """The worker side of one connector (one per worker process, i.e. per rank)."""
 
@@ -100,9 +94,6 @@ class TuttiWorker:
         self.kv_mem = "host"
         self.engine: str | None = None  # the engine that moves the KV, once registered
         self.layerwise: LayerwiseLoads | None = None
-        # Whether the next step with loads must load them before the forward pass rather than
-        # layer by layer (set for GPU KV at registration: _first_loads_before_forward).
-        self._first_loads_before_forward = False
         # Loads may finish on the loader thread: what they report is kept under this lock.
         self._lock = threading.Lock()
         self._stats = TuttiConnectorStats()
@@ -166,7 +157,6 @@ class TuttiWorker:
         if self.cfg.layerwise:
             self.layerwise = LayerwiseLoads(self.store, self.kv, list(kv_caches),
                                             self.ctx.layer_names, mem)
-            self._first_loads_before_forward = mem == "cuda" and cuda_lazy_loading()
 
     # -- loads --
 
@@ -257,18 +247,7 @@ class TuttiWorker:
         for spec in meta.loads:
             remote = spec.remote_from >= 0 and self.remote is not None
             (others if remote else piped).append(spec)
-        if piped and self._first_loads_before_forward:
-            # Under CUDA's lazy module loading, the first forward over a cached prefix loads
-            # the attention kernels that read one, and loading a module may wait for every
-            # kernel running on the device: behind a layerwise wait for layer 0, whose load
-            # then cannot make progress on the driver either, that held fresh processes on the
-            # H200 until the pipeline's wait timeout (docs/vllm.md, "Known problems"). The
-            # process's first loads therefore complete before the forward pass.
-            self._first_loads_before_forward = False
-            log.info("tutti: this process's first loads complete before the forward pass "
-                     "(CUDA loads kernels lazily); later steps load layer by layer")
-            others = meta.loads
-        elif piped and not layerwise.begin(piped, meta.compute_tokens):
+        if piped and not layerwise.begin(piped, meta.compute_tokens):
             others = meta.loads
         for spec in others:
             failed = self._load(spec)
