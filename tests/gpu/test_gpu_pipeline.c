@@ -56,7 +56,7 @@ log_to_output(void *arg, int level, const char *msg)
 }
 
 static void
-world_open(struct world *w, uint32_t engine)
+world_open_layers(struct world *w, uint32_t engine, uint32_t nr_layers)
 {
 	const char *dirs[1];
 	struct tutti_store_opts o;
@@ -66,7 +66,7 @@ world_open(struct world *w, uint32_t engine)
 	w->dir = t_tmpdir_create();
 	dirs[0] = w->dir;
 	assert_int_equal(tutti_geometry_preset("llama-3-8b", &w->geo), 0);
-	w->geo.nr_layers = 4;
+	w->geo.nr_layers = nr_layers;
 	w->geo.chunk_tokens = 64; /* 4 blocks of 16 tokens, 64 KiB per layer block */
 	w->bpc = 4;
 	assert_int_equal(t_kv_alloc(&w->geo, T_LAYOUT_KV_FIRST, NR_BLOCKS, &w->src), 0);
@@ -90,6 +90,12 @@ world_open(struct world *w, uint32_t engine)
 	w->dst_ids = w->src_ids + 2 * CHUNKS * w->bpc;
 	/* One draw for both: the prefix lands in blocks the new KV does not occupy. */
 	t_random_distinct(&w->r, w->src_ids, 4 * CHUNKS * w->bpc, NR_BLOCKS);
+}
+
+static void
+world_open(struct world *w, uint32_t engine)
+{
+	world_open_layers(w, engine, 4);
 }
 
 static void
@@ -394,6 +400,92 @@ test_gpu_pipeline_damaged_object_on_the_legacy_stream_uring(void **state)
 	first_load_on_the_legacy_stream(TUTTI_ENGINE_URING, true);
 }
 
+/* A model's depth (32 layers: gpu-uring's layer kernels and the objects checks span several
+ * launches) and two requests in one step whose first chunks (their roots) are damaged in the
+ * middle layer, as vLLM's output matrix damages a store: those two chunks fail alone, every
+ * layer is released without the wait timeout, nothing faults on the GPU, and the other chunks
+ * land bit for bit. */
+static void
+damaged_roots_mid_depth(uint32_t engine)
+{
+	struct world w;
+	struct tutti_request saved[2], load[2];
+	struct tutti_pipeline_opts o;
+	struct tutti_pipeline *p;
+	struct tutti_step step = {.size = sizeof(step)};
+	struct tutti_step_result res;
+	const uint32_t half = CHUNKS / 2;
+	int32_t status[CHUNKS];
+	char *path;
+	int64_t id;
+
+	world_open_layers(&w, engine, 32);
+	path = t_data_path(w.dir);
+	for (uint32_t r = 0; r < 2; r++) {
+		saved[r] = request(&w, half, 0, w.src_ids + r * half * w.bpc);
+		saved[r].keys = w.keys + r * half * 32;
+		assert_int_equal(tutti_store_save(w.st, w.src->kv, &saved[r], 1, NULL), half);
+		load[r] = request(&w, half, 0, w.dst_ids + r * half * w.bpc);
+		load[r].keys = saved[r].keys;
+	}
+	for (uint32_t r = 0; r < 2; r++) {
+		uint32_t slot = t_key_slot(path, &w.geo, saved[r].keys, 32);
+
+		assert_int_equal(t_disk_flip_bit(path, t_object_off(&w.geo, slot, 16) + 8192, 5),
+		                 0);
+	}
+	free(path);
+	tutti_pipeline_opts_init(&o);
+	o.wait_timeout_ms = 5000;
+	assert_int_equal(tutti_pipeline_create(w.st, w.ddst.kv, &o, &p), 0);
+	step.nr_loads = 2;
+	step.loads = load;
+	step.compute_tokens = 64;
+	step.stream = w.stream;
+	id = tutti_pipeline_begin_step(p, &step);
+	assert_true(id > 0);
+	for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
+		assert_int_equal(tutti_pipeline_wait_layer(p, l), 0);
+	}
+	assert_int_equal(tutti_pipeline_end_step(p), 0);
+	assert_int_equal(tt_gpu_stream_sync(w.stream), 0);
+	final_result(p, id, &res, status, NULL);
+	assert_int_equal(res.timed_out, 0);
+	assert_int_equal(res.load_errors, 2);
+	assert_int_equal(status[0], -EBADMSG);
+	assert_int_equal(status[half], -EBADMSG);
+	assert_int_equal(d_kv_download(&w.ddst), 0);
+	for (uint32_t c = 0; c < CHUNKS; c++) {
+		if (c == 0 || c == half) {
+			continue;
+		}
+		assert_int_equal(status[c], 0);
+		for (uint32_t b = c * w.bpc; b < (c + 1) * w.bpc; b++) {
+			for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
+				assert_true(
+				    t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
+			}
+		}
+	}
+	tutti_pipeline_destroy(p);
+	assert_int_equal(tt_gpu_stream_sync(NULL), 0);
+	world_close(&w);
+}
+
+static void
+test_gpu_pipeline_damaged_roots_mid_depth_gpu_uring(void **state)
+{
+	(void)state;
+	damaged_roots_mid_depth(TUTTI_ENGINE_GPU_URING);
+}
+
+static void
+test_gpu_pipeline_damaged_roots_mid_depth_uring(void **state)
+{
+	(void)state;
+	damaged_roots_mid_depth(TUTTI_ENGINE_URING);
+}
+
 #ifdef T_LAZY_KERNEL
 /* Compute launches a kernel the process has never run (t_lazy.cu) right after a layer's wait,
  * as vLLM's first forward over a cached prefix does. Under CUDA's lazy module loading that
@@ -476,6 +568,8 @@ main(int argc, char **argv)
 	    cmocka_unit_test(test_gpu_pipeline_first_load_on_the_legacy_stream_uring),
 	    cmocka_unit_test(test_gpu_pipeline_damaged_object_on_the_legacy_stream_gpu_uring),
 	    cmocka_unit_test(test_gpu_pipeline_damaged_object_on_the_legacy_stream_uring),
+	    cmocka_unit_test(test_gpu_pipeline_damaged_roots_mid_depth_gpu_uring),
+	    cmocka_unit_test(test_gpu_pipeline_damaged_roots_mid_depth_uring),
 #ifdef T_LAZY_KERNEL
 	    cmocka_unit_test(test_gpu_pipeline_lazy_kernel_behind_a_wait_gpu_uring),
 	    cmocka_unit_test(test_gpu_pipeline_lazy_kernel_behind_a_wait_uring),
