@@ -26,6 +26,21 @@ end (its writes are asynchronous); a retrieve until the KV is in GPU memory. Bef
 retrieve the page cache is dropped (drop_caches, else posix_fadvise DONTNEED on LMCache's
 files).
 
+--gpu-connector picks the connector: v2, what vLLM's LMCacheConnectorV1 builds with LMCache's
+defaults (VLLMPagedMemGPUConnectorV2); v3, the same with LMCache's config key
+use_gpu_connector_v3 (VLLMPagedMemGPUConnectorV3); v3-prebound, V3 made to discover the pool's
+layout before the first store, which vLLM's integration never does (it stands for an LMCache in
+which that first store is right). No figure is timed before a probe has passed: one chunk is
+stored from 16 blocks and retrieved into 16 others exactly as in the timed rounds, and checked
+as below. A probe that fails (wrong bytes, or an error from LMCache) ends the run with one
+refusal row per (context, operation): its reason and the probe's counts, no bandwidth (a probe
+that passes also serves as LMCache's warm-up before the first timed round). With
+vLLM 0.26's packed K/V layout, LMCache 0.5.3 fails it with v2 (its V2 connector keeps split K/V
+objects of 8 x 128 elements a token and its kernel moves a packed layout as one plane of that
+width, so it addresses slot s at s x 1024 elements where vLLM's slot s starts at s x 2048:
+wrong bytes, other blocks overwritten) and with v3 (the first store sizes its objects before
+V3 has seen the layout, and the copy into them fails); LMCache issue #4463.
+
 The check compares logical blocks: after the last retrieve, every layer's destination block of
 request block i must hold what was written into its source block i (regenerated from the
 seed), the source blocks must be unchanged, and every other block of the pool must still hold
@@ -37,8 +52,9 @@ and its engines' figures. GB = 1e9 bytes. Output: one JSON line per (context, op
 
 Usage: lmcache_micro.py --dir DIR [--contexts 32768,131072] [--repeats 3] [--json FILE]
            [--tutti-json FILE] [--disk-io-threads N] [--device cuda|cpu]
+           [--gpu-connector v2|v3|v3-prebound]
 Exit status 77: skipped (no CUDA, or LMCache or vLLM cannot run here), with the reason on
-stderr; 1: a failed check, with its reason.
+stderr; 1: a failed check or a refused run (the probe failed), with its reason.
 """
 import argparse
 import glob
@@ -60,6 +76,11 @@ CHECK_SLICE_BLOCKS = 1024  # blocks per scratch tensor while filling and checkin
 POISON = -0x5A5B  # 0xA5A5 as int16
 TMPFS_MAGIC = 0x01021994
 SKIP = 77
+ENGINE_NAME = "tutti-micro"
+CLOSE_TIMEOUT_S = 60
+PROBE_SEED = 0x70726F6265  # the probe's block tables, KV and tokens
+PROBE_BLOCKS = CHUNK_TOKENS // BLOCK_TOKENS  # one chunk
+GPU_CONNECTORS = ("v2", "v3", "v3-prebound")
 
 
 class BenchError(Exception):
@@ -288,6 +309,33 @@ def check_blocks(layout, layers, src_ids, dst_ids, seed):
     return wrong, altered, stray
 
 
+def packed_kv_format(name):
+    """Whether LMCache's format name is one whose rows hold K and V of a head side by side
+    (2 x head size, vLLM 0.26's attention backends): ..._CS, ..._TWO_HS."""
+    return name.endswith(("_CS", "_TWO_HS"))
+
+
+def known_cause(fmt_name, connector, object_shapes, error):
+    """The known cause of a failed probe where its facts match it (LMCache issue #4463: LMCache
+    0.5's in-process connectors and vLLM 0.26's packed K/V layout), else None. object_shapes:
+    the shapes LMCache's metadata gives a chunk's objects (metadata.get_shapes)."""
+    if not packed_kv_format(fmt_name):
+        return None
+    row = KV_HEADS * HEAD_DIM
+    split = bool(object_shapes) and object_shapes[0][0] == 2
+    if connector == "VLLMPagedMemGPUConnectorV2" and split:
+        return (f"known LMCache bug (issue #4463): vLLM packs K and V of a head into one row "
+                f"({fmt_name}), the V2 connector keeps split K/V objects "
+                f"{list(object_shapes[0])}, and its kernel moves a packed layout as one plane of "
+                f"the object's width: it addresses slot s at s x {row} elements where vLLM's "
+                f"slot s starts at s x {2 * row}")
+    if connector == "VLLMPagedMemGPUConnectorV3" and error:
+        return ("known LMCache bug (issue #4463): the V3 connector learns the packed layout on "
+                "its first transfer, after the store has allocated that chunk's objects in the "
+                "split K/V shape")
+    return None
+
+
 def vllm_kv_layout(device_capability):
     """The KV layout of the installed vLLM's attention backend for this model on this GPU:
     FlashAttention, or FlashInfer on compute capability 10 (vLLM's platforms/cuda.py backend
@@ -348,6 +396,8 @@ class Bench:
         self.kv = self.layout.allocate(self.pool_blocks, self.dev)
         self.engine = self.make_engine()
         self.lmcache_format = self.check_lmcache_reads_the_pool()
+        if args.gpu_connector == "v3-prebound":
+            self.prebind()
 
     def make_engine(self):
         import lmcache
@@ -364,6 +414,9 @@ class Bench:
             extra["disk_io_threads"] = self.a.disk_io_threads
         cfg = LMCacheEngineConfig.from_defaults(
             chunk_size=CHUNK_TOKENS,
+            # The one switch LMCache's configuration has between its two in-process connectors
+            # for vLLM (CreateGPUConnector); off by default, as in bench/serve.
+            use_gpu_connector_v3=self.a.gpu_connector != "v2",
             local_cpu=False,
             max_local_cpu_size=math.ceil(request_gb) + 1,
             local_disk=self.lmcache_dir + "/",
@@ -383,10 +436,10 @@ class Bench:
         self.hints = {"kv_layout": self.layout.kv_layout}
         connector = CreateGPUConnector(cfg, meta, EngineType.VLLM, layout_hints=self.hints)
         engine = LMCacheEngineBuilder.get_or_create(
-            "tutti-micro", cfg, meta, connector, lambda t, src: t, lambda o, src: o)
+            ENGINE_NAME, cfg, meta, connector, lambda t, src: t, lambda o, src: o)
         engine.post_init()
         self.version = lmcache.__version__
-        self.connector = connector
+        self.connector, self.meta = connector, meta
         from lmcache.v1.storage_backend import local_disk_backend
 
         self.threads = cfg.get_extra_config_value(
@@ -414,16 +467,56 @@ class Bench:
                              f"{tuple(self.kv[0].shape)} as {name}: {seen}, not {want}")
         return name
 
+    def prebind(self):
+        """--gpu-connector v3-prebound: let the V3 connector discover the pool's layout (and
+        build the layer groups that size LMCache's objects) before the first store, as its
+        first transfer would; vLLM's integration never does this."""
+        c = self.connector
+        init = getattr(c, "_initialize_kv_cache_pointers", None)
+        if init is None or not hasattr(c, "initialize_kvcaches_ptr"):
+            raise BenchError(f"--gpu-connector v3-prebound: {type(c).__name__} has no layout "
+                             "discovery to run before the first store")
+        c.initialize_kvcaches_ptr(kvcaches=list(self.kv))
+        init()
+        if getattr(self.meta, "kv_layer_groups_manager", None) is None:
+            raise BenchError("--gpu-connector v3-prebound: LMCache's metadata has no layer "
+                             "groups after the connector's layout discovery")
+
+    def object_shapes(self):
+        """The shapes LMCache gives a chunk's memory objects now (they follow the layer groups
+        once a V3 connector has built them)."""
+        return [list(x) for x in self.meta.get_shapes(CHUNK_TOKENS)]
+
     def check_connector_bound_the_pool(self):
         """After the first transfer: LMCache's connector addresses this pool, whole."""
         c = self.connector
-        if not hasattr(c, "kv_cache_pointers") or not hasattr(c, "page_buffer_size"):
+        if hasattr(c, "kv_cache_pointers"):  # V2
+            ptrs = c.kv_cache_pointers.tolist()
+        elif getattr(c, "group_kv_cache_pointers_on_gpu", None):  # V3: one list per group
+            ptrs = [p for group in c.group_kv_cache_pointers_on_gpu for p in group.tolist()]
+        else:
             return  # another connector class keeps no such record
-        ptrs, ours = c.kv_cache_pointers.tolist(), [t.data_ptr() for t in self.kv]
+        if not hasattr(c, "page_buffer_size"):
+            return
+        ours = [t.data_ptr() for t in self.kv]
         if ptrs != ours or c.page_buffer_size != self.pool_blocks * BLOCK_TOKENS:
             raise BenchError(f"LMCache's connector addresses other KV than the pool (layer "
                              f"pointers match: {ptrs == ours}; slots {c.page_buffer_size}, "
                              f"pool {self.pool_blocks * BLOCK_TOKENS})")
+
+    def close(self):
+        """Stop LMCache's engine (LMCacheEngineBuilder.destroy, as vLLM's integration does at
+        shutdown): its threads would otherwise keep the process alive past its report. False
+        if it did not stop within CLOSE_TIMEOUT_S."""
+        import threading
+
+        from lmcache.v1.cache_engine import LMCacheEngineBuilder
+
+        stopper = threading.Thread(target=LMCacheEngineBuilder.destroy, args=(ENGINE_NAME,),
+                                   daemon=True)
+        stopper.start()
+        stopper.join(CLOSE_TIMEOUT_S)
+        return not stopper.is_alive()
 
     def wait_stored(self, tokens, timeout):
         deadline = time.monotonic() + timeout
@@ -435,6 +528,56 @@ class Bench:
             # Each lookup hashes the whole request under the GIL that LMCache's writer
             # threads share: poll gently.
             time.sleep(0.005)
+
+    def probe(self):
+        """One chunk through LMCache before anything is timed: stored from 16 blocks and
+        retrieved into 16 others of the pool, exactly as a timed round does (the same engine,
+        connector, pool and slot mappings), then checked as the run's data check does, the
+        whole pool included. Returns None when every byte is right, else a dict: why (a
+        sentence), the probe's counts, LMCache's error if it raised one."""
+        torch, layout = self.torch, self.layout
+        gen = torch.Generator().manual_seed(PROBE_SEED)
+        ids = (torch.randperm(self.pool_blocks - 1, generator=gen)[:2 * PROBE_BLOCKS] + 1)
+        ids = ids.to(self.dev)
+        src_ids, dst_ids = ids[:PROBE_BLOCKS], ids[PROBE_BLOCKS:]
+        toks = torch.randint(0, 128000, (CHUNK_TOKENS,), generator=gen)
+        for t in self.kv:
+            t.zero_()
+        fill_blocks(layout, self.kv, src_ids, PROBE_SEED)
+        src_slots, dst_slots = slot_mapping(src_ids, self.dev), slot_mapping(dst_ids, self.dev)
+        check_slots(src_slots, CHUNK_TOKENS, self.pool_blocks)
+        check_slots(dst_slots, CHUNK_TOKENS, self.pool_blocks)
+        out = {"tokens": CHUNK_TOKENS, "blocks": PROBE_BLOCKS}
+        try:
+            torch.cuda.synchronize()
+            self.engine.store(toks, kvcaches=self.kv, slot_mapping=src_slots)
+            self.wait_stored(toks, 120.0)
+            poison_blocks(layout, self.kv, dst_ids)
+            torch.cuda.synchronize()
+            drop_page_cache(self.lmcache_dir)
+            mask = self.engine.retrieve(toks, kvcaches=self.kv, slot_mapping=dst_slots)
+            torch.cuda.synchronize()
+        except Exception as e:  # LMCache's own failure is the finding; the bench stops here
+            out["error"] = f"{type(e).__name__}: {e}"
+            why = f"LMCache's store or retrieve of the probe's chunk failed: {out['error']}"
+        else:
+            got = int(mask.sum())
+            wrong, altered, stray = check_blocks(layout, self.kv, src_ids, dst_ids, PROBE_SEED)
+            out.update(retrieved_tokens=got, mismatched_layer_blocks=wrong,
+                       source_altered_layer_blocks=altered, stray_layer_blocks=stray)
+            self.engine.clear(toks, locations=["LocalDiskBackend"])
+            if got == CHUNK_TOKENS and not (wrong or altered or stray):
+                self.check_connector_bound_the_pool()
+                return None
+            why = (f"LMCache moved the wrong bytes: storing one chunk from {PROBE_BLOCKS} "
+                   f"blocks and retrieving it into {PROBE_BLOCKS} others left {wrong} of "
+                   f"{LAYERS * PROBE_BLOCKS} layer-blocks retrieved wrong, {altered} source "
+                   f"layer-blocks altered and {stray} other layer-blocks of the pool written "
+                   f"({got} of {CHUNK_TOKENS} tokens retrieved)")
+        cause = known_cause(self.lmcache_format, type(self.connector).__name__,
+                            self.object_shapes(), out.get("error"))
+        out["why"] = why + (f"; {cause}" if cause else "")
+        return out
 
     def context(self, tokens):
         torch, R, layout = self.torch, self.a.repeats, self.layout
@@ -488,23 +631,45 @@ class Bench:
         return [("store", store, store_cpu, None, bad),
                 ("retrieve", retrieve, retrieve_cpu, cache, bad)]
 
+    def row_base(self, tokens, op):
+        return {
+            "storage": self.storage, "system": "lmcache", "lmcache_version": self.version,
+            "model": "llama-3-8b", "context_tokens": tokens, "op": op,
+            "bytes": tokens * TOKEN_BYTES, "odirect": self.odirect,
+            "gpu_connector": type(self.connector).__name__,
+            "gpu_connector_option": self.a.gpu_connector,
+            # v3-prebound runs a step vLLM's integration never runs (prebind)
+            "as_vllm_drives_it": self.a.gpu_connector != "v3-prebound",
+            "disk_io_threads": self.threads, "kv_layout": self.layout.name,
+            "kv_layer_shape": list(self.layout.memory_shape(self.pool_blocks)),
+            "kv_cache_layout": self.layout.kv_layout, "lmcache_kv_format": self.lmcache_format,
+            "lmcache_object_shapes": self.object_shapes(),
+        }
+
+    def emit(self, row):
+        if self.a.json:
+            with open(self.a.json, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    def refuse(self, tokens, op, probe):
+        """A row without a figure: the probe showed LMCache does not move this KV right."""
+        row = dict(self.row_base(tokens, op), gbps=None, bit_exact=False, refused=probe["why"],
+                   probe=probe)
+        print(f"{self.storage:15s} {tokens:7d} tok {op:8s} lmcache REFUSED: {probe['why']}",
+              flush=True)
+        self.emit(row)
+
     def report(self, tokens, op, rounds, cpu, cache, bad, tutti):
         wrong, altered, stray = bad
         exact = not any(bad)
         gbps = statistics.median(rounds)
-        row = {
-            "storage": self.storage, "system": "lmcache", "lmcache_version": self.version,
-            "model": "llama-3-8b", "context_tokens": tokens, "op": op,
-            "bytes": tokens * TOKEN_BYTES, "repeats": len(rounds), "gbps": round(gbps, 3),
+        row = dict(self.row_base(tokens, op), **{
+            "repeats": len(rounds), "gbps": round(gbps, 3),
             "rounds_gbps": [round(x, 3) for x in rounds],
             "cpu_s_per_gb": round(statistics.median(cpu), 4), "bit_exact": exact,
             "mismatched_layer_blocks": wrong, "source_altered_layer_blocks": altered,
-            "stray_layer_blocks": stray, "odirect": self.odirect,
-            "page_cache": cache or "not read", "gpu_connector": type(self.connector).__name__,
-            "disk_io_threads": self.threads, "kv_layout": self.layout.name,
-            "kv_layer_shape": list(self.layout.memory_shape(self.pool_blocks)),
-            "kv_cache_layout": self.layout.kv_layout, "lmcache_kv_format": self.lmcache_format,
-        }
+            "stray_layer_blocks": stray, "page_cache": cache or "not read",
+        })
         same = [t for t in tutti if t.get("context_tokens") == tokens and t.get("op") == op
                 and t.get("storage") == self.storage]
         if same:
@@ -520,9 +685,7 @@ class Bench:
         print(line + ("  bit-exact" if exact else
                       f"  MISMATCH (layer-blocks: {wrong} retrieved wrong, {altered} source "
                       f"altered, {stray} others written)"), flush=True)
-        if self.a.json:
-            with open(self.a.json, "a") as f:
-                f.write(json.dumps(row) + "\n")
+        self.emit(row)
         return exact
 
 
@@ -536,6 +699,10 @@ def parse():
     ap.add_argument("--disk-io-threads", type=int, default=0,
                     help="LMCache's disk_io_threads (default: LMCache's own)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--gpu-connector", choices=GPU_CONNECTORS, default="v2",
+                    help="v2: what vLLM's LMCacheConnectorV1 builds with LMCache's defaults; "
+                         "v3: with use_gpu_connector_v3; v3-prebound: V3 shown the pool's "
+                         "layout before the first store (not what vLLM runs)")
     a = ap.parse_args()
     try:
         a.contexts = [int(x) for x in a.contexts.split(",")]
@@ -568,14 +735,23 @@ def main():
         print(f"lmcache_micro: LMCache's compiled ops do not load: {type(e).__name__}: {e}",
               file=sys.stderr)
         return 1
+    b = None
     try:
         b = Bench(a, torch)
-        print(f"# LMCache {b.version} ({', '.join(ops)} loaded), {type(b.connector).__name__}, "
-              f"local disk in {b.lmcache_dir} ({b.storage}"
+        print(f"# LMCache {b.version} ({', '.join(ops)} loaded), {type(b.connector).__name__} "
+              f"(--gpu-connector {a.gpu_connector}), local disk in {b.lmcache_dir} ({b.storage}"
               f"{', O_DIRECT' if b.odirect else ', no O_DIRECT'}); KV as {b.layout.name} "
               f"({b.layout.kv_layout}) registers it: {LAYERS} x "
               f"{b.layout.memory_shape(b.pool_blocks)} in memory, LMCache reads "
               f"{b.lmcache_format}; median of {a.repeats} rounds", flush=True)
+        refused = b.probe()
+        if refused:
+            for tokens in a.contexts:
+                for op in ("store", "retrieve"):
+                    b.refuse(tokens, op, refused)
+            return 1
+        print(f"# probe: one chunk stored and retrieved bit-exact; LMCache's objects "
+              f"{b.object_shapes()}", flush=True)
         tutti = tutti_rows(a.tutti_json)
         ok = True
         for tokens in a.contexts:
@@ -584,8 +760,17 @@ def main():
     except BenchError as e:
         print(f"lmcache_micro: BenchError: {e}", file=sys.stderr)
         return 1
+    finally:
+        if b is not None and not b.close():
+            print(f"lmcache_micro: LMCache's engine did not stop within {CLOSE_TIMEOUT_S} s",
+                  file=sys.stderr)
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # LMCache leaves threads that are not daemons (its disk back end's, its stats logger's);
+    # the run's status must reach the caller rather than wait for them.
+    os._exit(status)
