@@ -253,7 +253,10 @@ def tier_counters(c, system):
                     # Compute waiting for KV: the pipeline's stall with layerwise loads, the
                     # whole load time when loads run before the forward pass.
                     "gpu_stall_s": g("vllm:tutti_pipeline_stall_seconds") if layerwise
-                    else g("vllm:tutti_load_seconds")})
+                    else g("vllm:tutti_load_seconds"),
+                    # The forward's thread blocked until layers' reads were issued (layerwise).
+                    "tutti_host_wait_s": g("vllm:tutti_pipeline_host_wait_seconds")
+                    if layerwise else None})
     elif system == "offload-cpu":
         out.update({"offload_load_bytes": g("vllm:kv_offload_load_bytes"),
                     "offload_load_s": g("vllm:kv_offload_load_time"),

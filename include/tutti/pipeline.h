@@ -148,6 +148,11 @@ struct tutti_step_result {
 	uint64_t saves_skipped; /**< chunks not stored because the staging was full */
 	uint32_t readahead;     /**< read-ahead window used (layers) */
 	uint32_t timed_out;     /**< layers released to compute by the wait timeout */
+	/** The caller's thread blocked in tutti_pipeline_wait_layer(), summed over the layers.
+	 *  GPU mode: until each layer's read was issued (on the CPU-driven engines that is the
+	 *  read itself, and stall_ns, measured on the GPU, then sees only what is left); an upper
+	 *  bound on what that blocking cost compute. CPU mode: the stall. */
+	uint64_t host_wait_ns;
 };
 
 /**
@@ -189,6 +194,7 @@ struct tutti_pipeline_stats {
 	double read_bytes_per_s;      /**< storage read bandwidth (calibrated, refined online) */
 	double write_bytes_per_s;     /**< storage write bandwidth (calibrated, refined online) */
 	double compute_ns_per_token;  /**< mean over layers of the profile's compute per token */
+	uint64_t host_wait_ns;        /**< the caller's blocking in wait_layer, all steps */
 };
 
 /** Copy the counters. \return 0 or -EINVAL (out->size wrong). */

@@ -154,7 +154,8 @@ STEP_RESULT_FIELDS = ["load_chunks", "load_errors", "load_bytes", "load_ns", "st
 class StepResult(ctypes.Structure):
     _fields_ = [("size", c_u32), ("nr_loads", c_u32)] + [
         (name, c_u64) for name in STEP_RESULT_FIELDS] + [("readahead", c_u32),
-                                                         ("timed_out", c_u32)]
+                                                         ("timed_out", c_u32),
+                                                         ("host_wait_ns", c_u64)]
 
 
 PIPELINE_STATS_U64 = ["steps", "steps_stalled", "stall_ns", "stall_max_ns", "request_loads",
@@ -168,7 +169,7 @@ PIPELINE_STATS_F64 = ["read_bytes_per_s", "write_bytes_per_s", "compute_ns_per_t
 class PipelineStats(ctypes.Structure):
     _fields_ = [("size", c_u32), ("readahead", c_u32)] + [
         (name, c_u64) for name in PIPELINE_STATS_U64] + [
-        (name, ctypes.c_double) for name in PIPELINE_STATS_F64]
+        (name, ctypes.c_double) for name in PIPELINE_STATS_F64] + [("host_wait_ns", c_u64)]
 
 
 class Profile(ctypes.Structure):

@@ -121,7 +121,8 @@ class Pipeline(_Handle):
         _check(rc, "tutti_pipeline_step_result")
         out: dict[str, Any] = {name: int(getattr(res, name)) for name in L.STEP_RESULT_FIELDS}
         out.update(readahead=int(res.readahead), timed_out=int(res.timed_out),
-                   status=list(status)[:n], layer_stall_ns=list(stall))
+                   host_wait_ns=int(res.host_wait_ns), status=list(status)[:n],
+                   layer_stall_ns=list(stall))
         return out
 
     def flush(self) -> None:
@@ -137,6 +138,7 @@ class Pipeline(_Handle):
         out: dict[str, int | float] = {"readahead": int(s.readahead)}
         out.update({name: int(getattr(s, name)) for name in L.PIPELINE_STATS_U64})
         out.update({name: float(getattr(s, name)) for name in L.PIPELINE_STATS_F64})
+        out["host_wait_ns"] = int(s.host_wait_ns)
         return out
 
     def write_trace(self, path: str | PathLike[str]) -> None:

@@ -495,6 +495,7 @@ tutti_pipeline_begin_step(struct tutti_pipeline *p, const struct tutti_step *ste
 	s->compute_tokens = step->compute_tokens;
 	s->next_load = s->nr_chunks > 0 ? 0 : p->nr_layers;
 	s->timed_out = 0;
+	s->host_wait_ns = 0;
 	s->waited = s->saved = s->gathered = 0;
 	s->ended = s->final = false;
 	s->t_begin = tt_now_ns();
@@ -562,6 +563,9 @@ tutti_pipeline_wait_layer(struct tutti_pipeline *p, uint32_t layer)
 	t0 = tt_now_ns();
 	deadline = t0 + (uint64_t)p->opts.wait_timeout_ms * TT_NS_PER_MS;
 	issued = wait_issued(p, s, layer, deadline);
+	if (p->gpu) {
+		s->host_wait_ns += tt_now_ns() - t0;
+	}
 	if (p->gpu && issued) {
 		rc = tt_pipe_stream_wait(p, s, layer);
 	} else if (p->gpu) {
@@ -582,6 +586,7 @@ tutti_pipeline_wait_layer(struct tutti_pipeline *p, uint32_t layer)
 		}
 		s->wait_times[2 * layer] = t0;
 		s->wait_times[2 * layer + 1] |= tt_now_ns();
+		s->host_wait_ns += (s->wait_times[2 * layer + 1] & ~TT_PIPE_WAIT_TIMED_OUT) - t0;
 		pthread_cond_broadcast(&p->wake); /* compute progressed: the window moves */
 		pthread_mutex_unlock(&p->lock);
 	}

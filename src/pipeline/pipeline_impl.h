@@ -62,6 +62,7 @@ struct tt_pipe_step {
 	uint64_t load_bytes;
 	/* host side */
 	uint32_t waited; /* layers waited for */
+	uint64_t host_wait_ns; /* the caller's thread blocked in wait_layer */
 	uint32_t saved;  /* layers whose new KV was signalled */
 	bool ended;
 	uint64_t *wait_times;  /* 2 per layer (GPU: mapped, %globaltimer; CPU: host clock) */

@@ -422,6 +422,8 @@ finalise(struct tutti_pipeline *p, struct tt_pipe_step *s)
 		}
 	}
 	r->stall_ns = stall;
+	r->host_wait_ns = s->host_wait_ns;
+	p->stats.host_wait_ns += s->host_wait_ns;
 	r->saves_staged = s->nr_saves_staged;
 	r->saves_skipped = s->nr_saves_skipped;
 	if (r->load_errors > 0 && r->timed_out > 0) {

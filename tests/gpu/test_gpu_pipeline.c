@@ -530,6 +530,8 @@ lazy_kernel_behind_a_wait(uint32_t engine)
 	assert_int_equal(res.timed_out, 0);
 	assert_int_equal(res.load_errors, 0);
 	assert_int_equal(res.load_chunks, CHUNKS);
+	/* The host waited for layer 0's read to be issued (on uring, for the read). */
+	assert_true(res.host_wait_ns > 0);
 	assert_int_equal(d_kv_download(&w.ddst), 0);
 	for (uint32_t b = 0; b < CHUNKS * w.bpc; b++) {
 		for (uint32_t l = 0; l < w.geo.nr_layers; l++) {

@@ -191,7 +191,10 @@ test_pipeline_prefix_loads_bit_exact_layer_by_layer(void **state)
 		sum += stall[l];
 	}
 	assert_int_equal(sum, res.stall_ns);
+	assert_int_equal(res.host_wait_ns,
+	                 res.stall_ns); /* CPU mode: the caller's wait is the stall */
 	assert_int_equal(tutti_pipeline_get_stats(p, &stats), 0);
+	assert_int_equal(stats.host_wait_ns, res.host_wait_ns);
 	assert_int_equal(stats.steps, 1);
 	assert_int_equal(stats.layers_loaded, LAYERS);
 	assert_int_equal(stats.load_chunks, 6);

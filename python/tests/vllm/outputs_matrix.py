@@ -351,6 +351,7 @@ class Matrix:
                "external_hits": c.get("vllm:external_prefix_cache_hits", 0),
                "pipeline_steps": c.get("vllm:tutti_pipeline_steps", 0),
                "pipeline_stall_s": c.get("vllm:tutti_pipeline_stall_seconds", 0),
+               "pipeline_host_wait_s": c.get("vllm:tutti_pipeline_host_wait_seconds", 0),
                "load_s": c.get("vllm:tutti_load_seconds", 0)}
         bad = res["problems"]
         tag = f"{name} ({kind})"
@@ -394,8 +395,8 @@ def markdown(doc):
              f"{doc['shape']}-shaped model, prompts of {doc['prompt_lengths']} tokens, "
              f"{doc['max_tokens']} greedy tokens each.", "",
              "| case | connector config | engine | startup s | set | kind | identical | hit tokens "
-             "(expected) | load errors | pipeline steps | stall s | status |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(expected) | load errors | pipeline steps | stall s | host wait s | status |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["cases"]:
         cfg = "none" if r["config"] is None else (json.dumps(r["config"]) if r["config"]
                                                   else "defaults")
@@ -416,6 +417,7 @@ def markdown(doc):
                 f"{p['load_errors']:.0f}" if "load_errors" in p else "-",
                 f"{p['pipeline_steps']:.0f}" if "pipeline_steps" in p else "-",
                 f"{p['pipeline_stall_s']:.3f}" if "pipeline_stall_s" in p else "-",
+                f"{p['pipeline_host_wait_s']:.3f}" if "pipeline_host_wait_s" in p else "-",
                 r["status"] if first else ""]) + " |")
     problems = [f"- {r['case']}: {'; '.join(r['problems'])}" for r in doc["cases"]
                 if r["problems"]]

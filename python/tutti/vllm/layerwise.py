@@ -175,7 +175,8 @@ class LayerwiseLoads:
         seen = self._counts.seen
         for name, src in (("pipeline_steps", "steps"),
                           ("pipeline_layers_loaded", "layers_loaded"),
-                          ("pipeline_stall_ns", "stall_ns")):
+                          ("pipeline_stall_ns", "stall_ns"),
+                          ("pipeline_host_wait_ns", "host_wait_ns")):
             delta = int(st[src]) - seen.get(src, 0)
             out[name] = max(delta, 0)
             if delta > 0:

@@ -33,12 +33,14 @@ REMOTE_COUNTERS: tuple[str, ...] = (
     "remote_breaker_trips", "remote_publish_chunks", "remote_publish_bytes",
     "remote_publish_dropped")
 # The layerwise pipeline (``layerwise``): steps that loaded through it, layer reads it issued,
-# compute time spent waiting for a layer, layers waited for at vLLM's hook for that very layer,
+# compute time spent waiting for a layer (measured on the GPU with GPU KV), the forward's thread
+# blocked at the hooks until a layer's read was issued (on the CPU-driven engines, the read
+# itself), layers waited for at vLLM's hook for that very layer,
 # and layers waited for earlier or later than their hook (vLLM skipped the hook or called the
 # layers out of order: still correct, less overlap).
 PIPELINE_COUNTERS: tuple[str, ...] = (
-    "pipeline_steps", "pipeline_layers_loaded", "pipeline_stall_ns", "pipeline_waits",
-    "pipeline_waits_unhooked")
+    "pipeline_steps", "pipeline_layers_loaded", "pipeline_stall_ns", "pipeline_host_wait_ns",
+    "pipeline_waits", "pipeline_waits_unhooked")
 ALL_COUNTERS: tuple[str, ...] = COUNTERS + REMOTE_COUNTERS + PIPELINE_COUNTERS
 
 
@@ -82,6 +84,7 @@ class TuttiConnectorStats(KVConnectorStats):
                 if not k.endswith("_ns"):
                     out[k] = d.get(k, 0)
             out["pipeline_stall_ms"] = round(d.get("pipeline_stall_ns", 0) / 1e6, 3)
+            out["pipeline_host_wait_ms"] = round(d.get("pipeline_host_wait_ns", 0) / 1e6, 3)
         if any(d.get(k, 0) for k in REMOTE_COUNTERS):
             for k in REMOTE_COUNTERS:
                 if not k.endswith(("_ns", "_bytes")):
