@@ -110,6 +110,20 @@ world_close(struct world *w)
 	t_tmpdir_remove(w->dir);
 }
 
+/* Download the destination KV and check that blocks [first, end) of the request's block list
+ * hold, in every layer, what the source's matching blocks hold. */
+static void
+assert_landed(struct world *w, uint32_t first, uint32_t end)
+{
+	assert_int_equal(d_kv_download(&w->ddst), 0);
+	for (uint32_t b = first; b < end; b++) {
+		for (uint32_t l = 0; l < w->geo.nr_layers; l++) {
+			assert_true(
+			    t_kv_block_equal(w->src, w->src_ids[b], w->dst, w->dst_ids[b], l));
+		}
+	}
+}
+
 static struct tutti_request
 request(struct world *w, uint32_t nr_keys, uint32_t first, const uint32_t *ids)
 {
@@ -197,12 +211,7 @@ test_gpu_pipeline_loads_behind_wait_kernels_and_saves_in_slack(void **state)
 		assert_int_equal(status[i], 0);
 	}
 	/* The prefix landed bit for bit. */
-	assert_int_equal(d_kv_download(&w.ddst), 0);
-	for (uint32_t b = 0; b < CHUNKS * w.bpc; b++) {
-		for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
-			assert_true(t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
-		}
-	}
+	assert_landed(&w, 0, CHUNKS * w.bpc);
 	/* The saves were written in slack: the whole chain is stored and reads back. */
 	assert_int_equal(tutti_pipeline_flush(p), 0);
 	assert_int_equal(tutti_pipeline_get_stats(p, &stats), 0);
@@ -217,13 +226,7 @@ test_gpu_pipeline_loads_behind_wait_kernels_and_saves_in_slack(void **state)
 		assert_int_equal(
 		    tutti_store_load(w.st, w.ddst.kv, &all, 1, 0, w.geo.nr_layers, NULL),
 		    2 * CHUNKS);
-		assert_int_equal(d_kv_download(&w.ddst), 0);
-		for (uint32_t b = 0; b < 2 * CHUNKS * w.bpc; b++) {
-			for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
-				assert_true(
-				    t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
-			}
-		}
+		assert_landed(&w, 0, 2 * CHUNKS * w.bpc);
 	}
 	tutti_pipeline_destroy(p);
 	world_close(&w);
@@ -288,24 +291,14 @@ test_gpu_pipeline_store_calls_run_between_launched_layers(void **state)
 	assert_int_equal(tutti_pipeline_get_stats(p, &stats), 0);
 	assert_int_equal(stats.layers_loaded, w.geo.nr_layers);
 	assert_true(stats.read_bytes_per_s > 0);
-	assert_int_equal(d_kv_download(&w.ddst), 0);
-	for (uint32_t b = 0; b < (CHUNKS - 1) * w.bpc; b++) {
-		for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
-			assert_true(t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
-		}
-	}
+	assert_landed(&w, 0, (CHUNKS - 1) * w.bpc);
 	/* What the host save wrote between the launches reads back bit for bit. */
 	t_kv_poison(w.dst, 0x5a);
 	assert_int_equal(d_kv_upload(&w.ddst), 0);
 	back = request(&w, 2 * CHUNKS - 1, 0, w.dst_ids);
 	assert_int_equal(tutti_store_load(w.st, w.ddst.kv, &back, 1, 0, w.geo.nr_layers, NULL),
 	                 2 * CHUNKS - 1);
-	assert_int_equal(d_kv_download(&w.ddst), 0);
-	for (uint32_t b = 0; b < (2 * CHUNKS - 1) * w.bpc; b++) {
-		for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
-			assert_true(t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
-		}
-	}
+	assert_landed(&w, 0, (2 * CHUNKS - 1) * w.bpc);
 	tutti_pipeline_destroy(p);
 	world_close(&w);
 }
@@ -361,12 +354,7 @@ first_load_on_the_legacy_stream(uint32_t engine, bool damaged)
 	if (damaged) {
 		assert_int_equal(status[CHUNKS - 1], -EBADMSG);
 	}
-	assert_int_equal(d_kv_download(&w.ddst), 0);
-	for (uint32_t b = 0; b < good * w.bpc; b++) {
-		for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
-			assert_true(t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
-		}
-	}
+	assert_landed(&w, 0, good * w.bpc);
 	tutti_pipeline_destroy(p);
 	assert_int_equal(tt_gpu_stream_sync(NULL), 0);
 	world_close(&w);
@@ -454,18 +442,12 @@ damaged_roots_mid_depth(uint32_t engine)
 	assert_int_equal(res.load_errors, 2);
 	assert_int_equal(status[0], -EBADMSG);
 	assert_int_equal(status[half], -EBADMSG);
-	assert_int_equal(d_kv_download(&w.ddst), 0);
 	for (uint32_t c = 0; c < CHUNKS; c++) {
 		if (c == 0 || c == half) {
 			continue;
 		}
 		assert_int_equal(status[c], 0);
-		for (uint32_t b = c * w.bpc; b < (c + 1) * w.bpc; b++) {
-			for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
-				assert_true(
-				    t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
-			}
-		}
+		assert_landed(&w, c * w.bpc, (c + 1) * w.bpc);
 	}
 	tutti_pipeline_destroy(p);
 	assert_int_equal(tt_gpu_stream_sync(NULL), 0);
@@ -532,12 +514,7 @@ lazy_kernel_behind_a_wait(uint32_t engine)
 	assert_int_equal(res.load_chunks, CHUNKS);
 	/* The host waited for layer 0's read to be issued (on uring, for the read). */
 	assert_true(res.host_wait_ns > 0);
-	assert_int_equal(d_kv_download(&w.ddst), 0);
-	for (uint32_t b = 0; b < CHUNKS * w.bpc; b++) {
-		for (uint32_t l = 0; l < w.geo.nr_layers; l++) {
-			assert_true(t_kv_block_equal(w.src, w.src_ids[b], w.dst, w.dst_ids[b], l));
-		}
-	}
+	assert_landed(&w, 0, CHUNKS * w.bpc);
 	tutti_pipeline_destroy(p);
 	world_close(&w);
 }
