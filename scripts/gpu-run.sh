@@ -261,9 +261,9 @@ serve-emulated | serve-disk)
 		continue
 	fi
 	if [ "$storage" = emulated ]; then
-		deadline=${SERVE_DEADLINE:-480} serve_systems=tutti,lmcache,offload-cpu,recompute,lmcache-min
+		deadline=${SERVE_DEADLINE:-480} serve_systems=tutti,lmcache-mp,offload-cpu,recompute
 	else
-		deadline=${SERVE_DEADLINE:-330} serve_systems=tutti,lmcache,lmcache-min
+		deadline=${SERVE_DEADLINE:-330} serve_systems=tutti,lmcache-mp
 	fi
 	log "$step: ${SERVE_ARGS:-defaults}, deadline $deadline s"
 	root=$PWD

@@ -2,11 +2,14 @@
 """One system of the serving benchmark in one process: vLLM's AsyncLLM (the engine behind
 ``vllm serve``, its engine core in a child process) driven in-process with token-id prompts.
 
-Steps: start the engine with the system's KV-transfer configuration; warm up by sending each
-document of the trace once, one at a time (this fills the tier, and times a full prefill on an
-idle engine); wait until the storage stops growing; then for each request rate, empty vLLM's
-GPU prefix cache and replay the trace's first requests (about window_s seconds of them, at
-least min_requests) with Poisson arrivals at that rate, every request streaming its tokens.
+Steps: start the server the system needs, if any (LMCache's, for lmcache-mp: a child of this
+process that does not outlive it), then the engine with the system's KV-transfer configuration
+(on a GPU its dummy weights re-drawn at a trained model's scale, so that outputs depend on the
+context); warm up by sending each document of the trace once, one at a time (this fills the
+tier, and times a full prefill on an idle engine); wait until the storage stops growing; probe
+the outputs (``probe_outputs``); then for each request rate, empty vLLM's GPU prefix cache and
+replay the trace's first requests (about window_s seconds of them, at least min_requests) with
+Poisson arrivals at that rate, every request streaming its tokens.
 Each rate's result is appended to the output as one JSON line as soon as it is known. A rate
 whose p90 TTFT exceeds stop_above seconds ends the sweep (higher rates cannot do better), and
 so does the deadline (seconds since the epoch). The names are the spec's keys.
@@ -19,17 +22,21 @@ import contextlib
 import json
 import math
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import time
 import traceback
 import uuid
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from workload import Trace  # noqa: E402
+sys.path.insert(0, str(HERE.parent.parent / "python" / "tests" / "vllm"))
+import local_model  # noqa: E402
+from workload import Trace, stable_key, token_ids  # noqa: E402
 
 COUNTER_PREFIXES = ("vllm:tutti_", "vllm:prefix_cache_", "vllm:external_prefix_cache_",
                     "vllm:kv_offload_", "vllm:prompt_tokens", "vllm:generation_tokens")
@@ -152,11 +159,56 @@ def r3(v):
     return None if v is None else round(v, 4)
 
 
+# ---- a server beside the engine ----
+
+
+def _die_with_parent():
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
+def start_server(argv, host, port, timeout=180.0):
+    """Start ``python argv...`` as a child that gets SIGTERM when this process ends (its output
+    goes to this one's), and wait until it accepts connections on host:port. Raises if it exits
+    first or is not listening within timeout seconds."""
+    proc = subprocess.Popen([sys.executable, *argv], preexec_fn=_die_with_parent)
+    t0 = time.monotonic()
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server {argv[:2]} exited with {proc.returncode} before "
+                               f"listening on {host}:{port}")
+        try:
+            socket.create_connection((host, port), timeout=1.0).close()
+            return proc
+        except OSError:
+            pass
+        if time.monotonic() - t0 > timeout:
+            stop_server(proc)
+            raise TimeoutError(f"server {argv[:2]} not listening on {host}:{port} after "
+                               f"{timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def stop_server(proc, timeout=30.0):
+    """SIGTERM (LMCache's server shuts down on it), SIGKILL after timeout; the exit status."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 # ---- the load ----
 
 
-async def one_request(engine, prompt, max_tokens, start_at=None):
-    """Issue one request (at loop time start_at, or now); return its client-side timings."""
+async def one_request(engine, prompt, max_tokens, start_at=None, keep_tokens=False):
+    """Issue one request (at loop time start_at, or now); return its client-side timings (and
+    the generated token ids with keep_tokens)."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -166,11 +218,13 @@ async def one_request(engine, prompt, max_tokens, start_at=None):
     params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True,
                             detokenize=False, output_kind=RequestOutputKind.DELTA)
     t0 = time.perf_counter()
-    first, last, n, gaps, cached = None, None, 0, [], None
+    first, last, n, gaps, cached, ids = None, None, 0, [], None, []
     async for out in engine.generate({"prompt_token_ids": prompt}, params,
                                      request_id=uuid.uuid4().hex):
         now = time.perf_counter()
         new = len(out.outputs[0].token_ids)
+        if keep_tokens:
+            ids.extend(out.outputs[0].token_ids)
         if new and first is None:
             first = now
         elif new:
@@ -180,8 +234,64 @@ async def one_request(engine, prompt, max_tokens, start_at=None):
         n += new
         if out.num_cached_tokens is not None:
             cached = out.num_cached_tokens
-    return {"start": t0, "ttft": None if first is None else first - t0,
-            "end": time.perf_counter(), "tokens": n, "itl": gaps, "cached": cached}
+    res = {"start": t0, "ttft": None if first is None else first - t0,
+           "end": time.perf_counter(), "tokens": n, "itl": gaps, "cached": cached}
+    if keep_tokens:
+        res["token_ids"] = ids
+    return res
+
+
+async def settle(path, limit=60.0):
+    """Wait until the directory stops growing (stores still being written: LMCache writes
+    behind), at most limit seconds; the seconds waited."""
+    t0, last = time.monotonic(), -1
+    while time.monotonic() - t0 < limit:
+        now = dir_bytes(path)
+        if now == last:
+            break
+        last = now
+        await asyncio.sleep(1.0)
+    return time.monotonic() - t0
+
+
+PROBE_ALIGN = 256  # LMCache's chunk, a whole number of blocks at every block size used here
+
+
+def probe_prompts(probe):
+    """The probe's (prefix, suffix) pairs: content of their own (no trace has it, so no tier
+    holds it), from the probe's seed alone; each prefix whole LMCache chunks, one suffix for
+    all, so that outputs that differ from one probe to the next show that they depend on the
+    prefix (on the KV that the tier serves)."""
+    lo, hi = probe["vocab"]
+    k = probe["prefix_tokens"] // PROBE_ALIGN * PROBE_ALIGN
+    suffix = token_ids(stable_key("probe-suffix", probe["seed"]), probe["suffix_tokens"], lo, hi)
+    return [(token_ids(stable_key(f"probe-prefix{i}", probe["seed"]), k, lo, hi), suffix)
+            for i in range(probe["requests"])]
+
+
+async def probe_outputs(engine, probe, tiered, storage_dir):
+    """Greedy outputs of a few requests whose prefix comes from the tier, to compare with vLLM
+    alone's (table.py): a system that moves wrong KV answers differently. Each prefix is served
+    alone first (computed on an idle engine, stored by the tier), then, after vLLM's GPU prefix
+    cache is emptied (not for vLLM alone, whose own prefix cache serves it instead), with its
+    suffix: the prefix's KV then comes from the tier, computed the same way in every system, and
+    the suffix is computed on top of it alike, one request at a time (vLLM's kernels are not
+    batch-invariant). cached: the prompt tokens vLLM did not compute (prefix-cache and tier
+    hits), the prefix's length when the tier served it."""
+    out = []
+    for prefix, suffix in probe_prompts(probe):
+        await one_request(engine, prefix, 1)
+        if tiered:
+            if storage_dir:
+                await settle(storage_dir, 10.0)
+            else:
+                await asyncio.sleep(1.0)
+            await engine.reset_prefix_cache()
+        res = await one_request(engine, prefix + suffix, probe["output_tokens"],
+                                keep_tokens=True)
+        out.append({"prefix_tokens": len(prefix), "cached": res["cached"],
+                    "tokens": res["token_ids"]})
+    return out
 
 
 def requests_at(trace, rate, window, minimum):
@@ -270,7 +380,6 @@ async def main_async(spec):
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    deadline = spec["deadline"]
     trace = Trace(**spec["trace"])
     summary = trace.summary(spec["kv_bytes_per_token"])
     out_path = Path(spec["out"])
@@ -289,70 +398,90 @@ async def main_async(spec):
         from vllm.config import KVTransferConfig
 
         args["kv_transfer_config"] = KVTransferConfig(**kv)
-    t0 = time.monotonic()
-    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
-    startup = time.monotonic() - t0
-    me = os.getpid()
-    try:
-        # Warm-up: every document once, alone on the engine.
+    server, server_s = None, None
+    if spec.get("server"):
         t0 = time.monotonic()
-        prefill = []
-        for r in trace.warmup_requests():
-            res = await one_request(engine, trace.prompt(r), 1)
-            prefill.append(res["ttft"])
-        warm = time.monotonic() - t0
-        settle = 0.0
-        if spec["storage_dir"]:
-            # Stores still being written (LMCache writes behind): wait until the directory
-            # stops growing, at most 60 s.
-            t0, last = time.monotonic(), -1
-            while time.monotonic() - t0 < 60:
-                now = dir_bytes(spec["storage_dir"])
-                if now == last:
-                    break
-                last = now
-                await asyncio.sleep(1.0)
-            settle = time.monotonic() - t0
-        emit({"phase": "warmup", "versions": versions(),
-              "startup_s": round(startup, 2), "warmup_s": round(warm, 2),
-              "settle_s": round(settle, 2), "warmup_requests": len(prefill),
-              "prefill_ttft_p50_s": r3(pct(prefill, 50)),
-              "prefill_ttft_max_s": r3(max(prefill)),
-              "storage_gib": round(dir_bytes(spec["storage_dir"]) / 2**30, 2)
-              if spec["storage_dir"] else None,
-              "host_memory": host_memory(tree_pids(me)), "gpu_memory_gib": gpu_memory_gib()})
-        for rate in spec["rates"]:
-            reqs, arrivals = requests_at(trace, rate, spec["window_s"], spec["min_requests"])
-            span = arrivals[-1]
-            left = deadline - time.time()
-            if left < span + 5:
-                emit({"phase": "rate", "rate": rate, "skipped": "deadline"})
-                break
-            await engine.reset_prefix_cache()
-            c0, pids = counters(), tree_pids(me)
-            cpu0, w0 = cpu_seconds(pids), time.monotonic()
-            results, unfinished, errors = await run_rate(
-                engine, trace, reqs, arrivals, min(left - 2, span + spec["drain_s"]))
-            pids = tree_pids(me)
-            cpu = cpu_seconds(pids) - cpu0
-            wall = time.monotonic() - w0
-            c1 = counters()
-            row = {"phase": "rate", "rate": rate}
-            row.update(summarise(results, unfinished, errors, len(reqs)))
-            row.update(tier_counters({k: v - c0.get(k, 0.0) for k, v in c1.items()},
-                                     spec["system"]))
-            row.update({"cpu_s": round(cpu, 2), "cpu_cores": round(cpu / wall, 2),
-                        "wall_s": round(wall, 2), "host_memory": host_memory(pids),
-                        "gpu_memory_gib": gpu_memory_gib()})
-            emit(row)
-            p90 = row["ttft_p90_s"]
-            if p90 is None or p90 > spec["stop_above"]:
-                for later in spec["rates"][spec["rates"].index(rate) + 1:]:
-                    emit({"phase": "rate", "rate": later,
-                          "skipped": f"p90 TTFT above {spec['stop_above']} s at rate {rate}"})
-                break
+        server = start_server(spec["server"]["argv"], spec["server"]["host"],
+                              spec["server"]["port"])
+        server_s = round(time.monotonic() - t0, 2)
+    try:
+        t0 = time.monotonic()
+        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        startup = time.monotonic() - t0
+        try:
+            await run_engine(engine, spec, trace, emit, {"startup_s": round(startup, 2),
+                                                         "server_startup_s": server_s})
+        finally:
+            engine.shutdown()
     finally:
-        engine.shutdown()
+        if server is not None:
+            print(f"run_system: server exit {stop_server(server)}", flush=True)
+
+
+async def run_engine(engine, spec, trace, emit, startup):
+    """Warm-up, probe and rates on a started engine; startup: what to record of the start."""
+    deadline = spec["deadline"]
+    me = os.getpid()
+    weights = None
+    if spec.get("probe") and spec["engine_args"].get("load_format") == "dummy":
+        # vLLM's dummy weights are so small that outputs hardly depend on the context
+        # (local_model.py): the probe could not tell right KV from wrong.
+        try:
+            await engine.collective_rpc("apply_model", args=(
+                partial(local_model.reinit_weights, seed=0),))
+            weights = "re-drawn, seed 0"
+        except Exception as e:  # the probe is then weak, the timings unaffected
+            weights = f"dummy (re-draw failed: {e!r:.150})"
+    # Warm-up: every document once, alone on the engine.
+    t0 = time.monotonic()
+    prefill = []
+    for r in trace.warmup_requests():
+        res = await one_request(engine, trace.prompt(r), 1)
+        prefill.append(res["ttft"])
+    warm = time.monotonic() - t0
+    settled = await settle(spec["storage_dir"]) if spec["storage_dir"] else 0.0
+    emit(dict(startup, phase="warmup", versions=versions(), warmup_s=round(warm, 2),
+              settle_s=round(settled, 2), warmup_requests=len(prefill),
+              prefill_ttft_p50_s=r3(pct(prefill, 50)), prefill_ttft_max_s=r3(max(prefill)),
+              storage_gib=round(dir_bytes(spec["storage_dir"]) / 2**30, 2)
+              if spec["storage_dir"] else None,
+              host_memory=host_memory(tree_pids(me)), gpu_memory_gib=gpu_memory_gib()))
+    if spec.get("probe"):
+        t0 = time.monotonic()
+        probes = await probe_outputs(engine, spec["probe"], spec["kv_transfer_config"] is not None,
+                                     spec["storage_dir"])
+        emit({"phase": "probe", "probe": spec["probe"], "weights": weights, "probes": probes,
+              "probe_s": round(time.monotonic() - t0, 2)})
+    for rate in spec["rates"]:
+        reqs, arrivals = requests_at(trace, rate, spec["window_s"], spec["min_requests"])
+        span = arrivals[-1]
+        left = deadline - time.time()
+        if left < span + 5:
+            emit({"phase": "rate", "rate": rate, "skipped": "deadline"})
+            break
+        await engine.reset_prefix_cache()
+        c0, pids = counters(), tree_pids(me)
+        cpu0, w0 = cpu_seconds(pids), time.monotonic()
+        results, unfinished, errors = await run_rate(
+            engine, trace, reqs, arrivals, min(left - 2, span + spec["drain_s"]))
+        pids = tree_pids(me)
+        cpu = cpu_seconds(pids) - cpu0
+        wall = time.monotonic() - w0
+        c1 = counters()
+        row = {"phase": "rate", "rate": rate}
+        row.update(summarise(results, unfinished, errors, len(reqs)))
+        row.update(tier_counters({k: v - c0.get(k, 0.0) for k, v in c1.items()},
+                                 spec["system"]))
+        row.update({"cpu_s": round(cpu, 2), "cpu_cores": round(cpu / wall, 2),
+                    "wall_s": round(wall, 2), "host_memory": host_memory(pids),
+                    "gpu_memory_gib": gpu_memory_gib()})
+        emit(row)
+        p90 = row["ttft_p90_s"]
+        if p90 is None or p90 > spec["stop_above"]:
+            for later in spec["rates"][spec["rates"].index(rate) + 1:]:
+                emit({"phase": "rate", "rate": later,
+                      "skipped": f"p90 TTFT above {spec['stop_above']} s at rate {rate}"})
+            break
 
 
 def main(spec_path):

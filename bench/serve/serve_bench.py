@@ -10,11 +10,21 @@ Every (system, storage, rate) is one JSON line in OUT/serve.jsonl, written as it
 a system that runs past its share of the deadline is stopped and keeps what it wrote.
 OUT/serve-summary.md is the table (table.py) of what ran.
 
+Every system also answers a few probe requests one at a time after its warm-up, their prefix
+served from its tier (run_system.probe_outputs); table.py compares their greedy outputs with vLLM
+alone's, so that a system moving wrong KV shows in the results.
+
+LMCache's in-process connector (lmcache, lmcache-min) moves the KV of vLLM 0.26 and later wrong
+(LMCache issue #4463, systems.lmcache_v1_refusal): those systems are reported as not run there
+unless --allow-lmcache-v1 is given; lmcache-mp is LMCache's multiprocess mode, which is not
+affected.
+
 Each rate replays the trace's first requests: about a window of arrivals (8 s emulated, 12 s
 on the disk), at least 12 (8 on the disk), at most --requests.
 
 Usage: serve_bench.py --out DIR [--storage emulated,disk] [--systems S,...] [--rates R,...]
                       [--disk-rates R,...] [--requests N] [--docs D] [--deadline S] [--smoke]
+                      [--allow-lmcache-v1]
 --smoke: a tiny model on vLLM's CPU build, small documents, two rates (recompute and tutti;
 the GPU-only and absent systems are reported as skipped).
 """
@@ -23,6 +33,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -53,6 +64,9 @@ GPU = {
                         gpu_memory_utilization=0.5, enable_prefix_caching=True,
                         disable_log_stats=False, seed=0),
     "stop_above": 4.0, "drain_s": 40,
+    # Greedy outputs compared with vLLM alone's: prefixes of 1024 tokens from the tier.
+    "probe": {"requests": 2, "prefix_tokens": 1024, "suffix_tokens": 64, "output_tokens": 8,
+              "seed": 7, "vocab": (1000, 100000)},
 }
 CPU = {
     "shape": "tiny", "block": 32, "gpu_blocks": 96,  # 3K tokens
@@ -65,6 +79,8 @@ CPU = {
     "engine_args": dict(dtype="float32", enforce_eager=True, block_size=32, max_num_seqs=4,
                         enable_prefix_caching=True, disable_log_stats=False, seed=0),
     "stop_above": 60.0, "drain_s": 120,
+    "probe": {"requests": 2, "prefix_tokens": 256, "suffix_tokens": 16, "output_tokens": 4,
+              "seed": 7, "vocab": (1, 509)},
 }
 
 
@@ -79,6 +95,12 @@ def detect_device():
     return "cpu" if current_platform.is_cpu() else None
 
 
+def free_port(host):
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -86,8 +108,9 @@ def main():
     ap.add_argument("--storage", default="emulated,disk")
     ap.add_argument("--emulated-dir", default="/dev/shm/tutti-serve")
     ap.add_argument("--disk-dir", default=str(REPO / "build" / "serve-disk"))
-    ap.add_argument("--systems", default="tutti,lmcache,offload-cpu,recompute,lmcache-min",
-                    help="in the order they run (the most wanted first, for the deadline)")
+    ap.add_argument("--systems", default="tutti,lmcache-mp,offload-cpu,recompute",
+                    help="in the order they run (the most wanted first, for the deadline); "
+                    f"of {','.join(systems.SYSTEMS)}")
     ap.add_argument("--rates", default=None, help="emulated rates, requests/s")
     ap.add_argument("--disk-rates", default=None)
     ap.add_argument("--requests", type=int, default=None)
@@ -97,6 +120,9 @@ def main():
     ap.add_argument("--gpu-blocks", type=int, default=None)
     ap.add_argument("--deadline", type=float, default=480, help="seconds for everything")
     ap.add_argument("--smoke", action="store_true", help="tiny model on vLLM's CPU build")
+    ap.add_argument("--allow-lmcache-v1", action="store_true",
+                    help="run lmcache and lmcache-min (LMCache's in-process connector) even on a "
+                    "vLLM whose packed K/V layout it moves wrong (LMCache issue #4463)")
     a = ap.parse_args()
 
     device = "cpu" if a.smoke else detect_device()
@@ -137,7 +163,7 @@ def main():
             rates = [float(x) for x in a.disk_rates.split(",")]
         record = {"system": system, "storage": label, "device": device,
                   "model": P["shape"], "phase": "skipped"}
-        why = systems.unavailable(system, device)
+        why = systems.unavailable(system, device, a.allow_lmcache_v1)
         if why:
             with open(jsonl, "a") as f:
                 f.write(json.dumps(dict(record, skipped=why)) + "\n")
@@ -146,7 +172,8 @@ def main():
         # This system's share of what is left: all of it but what the systems after it need
         # at least (those that stop early leave their time to the later ones).
         left = t_end - time.time()
-        later = sum(1 for (_, _, s) in plan[n + 1:] if not systems.unavailable(s, device))
+        later = sum(1 for (_, _, s) in plan[n + 1:]
+                    if not systems.unavailable(s, device, a.allow_lmcache_v1))
         share = max(left - later * P["reserve_s"], min(left, P["reserve_s"]))
         if left < 60:
             with open(jsonl, "a") as f:
@@ -158,7 +185,10 @@ def main():
         if sdir is not None:
             shutil.rmtree(sdir, ignore_errors=True)
             sdir.mkdir(parents=True)
-        kv, env, info = systems.config(system, sdir, work, summary, kvpt)
+        port = free_port(systems.LMCACHE_MP_HOST)
+        kv, env, info = systems.config(system, sdir, work, summary, kvpt, port)
+        argv = systems.lmcache_server_args(system, sdir, summary, kvpt, port)
+        server = {"argv": argv, "host": systems.LMCACHE_MP_HOST, "port": port} if argv else None
         max_len = summary["prompt_max"] + max(r["output_tokens"] for r in trace.requests) + 64
         engine_args = dict(P["engine_args"], model=str(model),
                            max_model_len=-(-max_len // 1024) * 1024,
@@ -169,7 +199,8 @@ def main():
         spec = {"system": system, "storage": label, "storage_dir": str(sdir) if sdir else None,
                 "device": device, "model_shape": P["shape"], "kv_bytes_per_token": kvpt,
                 "trace": trace_args, "rates": rates, "engine_args": engine_args,
-                "kv_transfer_config": kv, "system_config": info,
+                "kv_transfer_config": kv, "system_config": info, "server": server,
+                "probe": P["probe"],
                 "stop_above": P["stop_above"], "drain_s": P["drain_s"],
                 "window_s": P["window_s"][storage], "min_requests": P["min_requests"][storage],
                 "deadline": time.time() + share - 15, "out": str(jsonl)}
@@ -178,6 +209,9 @@ def main():
         log = out / f"serve-{label}-{system}.log"
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                    PYTHONHASHSEED="0", VLLM_USE_FLASHINFER_SAMPLER="0", **env)
+        if device == "cuda":
+            # The weights' re-draw (a function sent to the engine core's worker) is pickled.
+            env.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         if device == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
             # vLLM's CPU build runs the worker in a process of its own (its "mp" executor)

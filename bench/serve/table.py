@@ -10,6 +10,13 @@ it ran). A tier that cannot beat recomputation on an idle GPU is no use under lo
 Systems that use no storage (recompute, offload-cpu) ran once and appear under every storage.
 When several lines hold the same (system, storage, rate), the later one wins.
 
+"outputs vs vLLM alone": each system's greedy outputs for the probe requests (prefixes served
+from its tier, run_system.probe_outputs) against recompute's (vLLM's own prefix cache): "same"
+when every probe the tier served gave vLLM alone's tokens, "DIFFERENT" when one did not (the
+system moved wrong KV); a probe whose prefix did not come from the tier is counted apart. The
+probes share their suffix, so vLLM alone's outputs must differ from one probe to the next for
+the check to mean anything ("weak" otherwise).
+
 Usage: table.py SERVE.jsonl [SERVE.jsonl ...] > table.md
 """
 
@@ -18,11 +25,11 @@ import statistics
 import sys
 from pathlib import Path
 
-ORDER = ("tutti", "offload-cpu", "lmcache", "lmcache-min", "recompute")
+ORDER = ("tutti", "offload-cpu", "lmcache-mp", "lmcache", "lmcache-min", "recompute")
 
 
 def load(paths):
-    rows, warm, skipped = {}, {}, {}
+    rows, warm, skipped, probes = {}, {}, {}, {}
     for p in paths:
         for line in Path(p).read_text().splitlines():
             if not line.strip():
@@ -31,11 +38,13 @@ def load(paths):
             key = (r["system"], r["storage"])
             if r.get("phase") == "warmup":
                 warm[key] = r
+            elif r.get("phase") == "probe":
+                probes[key] = r
             elif r.get("phase") == "rate" and not r.get("skipped"):
                 rows[key + (r["rate"],)] = r
             elif r.get("skipped") or r.get("phase") == "exit":
                 skipped[key] = r.get("skipped") or f"exit {r.get('exit')}"
-    return {"rows": list(rows.values()), "warm": warm, "skipped": skipped}
+    return {"rows": list(rows.values()), "warm": warm, "skipped": skipped, "probes": probes}
 
 
 def fitted_slo(data):
@@ -50,6 +59,38 @@ def max_rate(rows, slo):
     ok = [r["rate"] for r in rows if r.get("ttft_p90_s") is not None and r["ttft_p90_s"] <= slo
           and not r.get("unfinished")]
     return max(ok) if ok else None
+
+
+def output_check(data, system, storage):
+    """A system's probe outputs against vLLM alone's (see the module's docstring)."""
+    probes = data.get("probes", {})
+    mine = probes.get((system, storage)) or probes.get((system, "none"))
+    if mine is None:
+        return "-"
+    if system == "recompute":
+        return "reference"
+    ref = probes.get(("recompute", "none"))
+    if ref is None or any(ref.get(k) != mine.get(k) for k in ("probe", "weights", "model")):
+        return "no reference"
+    same = diff = missed = 0
+    for a, b in zip(mine["probes"], ref["probes"], strict=False):
+        if (a.get("cached") or 0) < a["prefix_tokens"]:
+            missed += 1
+        elif a["tokens"] == b["tokens"]:
+            same += 1
+        else:
+            diff += 1
+    n = len(mine["probes"])
+    out = f"DIFFERENT in {diff} of {n}" if diff else f"same ({same} of {n})"
+    if missed:
+        out += f", {missed} not from the tier"
+    if (mine.get("weights") or "").startswith("dummy"):
+        out += " (dummy weights: weak)"
+    elif len({tuple(p["tokens"]) for p in ref["probes"]}) < len(ref["probes"]):
+        # The probes share their suffix: the same tokens after other prefixes would mean
+        # outputs that do not depend on the KV.
+        out += " (vLLM alone's outputs do not depend on the prefix: weak)"
+    return out
 
 
 def fmt(v, digits=3):
@@ -108,15 +149,15 @@ def markdown(data):
         out += [f"### {'emulated NVMe (/dev/shm)' if storage == 'emulated' else storage}", "",
                 "| system | max rate, p90 TTFT <= 1 s | max rate, p90 TTFT <= "
                 f"{fmt(slo_fit)} s | TTFT p50 at LMCache's max rate (1 s) | host CPU cores "
-                "| host RSS GiB | pinned GiB | GPU GiB | config |",
-                "|---|---|---|---|---|---|---|---|---|"]
-        lm = max_rate(per.get("lmcache", []), 1.0)
+                "| host RSS GiB | pinned GiB | GPU GiB | outputs vs vLLM alone | config |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        lm = max_rate(per.get("lmcache-mp") or per.get("lmcache", []), 1.0)
         for n in names:
             rows = per[n]
             if not rows:
                 why = (data["skipped"].get((n, storage)) or data["skipped"].get((n, "none"))
                        or "no result")
-                out.append(f"| {n} | not run: {why} | | | | | | | |")
+                out.append(f"| {n} | not run: {why} | | | | | | | | |")
                 continue
             at_lm = next((r for r in rows if r["rate"] == lm), None)
             last = rows[-1]
@@ -126,7 +167,7 @@ def markdown(data):
                 fmt(at_lm.get("ttft_p50_s")) if at_lm else "-",
                 fmt(statistics.median([r["cpu_cores"] for r in rows]), 2),
                 fmt(m.get("rss_gib"), 1), fmt(pinned(last), 2),
-                fmt(last.get("gpu_memory_gib"), 1),
+                fmt(last.get("gpu_memory_gib"), 1), output_check(data, n, storage),
                 json.dumps(last.get("system_config") or {}).replace("|", "/")]) + " |")
         out += ["", "| system | rate | done | TTFT p50 | p90 | p99 | ITL mean | ITL p99 | req/s "
                 "| GPU hits | tier hits | stall s | CPU cores |",

@@ -1,14 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """bench/serve: the trace's shape (documents shared by their questions, content independent of
-the rate, Poisson arrivals), the LMCache buffer rule, the table's SLO arithmetic, and the CPU
-smoke run end to end (a tiny model on vLLM's CPU build: vLLM alone and with Tutti, one JSON line
-per system and rate, hits from the tier)."""
+the rate, Poisson arrivals), the LMCache buffer rule, the refusal of LMCache's in-process
+connector on vLLM's packed K/V layout, LMCache's multiprocess configuration and the server
+beside the engine, the table's SLO arithmetic and output check, and the CPU smoke run end to
+end (a tiny model on vLLM's CPU build: vLLM alone and with Tutti, one JSON line per system and
+rate, hits from the tier, Tutti's probe outputs identical to vLLM alone's)."""
 
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +80,114 @@ def test_lmcache_min_buffer_holds_the_longest_prefix_in_whole_chunks():
     assert gb < systems.LMCACHE_DEFAULT_CPU_GB
 
 
+class PackedBackend:  # vLLM 0.26's FLASH_ATTN: (blocks, heads, block size, 2 x head size)
+    @staticmethod
+    def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size):
+        return (num_blocks, num_kv_heads, block_size, 2 * head_size)
+
+
+class SplitBackend:  # vLLM 0.25's FLASH_ATTN: (2, blocks, block size, heads, head size)
+    @staticmethod
+    def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size):
+        return (2, num_blocks, block_size, num_kv_heads, head_size)
+
+
+def test_lmcache_in_process_refused_on_packed_kv_layouts():
+    assert systems.kv_layout_packed(PackedBackend) is True
+    assert systems.kv_layout_packed(SplitBackend) is False
+    assert systems.kv_layout_packed(object) is None  # no such method: unknown
+    why = systems.lmcache_v1_refusal(PackedBackend, vllm_version="0.26.0")
+    assert "#4463" in why and "lmcache-mp" in why and "--allow-lmcache-v1" in why
+    assert systems.lmcache_v1_refusal(SplitBackend, vllm_version="0.26.0") is None
+    # A layout that cannot be read: vLLM's version decides (packed from 0.26 on).
+    assert "#4463" in systems.lmcache_v1_refusal(object, vllm_version="0.26.0")
+    assert systems.lmcache_v1_refusal(object, vllm_version="0.25.1") is None
+    assert systems.unavailable("recompute", "cpu") is None
+    assert systems.unavailable("lmcache-mp", "cpu")  # not installed, or no GPU
+
+
+def test_lmcache_mp_server_and_connector_config(tmp_path):
+    summary = {"requests": 40, "documents": 12, "unique_kv_gib": 30.0, "prefix_max": 32838}
+    kvpt = 131072
+    kv, env, info = systems.config("lmcache-mp", tmp_path, tmp_path, summary, kvpt, 6001)
+    assert kv["kv_connector"] == "LMCacheMPConnector" and kv["kv_role"] == "kv_both"
+    assert kv["kv_connector_extra_config"] == {"lmcache.mp.host": "tcp://127.0.0.1",
+                                               "lmcache.mp.port": 6001}
+    assert env["LMCACHE_TRACK_USAGE"] == "false"
+    argv = systems.lmcache_server_args("lmcache-mp", tmp_path, summary, kvpt, 6001)
+    assert argv[:2] == ["-m", "lmcache.v1.multiprocess.server"]
+    opt = {k: v for k, v in zip(argv, argv[1:], strict=False) if k.startswith("--")}
+    assert opt["--port"] == "6001" and opt["--host"] == "127.0.0.1"
+    assert opt["--chunk-size"] == "256" and opt["--eviction-policy"] == "LRU"
+    # L1: LMCache's 5 GB, which holds the longest prefix (129 chunks of 32 MiB).
+    assert float(opt["--l1-size-gb"]) == info["cpu_buffer_gb"] == 5.0
+    assert opt["--shm-name"] == "" and opt["--supported-transfer-mode"] == "lmcache_driven"
+    l2 = json.loads(opt["--l2-adapter"])
+    assert l2 == {"type": "fs_native", "base_path": str(tmp_path), "use_odirect": True,
+                  "max_capacity_gb": systems.store_gb(summary, kvpt)}
+    assert systems.lmcache_server_args("tutti", tmp_path, summary, kvpt, 6001) is None
+    assert "lmcache-mp" in systems.USES_STORAGE
+
+
+def test_server_beside_the_engine_is_awaited_and_stopped():
+    import run_system
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    listen = ("import socket, time; s = socket.socket(); "
+              f"time.sleep(1); s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(60)")
+    t0 = time.monotonic()
+    proc = run_system.start_server(["-c", listen], "127.0.0.1", port, timeout=30)
+    assert proc.poll() is None and time.monotonic() - t0 < 30
+    assert run_system.stop_server(proc) != 0 and proc.poll() is not None  # SIGTERM
+    with pytest.raises(RuntimeError, match="exited with 3"):
+        run_system.start_server(["-c", "import sys; sys.exit(3)"], "127.0.0.1", port)
+    with pytest.raises(TimeoutError):
+        run_system.start_server(["-c", "import time; time.sleep(60)"], "127.0.0.1", port,
+                                timeout=1)
+
+
+def test_probe_prompts_are_whole_chunks_of_their_own_content():
+    import run_system
+
+    probe = {"requests": 2, "prefix_tokens": 1100, "suffix_tokens": 64, "output_tokens": 8,
+             "seed": 7, "vocab": [1000, 100000]}
+    prompts = run_system.probe_prompts(probe)
+    assert len(prompts) == 2 and prompts == run_system.probe_prompts(dict(probe))
+    (p0, s0), (p1, s1) = prompts
+    assert len(p0) == len(p1) == 1024 and len(s0) == 64 and s0 == s1
+    assert p0[:256] != p1[:256] and all(1000 <= x < 100000 for x in p0 + s0)
+    t = Trace(docs=6, requests=40, seed=3)
+    assert all(p0[:256] != d[:256] for d in t.docs.values())
+
+
+def test_table_output_check_against_vllm_alone():
+    probe = {"requests": 2, "prefix_tokens": 256}
+
+    def row(system, storage, tokens, cached=(256, 256), weights=None):
+        return {"system": system, "storage": storage, "model": "tiny", "probe": probe,
+                "weights": weights, "probes": [{"prefix_tokens": 256, "cached": c, "tokens": t}
+                                               for t, c in zip(tokens, cached, strict=True)]}
+    ref = [[1, 2], [3, 4]]
+    data = {"probes": {("recompute", "none"): row("recompute", "none", ref),
+                       ("tutti", "emulated"): row("tutti", "emulated", ref),
+                       ("offload-cpu", "none"): row("offload-cpu", "none", ref, (256, 0)),
+                       ("lmcache-mp", "emulated"): row("lmcache-mp", "emulated", [[1, 2], [3, 5]]),
+                       ("lmcache", "emulated"): row("lmcache", "emulated", ref, weights="dummy")}}
+    check = lambda s: table.output_check(data, s, "emulated")  # noqa: E731
+    assert check("recompute") == "reference"
+    assert check("tutti") == "same (2 of 2)"
+    assert check("offload-cpu") == "same (1 of 2), 1 not from the tier"
+    assert check("lmcache-mp") == "DIFFERENT in 1 of 2"
+    assert check("lmcache") == "no reference"  # other weights
+    assert check("lmcache-min") == "-"
+    data["probes"][("recompute", "none")] = row("recompute", "none", [[1, 2], [1, 2]])
+    data["probes"][("tutti", "emulated")] = row("tutti", "emulated", [[1, 2], [1, 2]])
+    assert check("tutti") == "same (2 of 2) (vLLM alone's outputs do not depend on the prefix: " \
+        "weak)"
+
+
 def test_table_max_rate_and_fitted_slo(tmp_path):
     def row(system, rate, p90, storage="emulated", unfinished=0):
         return {"system": system, "storage": storage, "phase": "rate", "rate": rate,
@@ -108,7 +220,8 @@ def test_serve_bench_cpu_smoke(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(SERVE.parents[1] / "python"))
     subprocess.run([sys.executable, str(SERVE / "serve_bench.py"), "--smoke", "--out",
-                    str(out), "--storage", "emulated", "--systems", "tutti,recompute,lmcache",
+                    str(out), "--storage", "emulated", "--systems",
+                    "tutti,recompute,lmcache,lmcache-mp",
                     "--emulated-dir", str(tmp_path / "emulated"), "--deadline", "900"],
                    check=True, timeout=1000, env=env)
     rows = [json.loads(x) for x in (out / "serve.jsonl").read_text().splitlines()]
@@ -128,6 +241,17 @@ def test_serve_bench_cpu_smoke(tmp_path):
     warm = [r for r in rows if r.get("phase") == "warmup"]
     assert {r["system"] for r in warm} == {"tutti", "recompute"}
     skipped = [r for r in rows if r.get("phase") == "skipped"]
-    assert all(r["system"] == "lmcache" for r in skipped)
+    assert {r["system"] for r in skipped} == {"lmcache", "lmcache-mp"}
+    # The probes: prefixes from Tutti's tier (from vLLM's prefix cache for vLLM alone), outputs
+    # identical.
+    probes = {r["system"]: r for r in rows if r.get("phase") == "probe"}
+    assert set(probes) == {"tutti", "recompute"}
+    for r in probes.values():
+        assert [p["cached"] for p in r["probes"]] == [256, 256], r
+        assert all(len(p["tokens"]) == 4 for p in r["probes"]), r
+    assert probes["tutti"]["probes"] == probes["recompute"]["probes"]
+    # One suffix after other prefixes: other outputs (the check sees the KV).
+    assert probes["recompute"]["probes"][0]["tokens"] != probes["recompute"]["probes"][1]["tokens"]
     md = (out / "serve-summary.md").read_text()
     assert "| tutti |" in md and "| recompute |" in md
+    assert "same (2 of 2)" in md and "reference" in md
