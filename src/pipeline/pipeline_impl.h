@@ -61,9 +61,9 @@ struct tt_pipe_step {
 	uint64_t t_begin, t_loaded;
 	uint64_t load_bytes;
 	/* host side */
-	uint32_t waited; /* layers waited for */
+	uint32_t waited;       /* layers waited for */
 	uint64_t host_wait_ns; /* the caller's thread blocked in wait_layer */
-	uint32_t saved;  /* layers whose new KV was signalled */
+	uint32_t saved;        /* layers whose new KV was signalled */
 	bool ended;
 	uint64_t *wait_times;  /* 2 per layer (GPU: mapped, %globaltimer; CPU: host clock) */
 	uint64_t *save_times;  /* 1 per layer: when save_layer's signal ran */

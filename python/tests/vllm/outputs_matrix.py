@@ -54,9 +54,10 @@ import store_files  # noqa: E402
 
 # The cases, in the order they run. "corrupt": before the process starts, damage the first chunk
 # of every prompt of that set in the case's store. "config": the connector's keys besides dirs
-# and capacity ({} = its defaults); "env": variables set in that vLLM process. Between two passes vLLM's prefix cache is reset, so that a
-# pass over stored prompts loads them from the store. A process first saves one set at most
-# (whichever cases are skipped), so that the chunks a set's first save committed are known.
+# and capacity ({} = its defaults); "env": variables set in that vLLM process. Between two
+# passes vLLM's prefix cache is reset, so that a pass over stored prompts loads them from the
+# store. A process first saves one set at most (whichever cases are skipped), so that the chunks
+# a set's first save committed are known.
 CASES = [
     {"name": "reference", "storage": None, "config": None, "actions": ["P", "P", "Q", "Q"]},
     {"name": "shm-default-first", "storage": "shm", "config": {},
@@ -296,7 +297,8 @@ class Matrix:
         with open(log, "w") as lf:
             try:
                 proc = subprocess.run([sys.executable, str(SERVE), str(spec_path)],
-                                      env=self.env(case.get("env")), stdout=lf, stderr=subprocess.STDOUT,
+                                      env=self.env(case.get("env")), stdout=lf,
+                                      stderr=subprocess.STDOUT,
                                       timeout=timeout)
                 rc = proc.returncode
             except subprocess.TimeoutExpired:
