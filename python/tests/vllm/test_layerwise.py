@@ -271,3 +271,20 @@ def test_a_restarted_engine_loads_the_prefix_layer_by_layer(model4, tmp_path):
     assert m["vllm:tutti_pipeline_steps"] >= len(prompts)
     assert c["tokens"] == reference["tokens"]
     assert "checksum mismatch" in (tmp_path / "c.log").read_text()
+
+
+def test_a_failed_load_hazard_is_named_for_vllms_model_runner_v2(model_dir, tmp_path,
+                                                                 monkeypatch):
+    """With GPU KV and in-forward loads, vLLM's model runner V2 gets a warning at registration
+    (docs/vllm.md, "Known problems"); not with its V1 runner, host KV or async_load."""
+    from tutti.vllm.worker import failed_load_hazard
+
+    cfg = tutti_vllm_config(model_dir, extra(tmp_path), BS, NUM_BLOCKS)
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    assert cfg.use_v2_model_runner
+    why = failed_load_hazard(cfg, "cuda", async_load=False)
+    assert why is not None and "VLLM_USE_V2_MODEL_RUNNER=0" in why and "async_load" in why
+    assert failed_load_hazard(cfg, "host", async_load=False) is None
+    assert failed_load_hazard(cfg, "cuda", async_load=True) is None
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    assert failed_load_hazard(cfg, "cuda", async_load=False) is None

@@ -26,7 +26,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tutti.remote import Remote
 from tutti.store import KV, ChunkRequest
@@ -66,6 +66,26 @@ def dense_bytes(block: torch.Tensor) -> int | None:
             return None
         expect *= size
     return expect * block.element_size()
+
+def failed_load_hazard(vllm_config: Any, kv_mem: str, async_load: bool) -> str | None:
+    """Why a load that fails for a running request may crash this vLLM (docs/vllm.md, "Known
+    problems"), or None. vLLM's model runner V2 keeps a request's computed tokens on the GPU
+    and does not lower them when the scheduler rewinds a running request after a failed load
+    (vLLM issue #49250); loads that complete while the request waits (async_load) are handled
+    before it runs."""
+    if kv_mem != "cuda" or async_load:
+        return None
+    try:
+        v2 = bool(getattr(vllm_config, "use_v2_model_runner", False))
+    except Exception:  # a vLLM whose property cannot decide without more configuration
+        return None
+    if not v2:
+        return None
+    return ("vLLM's model runner V2 is in use: a load that fails for a running request (a "
+            "damaged object, an I/O error) is likely to crash it (vLLM issue #49250; "
+            "docs/vllm.md, \"Known problems\"); VLLM_USE_V2_MODEL_RUNNER=0 or "
+            "\"async_load\": true avoid that path")
+
 
 class TuttiWorker:
     """The worker side of one connector (one per worker process, i.e. per rank)."""
@@ -147,6 +167,9 @@ class TuttiWorker:
         assert per_layer is not None
         self.kv = KV(self.geo, segs, per_layer, num_blocks, mem=mem)
         self.kv_mem = mem
+        hazard = failed_load_hazard(self.ctx.vllm_config, mem, self.cfg.async_load)
+        if hazard is not None:
+            log.warning("tutti: %s", hazard)
         # What "auto" chose for this KV; for GPU KV it sets gpu-uring up now, so that a
         # fallback and its reason are in the log at start-up.
         self.engine = self.store.engine_for(self.kv)
