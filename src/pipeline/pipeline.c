@@ -565,16 +565,17 @@ tutti_pipeline_wait_layer(struct tutti_pipeline *p, uint32_t layer)
 	issued = wait_issued(p, s, layer, deadline);
 	if (p->gpu) {
 		s->host_wait_ns += tt_now_ns() - t0;
-	}
-	if (p->gpu && issued) {
-		rc = tt_pipe_stream_wait(p, s, layer);
-	} else if (p->gpu) {
-		/* Released without a wait on the GPU: the times in its clock, as the kernel's. */
-		s->wait_times[2 * layer] = (uint64_t)((int64_t)t0 + p->timer_offset);
-		__atomic_store_n(&s->wait_times[2 * layer + 1],
-		                 (uint64_t)((int64_t)tt_now_ns() + p->timer_offset) |
-		                     TT_PIPE_WAIT_TIMED_OUT,
-		                 __ATOMIC_RELEASE);
+		if (issued) {
+			rc = tt_pipe_stream_wait(p, s, layer);
+		} else {
+			/* Released without a wait on the GPU: the times in its clock, as the
+			 * kernel's. */
+			s->wait_times[2 * layer] = (uint64_t)((int64_t)t0 + p->timer_offset);
+			__atomic_store_n(&s->wait_times[2 * layer + 1],
+			                 (uint64_t)((int64_t)tt_now_ns() + p->timer_offset) |
+			                     TT_PIPE_WAIT_TIMED_OUT,
+			                 __ATOMIC_RELEASE);
+		}
 	} else {
 		pthread_mutex_lock(&p->lock);
 		while ((int32_t)(tt_word_load_acquire(&p->loaded[layer]) - s->seq) < 0) {

@@ -512,7 +512,7 @@ lazy_kernel_behind_a_wait(uint32_t engine)
 	assert_int_equal(res.timed_out, 0);
 	assert_int_equal(res.load_errors, 0);
 	assert_int_equal(res.load_chunks, CHUNKS);
-	/* The host waited for layer 0's read to be issued (on uring, for the read). */
+	/* The host's blocking until each layer was issued reaches the step's result. */
 	assert_true(res.host_wait_ns > 0);
 	assert_landed(&w, 0, CHUNKS * w.bpc);
 	tutti_pipeline_destroy(p);

@@ -67,6 +67,7 @@ def dense_bytes(block: torch.Tensor) -> int | None:
         expect *= size
     return expect * block.element_size()
 
+
 def failed_load_hazard(vllm_config: Any, kv_mem: str, async_load: bool) -> str | None:
     """Why a load that fails for a running request may crash this vLLM (docs/vllm.md, "Known
     problems"), or None. vLLM's model runner V2 keeps a request's computed tokens on the GPU
