@@ -62,6 +62,8 @@ SMOKE_MODULES = [
     "lmcache.v1.storage_backend.local_disk_backend",
     "lmcache.v1.gpu_connector",
     "lmcache.integration.vllm.vllm_v1_adapter",
+    "lmcache.integration.vllm.lmcache_mp_connector",
+    "lmcache.v1.multiprocess.server",
 ]
 
 ENV_VARS = {
