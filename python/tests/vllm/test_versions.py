@@ -258,10 +258,11 @@ def test_the_kv_layout_is_part_of_the_namespace(model_dir, tmp_path):
     w.shutdown()
 
 
-def test_defaults_follow_where_the_kv_lives(model_dir, tmp_path, caught):
-    """engine auto and layerwise auto: for host KV the CPU-driven engine and loads before the
-    forward; for GPU KV (device "cuda") layerwise loads, and vLLM is asked for piecewise CUDA
-    graphs, which the per-layer hooks need."""
+def test_defaults_follow_where_the_kv_lives(model_dir, tmp_path, caught, monkeypatch):
+    """engine, layerwise and async_load auto: for host KV the CPU-driven engine and loads
+    before the forward; for GPU KV (device "cuda") layerwise loads under vLLM's V1 model runner
+    and asynchronous loads under its runner V2, and vLLM is asked for piecewise CUDA graphs,
+    which the per-layer hooks need."""
     w = worker(model_dir, {"dirs": [str(tmp_path / "s")], "capacity_gb": 0.05})
     assert w.ctx.cfg.engine == "auto" and w.ctx.cfg.layerwise is False
     assert w.worker.engine == "uring" and w.worker.layerwise is None
@@ -275,6 +276,24 @@ def test_defaults_follow_where_the_kv_lives(model_dir, tmp_path, caught):
 
     cfg = config(model_dir, {"dirs": [str(tmp_path / "g")], "capacity_gb": 0.05})
     cfg.device_config.device_type = "cuda"  # what vLLM's GPU build says
-    assert ConnectorContext(cfg, kcc()).cfg.layerwise is True
-    cfg.kv_transfer_config.kv_connector_extra_config["async_load"] = True
-    assert ConnectorContext(cfg, kcc()).cfg.layerwise is False
+    extra = cfg.kv_transfer_config.kv_connector_extra_config
+
+    def chosen():
+        c = ConnectorContext(cfg, kcc()).cfg
+        return c.layerwise, c.async_load
+
+    # vLLM's V1 model runner: layerwise loads.
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    assert chosen() == (True, False)
+    # Its model runner V2, which a load failing for a running request crashes (vLLM issue
+    # #49250): loads while the request waits, unless layerwise is asked for.
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    assert cfg.use_v2_model_runner
+    assert chosen() == (False, True)
+    extra["layerwise"] = True
+    assert chosen() == (True, False)
+    del extra["layerwise"]
+    extra["async_load"] = False
+    assert chosen() == (True, False)
+    extra["async_load"] = True
+    assert chosen() == (False, True)

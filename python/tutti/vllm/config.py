@@ -46,7 +46,9 @@ class TuttiConfig:
     gpu_io_workers: int = 0  # 0: the store's defaults (include/tutti/store.h)
     gpu_io_sms: int = 0
     namespace: str = ""
-    async_load: bool = False
+    # None until resolved ("auto"): on for GPU KV under vLLM's model runner V2, which a load
+    # failing for a running request crashes (ConnectorContext).
+    async_load: bool | None = None
     # Saves written by a saver thread after the step returns; a block handed out again waits
     # for the save still reading it (docs/vllm.md, "How it works").
     async_save: bool = True
@@ -98,9 +100,9 @@ class TuttiConfig:
         if not isinstance(namespace, str):
             raise ValueError(f"TuttiConnector: \"namespace\" must be a string, not "
                              f"{namespace!r}")
-        async_load = parse_flag(extra.get("async_load", False), "async_load")
+        async_load = parse_auto_flag(extra.get("async_load", "auto"), "async_load")
         async_save = parse_flag(extra.get("async_save", True), "async_save")
-        layerwise = parse_layerwise(extra.get("layerwise", "auto"))
+        layerwise = parse_auto_flag(extra.get("layerwise", "auto"), "layerwise")
         if async_load and layerwise:
             # An asynchronous load completes while the request waits, outside any forward
             # pass: there is no layer of compute for it to hide behind.
@@ -172,22 +174,34 @@ def parse_choice(v: Any, key: str, choices: tuple[str, ...]) -> str:
     return v
 
 
-def parse_layerwise(v: Any) -> bool | None:
-    """``layerwise``: true, false, or "auto" (None: on where the KV is in GPU memory)."""
+def parse_auto_flag(v: Any, name: str) -> bool | None:
+    """``layerwise``, ``async_load``: true, false, or "auto" (None, resolved by
+    ConnectorContext from where the KV is and vLLM's model runner)."""
     if isinstance(v, str) and v.lower() == "auto":
         return None
-    return parse_flag(v, "layerwise")
+    return parse_flag(v, name, also=' or "auto"')
 
 
-def parse_flag(v: Any, name: str) -> bool:
+def parse_flag(v: Any, name: str, also: str = "") -> bool:
     if isinstance(v, bool):
         return v
     if str(v).lower() in ("1", "true", "yes", "on"):
         return True
     if str(v).lower() in ("0", "false", "no", "off"):
         return False
-    also = ' or "auto"' if name == "layerwise" else ""
     raise ValueError(f"TuttiConnector: {name} must be true or false{also}, not {v!r}")
+
+
+def runner_v2(vllm_config: Any) -> bool:
+    """Whether vLLM runs its model runner V2, whose recovery from a load that fails for a
+    running request crashes on the GPU: it keeps the request's computed tokens in GPU memory
+    and does not lower them when the scheduler rewinds it (vLLM issue #49250; docs/vllm.md,
+    "Known problems"). A vLLM without the property, or one that cannot decide it from this
+    configuration, counts as not."""
+    try:
+        return bool(getattr(vllm_config, "use_v2_model_runner", False))
+    except Exception:
+        return False
 
 
 def geometry_of(kv_cache_config: KVCacheConfig, chunk_tokens: int) -> tuple[Geometry,
@@ -225,9 +239,15 @@ class ConnectorContext:
         self.vllm_config = vllm_config
         self.block_size: int = vllm_config.cache_config.block_size
         cfg = TuttiConfig.from_extra(kv_transfer.kv_connector_extra_config, self.block_size)
-        # Fast by default: with KV in GPU memory, loads go layer by layer behind the forward
-        # (unless they are asynchronous, which layerwise excludes).
+        # Fast by default: with KV in GPU memory, loads go layer by layer behind the forward,
+        # unless vLLM's model runner V2 runs it. That runner crashes when a load fails for a
+        # request that is already running (vLLM issue #49250), so under it loads complete
+        # while the request waits (async_load), where a failure is handled before it runs.
         self.kv_on_gpu = vllm_config.device_config.device_type == "cuda"
+        self.runner_v2 = runner_v2(vllm_config)
+        if cfg.async_load is None:
+            cfg = dataclasses.replace(cfg, async_load=self.kv_on_gpu and self.runner_v2
+                                      and cfg.layerwise is not True)
         if cfg.layerwise is None:
             cfg = dataclasses.replace(cfg, layerwise=self.kv_on_gpu and not cfg.async_load)
         self.cfg = cfg

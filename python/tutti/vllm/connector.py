@@ -46,7 +46,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
 )
 
 from tutti.vllm import compat
-from tutti.vllm.config import ConnectorContext, TuttiConfig, parse_layerwise
+from tutti.vllm.config import ConnectorContext, TuttiConfig, parse_auto_flag
 from tutti.vllm.data import (
     KEY_BYTES,
     LoadSpec,
@@ -89,7 +89,10 @@ class TuttiConnector(KVConnectorBase_V1):
         # skips: the forward would read layers not loaded yet. "auto" turns them on where
         # the KV is in GPU memory, the only place CUDA graphs run.
         try:
-            return parse_layerwise((extra_config or {}).get("layerwise", "auto")) is not False
+            extra = extra_config or {}
+            if parse_auto_flag(extra.get("async_load", "auto"), "async_load") is True:
+                return False  # loads before the forward, never inside it
+            return parse_auto_flag(extra.get("layerwise", "auto"), "layerwise") is not False
         except ValueError:
             return False  # refused with a clear message when the connector starts
 

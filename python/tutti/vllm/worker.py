@@ -68,24 +68,16 @@ def dense_bytes(block: torch.Tensor) -> int | None:
     return expect * block.element_size()
 
 
-def failed_load_hazard(vllm_config: Any, kv_mem: str, async_load: bool) -> str | None:
+def failed_load_hazard(ctx: ConnectorContext, kv_mem: str) -> str | None:
     """Why a load that fails for a running request may crash this vLLM (docs/vllm.md, "Known
-    problems"), or None. vLLM's model runner V2 keeps a request's computed tokens on the GPU
-    and does not lower them when the scheduler rewinds a running request after a failed load
-    (vLLM issue #49250); loads that complete while the request waits (async_load) are handled
-    before it runs."""
-    if kv_mem != "cuda" or async_load:
-        return None
-    try:
-        v2 = bool(getattr(vllm_config, "use_v2_model_runner", False))
-    except Exception:  # a vLLM whose property cannot decide without more configuration
-        return None
-    if not v2:
+    problems"), or None: GPU KV under vLLM's model runner V2 with loads inside the step, which
+    only an explicit configuration chooses ("auto" picks asynchronous loads there)."""
+    if kv_mem != "cuda" or ctx.cfg.async_load or not ctx.runner_v2:
         return None
     return ("vLLM's model runner V2 is in use: a load that fails for a running request (a "
             "damaged object, an I/O error) is likely to crash it (vLLM issue #49250; "
             "docs/vllm.md, \"Known problems\"); VLLM_USE_V2_MODEL_RUNNER=0 or "
-            "\"async_load\": true avoid that path")
+            "\"async_load\": true (the default there) avoid that path")
 
 
 class TuttiWorker:
@@ -168,7 +160,7 @@ class TuttiWorker:
         assert per_layer is not None
         self.kv = KV(self.geo, segs, per_layer, num_blocks, mem=mem)
         self.kv_mem = mem
-        hazard = failed_load_hazard(self.ctx.vllm_config, mem, self.cfg.async_load)
+        hazard = failed_load_hazard(self.ctx, mem)
         if hazard is not None:
             log.warning("tutti: %s", hazard)
         # What "auto" chose for this KV; for GPU KV it sets gpu-uring up now, so that a
@@ -177,7 +169,8 @@ class TuttiWorker:
         log.info("tutti: registered %d layers, %d blocks of %d bytes (%s, %d segment%s/layer); "
                  "engine %s%s", self.geo.nr_layers, num_blocks, page, mem, per_layer,
                  "s" if per_layer > 1 else "", self.engine,
-                 ", layerwise loads" if self.cfg.layerwise else "")
+                 ", layerwise loads" if self.cfg.layerwise else
+                 ", asynchronous loads" if self.cfg.async_load else "")
         if self.cfg.layerwise:
             self.layerwise = LayerwiseLoads(self.store, self.kv, list(kv_caches),
                                             self.ctx.layer_names, mem)
