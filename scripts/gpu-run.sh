@@ -16,7 +16,7 @@
 # emulated and disk), tp (bench/tp_ttft.py with TP_ARGS: TTFT at TP=2 on two GPUs), layerwise
 # (bench/layerwise_ttft.py with LAYERWISE_ARGS), footprint (bench/io_footprint.py with
 # FOOTPRINT_ARGS), iowq (tutti-iowq-burst with IOWQ_ARGS), vllm-gpu (outputs with Tutti
-# identical to vLLM's, inside vLLM), vllm-versions (the connector's vLLM-version tests,
+# identical to vLLM's, inside vLLM; VLLM_GPU_CASES names a subset), vllm-versions (the connector's vLLM-version tests,
 # python/tests/vllm/test_versions.py and test_async_save.py, in the GPU machine's vLLM), serve-emulated and serve-disk (bench/serve/serve_bench.py
 # with SERVE_ARGS), lmcache-micro (LMCache's store and retrieve beside tutti-gpu-store-bench,
 # bench/lmcache_micro.py with LMCACHE_MICRO_ARGS), ceiling (tutti ceiling: the limit every bench
@@ -30,6 +30,9 @@ cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+# A step's folder of results and logs as one archive, $OUT/NAME.tgz (a step writes one file per
+# vLLM process; one archive comes back whole where a cap on the number of files would not).
+pack() { [ -d "$OUT/$1" ] && tar czf "$OUT/$1.tgz" -C "$OUT" "$1" && rm -rf "${OUT:?}/$1"; }
 
 if ls .debs/*.deb >/dev/null 2>&1; then
 	prefix=$PWD/build/deps
@@ -221,11 +224,13 @@ vllm-gpu)
 			PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} TUTTI_LIBRARY=$root/build/gpu/libtutti.so \
 				timeout --kill-after=30 $((${VLLM_GPU_DEADLINE:-420} + 60)) python3 tests/vllm/outputs_matrix.py \
 				--out "$OUT/vllm-gpu" --work "$root/build/vllm-gpu-work" \
-				--disk-dir "$root/build/vllm-gpu-disk" --deadline "${VLLM_GPU_DEADLINE:-420}"
+				--disk-dir "$root/build/vllm-gpu-disk" --deadline "${VLLM_GPU_DEADLINE:-420}" \
+				${VLLM_GPU_CASES:+--cases "$VLLM_GPU_CASES"}
 	) > "$OUT/vllm-gpu.log" 2>&1
 	log "vllm-gpu exit $?"
 	cat "$OUT/vllm-gpu/outputs-matrix.md" >> "$OUT/summary.txt" 2>/dev/null ||
 		tail -30 "$OUT/vllm-gpu.log" >> "$OUT/summary.txt"
+	pack vllm-gpu
 	rm -rf build/vllm-gpu-work build/vllm-gpu-disk
 	;;
 vllm-versions)
@@ -280,6 +285,7 @@ serve-emulated | serve-disk)
 	log "$step exit $?"
 	cat "$OUT/serve-$storage/serve-summary.md" >> "$OUT/summary.txt" 2>/dev/null ||
 		tail -30 "$OUT/serve-$storage.log" >> "$OUT/summary.txt"
+	pack "serve-$storage"
 	rm -rf /dev/shm/tutti-serve build/serve-disk build/serve-work
 	;;
 lmcache-micro)

@@ -28,7 +28,7 @@ prefix cache). The first prompt of set P has a twin that differs in its first 25
 chunk) only; the two must give different outputs, or identical outputs would prove nothing.
 
 Usage: outputs_matrix.py --out DIR [--device auto|cuda|cpu] [--deadline S] [--shm-dir D]
-                         [--disk-dir D] [--work D]
+                         [--disk-dir D] [--work D] [--cases NAME,...]
 Writes DIR/outputs-matrix.json and DIR/outputs-matrix.md (one row per pass) as it goes, and the
 log of each process (DIR/<case>.log); exits 0 when every case that ran passed and none was cut
 by the deadline.
@@ -54,7 +54,11 @@ import store_files  # noqa: E402
 
 # The cases, in the order they run. "corrupt": before the process starts, damage the first chunk
 # of every prompt of that set in the case's store. "config": the connector's keys besides dirs
-# and capacity ({} = its defaults); "env": variables set in that vLLM process. Between two
+# and capacity ({} = its defaults); "env": variables set in that vLLM process; "ref": which
+# reference the outputs are held to (a reference case with the same "ref" makes it; default
+# the first). On vLLM's GPU build the defaults load asynchronously (model runner V2, vLLM's
+# default there, crashes when a load fails for a running request: vLLM issue #49250), and
+# layer by layer under its V1 runner. Between two
 # passes vLLM's prefix cache is reset, so that a pass over stored prompts loads them from the
 # store. A process first saves one set at most (whichever cases are skipped), so that the chunks
 # a set's first save committed are known.
@@ -66,22 +70,20 @@ CASES = [
      "config": {"engine": "uring", "layerwise": False}, "actions": ["P", "reset", "Q"]},
     {"name": "shm-default-damaged", "storage": "shm", "config": {}, "corrupt": "P",
      "actions": ["P", "reset", "Q", "reset", "P"]},
-    {"name": "disk-gpu-uring-first", "storage": "disk",
-     "config": {"engine": "gpu-uring", "layerwise": False}, "gpu_only": True,
+    {"name": "disk-gpu-uring-layerwise-first", "storage": "disk",
+     "config": {"engine": "gpu-uring", "layerwise": True}, "gpu_only": True,
      "actions": ["P", "reset", "P"]},
     {"name": "disk-uring-layerwise-restart", "storage": "disk",
      "config": {"engine": "uring", "layerwise": True}, "actions": ["P", "reset", "P"]},
     {"name": "disk-default-damaged", "storage": "disk", "config": {}, "corrupt": "P",
      "actions": ["P", "reset", "P"]},
-    # vLLM 0.26's GPU model runner V2 keeps a request's computed tokens on the GPU and does not
-    # lower them when the scheduler recovers from a failed load of a running request (vLLM
-    # issue #49250): the same damage with vLLM's V1 model runner, and with loads that complete
-    # while the request waits (async_load), where a failure is handled before it runs.
+    # vLLM's V1 model runner, where the defaults load layer by layer: its own reference (the
+    # two runners' kernels may round differently), then the damage again.
+    {"name": "reference-v1-runner", "storage": None, "config": None, "ref": "v1-runner",
+     "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "gpu_only": True, "actions": ["P", "P"]},
     {"name": "disk-v1-runner-damaged", "storage": "disk", "config": {}, "corrupt": "P",
-     "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"},
+     "ref": "v1-runner", "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "gpu_only": True,
      "actions": ["P", "reset", "P"]},
-    {"name": "disk-async-load-damaged", "storage": "disk", "config": {"async_load": True},
-     "corrupt": "P", "actions": ["P", "reset", "P"]},
 ]
 
 # Per device: the model, vLLM's arguments, prompt lengths and the store's size.
@@ -179,17 +181,23 @@ def read_slots(store_dir):
     return slots, lay
 
 
-def damage_roots(store_dir, seq_range):
+def damage_roots(store_dir, seq_range, damaged):
     """Flip one byte inside the middle layer's object of every first chunk (a chain's root)
-    committed within seq_range: each prompt saved then fails to load from its first chunk."""
+    committed within seq_range: each prompt saved then fails to load from its first chunk.
+    damaged: slot -> sequence number of the chunks damaged before, kept up to date; a chunk
+    still there from an earlier damage (its process crashed before it could drop it) is
+    counted, not flipped back."""
     slots, lay = read_slots(store_dir)
     lo, hi = seq_range
-    roots = [i for i, seq, parent in slots if lo < seq <= hi and not parent]
+    roots = [(i, seq) for i, seq, parent in slots if lo < seq <= hi and not parent]
     layer = lay["nr_layers"] // 2
-    for i in roots:
+    for i, seq in roots:
+        if damaged.get(i) == seq:
+            continue
         path, off = store_files.slot_location(store_dir, lay, i)
         store_files.flip_byte(path, off + store_files.SLOT_HEADER_BYTES +
                               layer * lay["object_bytes"] + 100, 0x5A)
+        damaged[i] = seq
     return len(roots)
 
 
@@ -204,7 +212,7 @@ def max_seq(store_dir):
 
 
 class Matrix:
-    def __init__(self, device, out, shm_dir, disk_dir, deadline_s, work=None):
+    def __init__(self, device, out, shm_dir, disk_dir, deadline_s, work=None, only=None):
         self.device, self.out = device, Path(out)
         self.work = Path(work) if work else self.out / "work"
         self.work.mkdir(parents=True, exist_ok=True)
@@ -216,11 +224,13 @@ class Matrix:
                                                  weights=self.setup["weights"] == "written")
         vocab = local_model.SHAPES[self.setup["shape"]]["vocab_size"]
         self.sets = make_sets(self.setup, vocab)
-        self.ref = {}  # (set, "cold" | "hit") -> tokens
+        self.ref = {}  # (reference, set, "cold" | "hit") -> tokens
         # Per storage: sets stored, sets damaged, and the sequence numbers each set's first
         # save committed (to find its chunks in the data file).
-        self.state = {s: {"stored": set(), "damaged": set(), "seqs": {}} for s in self.dirs}
+        self.state = {s: {"stored": set(), "damaged": set(), "seqs": {}, "slots": {}}
+                      for s in self.dirs}
         self.results = []
+        self.only = only  # case names to run (None: all)
 
     def env(self, extra=None):
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
@@ -251,6 +261,10 @@ class Matrix:
             if case.get("gpu_only") and self.device != "cuda":
                 res["status"] = "skipped"
                 res["problems"].append("GPU only")
+                continue
+            if self.only is not None and case["name"] not in self.only:
+                res["status"] = "skipped"
+                res["problems"].append("not among --cases")
                 continue
             left = self.deadline - time.monotonic()
             if left < 30:
@@ -284,7 +298,7 @@ class Matrix:
                 name = case["corrupt"]
                 if name not in st["seqs"]:
                     raise RuntimeError(f"set {name} was never saved on {storage}")
-                n = damage_roots(d, st["seqs"][name])
+                n = damage_roots(d, st["seqs"][name], st["slots"])
                 res["damaged_objects"] = n
                 if n == 0:
                     raise RuntimeError(f"no first chunk of set {name} found in the store")
@@ -320,24 +334,27 @@ class Matrix:
                 res["problems"].append("vLLM refused to reset its prefix cache")
         for p in served:
             if storage is None:
-                kind = "cold" if (p["action"], "cold") not in self.ref else "hit"
-                self.ref[(p["action"], kind)] = p["tokens"]
+                ref = case.get("ref", "default")
+                kind = "cold" if (ref, p["action"], "cold") not in self.ref else "hit"
+                self.ref[(ref, p["action"], kind)] = p["tokens"]
                 res["passes"].append({"set": p["action"], "kind": kind,
                                       "seconds": p["seconds"]})
                 continue
             res["passes"].append(self.check_pass(case, res, st, p))
         if storage is None:
-            self.check_reference(res)
+            self.check_reference(res, case.get("ref", "default"))
         else:
             # A set's chunks as its first save committed them; after a pass that recomputed
             # damaged roots, as that pass committed them again (a later case damages those).
+            # A pass that saved nothing (it failed) leaves the range as it was.
             redone = {r["set"] for r in res["passes"] if r.get("kind") == "recompute"}
+            top = max_seq(self.dirs[storage])
             for p in served:
-                if p["action"] not in st["seqs"] or p["action"] in redone:
-                    st["seqs"][p["action"]] = (seq0, max_seq(self.dirs[storage]))
+                if (p["action"] not in st["seqs"] or p["action"] in redone) and top > seq0:
+                    st["seqs"][p["action"]] = (seq0, top)
 
-    def check_reference(self, res):
-        cold = self.ref.get(("P", "cold"))
+    def check_reference(self, res, ref):
+        cold = self.ref.get((ref, "P", "cold"))
         if cold is None:
             res["problems"].append("no reference outputs")
             return
@@ -345,7 +362,7 @@ class Matrix:
             res["problems"].append(f"two prompts differing in their first {TWIN_TOKENS} tokens "
                                    "gave the same outputs: the outputs would not show wrong KV")
         for name in ("P", "Q"):
-            c, h = self.ref.get((name, "cold")), self.ref.get((name, "hit"))
+            c, h = self.ref.get((ref, name, "cold")), self.ref.get((ref, name, "hit"))
             if c is not None and h is not None:
                 # vLLM's own prefix cache against its own recomputation: recorded, not required
                 # (kernels for a short and a long query may round differently).
@@ -357,7 +374,8 @@ class Matrix:
                 "hit" if name in st["stored"] else "cold")
         st["stored"].add(name)
         st["damaged"].discard(name)
-        want = self.ref.get((name, "hit" if kind == "hit" else "cold"))
+        want = self.ref.get((case.get("ref", "default"), name,
+                             "hit" if kind == "hit" else "cold"))
         row = {"set": name, "kind": kind, "seconds": p["seconds"],
                "identical": want is not None and p["tokens"] == want,
                "hit_tokens": c.get("vllm:tutti_hit_tokens", 0),
@@ -464,7 +482,17 @@ def main(argv=None):
     ap.add_argument("--shm-dir", default=None, help="emulated NVMe (default /dev/shm/...)")
     ap.add_argument("--disk-dir", default=None, help="a directory on a disk (default OUT/...)")
     ap.add_argument("--work", default=None, help="model and process specs (default OUT/work)")
+    ap.add_argument("--cases", default=None,
+                    help="comma-separated case names to run, in the matrix's order (default: "
+                    f"all of {', '.join(c['name'] for c in CASES)}); a case that needs a set "
+                    "stored by one left out fails saying so")
     args = ap.parse_args(argv)
+    only = None
+    if args.cases:
+        only = {c for c in args.cases.split(",") if c}
+        unknown = only - {c["name"] for c in CASES}
+        if unknown:
+            ap.error(f"unknown cases {sorted(unknown)}")
     device = detect_device() if args.device == "auto" else args.device
     if device is None:
         print("outputs_matrix: no vLLM build for a GPU or a CPU here; nothing run")
@@ -474,7 +502,7 @@ def main(argv=None):
     for d in (shm, disk):
         shutil.rmtree(d, ignore_errors=True)
     try:
-        ok = Matrix(device, args.out, shm, disk, args.deadline, args.work).run()
+        ok = Matrix(device, args.out, shm, disk, args.deadline, args.work, only).run()
     finally:
         for d in (shm, disk):
             shutil.rmtree(d, ignore_errors=True)
