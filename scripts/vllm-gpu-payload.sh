@@ -74,16 +74,18 @@ VLLM_IMAGE_REQUIREMENTS=(
 # image lacks (found by importing them on such an image). These are unpacked only where the
 # GPU machine's Python lacks the distribution: its own copy wins, as pip would keep it.
 # LMCache also declares requirements for back ends we do not use, not shipped: cupy-cuda13x,
-# cufile-python (GDS), redis, awscrt (S3), google-cloud-bigtable, nixl, opentelemetry-*,
-# grpcio, uvicorn, pytest, setuptools-scm; cryptography is shipped because its multiprocess
-# server imports it at start-up (its L2 serialisers' encryption); and numpy<=2.2.6, which is not
-# applied: the image's numpy stays (vLLM's numba needs a newer one).
+# cufile-python (GDS), redis, awscrt (S3), google-cloud-bigtable, nixl, opentelemetry's SDK and
+# exporters, grpcio, uvicorn, pytest, setuptools-scm; and numpy<=2.2.6, which is not applied:
+# the image's numpy stays (vLLM's numba needs a newer one). Its multiprocess server imports
+# cryptography (its L2 serialisers' encryption) and opentelemetry's metrics API at start-up:
+# those are shipped.
 LMCACHE_REQUIREMENTS=(
 	numba==0.68.1 llvmlite==0.50.0 prometheus-client==0.24.1 requests==2.34.2 urllib3==2.8.0
 	charset-normalizer==3.5.3 py-cpuinfo==9.0.0 sortedcontainers==2.4.0 psutil==7.2.2
 	aiohttp==3.14.5 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 frozenlist==1.8.0
 	propcache==0.5.4 yarl==1.25.1 multidict==7.2.1 attrs==26.1.0 aiofile==3.12.3
 	caio==0.12.10 aiofiles==25.1.0 cryptography==50.0.2 cffi==2.1.1 pycparser==3.12
+	opentelemetry-api==1.40.0 importlib-metadata==8.7.1 zipp==4.1.2
 )
 
 # The GPU machine: CPython 3.12 on Ubuntu 24.04 (glibc 2.39). pip does not widen a given
