@@ -56,9 +56,9 @@ import store_files  # noqa: E402
 # of every prompt of that set in the case's store. "config": the connector's keys besides dirs
 # and capacity ({} = its defaults); "env": variables set in that vLLM process; "ref": which
 # reference the outputs are held to (a reference case with the same "ref" makes it; default
-# the first). On vLLM's GPU build the defaults load asynchronously (model runner V2, vLLM's
-# default there, crashes when a load fails for a running request: vLLM issue #49250), and
-# layer by layer under its V1 runner. Between two
+# the first). On vLLM's GPU build the defaults load asynchronously: vLLM's asynchronous
+# scheduling, its default there, crashes when a load fails inside a step (vLLM issue #34484);
+# explicit layerwise cases cover layer-by-layer loads. Between two
 # passes vLLM's prefix cache is reset, so that a pass over stored prompts loads them from the
 # store. A process first saves one set at most (whichever cases are skipped), so that the chunks
 # a set's first save committed are known.
@@ -77,8 +77,8 @@ CASES = [
      "config": {"engine": "uring", "layerwise": True}, "actions": ["P", "reset", "P"]},
     {"name": "disk-default-damaged", "storage": "disk", "config": {}, "corrupt": "P",
      "actions": ["P", "reset", "P"]},
-    # vLLM's V1 model runner, where the defaults load layer by layer: its own reference (the
-    # two runners' kernels may round differently), then the damage again.
+    # vLLM's V1 model runner: its own reference (the two runners' kernels may round
+    # differently), then the damage again with the defaults.
     {"name": "reference-v1-runner", "storage": None, "config": None, "ref": "v1-runner",
      "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "gpu_only": True, "actions": ["P", "P"]},
     {"name": "disk-v1-runner-damaged", "storage": "disk", "config": {}, "corrupt": "P",

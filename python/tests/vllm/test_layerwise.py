@@ -273,29 +273,24 @@ def test_a_restarted_engine_loads_the_prefix_layer_by_layer(model4, tmp_path):
     assert "checksum mismatch" in (tmp_path / "c.log").read_text()
 
 
-def test_a_failed_load_hazard_is_named_for_vllms_model_runner_v2(model_dir, tmp_path,
-                                                                 monkeypatch):
-    """With GPU KV and loads inside the step, which under vLLM's model runner V2 only an
-    explicit configuration chooses, a warning at registration (docs/vllm.md, "Known
-    problems"); not with its V1 runner, host KV or async_load."""
+def test_a_failed_load_hazard_is_named_under_asynchronous_scheduling(model_dir, tmp_path):
+    """With GPU KV and loads inside the step, which under vLLM's asynchronous scheduling only
+    an explicit configuration chooses, a warning at registration (docs/vllm.md, "Known
+    problems"); not without asynchronous scheduling, for host KV or with async_load."""
     from tutti.vllm.config import ConnectorContext
     from tutti.vllm.worker import failed_load_hazard
 
-    def ctx(v2, **kw):
-        # vLLM's CPU build refuses a configuration made under model runner V2 (no Triton):
-        # the runner is chosen after the configuration is made.
-        monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    def ctx(async_sched, **kw):
         kw = dict({"layerwise": "auto"}, **kw)
         cfg = tutti_vllm_config(model_dir, extra(tmp_path, **kw), BS, NUM_BLOCKS)
         cfg.device_config.device_type = "cuda"
-        monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1" if v2 else "0")
-        assert cfg.use_v2_model_runner == v2
+        cfg.scheduler_config.async_scheduling = async_sched
         return ConnectorContext(cfg, kv_cache_config(LAYERS, BS, NUM_BLOCKS, kv_heads=1))
 
     assert failed_load_hazard(ctx(True), "cuda") is None  # auto: asynchronous loads
     for kw in ({"layerwise": True}, {"async_load": False}):
         why = failed_load_hazard(ctx(True, **kw), "cuda")
-        assert why is not None and "VLLM_USE_V2_MODEL_RUNNER=0" in why and "async_load" in why
+        assert why is not None and "--no-async-scheduling" in why and "async_load" in why
         assert failed_load_hazard(ctx(True, **kw), "host") is None
     assert failed_load_hazard(ctx(True, async_load=True), "cuda") is None
     assert failed_load_hazard(ctx(False, layerwise=True), "cuda") is None

@@ -258,11 +258,11 @@ def test_the_kv_layout_is_part_of_the_namespace(model_dir, tmp_path):
     w.shutdown()
 
 
-def test_defaults_follow_where_the_kv_lives(model_dir, tmp_path, caught, monkeypatch):
+def test_defaults_follow_where_the_kv_lives(model_dir, tmp_path, caught):
     """engine, layerwise and async_load auto: for host KV the CPU-driven engine and loads
-    before the forward; for GPU KV (device "cuda") layerwise loads under vLLM's V1 model runner
-    and asynchronous loads under its runner V2, and vLLM is asked for piecewise CUDA graphs,
-    which the per-layer hooks need."""
+    before the forward; for GPU KV (device "cuda") asynchronous loads under vLLM's
+    asynchronous scheduling and layerwise loads without it; vLLM is asked for piecewise CUDA
+    graphs unless loads are asynchronous by choice (the per-layer hooks need them)."""
     w = worker(model_dir, {"dirs": [str(tmp_path / "s")], "capacity_gb": 0.05})
     assert w.ctx.cfg.engine == "auto" and w.ctx.cfg.layerwise is False
     assert w.worker.engine == "uring" and w.worker.layerwise is None
@@ -272,6 +272,7 @@ def test_defaults_follow_where_the_kv_lives(model_dir, tmp_path, caught, monkeyp
     assert TuttiConnector.requires_piecewise_for_cudagraph({})
     assert TuttiConnector.requires_piecewise_for_cudagraph({"layerwise": "auto"})
     assert not TuttiConnector.requires_piecewise_for_cudagraph({"layerwise": False})
+    assert not TuttiConnector.requires_piecewise_for_cudagraph({"async_load": True})
     from tutti.vllm.config import ConnectorContext
 
     cfg = config(model_dir, {"dirs": [str(tmp_path / "g")], "capacity_gb": 0.05})
@@ -282,13 +283,12 @@ def test_defaults_follow_where_the_kv_lives(model_dir, tmp_path, caught, monkeyp
         c = ConnectorContext(cfg, kcc()).cfg
         return c.layerwise, c.async_load
 
-    # vLLM's V1 model runner: layerwise loads.
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    # Without vLLM's asynchronous scheduling: layerwise loads.
+    cfg.scheduler_config.async_scheduling = False
     assert chosen() == (True, False)
-    # Its model runner V2, which a load failing for a running request crashes (vLLM issue
-    # #49250): loads while the request waits, unless layerwise is asked for.
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
-    assert cfg.use_v2_model_runner
+    # With it (its GPU default), which a load failing inside a step crashes (vLLM issue
+    # #34484): loads while the request waits, unless layerwise is asked for.
+    cfg.scheduler_config.async_scheduling = True
     assert chosen() == (False, True)
     extra["layerwise"] = True
     assert chosen() == (True, False)

@@ -46,8 +46,8 @@ class TuttiConfig:
     gpu_io_workers: int = 0  # 0: the store's defaults (include/tutti/store.h)
     gpu_io_sms: int = 0
     namespace: str = ""
-    # None until resolved ("auto"): on for GPU KV under vLLM's model runner V2, which a load
-    # failing for a running request crashes (ConnectorContext).
+    # None until resolved ("auto"): on for GPU KV under vLLM's asynchronous scheduling, which a
+    # load failing inside a step crashes (ConnectorContext).
     async_load: bool | None = None
     # Saves written by a saver thread after the step returns; a block handed out again waits
     # for the save still reading it (docs/vllm.md, "How it works").
@@ -192,16 +192,15 @@ def parse_flag(v: Any, name: str, also: str = "") -> bool:
     raise ValueError(f"TuttiConnector: {name} must be true or false{also}, not {v!r}")
 
 
-def runner_v2(vllm_config: Any) -> bool:
-    """Whether vLLM runs its model runner V2, whose recovery from a load that fails for a
-    running request crashes on the GPU: it keeps the request's computed tokens in GPU memory
-    and does not lower them when the scheduler rewinds it (vLLM issue #49250; docs/vllm.md,
-    "Known problems"). A vLLM without the property, or one that cannot decide it from this
-    configuration, counts as not."""
-    try:
-        return bool(getattr(vllm_config, "use_v2_model_runner", False))
-    except Exception:
-        return False
+def async_scheduling(vllm_config: Any) -> bool:
+    """Whether vLLM schedules each step while the one before it still runs (its default on the
+    GPU since 0.12). A load that fails inside a step (before its forward or layer by layer in
+    it) then crashes vLLM 0.26 on the GPU under either model runner: the scheduler rewinds a
+    request whose next step is already scheduled (vLLM issue #34484; docs/vllm.md, "Known
+    problems"). A load that completes while the request waits (async_load) fails before the
+    request runs."""
+    sc = getattr(vllm_config, "scheduler_config", None)
+    return bool(getattr(sc, "async_scheduling", False))
 
 
 def geometry_of(kv_cache_config: KVCacheConfig, chunk_tokens: int) -> tuple[Geometry,
@@ -239,14 +238,15 @@ class ConnectorContext:
         self.vllm_config = vllm_config
         self.block_size: int = vllm_config.cache_config.block_size
         cfg = TuttiConfig.from_extra(kv_transfer.kv_connector_extra_config, self.block_size)
-        # Fast by default: with KV in GPU memory, loads go layer by layer behind the forward,
-        # unless vLLM's model runner V2 runs it. That runner crashes when a load fails for a
-        # request that is already running (vLLM issue #49250), so under it loads complete
-        # while the request waits (async_load), where a failure is handled before it runs.
+        # With KV in GPU memory, loads go layer by layer behind the forward, unless vLLM
+        # schedules asynchronously (its GPU default): a load failing inside a step then
+        # crashes it (async_scheduling above), so loads complete while the request waits
+        # (async_load), where a failure is handled before the request runs. That costs speed
+        # under load (docs/results.md, SV3); "layerwise": true chooses speed.
         self.kv_on_gpu = vllm_config.device_config.device_type == "cuda"
-        self.runner_v2 = runner_v2(vllm_config)
+        self.async_scheduling = async_scheduling(vllm_config)
         if cfg.async_load is None:
-            cfg = dataclasses.replace(cfg, async_load=self.kv_on_gpu and self.runner_v2
+            cfg = dataclasses.replace(cfg, async_load=self.kv_on_gpu and self.async_scheduling
                                       and cfg.layerwise is not True)
         if cfg.layerwise is None:
             cfg = dataclasses.replace(cfg, layerwise=self.kv_on_gpu and not cfg.async_load)

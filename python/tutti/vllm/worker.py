@@ -69,15 +69,15 @@ def dense_bytes(block: torch.Tensor) -> int | None:
 
 
 def failed_load_hazard(ctx: ConnectorContext, kv_mem: str) -> str | None:
-    """Why a load that fails for a running request may crash this vLLM (docs/vllm.md, "Known
-    problems"), or None: GPU KV under vLLM's model runner V2 with loads inside the step, which
-    only an explicit configuration chooses ("auto" picks asynchronous loads there)."""
-    if kv_mem != "cuda" or ctx.cfg.async_load or not ctx.runner_v2:
+    """Why a load that fails inside a step may crash this vLLM (docs/vllm.md, "Known
+    problems"), or None: GPU KV under vLLM's asynchronous scheduling with loads inside the step,
+    which only an explicit configuration chooses ("auto" picks asynchronous loads there)."""
+    if kv_mem != "cuda" or ctx.cfg.async_load or not ctx.async_scheduling:
         return None
-    return ("vLLM's model runner V2 is in use: a load that fails for a running request (a "
-            "damaged object, an I/O error) is likely to crash it (vLLM issue #49250; "
-            "docs/vllm.md, \"Known problems\"); VLLM_USE_V2_MODEL_RUNNER=0 or "
-            "\"async_load\": true (the default there) avoid that path")
+    return ("vLLM schedules asynchronously: a load that fails inside a step (a damaged "
+            "object, an I/O error) is likely to crash it (vLLM issue #34484; docs/vllm.md, "
+            "\"Known problems\"); vLLM's --no-async-scheduling, or \"async_load\": true (the "
+            "default there), avoid that path")
 
 
 class TuttiWorker:
