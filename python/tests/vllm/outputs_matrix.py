@@ -440,6 +440,8 @@ def markdown(doc):
         eng = conn.get("store_engine") or conn.get("engine") or "-"
         if conn.get("layerwise"):
             eng += " + layerwise"
+        if conn.get("async_load"):
+            eng += " + async loads"
         rows = r["passes"] or [{}]
         for i, p in enumerate(rows):
             first = i == 0

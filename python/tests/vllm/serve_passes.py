@@ -104,6 +104,10 @@ def connector_info():
     for k in ("engine", "engine_name"):
         if store is not None and isinstance(getattr(store, k, None), str):
             info["store_engine"] = getattr(store, k)
+    # What "auto" chose: the worker's engine for this KV.
+    chosen = getattr(getattr(conn, "worker", None), "engine", None)
+    if isinstance(chosen, str):
+        info["store_engine"] = chosen
     mem = find("kv_mem", "_kv_mem")
     if isinstance(mem, str):
         info["kv_mem"] = mem
