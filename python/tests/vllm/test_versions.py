@@ -172,6 +172,29 @@ def test_async_loads_reach_vllm_through_either_transfer_call(model_dir, tmp_path
     w.shutdown()
 
 
+def test_an_asynchronous_load_that_raises_is_reported_failed(model_dir, tmp_path, caught):
+    """A waiting request is told its load is over even when the load raises something the
+    store does not (a bug, memory): every block failed, recomputed by vLLM, and the error
+    logged, never a request waiting forever."""
+    w = worker(model_dir, extra(tmp_path, async_load=True))
+    keys = store_chunks(w, 2)
+    dst = [0, 1, 2, 3]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected")
+
+    w.worker.store.load = broken
+    w.bind_connector_metadata(TuttiConnectorMetadata(loads=[LoadSpec("a", keys, 0, 0, dst)]))
+    w.start_load_kv(None)
+    w.worker._loader.shutdown(wait=True)
+    w.worker._loader = None
+    assert w.get_finished(set()) == (None, {"a"})
+    assert w.get_block_ids_with_load_errors() == set(dst)
+    assert any("asynchronous load of a failed" in m for m in caught)
+    w.clear_connector_metadata()
+    w.shutdown()
+
+
 def test_a_layerwise_step_ends_without_wait_for_save(model_dir, tmp_path):
     """vLLM 0.26 skips wait_for_save in steps without a forward (and defers it past a draft
     model's forward), 0.32 calls it every step. A layerwise step is ended by whichever of

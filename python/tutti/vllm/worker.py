@@ -245,7 +245,14 @@ class TuttiWorker:
         return failed
 
     def _load_async(self, spec: LoadSpec) -> None:
-        failed = self._load(spec)
+        # The request waits for this report: whatever goes wrong, it is made (every block
+        # failed, vLLM recomputes them), or vLLM would wait for it forever.
+        try:
+            failed = self._load(spec)
+        except Exception:
+            log.exception("tutti: asynchronous load of %s failed; vLLM recomputes it",
+                          spec.req_id)
+            failed = set(spec.block_ids)
         with self._lock:
             self._load_errors.update(failed)
             self._loads_done.add(spec.req_id)
