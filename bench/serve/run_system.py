@@ -353,7 +353,7 @@ def tier_counters(c, system):
            "gpu_hit_tokens": g("vllm:prefix_cache_hits"),
            "tier_hit_tokens": g("vllm:external_prefix_cache_hits"),
            "tier_queried_tokens": g("vllm:external_prefix_cache_queries")}
-    if system == "tutti":
+    if system.startswith("tutti"):
         layerwise = (g("vllm:tutti_pipeline_steps") or 0) > 0
         out.update({"tutti_load_tokens": g("vllm:tutti_load_tokens"),
                     "tutti_load_errors": g("vllm:tutti_load_errors"),

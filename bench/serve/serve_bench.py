@@ -192,7 +192,8 @@ def main():
         max_len = summary["prompt_max"] + max(r["output_tokens"] for r in trace.requests) + 64
         engine_args = dict(P["engine_args"], model=str(model),
                            max_model_len=-(-max_len // 1024) * 1024,
-                           num_gpu_blocks_override=a.gpu_blocks or P["gpu_blocks"])
+                           num_gpu_blocks_override=a.gpu_blocks or P["gpu_blocks"],
+                           **systems.engine_overrides(system))
         if device == "cuda":
             engine_args["kv_cache_memory_bytes"] = (engine_args["num_gpu_blocks_override"] + 64) \
                 * P["block"] * kvpt

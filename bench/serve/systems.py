@@ -3,7 +3,13 @@
 environment) over the same engine:
 
 - ``recompute``: vLLM alone; a prefix not in its GPU prefix cache is computed again.
-- ``tutti``: TuttiConnector with its defaults (a store of the trace's size on the storage).
+- ``tutti``: TuttiConnector with its defaults (a store of the trace's size on the storage): on
+  vLLM's GPU build, which schedules asynchronously by default, loads that complete while the
+  request waits (a load failing inside a step crashes vLLM there: docs/vllm.md).
+- ``tutti-layerwise``: the same with ``"layerwise": true``: loads layer by layer behind the
+  forward, under vLLM's asynchronous scheduling.
+- ``tutti-no-async-sched``: the connector's defaults in a vLLM whose asynchronous scheduling is
+  off (``--no-async-scheduling``), where they load layer by layer.
 - ``lmcache-mp``: LMCache in its multiprocess mode: LMCacheMPConnector in vLLM and LMCache's
   server in a process of its own (``lmcache_server_args``; run_system.py starts and stops it),
   its CPU tier (L1) of the in-process connector's default size, 5 GB (at least the longest
@@ -37,8 +43,10 @@ import contextlib
 import json
 import math
 
-SYSTEMS = ("recompute", "tutti", "lmcache-mp", "lmcache", "lmcache-min", "offload-cpu")
-USES_STORAGE = {"tutti", "lmcache-mp", "lmcache", "lmcache-min"}
+SYSTEMS = ("recompute", "tutti", "tutti-layerwise", "tutti-no-async-sched", "lmcache-mp",
+           "lmcache", "lmcache-min", "offload-cpu")
+TUTTI_SYSTEMS = {"tutti", "tutti-layerwise", "tutti-no-async-sched"}
+USES_STORAGE = TUTTI_SYSTEMS | {"lmcache-mp", "lmcache", "lmcache-min"}
 LMCACHE_CHUNK = 256  # LMCache's default chunk_size, in tokens
 LMCACHE_DEFAULT_CPU_GB = 5.0  # LMCache's default max_local_cpu_size
 LMCACHE_MP_HOST = "127.0.0.1"
@@ -164,18 +172,27 @@ def lmcache_server_args(system, storage_dir, summary, kv_bytes_per_token, port):
             "--shm-name", "", "--disable-metrics", "--l2-adapter", json.dumps(l2)]
 
 
+def engine_overrides(system):
+    """vLLM engine arguments a system sets beyond the bench's own."""
+    return {"async_scheduling": False} if system == "tutti-no-async-sched" else {}
+
+
 def config(system, storage_dir, work_dir, summary, kv_bytes_per_token, port=None):
     """(kv_transfer_config as a dict or None, extra environment, what to record). port: the
     LMCache server's, for lmcache-mp."""
     cap = store_gb(summary, kv_bytes_per_token)
     if system == "recompute":
         return None, {}, {}
-    if system == "tutti":
+    if system in TUTTI_SYSTEMS:
         extra = {"dirs": [str(storage_dir)], "capacity_gb": cap}
+        info = {"capacity_gb": cap}
+        if system == "tutti-layerwise":
+            extra["layerwise"] = info["layerwise"] = True
+        info.update(engine_overrides(system))
         return ({"kv_connector": "TuttiConnector",
                  "kv_connector_module_path": "tutti.vllm.connector",
                  "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-                 "kv_connector_extra_config": extra}, {}, {"capacity_gb": cap})
+                 "kv_connector_extra_config": extra}, {}, info)
     if system == "lmcache-mp":
         extra = {"lmcache.mp.host": f"tcp://{LMCACHE_MP_HOST}", "lmcache.mp.port": port}
         return ({"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",

@@ -215,23 +215,43 @@ def test_table_max_rate_and_fitted_slo(tmp_path):
 
 
 @pytest.mark.skipif(os.environ.get("TUTTI_SKIP_SERVE_SMOKE") == "1", reason="asked to skip")
+def test_tutti_variants_differ_only_in_how_they_load(tmp_path):
+    """tutti: the connector's defaults; tutti-layerwise asks for layerwise loads;
+    tutti-no-async-sched keeps the defaults in a vLLM without asynchronous scheduling."""
+    summary = {"requests": 40, "documents": 12, "unique_kv_gib": 30.0, "prefix_max": 32838}
+    kvpt = 131072
+    base, env, info = systems.config("tutti", tmp_path, tmp_path, summary, kvpt)
+    assert base["kv_connector"] == "TuttiConnector" and not env
+    assert set(base["kv_connector_extra_config"]) == {"dirs", "capacity_gb"}
+    assert systems.engine_overrides("tutti") == {}
+    lw, _, info = systems.config("tutti-layerwise", tmp_path, tmp_path, summary, kvpt)
+    assert lw["kv_connector_extra_config"] == dict(base["kv_connector_extra_config"],
+                                                   layerwise=True)
+    assert info["layerwise"] is True and systems.engine_overrides("tutti-layerwise") == {}
+    ns, _, info = systems.config("tutti-no-async-sched", tmp_path, tmp_path, summary, kvpt)
+    assert ns == base
+    assert systems.engine_overrides("tutti-no-async-sched") == {"async_scheduling": False}
+    assert info["async_scheduling"] is False
+    assert {"tutti", "tutti-layerwise", "tutti-no-async-sched"} <= systems.USES_STORAGE
+
+
 def test_serve_bench_cpu_smoke(tmp_path):
     pytest.importorskip("vllm")
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(SERVE.parents[1] / "python"))
     subprocess.run([sys.executable, str(SERVE / "serve_bench.py"), "--smoke", "--out",
                     str(out), "--storage", "emulated", "--systems",
-                    "tutti,recompute,lmcache,lmcache-mp",
+                    "tutti,tutti-no-async-sched,recompute,lmcache,lmcache-mp",
                     "--emulated-dir", str(tmp_path / "emulated"), "--deadline", "900"],
                    check=True, timeout=1000, env=env)
     rows = [json.loads(x) for x in (out / "serve.jsonl").read_text().splitlines()]
     rates = {(r["system"], r["rate"]): r for r in rows if r.get("phase") == "rate"
              and not r.get("skipped")}
-    assert {s for s, _ in rates} == {"tutti", "recompute"}, rows
+    assert {s for s, _ in rates} == {"tutti", "tutti-no-async-sched", "recompute"}, rows
     for (system, _), r in rates.items():
         assert r["completed"] == r["requests"] and r["ttft_p50_s"] > 0, r
         assert r["itl_mean_s"] > 0 and r["throughput_rps"] > 0 and r["cpu_s"] > 0, r
-        if system == "tutti":
+        if system.startswith("tutti"):
             # Every document was stored in the warm-up: the tier serves what vLLM's capped
             # cache does not, and the loads are counted.
             assert r["tier_hit_tokens"] > 0 and r["tutti_load_tokens"] > 0, r
@@ -239,17 +259,18 @@ def test_serve_bench_cpu_smoke(tmp_path):
         else:
             assert not r["tier_hit_tokens"], r
     warm = [r for r in rows if r.get("phase") == "warmup"]
-    assert {r["system"] for r in warm} == {"tutti", "recompute"}
+    assert {r["system"] for r in warm} == {"tutti", "tutti-no-async-sched", "recompute"}
     skipped = [r for r in rows if r.get("phase") == "skipped"]
     assert {r["system"] for r in skipped} == {"lmcache", "lmcache-mp"}
     # The probes: prefixes from Tutti's tier (from vLLM's prefix cache for vLLM alone), outputs
     # identical.
     probes = {r["system"]: r for r in rows if r.get("phase") == "probe"}
-    assert set(probes) == {"tutti", "recompute"}
+    assert set(probes) == {"tutti", "tutti-no-async-sched", "recompute"}
     for r in probes.values():
         assert [p["cached"] for p in r["probes"]] == [256, 256], r
         assert all(len(p["tokens"]) == 4 for p in r["probes"]), r
     assert probes["tutti"]["probes"] == probes["recompute"]["probes"]
+    assert probes["tutti-no-async-sched"]["probes"] == probes["recompute"]["probes"]
     # One suffix after other prefixes: other outputs (the check sees the KV).
     assert probes["recompute"]["probes"][0]["tokens"] != probes["recompute"]["probes"][1]["tokens"]
     md = (out / "serve-summary.md").read_text()
