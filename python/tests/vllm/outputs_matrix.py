@@ -54,7 +54,8 @@ import store_files  # noqa: E402
 
 # The cases, in the order they run. "corrupt": before the process starts, damage the first chunk
 # of every prompt of that set in the case's store. "config": the connector's keys besides dirs
-# and capacity ({} = its defaults); "env": variables set in that vLLM process; "ref": which
+# and capacity ({} = its defaults); "env": variables set in that vLLM process; "engine_args":
+# vLLM engine arguments beyond the setup's; "ref": which
 # reference the outputs are held to (a reference case with the same "ref" makes it; default
 # the first). On vLLM's GPU build the defaults load asynchronously: vLLM's asynchronous
 # scheduling, its default there, crashes when a load fails inside a step (vLLM issue #34484);
@@ -83,6 +84,11 @@ CASES = [
      "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "gpu_only": True, "actions": ["P", "P"]},
     {"name": "disk-v1-runner-damaged", "storage": "disk", "config": {}, "corrupt": "P",
      "ref": "v1-runner", "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "gpu_only": True,
+     "actions": ["P", "reset", "P"]},
+    # Without vLLM's asynchronous scheduling the defaults load layer by layer: the damage
+    # again (the failed load is then inside the step).
+    {"name": "disk-no-async-sched-damaged", "storage": "disk", "config": {}, "corrupt": "P",
+     "engine_args": {"async_scheduling": False}, "gpu_only": True,
      "actions": ["P", "reset", "P"]},
 ]
 
@@ -255,7 +261,7 @@ class Matrix:
     def run(self):
         for case in CASES:
             res = {"case": case["name"], "storage": case["storage"], "config": case["config"],
-                   "env": case.get("env", {}), "status": "pending", "problems": [],
+                   "env": case.get("env", {}), "engine_args": case.get("engine_args", {}), "status": "pending", "problems": [],
                    "passes": []}
             self.results.append(res)
             if case.get("gpu_only") and self.device != "cuda":
@@ -283,7 +289,8 @@ class Matrix:
 
     def run_case(self, case, res, timeout):
         storage = case["storage"]
-        spec = {"engine_args": dict(self.setup["engine_args"], model=str(self.model)),
+        spec = {"engine_args": dict(self.setup["engine_args"], model=str(self.model),
+                                    **case.get("engine_args", {})),
                 "connector": None, "sets": self.sets,
                 "reinit_seed": 0 if self.setup["weights"] == "dummy" else None,
                 "actions": case["actions"], "max_tokens": self.setup["max_tokens"],
@@ -436,6 +443,8 @@ def markdown(doc):
                                                   else "defaults")
         if r.get("env"):
             cfg += ", " + " ".join(f"{k}={v}" for k, v in r["env"].items())
+        if r.get("engine_args"):
+            cfg += ", vLLM " + " ".join(f"{k}={v}" for k, v in r["engine_args"].items())
         conn = r.get("connector") or {}
         eng = conn.get("store_engine") or conn.get("engine") or "-"
         if conn.get("layerwise"):
