@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import table  # noqa: E402
 
 COLORS = {"tutti": "tab:blue", "tutti-layerwise": "tab:cyan", "tutti-no-async-sched": "tab:olive",
+          "tutti-uring": "tab:brown",
           "offload-cpu": "tab:green", "lmcache-mp": "tab:purple",
           "lmcache": "tab:orange", "lmcache-min": "tab:red", "recompute": "tab:gray"}
 

@@ -10,6 +10,9 @@ environment) over the same engine:
   forward, under vLLM's asynchronous scheduling.
 - ``tutti-no-async-sched``: the connector's defaults in a vLLM whose asynchronous scheduling is
   off (``--no-async-scheduling``), where they load layer by layer.
+- ``tutti-uring``: the defaults with ``"engine": "uring"``: whole-request loads into GPU KV
+  through the CPU-driven engine, which outran gpu-uring at 8K-128K tokens in the store bench
+  (docs/results.md, E3).
 - ``lmcache-mp``: LMCache in its multiprocess mode: LMCacheMPConnector in vLLM and LMCache's
   server in a process of its own (``lmcache_server_args``; run_system.py starts and stops it),
   its CPU tier (L1) of the in-process connector's default size, 5 GB (at least the longest
@@ -43,9 +46,9 @@ import contextlib
 import json
 import math
 
-SYSTEMS = ("recompute", "tutti", "tutti-layerwise", "tutti-no-async-sched", "lmcache-mp",
-           "lmcache", "lmcache-min", "offload-cpu")
-TUTTI_SYSTEMS = {"tutti", "tutti-layerwise", "tutti-no-async-sched"}
+SYSTEMS = ("recompute", "tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-uring",
+           "lmcache-mp", "lmcache", "lmcache-min", "offload-cpu")
+TUTTI_SYSTEMS = {"tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-uring"}
 USES_STORAGE = TUTTI_SYSTEMS | {"lmcache-mp", "lmcache", "lmcache-min"}
 LMCACHE_CHUNK = 256  # LMCache's default chunk_size, in tokens
 LMCACHE_DEFAULT_CPU_GB = 5.0  # LMCache's default max_local_cpu_size
@@ -188,6 +191,8 @@ def config(system, storage_dir, work_dir, summary, kv_bytes_per_token, port=None
         info = {"capacity_gb": cap}
         if system == "tutti-layerwise":
             extra["layerwise"] = info["layerwise"] = True
+        if system == "tutti-uring":
+            extra["engine"] = info["engine"] = "uring"
         info.update(engine_overrides(system))
         return ({"kv_connector": "TuttiConnector",
                  "kv_connector_module_path": "tutti.vllm.connector",

@@ -25,8 +25,8 @@ import statistics
 import sys
 from pathlib import Path
 
-ORDER = ("tutti", "tutti-layerwise", "tutti-no-async-sched", "offload-cpu", "lmcache-mp",
-         "lmcache", "lmcache-min", "recompute")
+ORDER = ("tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-uring", "offload-cpu",
+         "lmcache-mp", "lmcache", "lmcache-min", "recompute")
 
 
 def load(paths):

@@ -232,7 +232,11 @@ def test_tutti_variants_differ_only_in_how_they_load(tmp_path):
     assert ns == base
     assert systems.engine_overrides("tutti-no-async-sched") == {"async_scheduling": False}
     assert info["async_scheduling"] is False
-    assert {"tutti", "tutti-layerwise", "tutti-no-async-sched"} <= systems.USES_STORAGE
+    ur, _, info = systems.config("tutti-uring", tmp_path, tmp_path, summary, kvpt)
+    assert ur["kv_connector_extra_config"] == dict(base["kv_connector_extra_config"],
+                                                   engine="uring")
+    assert info["engine"] == "uring" and systems.engine_overrides("tutti-uring") == {}
+    assert systems.TUTTI_SYSTEMS <= systems.USES_STORAGE
 
 
 def test_serve_bench_cpu_smoke(tmp_path):
