@@ -261,8 +261,8 @@ class Matrix:
     def run(self):
         for case in CASES:
             res = {"case": case["name"], "storage": case["storage"], "config": case["config"],
-                   "env": case.get("env", {}), "engine_args": case.get("engine_args", {}), "status": "pending", "problems": [],
-                   "passes": []}
+                   "env": case.get("env", {}), "engine_args": case.get("engine_args", {}),
+                   "status": "pending", "problems": [], "passes": []}
             self.results.append(res)
             if case.get("gpu_only") and self.device != "cuda":
                 res["status"] = "skipped"

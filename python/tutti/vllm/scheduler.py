@@ -156,7 +156,7 @@ class TuttiScheduler:
         self._lookups[request.request_id] = _Lookup(
             num_computed_tokens, keys[:hit], limit * bs - num_computed_tokens,
             local_hit - partial_hit, partial_hit)
-        return ext, self.ctx.cfg.async_load and ext > 0
+        return ext, self.ctx.cfg.async_load is True and ext > 0
 
     def _view_ready(self, view: ranks.RankView) -> bool:
         if view.ready():

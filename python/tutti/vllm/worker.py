@@ -26,7 +26,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tutti.remote import Remote
 from tutti.store import KV, ChunkRequest
