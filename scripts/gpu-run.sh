@@ -208,9 +208,10 @@ layerwise)
 	;;
 vllm-gpu)
 	# Greedy outputs with Tutti identical to vLLM without it, inside vLLM on the GPU
-	# (python/tests/vllm/outputs_matrix.py): a Llama-3-8B-shaped model, nine vLLM processes
+	# (python/tests/vllm/outputs_matrix.py): a Llama-3-8B-shaped model, ten vLLM processes
 	# in turn over a store on /dev/shm and one on the disk (first run, restart, layerwise on
-	# and off, gpu-uring and uring, damaged objects). Needs the vLLM payload.
+	# and off, gpu-uring and uring, damaged objects under either model runner and without
+	# asynchronous scheduling). Needs the vLLM payload.
 	if [ ! -f build/vllm-prefix/env.sh ]; then
 		log "vllm-gpu: no vLLM here (build/vllm-prefix/env.sh): run scripts/vllm-gpu-payload.sh install first"
 		continue

@@ -55,14 +55,13 @@ import store_files  # noqa: E402
 # The cases, in the order they run. "corrupt": before the process starts, damage the first chunk
 # of every prompt of that set in the case's store. "config": the connector's keys besides dirs
 # and capacity ({} = its defaults); "env": variables set in that vLLM process; "engine_args":
-# vLLM engine arguments beyond the setup's; "ref": which
-# reference the outputs are held to (a reference case with the same "ref" makes it; default
-# the first). On vLLM's GPU build the defaults load asynchronously: vLLM's asynchronous
-# scheduling, its default there, crashes when a load fails inside a step (vLLM issue #34484);
-# explicit layerwise cases cover layer-by-layer loads. Between two
-# passes vLLM's prefix cache is reset, so that a pass over stored prompts loads them from the
-# store. A process first saves one set at most (whichever cases are skipped), so that the chunks
-# a set's first save committed are known.
+# vLLM engine arguments beyond the setup's; "ref": which reference the outputs are held to (a
+# reference case with the same "ref" makes it; default the first). On vLLM's GPU build the
+# defaults load asynchronously: vLLM's asynchronous scheduling, its default there, crashes when
+# a load fails inside a step (vLLM issue #34484); explicit layerwise cases cover layer-by-layer
+# loads. Between two passes vLLM's prefix cache is reset, so that a pass over stored prompts
+# loads them from the store. A process first saves one set at most (whichever cases are
+# skipped), so that the chunks a set's first save committed are known.
 CASES = [
     {"name": "reference", "storage": None, "config": None, "actions": ["P", "P", "Q", "Q"]},
     {"name": "shm-default-first", "storage": "shm", "config": {},
@@ -207,6 +206,11 @@ def damage_roots(store_dir, seq_range, damaged):
     return len(roots)
 
 
+def reference_of(case):
+    """The reference a case's outputs are held to (or, for a reference case, that it makes)."""
+    return case.get("ref", "default")
+
+
 def max_seq(store_dir):
     if not store_files.file_path(store_dir, 0).exists():
         return 0
@@ -341,7 +345,7 @@ class Matrix:
                 res["problems"].append("vLLM refused to reset its prefix cache")
         for p in served:
             if storage is None:
-                ref = case.get("ref", "default")
+                ref = reference_of(case)
                 kind = "cold" if (ref, p["action"], "cold") not in self.ref else "hit"
                 self.ref[(ref, p["action"], kind)] = p["tokens"]
                 res["passes"].append({"set": p["action"], "kind": kind,
@@ -349,7 +353,7 @@ class Matrix:
                 continue
             res["passes"].append(self.check_pass(case, res, st, p))
         if storage is None:
-            self.check_reference(res, case.get("ref", "default"))
+            self.check_reference(res, reference_of(case))
         else:
             # A set's chunks as its first save committed them; after a pass that recomputed
             # damaged roots, as that pass committed them again (a later case damages those).
@@ -381,8 +385,7 @@ class Matrix:
                 "hit" if name in st["stored"] else "cold")
         st["stored"].add(name)
         st["damaged"].discard(name)
-        want = self.ref.get((case.get("ref", "default"), name,
-                             "hit" if kind == "hit" else "cold"))
+        want = self.ref.get((reference_of(case), name, "hit" if kind == "hit" else "cold"))
         row = {"set": name, "kind": kind, "seconds": p["seconds"],
                "identical": want is not None and p["tokens"] == want,
                "hit_tokens": c.get("vllm:tutti_hit_tokens", 0),

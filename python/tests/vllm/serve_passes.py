@@ -96,15 +96,12 @@ def connector_info():
                     return v
         return None
 
-    cfg, store = find("cfg"), find("store")
+    cfg = find("cfg")
     info = {"class": type(conn).__name__}
     for k in ("engine", "layerwise", "async_load", "chunk_tokens"):
         if cfg is not None and hasattr(cfg, k):
             info[k] = getattr(cfg, k)
-    for k in ("engine", "engine_name"):
-        if store is not None and isinstance(getattr(store, k, None), str):
-            info["store_engine"] = getattr(store, k)
-    # What "auto" chose: the worker's engine for this KV.
+    # What "auto" chose: the worker's engine for this KV (Store.engine_for).
     chosen = getattr(getattr(conn, "worker", None), "engine", None)
     if isinstance(chosen, str):
         info["store_engine"] = chosen

@@ -52,7 +52,8 @@ class TuttiConfig:
     # Saves written by a saver thread after the step returns; a block handed out again waits
     # for the save still reading it (docs/vllm.md, "How it works").
     async_save: bool = True
-    # None until resolved ("auto"): on for KV in GPU memory (ConnectorContext).
+    # None until resolved ("auto"): on for GPU KV unless loads are asynchronous
+    # (ConnectorContext).
     layerwise: bool | None = None
     remote: remote_tier.RemoteConfig | None = None  # the cross-node tier (docs/cluster.md)
     capacity_key: str = "capacity_gb"  # the key the capacity was given with
@@ -176,7 +177,7 @@ def parse_choice(v: Any, key: str, choices: tuple[str, ...]) -> str:
 
 def parse_auto_flag(v: Any, name: str) -> bool | None:
     """``layerwise``, ``async_load``: true, false, or "auto" (None, resolved by
-    ConnectorContext from where the KV is and vLLM's model runner)."""
+    ConnectorContext from where the KV is and whether vLLM schedules asynchronously)."""
     if isinstance(v, str) and v.lower() == "auto":
         return None
     return parse_flag(v, name, also=' or "auto"')
@@ -194,7 +195,7 @@ def parse_flag(v: Any, name: str, also: str = "") -> bool:
 
 def async_scheduling(vllm_config: Any) -> bool:
     """Whether vLLM schedules each step while the one before it still runs (its default on the
-    GPU since 0.12). A load that fails inside a step (before its forward or layer by layer in
+    GPU in vLLM 0.26). A load that fails inside a step (before its forward or layer by layer in
     it) then crashes vLLM 0.26 on the GPU under either model runner: the scheduler rewinds a
     request whose next step is already scheduled (vLLM issue #34484; docs/vllm.md, "Known
     problems"). A load that completes while the request waits (async_load) fails before the
@@ -242,7 +243,7 @@ class ConnectorContext:
         # schedules asynchronously (its GPU default): a load failing inside a step then
         # crashes it (async_scheduling above), so loads complete while the request waits
         # (async_load), where a failure is handled before the request runs. That costs speed
-        # under load (docs/results.md, SV3); "layerwise": true chooses speed.
+        # under load (docs/results.md, SV1 against SV2); "layerwise": true chooses speed.
         self.kv_on_gpu = vllm_config.device_config.device_type == "cuda"
         self.async_scheduling = async_scheduling(vllm_config)
         if cfg.async_load is None:
