@@ -260,16 +260,16 @@ serve-emulated | serve-disk)
 	# sweep of request rates, each system in a vLLM process of its own, the tier on /dev/shm
 	# (emulated NVMe) or on the disk holding the working tree. The disk runs only the systems
 	# that use storage (recompute and the DRAM tier ran with serve-emulated). SERVE_ARGS adds
-	# options; SERVE_DEADLINE bounds the step (default 480 s emulated, 330 s disk).
+	# options; SERVE_DEADLINE bounds the step (default 560 s emulated, 400 s disk).
 	storage=${step#serve-}
 	if [ ! -f build/vllm-prefix/env.sh ]; then
 		log "$step: no vLLM here (build/vllm-prefix/env.sh): run scripts/vllm-gpu-payload.sh install first"
 		continue
 	fi
 	if [ "$storage" = emulated ]; then
-		deadline=${SERVE_DEADLINE:-480} serve_systems=tutti,lmcache-mp,offload-cpu,recompute
+		deadline=${SERVE_DEADLINE:-560} serve_systems=tutti,lmcache-mp,lmcache-mp-large,offload-cpu,recompute
 	else
-		deadline=${SERVE_DEADLINE:-330} serve_systems=tutti,lmcache-mp
+		deadline=${SERVE_DEADLINE:-400} serve_systems=tutti,lmcache-mp,lmcache-mp-large
 	fi
 	log "$step: ${SERVE_ARGS:-defaults}, deadline $deadline s"
 	root=$PWD

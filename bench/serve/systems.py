@@ -4,15 +4,13 @@ environment) over the same engine:
 
 - ``recompute``: vLLM alone; a prefix not in its GPU prefix cache is computed again.
 - ``tutti``: TuttiConnector with its defaults (a store of the trace's size on the storage): on
-  vLLM's GPU build, which schedules asynchronously by default, loads that complete while the
-  request waits (a load failing inside a step crashes vLLM there: docs/vllm.md).
+  vLLM's GPU build, loads through the CPU-driven engine that complete while the request waits.
 - ``tutti-layerwise``: the same with ``"layerwise": true``: loads layer by layer behind the
-  forward, under vLLM's asynchronous scheduling.
-- ``tutti-no-async-sched``: the connector's defaults in a vLLM whose asynchronous scheduling is
-  off (``--no-async-scheduling``), where they load layer by layer.
-- ``tutti-uring``: the defaults with ``"engine": "uring"``: whole-request loads into GPU KV
-  through the CPU-driven engine, which outran gpu-uring at 8K-128K tokens in the store bench
-  (docs/results.md, E3).
+  forward through gpu-uring, under vLLM's asynchronous scheduling.
+- ``tutti-no-async-sched``: ``"layerwise": true`` in a vLLM whose asynchronous scheduling is off
+  (``--no-async-scheduling``).
+- ``tutti-gpu-uring``: the defaults with ``"engine": "gpu-uring"``: whole-request loads driven
+  by the GPU.
 - ``lmcache-mp``: LMCache in its multiprocess mode: LMCacheMPConnector in vLLM and LMCache's
   server in a process of its own (``lmcache_server_args``; run_system.py starts and stops it),
   its CPU tier (L1) of the in-process connector's default size, 5 GB (at least the longest
@@ -21,6 +19,9 @@ environment) over the same engine:
   and moves it with kernels given the layout of vLLM's tensors when they are registered
   (``NL_X_NB_BS_NH_CS`` in vLLM 0.26: a head's K and V packed in one row). It is what vLLM
   0.26's own ``--kv-offloading-backend lmcache`` sets up.
+- ``lmcache-mp-large``: the same with an L1 of half the trace's KV: at 5 GB LMCache's server
+  refused stores it had no L1 room for ("Failed to batched allocate"), so few chunks reached
+  its disk tier; this shows what it does when L1 is not what limits it.
 - ``lmcache``: LMCacheConnectorV1 (LMCache inside vLLM's processes) with its local-disk backend
   on the storage, O_DIRECT on (``extra_config.use_odirect``), its CPU buffer
   (``max_local_cpu_size``) at the documented default, 5 GB.
@@ -46,10 +47,11 @@ import contextlib
 import json
 import math
 
-SYSTEMS = ("recompute", "tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-uring",
-           "lmcache-mp", "lmcache", "lmcache-min", "offload-cpu")
-TUTTI_SYSTEMS = {"tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-uring"}
-USES_STORAGE = TUTTI_SYSTEMS | {"lmcache-mp", "lmcache", "lmcache-min"}
+SYSTEMS = ("recompute", "tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-gpu-uring",
+           "lmcache-mp", "lmcache-mp-large", "lmcache", "lmcache-min", "offload-cpu")
+TUTTI_SYSTEMS = {"tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-gpu-uring"}
+LMCACHE_MP_SYSTEMS = {"lmcache-mp", "lmcache-mp-large"}
+USES_STORAGE = TUTTI_SYSTEMS | LMCACHE_MP_SYSTEMS | {"lmcache", "lmcache-min"}
 LMCACHE_CHUNK = 256  # LMCache's default chunk_size, in tokens
 LMCACHE_DEFAULT_CPU_GB = 5.0  # LMCache's default max_local_cpu_size
 LMCACHE_MP_HOST = "127.0.0.1"
@@ -130,7 +132,7 @@ def unavailable(system, device, allow_lmcache_v1=False):
             import lmcache  # noqa: F401
         except ImportError:
             return "LMCache is not installed"
-    if system == "lmcache-mp":
+    if system in LMCACHE_MP_SYSTEMS:
         if device != "cuda":
             return "LMCache's multiprocess server reads vLLM's KV through CUDA IPC: GPU only here"
         import importlib.util
@@ -150,11 +152,15 @@ def unavailable(system, device, allow_lmcache_v1=False):
     return None
 
 
-def lmcache_mp_cpu_gb(summary, kv_bytes_per_token):
+def lmcache_mp_cpu_gb(system, summary, kv_bytes_per_token):
     """The multiprocess server's CPU tier (L1): the in-process default, or the longest prefix of
-    the trace if that is more (a retrieve goes through L1)."""
-    return max(LMCACHE_DEFAULT_CPU_GB,
-               lmcache_min_cpu_gb(summary["prefix_max"], kv_bytes_per_token))
+    the trace if that is more (a retrieve goes through L1); for lmcache-mp-large half the
+    trace's KV, if that is more."""
+    gb = max(LMCACHE_DEFAULT_CPU_GB,
+             lmcache_min_cpu_gb(summary["prefix_max"], kv_bytes_per_token))
+    if system == "lmcache-mp-large":
+        gb = max(gb, math.ceil(summary["unique_kv_gib"] / 2 * 10) / 10)
+    return gb
 
 
 def lmcache_server_args(system, storage_dir, summary, kv_bytes_per_token, port):
@@ -164,13 +170,13 @@ def lmcache_server_args(system, storage_dir, summary, kv_bytes_per_token, port):
     adapter on storage_dir with O_DIRECT and the trace's capacity; vLLM's KV reached through
     CUDA IPC only (no shared-memory L1 pool: /dev/shm holds the emulated storage); no
     OpenTelemetry metrics (and no Prometheus port)."""
-    if system != "lmcache-mp":
+    if system not in LMCACHE_MP_SYSTEMS:
         return None
     l2 = {"type": "fs_native", "base_path": str(storage_dir), "use_odirect": True,
           "max_capacity_gb": store_gb(summary, kv_bytes_per_token)}
     return ["-m", "lmcache.v1.multiprocess.server", "--host", LMCACHE_MP_HOST,
             "--port", str(port), "--chunk-size", str(LMCACHE_CHUNK),
-            "--l1-size-gb", str(lmcache_mp_cpu_gb(summary, kv_bytes_per_token)),
+            "--l1-size-gb", str(lmcache_mp_cpu_gb(system, summary, kv_bytes_per_token)),
             "--eviction-policy", "LRU", "--supported-transfer-mode", "lmcache_driven",
             "--shm-name", "", "--disable-metrics", "--l2-adapter", json.dumps(l2)]
 
@@ -189,21 +195,21 @@ def config(system, storage_dir, work_dir, summary, kv_bytes_per_token, port=None
     if system in TUTTI_SYSTEMS:
         extra = {"dirs": [str(storage_dir)], "capacity_gb": cap}
         info = {"capacity_gb": cap}
-        if system == "tutti-layerwise":
+        if system in ("tutti-layerwise", "tutti-no-async-sched"):
             extra["layerwise"] = info["layerwise"] = True
-        if system == "tutti-uring":
-            extra["engine"] = info["engine"] = "uring"
+        if system == "tutti-gpu-uring":
+            extra["engine"] = info["engine"] = "gpu-uring"
         info.update(engine_overrides(system))
         return ({"kv_connector": "TuttiConnector",
                  "kv_connector_module_path": "tutti.vllm.connector",
                  "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
                  "kv_connector_extra_config": extra}, {}, info)
-    if system == "lmcache-mp":
+    if system in LMCACHE_MP_SYSTEMS:
         extra = {"lmcache.mp.host": f"tcp://{LMCACHE_MP_HOST}", "lmcache.mp.port": port}
         return ({"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
                  "kv_load_failure_policy": "recompute", "kv_connector_extra_config": extra},
                 {"LMCACHE_TRACK_USAGE": "false"},
-                {"cpu_buffer_gb": lmcache_mp_cpu_gb(summary, kv_bytes_per_token),
+                {"cpu_buffer_gb": lmcache_mp_cpu_gb(system, summary, kv_bytes_per_token),
                  "disk_gb": cap, "o_direct": True, "l2": "fs_native", "server": "own process"})
     if system in ("lmcache", "lmcache-min"):
         cpu_gb = (LMCACHE_DEFAULT_CPU_GB if system == "lmcache" else

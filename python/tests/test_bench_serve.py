@@ -127,6 +127,14 @@ def test_lmcache_mp_server_and_connector_config(tmp_path):
                   "max_capacity_gb": systems.store_gb(summary, kvpt)}
     assert systems.lmcache_server_args("tutti", tmp_path, summary, kvpt, 6001) is None
     assert "lmcache-mp" in systems.USES_STORAGE
+    # lmcache-mp-large: the same server with an L1 of half the trace's KV.
+    kv_l, _, info_l = systems.config("lmcache-mp-large", tmp_path, tmp_path, summary, kvpt, 6001)
+    assert kv_l == kv and "lmcache-mp-large" in systems.USES_STORAGE
+    argv = systems.lmcache_server_args("lmcache-mp-large", tmp_path, summary, kvpt, 6001)
+    opt_l = {k: v for k, v in zip(argv, argv[1:], strict=False) if k.startswith("--")}
+    assert float(opt_l["--l1-size-gb"]) == info_l["cpu_buffer_gb"] == 15.0
+    assert {k: v for k, v in opt_l.items() if k != "--l1-size-gb"} == \
+        {k: v for k, v in opt.items() if k != "--l1-size-gb"}
 
 
 def test_server_beside_the_engine_is_awaited_and_stopped():
@@ -229,13 +237,13 @@ def test_tutti_variants_differ_only_in_how_they_load(tmp_path):
                                                    layerwise=True)
     assert info["layerwise"] is True and systems.engine_overrides("tutti-layerwise") == {}
     ns, _, info = systems.config("tutti-no-async-sched", tmp_path, tmp_path, summary, kvpt)
-    assert ns == base
+    assert ns == lw
     assert systems.engine_overrides("tutti-no-async-sched") == {"async_scheduling": False}
     assert info["async_scheduling"] is False
-    ur, _, info = systems.config("tutti-uring", tmp_path, tmp_path, summary, kvpt)
-    assert ur["kv_connector_extra_config"] == dict(base["kv_connector_extra_config"],
-                                                   engine="uring")
-    assert info["engine"] == "uring" and systems.engine_overrides("tutti-uring") == {}
+    gu, _, info = systems.config("tutti-gpu-uring", tmp_path, tmp_path, summary, kvpt)
+    assert gu["kv_connector_extra_config"] == dict(base["kv_connector_extra_config"],
+                                                   engine="gpu-uring")
+    assert info["engine"] == "gpu-uring" and systems.engine_overrides("tutti-gpu-uring") == {}
     assert systems.TUTTI_SYSTEMS <= systems.USES_STORAGE
 
 

@@ -57,11 +57,12 @@ import store_files  # noqa: E402
 # and capacity ({} = its defaults); "env": variables set in that vLLM process; "engine_args":
 # vLLM engine arguments beyond the setup's; "ref": which reference the outputs are held to (a
 # reference case with the same "ref" makes it; default the first). On vLLM's GPU build the
-# defaults load asynchronously: vLLM's asynchronous scheduling, its default there, crashes when
-# a load fails inside a step (vLLM issue #34484); explicit layerwise cases cover layer-by-layer
-# loads. Between two passes vLLM's prefix cache is reset, so that a pass over stored prompts
-# loads them from the store. A process first saves one set at most (whichever cases are
-# skipped), so that the chunks a set's first save committed are known.
+# defaults load asynchronously, through the CPU-driven engine: vLLM 0.26 crashed after a load
+# failed inside a step, with and without its asynchronous scheduling (docs/results.md, V2 and
+# V4); explicit layerwise cases cover layer-by-layer loads. Between two passes vLLM's prefix
+# cache is reset, so that a pass over stored prompts loads them from the store. A process
+# first saves one set at most (whichever cases are skipped), so that the chunks a set's first
+# save committed are known.
 CASES = [
     {"name": "reference", "storage": None, "config": None, "actions": ["P", "P", "Q", "Q"]},
     {"name": "shm-default-first", "storage": "shm", "config": {},
@@ -84,9 +85,10 @@ CASES = [
     {"name": "disk-v1-runner-damaged", "storage": "disk", "config": {}, "corrupt": "P",
      "ref": "v1-runner", "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "gpu_only": True,
      "actions": ["P", "reset", "P"]},
-    # Without vLLM's asynchronous scheduling the defaults load layer by layer on a GPU: the
-    # damage again (the failed load is then inside the step). On vLLM's CPU build, which does
-    # not schedule asynchronously, it damages what the case before recomputed and saved.
+    # The damage again without vLLM's asynchronous scheduling: the defaults load asynchronously
+    # there too (with "layerwise": true vLLM 0.26 crashed here: docs/results.md, V4). On vLLM's
+    # CPU build, which does not schedule asynchronously, it damages what the case before
+    # recomputed and saved.
     {"name": "disk-no-async-sched-damaged", "storage": "disk", "config": {}, "corrupt": "P",
      "engine_args": {"async_scheduling": False}, "actions": ["P", "reset", "P"]},
 ]

@@ -95,9 +95,9 @@ def test_async_load_and_layerwise_are_refused_together(tmp_path):
     assert not TuttiConfig.from_extra(extra(tmp_path, layerwise=False), BS).layerwise
     assert TuttiConnector.requires_piecewise_for_cudagraph({"layerwise": True})
     assert not TuttiConnector.requires_piecewise_for_cudagraph({"layerwise": False})
-    # The default ("auto") is on for GPU KV: CUDA graphs must be piecewise there
+    # The default ("auto") is off, for GPU KV too: no piecewise CUDA graphs asked for
     # (tests/vllm/test_versions.py has the defaults).
-    assert TuttiConnector.requires_piecewise_for_cudagraph({})
+    assert not TuttiConnector.requires_piecewise_for_cudagraph({})
 
 
 def test_gpu_io_footprint_keys_are_checked_and_reach_the_store(tmp_path):
@@ -273,10 +273,10 @@ def test_a_restarted_engine_loads_the_prefix_layer_by_layer(model4, tmp_path):
     assert "checksum mismatch" in (tmp_path / "c.log").read_text()
 
 
-def test_a_failed_load_hazard_is_named_under_asynchronous_scheduling(model_dir, tmp_path):
-    """With GPU KV and loads inside the step, which under vLLM's asynchronous scheduling only
-    an explicit configuration chooses, a warning at registration (docs/vllm.md, "Known
-    problems"); not without asynchronous scheduling, for host KV or with async_load."""
+def test_a_failed_load_hazard_is_named_for_loads_inside_the_step(model_dir, tmp_path):
+    """With GPU KV and loads inside the step, which only an explicit configuration chooses, a
+    warning at registration (docs/vllm.md, "Known problems"), with or without vLLM's
+    asynchronous scheduling; not for host KV or with asynchronous loads (the default)."""
     from tutti.vllm.config import ConnectorContext
     from tutti.vllm.worker import failed_load_hazard
 
@@ -287,10 +287,11 @@ def test_a_failed_load_hazard_is_named_under_asynchronous_scheduling(model_dir, 
         cfg.scheduler_config.async_scheduling = async_sched
         return ConnectorContext(cfg, kv_cache_config(LAYERS, BS, NUM_BLOCKS, kv_heads=1))
 
-    assert failed_load_hazard(ctx(True), "cuda") is None  # auto: asynchronous loads
-    for kw in ({"layerwise": True}, {"async_load": False}):
-        why = failed_load_hazard(ctx(True, **kw), "cuda")
-        assert why is not None and "--no-async-scheduling" in why and "async_load" in why
-        assert failed_load_hazard(ctx(True, **kw), "host") is None
-    assert failed_load_hazard(ctx(True, async_load=True), "cuda") is None
-    assert failed_load_hazard(ctx(False, layerwise=True), "cuda") is None
+    for async_sched in (False, True):
+        assert failed_load_hazard(ctx(async_sched), "cuda") is None  # auto: asynchronous
+        for kw in ({"layerwise": True}, {"async_load": False}):
+            why = failed_load_hazard(ctx(async_sched, **kw), "cuda")
+            assert why is not None and "Recovered from KV load failure" in why
+            assert "async_load" in why and "Known problems" in why
+            assert failed_load_hazard(ctx(async_sched, **kw), "host") is None
+        assert failed_load_hazard(ctx(async_sched, async_load=True), "cuda") is None

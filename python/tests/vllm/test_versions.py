@@ -283,19 +283,21 @@ def test_the_kv_layout_is_part_of_the_namespace(model_dir, tmp_path):
 
 def test_defaults_follow_where_the_kv_lives(model_dir, tmp_path, caught):
     """engine, layerwise and async_load auto: for host KV the CPU-driven engine and loads
-    before the forward; for GPU KV (device "cuda") asynchronous loads under vLLM's
-    asynchronous scheduling and layerwise loads without it; vLLM is asked for piecewise CUDA
-    graphs unless loads are asynchronous by choice (the per-layer hooks need them)."""
+    before the forward; for GPU KV (device "cuda") asynchronous loads through the CPU-driven
+    engine, with or without vLLM's asynchronous scheduling; gpu-uring for layerwise loads, which
+    only an explicit "layerwise": true chooses; vLLM is asked for piecewise CUDA graphs only
+    then (the per-layer hooks need them)."""
     w = worker(model_dir, {"dirs": [str(tmp_path / "s")], "capacity_gb": 0.05})
     assert w.ctx.cfg.engine == "auto" and w.ctx.cfg.layerwise is False
     assert w.worker.engine == "uring" and w.worker.layerwise is None
     assert not any("fall" in m for m in caught)  # host KV: nothing to fall back from
     assert any(m.startswith("tutti: registered") and "engine uring" in m for m in caught)
     w.shutdown()
-    assert TuttiConnector.requires_piecewise_for_cudagraph({})
-    assert TuttiConnector.requires_piecewise_for_cudagraph({"layerwise": "auto"})
+    assert not TuttiConnector.requires_piecewise_for_cudagraph({})
+    assert not TuttiConnector.requires_piecewise_for_cudagraph({"layerwise": "auto"})
     assert not TuttiConnector.requires_piecewise_for_cudagraph({"layerwise": False})
     assert not TuttiConnector.requires_piecewise_for_cudagraph({"async_load": True})
+    assert TuttiConnector.requires_piecewise_for_cudagraph({"layerwise": True})
     from tutti.vllm.config import ConnectorContext
 
     cfg = config(model_dir, {"dirs": [str(tmp_path / "g")], "capacity_gb": 0.05})
@@ -304,19 +306,20 @@ def test_defaults_follow_where_the_kv_lives(model_dir, tmp_path, caught):
 
     def chosen():
         c = ConnectorContext(cfg, kcc()).cfg
-        return c.layerwise, c.async_load
+        return c.layerwise, c.async_load, c.engine
 
-    # Without vLLM's asynchronous scheduling: layerwise loads.
-    cfg.scheduler_config.async_scheduling = False
-    assert chosen() == (True, False)
-    # With it (its GPU default), which a load failing inside a step crashes (vLLM issue
-    # #34484): loads while the request waits, unless layerwise is asked for.
-    cfg.scheduler_config.async_scheduling = True
-    assert chosen() == (False, True)
+    # A failed load inside a step crashed vLLM 0.26 on the GPU with and without its
+    # asynchronous scheduling (docs/results.md, V2 and V4): asynchronous loads either way.
+    for async_sched in (False, True):
+        cfg.scheduler_config.async_scheduling = async_sched
+        assert chosen() == (False, True, "uring")
     extra["layerwise"] = True
-    assert chosen() == (True, False)
-    del extra["layerwise"]
+    assert chosen() == (True, False, "auto")  # the store's auto: gpu-uring for GPU KV
+    extra["engine"] = "uring"
+    assert chosen() == (True, False, "uring")
+    del extra["layerwise"], extra["engine"]
     extra["async_load"] = False
-    assert chosen() == (True, False)
+    assert chosen() == (False, False, "uring")
+    extra["engine"] = "gpu-uring"
     extra["async_load"] = True
-    assert chosen() == (False, True)
+    assert chosen() == (False, True, "gpu-uring")

@@ -38,21 +38,21 @@ class TuttiConfig:
     dirs: list[Any]
     capacity_bytes: int
     chunk_tokens: int = 256
-    # "auto": gpu-uring for KV in GPU memory (the CPU-driven engine where it cannot be set up,
-    # said in one log line), the CPU-driven engine for KV in host memory.
+    # "auto": the CPU-driven engine (uring), except for layerwise loads into GPU memory:
+    # gpu-uring there (the CPU-driven engine where it cannot be set up, said in one log line).
     engine: str = "auto"
     durability: str = "fast"
     staging_bytes: int = 0
     gpu_io_workers: int = 0  # 0: the store's defaults (include/tutti/store.h)
     gpu_io_sms: int = 0
     namespace: str = ""
-    # None until resolved ("auto"): on for GPU KV under vLLM's asynchronous scheduling, which a
-    # load failing inside a step crashes (ConnectorContext).
+    # None until resolved ("auto"): on for GPU KV unless layerwise is asked for
+    # (ConnectorContext).
     async_load: bool | None = None
     # Saves written by a saver thread after the step returns; a block handed out again waits
     # for the save still reading it (docs/vllm.md, "How it works").
     async_save: bool = True
-    # None until resolved ("auto"): on for GPU KV unless loads are asynchronous
+    # None until resolved ("auto"): off; only an explicit true loads layer by layer
     # (ConnectorContext).
     layerwise: bool | None = None
     remote: remote_tier.RemoteConfig | None = None  # the cross-node tier (docs/cluster.md)
@@ -193,17 +193,6 @@ def parse_flag(v: Any, name: str, also: str = "") -> bool:
     raise ValueError(f"TuttiConnector: {name} must be true or false{also}, not {v!r}")
 
 
-def async_scheduling(vllm_config: Any) -> bool:
-    """Whether vLLM schedules each step while the one before it still runs (its default on the
-    GPU in vLLM 0.26). A load that fails inside a step (before its forward or layer by layer in
-    it) then crashes vLLM 0.26 on the GPU under either model runner: the scheduler rewinds a
-    request whose next step is already scheduled (vLLM issue #34484; docs/vllm.md, "Known
-    problems"). A load that completes while the request waits (async_load) fails before the
-    request runs."""
-    sc = getattr(vllm_config, "scheduler_config", None)
-    return bool(getattr(sc, "async_scheduling", False))
-
-
 def geometry_of(kv_cache_config: KVCacheConfig, chunk_tokens: int) -> tuple[Geometry,
                                                                               AttentionSpec]:
     """The store geometry of this rank's KV: one full-attention group of uniform layers."""
@@ -239,18 +228,20 @@ class ConnectorContext:
         self.vllm_config = vllm_config
         self.block_size: int = vllm_config.cache_config.block_size
         cfg = TuttiConfig.from_extra(kv_transfer.kv_connector_extra_config, self.block_size)
-        # With KV in GPU memory, loads go layer by layer behind the forward, unless vLLM
-        # schedules asynchronously (its GPU default): a load failing inside a step then
-        # crashes it (async_scheduling above), so loads complete while the request waits
-        # (async_load), where a failure is handled before the request runs. That costs speed
-        # under load (docs/results.md, SV1 against SV2); "layerwise": true chooses speed.
+        # With KV in GPU memory, loads complete while the request waits (async_load), through
+        # the CPU-driven engine. Measured in vLLM 0.26 on the H200 (docs/results.md): a load
+        # failing inside a step (layerwise) crashed vLLM with and without its asynchronous
+        # scheduling (V2, V4), where a failed asynchronous load is recomputed (V3, V4); and
+        # asynchronous loads through uring sustained 4-8 req/s at the 1 s SLO (SV5, SV6),
+        # gpu-uring's 1 (SV2). "layerwise": true still chooses layer-by-layer loads, through
+        # gpu-uring unless an engine is named.
         self.kv_on_gpu = vllm_config.device_config.device_type == "cuda"
-        self.async_scheduling = async_scheduling(vllm_config)
         if cfg.async_load is None:
-            cfg = dataclasses.replace(cfg, async_load=self.kv_on_gpu and self.async_scheduling
-                                      and cfg.layerwise is not True)
+            cfg = dataclasses.replace(cfg, async_load=self.kv_on_gpu and cfg.layerwise is not True)
         if cfg.layerwise is None:
-            cfg = dataclasses.replace(cfg, layerwise=self.kv_on_gpu and not cfg.async_load)
+            cfg = dataclasses.replace(cfg, layerwise=False)
+        if cfg.engine == "auto" and self.kv_on_gpu and not cfg.layerwise:
+            cfg = dataclasses.replace(cfg, engine="uring")
         self.cfg = cfg
         # Tensor parallelism (tutti/vllm/ranks.py): each worker process opens the store of its
         # rank; the scheduler, in a process of its own, opens none and learns what every rank

@@ -86,13 +86,13 @@ class TuttiConnector(KVConnectorBase_V1):
     @classmethod
     def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
         # Layerwise loads wait in vLLM's per-layer hooks, which a replayed full CUDA graph
-        # skips: the forward would read layers not loaded yet. "auto" turns them on where
-        # the KV is in GPU memory, the only place CUDA graphs run.
+        # skips: the forward would read layers not loaded yet. Only an explicit
+        # "layerwise": true turns them on.
         try:
             extra = extra_config or {}
             if parse_auto_flag(extra.get("async_load", "auto"), "async_load") is True:
                 return False  # loads before the forward, never inside it
-            return parse_auto_flag(extra.get("layerwise", "auto"), "layerwise") is not False
+            return parse_auto_flag(extra.get("layerwise", "auto"), "layerwise") is True
         except ValueError:
             return False  # refused with a clear message when the connector starts
 

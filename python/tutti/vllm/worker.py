@@ -70,14 +70,16 @@ def dense_bytes(block: torch.Tensor) -> int | None:
 
 def failed_load_hazard(ctx: ConnectorContext, kv_mem: str) -> str | None:
     """Why a load that fails inside a step may crash this vLLM (docs/vllm.md, "Known
-    problems"), or None: GPU KV under vLLM's asynchronous scheduling with loads inside the step,
-    which only an explicit configuration chooses ("auto" picks asynchronous loads there)."""
-    if kv_mem != "cuda" or ctx.cfg.async_load or not ctx.async_scheduling:
+    problems"), or None: GPU KV loaded inside the step (layer by layer, or before the forward),
+    which only an explicit configuration chooses. vLLM 0.26 on the H200 crashed after
+    recovering from a failed layerwise load, with and without its asynchronous scheduling
+    (docs/results.md, V2 and V4)."""
+    if kv_mem != "cuda" or ctx.cfg.async_load:
         return None
-    return ("vLLM schedules asynchronously: a load that fails inside a step (a damaged "
-            "object, an I/O error) is likely to crash it (vLLM issue #34484; docs/vllm.md, "
-            "\"Known problems\"); vLLM's --no-async-scheduling, or \"async_load\": true (the "
-            "default there), avoid that path")
+    return ("loads into GPU KV inside the step (\"async_load\": false): a load that fails "
+            "there (a damaged object, an I/O error) is likely to crash vLLM after it reports "
+            "\"Recovered from KV load failure\" (docs/vllm.md, \"Known problems\"); the "
+            "default, asynchronous loads, recomputes such a prefix instead")
 
 
 class TuttiWorker:
