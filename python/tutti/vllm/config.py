@@ -231,7 +231,8 @@ class ConnectorContext:
         # With KV in GPU memory, loads complete while the request waits (async_load), through
         # the CPU-driven engine. Measured in vLLM 0.26 on the H200 (docs/results.md): a load
         # failing inside a step (layerwise) crashed vLLM with and without its asynchronous
-        # scheduling (V2, V4), where a failed asynchronous load is recomputed (V3, V4); and
+        # scheduling (V2, V4; vLLM issues #49250 and #34484: a request rewound after it ran),
+        # where a failed asynchronous load is recomputed before the request runs (V3, V4); and
         # asynchronous loads through uring sustained 4-8 req/s at the 1 s SLO (SV5, SV6),
         # gpu-uring's 1 (SV2). "layerwise": true still chooses layer-by-layer loads, through
         # gpu-uring unless an engine is named.

@@ -73,13 +73,16 @@ def failed_load_hazard(ctx: ConnectorContext, kv_mem: str) -> str | None:
     problems"), or None: GPU KV loaded inside the step (layer by layer, or before the forward),
     which only an explicit configuration chooses. vLLM 0.26 on the H200 crashed after
     recovering from a failed layerwise load, with and without its asynchronous scheduling
-    (docs/results.md, V2 and V4)."""
+    (docs/results.md, V2 and V4): its model runner V2 does not rewind a recomputed request's
+    GPU state (vLLM issue #49250), and asynchronous scheduling keeps the request's next step
+    (#34484)."""
     if kv_mem != "cuda" or ctx.cfg.async_load:
         return None
     return ("loads into GPU KV inside the step (\"async_load\": false): a load that fails "
             "there (a damaged object, an I/O error) is likely to crash vLLM after it reports "
-            "\"Recovered from KV load failure\" (docs/vllm.md, \"Known problems\"); the "
-            "default, asynchronous loads, recomputes such a prefix instead")
+            "\"Recovered from KV load failure\" (vLLM issues #49250, #34484; docs/vllm.md, "
+            "\"Known problems\"); the default, asynchronous loads, recomputes such a prefix "
+            "instead")
 
 
 class TuttiWorker:
