@@ -208,7 +208,7 @@ layerwise)
 	;;
 vllm-gpu)
 	# Greedy outputs with Tutti identical to vLLM without it, inside vLLM on the GPU
-	# (python/tests/vllm/outputs_matrix.py): a Llama-3-8B-shaped model, ten vLLM processes
+	# (python/tests/vllm/outputs_matrix.py): a Llama-3-8B-shaped model, eleven vLLM processes
 	# in turn over a store on /dev/shm and one on the disk (first run, restart, layerwise on
 	# and off, gpu-uring and uring, damaged objects under either model runner and without
 	# asynchronous scheduling). Needs the vLLM payload.
@@ -223,9 +223,9 @@ vllm-gpu)
 		. build/vllm-prefix/env.sh
 		cd python &&
 			PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} TUTTI_LIBRARY=$root/build/gpu/libtutti.so \
-				timeout --kill-after=30 $((${VLLM_GPU_DEADLINE:-420} + 60)) python3 tests/vllm/outputs_matrix.py \
+				timeout --kill-after=30 $((${VLLM_GPU_DEADLINE:-520} + 60)) python3 tests/vllm/outputs_matrix.py \
 				--out "$OUT/vllm-gpu" --work "$root/build/vllm-gpu-work" \
-				--disk-dir "$root/build/vllm-gpu-disk" --deadline "${VLLM_GPU_DEADLINE:-420}" \
+				--disk-dir "$root/build/vllm-gpu-disk" --deadline "${VLLM_GPU_DEADLINE:-520}" \
 				${VLLM_GPU_CASES:+--cases "$VLLM_GPU_CASES"}
 	) > "$OUT/vllm-gpu.log" 2>&1
 	log "vllm-gpu exit $?"

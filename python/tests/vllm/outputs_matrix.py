@@ -91,6 +91,13 @@ CASES = [
     # recomputed and saved.
     {"name": "disk-no-async-sched-damaged", "storage": "disk", "config": {}, "corrupt": "P",
      "engine_args": {"async_scheduling": False}, "actions": ["P", "reset", "P"]},
+    # Layerwise loads under the V1 runner without asynchronous scheduling: the one setup the
+    # two vLLM issues behind V2 and V4 (#49250, #34484) leave alone, so a damaged object
+    # should be recomputed there without a crash.
+    {"name": "disk-v1-runner-layerwise-no-async-sched-damaged", "storage": "disk",
+     "config": {"layerwise": True}, "corrupt": "P", "ref": "v1-runner",
+     "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "engine_args": {"async_scheduling": False},
+     "gpu_only": True, "actions": ["P", "reset", "P"]},
 ]
 
 # Per device: the model, vLLM's arguments, prompt lengths and the store's size.
