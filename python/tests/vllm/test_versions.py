@@ -3,7 +3,11 @@
 0.32 here), each through the branch this machine's vLLM takes, with vLLM's real classes; and the
 defaults, which follow where the KV lives. docs/vllm.md ("vLLM versions") lists them all."""
 
+import errno
+import json
 import logging
+import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -323,3 +327,32 @@ def test_defaults_follow_where_the_kv_lives(model_dir, tmp_path, caught):
     extra["engine"] = "gpu-uring"
     extra["async_load"] = True
     assert chosen() == (False, True, "gpu-uring")
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the seccomp filter is x86-64's")
+@pytest.mark.parametrize("err", [errno.EPERM, errno.ENOSYS])
+def test_an_engine_auto_chose_falls_back_where_io_uring_is_refused(model_dir, tmp_path, err):
+    """Where a container's seccomp profile refuses io_uring, the uring engine that "auto" picks
+    for GPU KV opens as posix with one warning; a uring the configuration named fails with the
+    kernel's errno; the store's own "auto" falls back too."""
+    def open_store(*engine):
+        d = tmp_path / "-".join(engine)
+        proc = subprocess.run([sys.executable, str(HERE / "no_io_uring.py"), str(d), str(err),
+                               *engine], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+    chosen, log = open_store("uring", "posix")  # what ConnectorContext sets for "auto"
+    assert chosen == {"engine": "posix"}
+    assert "io_uring is refused here" in log and "engine posix instead" in log
+    named, _ = open_store("uring")
+    assert named["errno"] == err and "io_uring" in named["error"]
+    assert open_store("auto")[0] == {"engine": "posix"}
+    from tutti.vllm.config import ConnectorContext  # the fallback "auto" records
+
+    cfg = config(model_dir, {"dirs": [str(tmp_path / "g")], "capacity_gb": 0.05})
+    cfg.device_config.device_type = "cuda"
+    c = ConnectorContext(cfg, kcc()).cfg
+    assert (c.engine, c.engine_fallback) == ("uring", "posix")
+    cfg.kv_transfer_config.kv_connector_extra_config["engine"] = "uring"
+    assert ConnectorContext(cfg, kcc()).cfg.engine_fallback is None

@@ -41,6 +41,10 @@ class TuttiConfig:
     # "auto": the CPU-driven engine (uring), except for layerwise loads into GPU memory:
     # gpu-uring there (the CPU-driven engine where it cannot be set up, said in one log line).
     engine: str = "auto"
+    # The engine to open instead where io_uring is refused (a container's seccomp profile, the
+    # io_uring_disabled sysctl), when "auto" named the engine here rather than to the store,
+    # whose own "auto" falls back likewise (ConnectorContext).
+    engine_fallback: str | None = None
     durability: str = "fast"
     staging_bytes: int = 0
     gpu_io_workers: int = 0  # 0: the store's defaults (include/tutti/store.h)
@@ -117,7 +121,8 @@ class TuttiConfig:
                 raise ValueError(f"TuttiConnector: {k} must be a whole number >= 0 (0: the "
                                  f"store's default), not {v!r}")
             io[k] = v
-        return cls(dirs=dirs, capacity_bytes=capacity, chunk_tokens=chunk, **io,
+        return cls(dirs=dirs, capacity_bytes=capacity, chunk_tokens=chunk,
+                   gpu_io_workers=io["gpu_io_workers"], gpu_io_sms=io["gpu_io_sms"],
                    capacity_key="capacity_bytes" if "capacity_bytes" in extra else "capacity_gb",
                    engine=engine, durability=durability,
                    staging_bytes=int(staging_mb * 2**20), namespace=namespace,
@@ -242,7 +247,7 @@ class ConnectorContext:
         if cfg.layerwise is None:
             cfg = dataclasses.replace(cfg, layerwise=False)
         if cfg.engine == "auto" and self.kv_on_gpu and not cfg.layerwise:
-            cfg = dataclasses.replace(cfg, engine="uring")
+            cfg = dataclasses.replace(cfg, engine="uring", engine_fallback="posix")
         self.cfg = cfg
         # Tensor parallelism (tutti/vllm/ranks.py): each worker process opens the store of its
         # rank; the scheduler, in a process of its own, opens none and learns what every rank

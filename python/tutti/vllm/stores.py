@@ -9,6 +9,7 @@ file lock is; it is keyed by what the store was opened with and counts its users
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from dataclasses import dataclass
@@ -53,15 +54,30 @@ def acquire_store(cfg: TuttiConfig, dirs: list[str], geo: Geometry,
         if entry is None:
             for d in dirs:
                 os.makedirs(d, mode=0o700, exist_ok=True)
-            store = Store(dirs, geo, capacity_bytes=cfg.capacity_bytes, ns=ns,
-                          engine=cfg.engine, durability=cfg.durability, key_bytes=KEY_BYTES,
-                          staging_bytes=cfg.staging_bytes, gpu_io_workers=cfg.gpu_io_workers,
-                          gpu_io_sms=cfg.gpu_io_sms, replace=True, log=log,
-                          log_level=LOG_INFO)
+            store = _open_store(cfg, dirs, geo, ns)
             entry = _stores[key] = _Entry(store)
             log.info("tutti: store %s opened (%s)", dirs, ns.decode())
         entry.users += 1
         return key, entry.store
+
+
+def _open_store(cfg: TuttiConfig, dirs: list[str], geo: Geometry, ns: bytes) -> Store:
+    def open_with(engine: str) -> Store:
+        return Store(dirs, geo, capacity_bytes=cfg.capacity_bytes, ns=ns, engine=engine,
+                     durability=cfg.durability, key_bytes=KEY_BYTES,
+                     staging_bytes=cfg.staging_bytes, gpu_io_workers=cfg.gpu_io_workers,
+                     gpu_io_sms=cfg.gpu_io_sms, replace=True, log=log, log_level=LOG_INFO)
+
+    try:
+        return open_with(cfg.engine)
+    except OSError as e:
+        # io_uring refused (ENOSYS: blocked or absent; EPERM: seccomp or the sysctl): an
+        # engine "auto" chose has a fallback, one the configuration named has not.
+        if cfg.engine_fallback is None or e.errno not in (errno.ENOSYS, errno.EPERM):
+            raise
+        log.warning("tutti: io_uring is refused here (%s); engine %s instead", e,
+                    cfg.engine_fallback)
+        return open_with(cfg.engine_fallback)
 
 
 def release_store(key: StoreKey) -> None:
