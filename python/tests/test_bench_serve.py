@@ -21,6 +21,7 @@ SERVE = Path(__file__).resolve().parents[2] / "bench" / "serve"
 sys.path.insert(0, str(SERVE))
 import systems  # noqa: E402
 import table  # noqa: E402
+import tier_bandwidth  # noqa: E402
 from workload import Trace  # noqa: E402
 
 
@@ -288,3 +289,25 @@ def test_serve_bench_cpu_smoke(tmp_path):
     md = (out / "serve-summary.md").read_text()
     assert "| tutti |" in md and "| recompute |" in md
     assert "same (2 of 2)" in md and "reference" in md
+
+
+def test_tier_bandwidth_reads_tutti_counters_and_lmcache_prefetches():
+    kvpt = 131072  # llama-3-8b in bf16
+    rows = [json.dumps(r) for r in (
+        {"system": "tutti", "storage": "emulated", "model": "llama-3-8b", "rate": 1,
+         "tutti_load_tokens": 10000, "tutti_load_s": 0.5},
+        {"system": "tutti", "storage": "emulated", "model": "llama-3-8b", "phase": "warmup"},
+        {"system": "offload-cpu", "storage": "none", "model": "llama-3-8b", "rate": 1})]
+    (row,) = tier_bandwidth.tutti_rows(rows)
+    assert row[:3] == ("tutti", "emulated", 1)
+    assert row[3] == pytest.approx(10000 * kvpt / 1e9) and row[5] == pytest.approx(row[3] / 0.5)
+    assert tier_bandwidth.local_model.kv_bytes_per_token("llama-3-8b") == kvpt
+    log = "\n".join([
+        "x Prefetch request completed (L1+L2): 4/4 retained keys (0 L1, 4 L2) in 20.0 ms (a)",
+        "x Prefetch request completed (L1+L2): 2/2 retained keys (2 L1, 0 L2) in 0.5 ms (b)",
+        "x Prefetch request completed (L1+L2): 3/3 retained keys (1 L1, 2 L2) in 9.0 ms (c)",
+        "x Prefetch request completed (L1+L2): 2/2 retained keys (0 L1, 2 L2) in 40.0 ms (d)"])
+    rates, gb, secs = tier_bandwidth.lmcache_prefetches(log, kvpt)
+    chunk_gb = 256 * kvpt / 1e9  # LMCache's chunk
+    assert rates == pytest.approx([4 * chunk_gb / 0.02, 2 * chunk_gb / 0.04])
+    assert gb == pytest.approx(6 * chunk_gb) and secs == pytest.approx(0.06)
