@@ -225,8 +225,9 @@ def test_table_max_rate_and_fitted_slo(tmp_path):
 
 @pytest.mark.skipif(os.environ.get("TUTTI_SKIP_SERVE_SMOKE") == "1", reason="asked to skip")
 def test_tutti_variants_differ_only_in_how_they_load(tmp_path):
-    """tutti: the connector's defaults; tutti-layerwise asks for layerwise loads;
-    tutti-no-async-sched keeps the defaults in a vLLM without asynchronous scheduling."""
+    """tutti: the connector's defaults; tutti-layerwise asks for layerwise loads, and
+    tutti-no-async-sched for them in a vLLM without asynchronous scheduling; tutti-gpu-uring
+    names gpu-uring."""
     summary = {"requests": 40, "documents": 12, "unique_kv_gib": 30.0, "prefix_max": 32838}
     kvpt = 131072
     base, env, info = systems.config("tutti", tmp_path, tmp_path, summary, kvpt)

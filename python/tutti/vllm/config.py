@@ -182,7 +182,7 @@ def parse_choice(v: Any, key: str, choices: tuple[str, ...]) -> str:
 
 def parse_auto_flag(v: Any, name: str) -> bool | None:
     """``layerwise``, ``async_load``: true, false, or "auto" (None, resolved by
-    ConnectorContext from where the KV is and whether vLLM schedules asynchronously)."""
+    ConnectorContext from where the KV is and from each other)."""
     if isinstance(v, str) and v.lower() == "auto":
         return None
     return parse_flag(v, name, also=' or "auto"')

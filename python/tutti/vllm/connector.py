@@ -87,12 +87,10 @@ class TuttiConnector(KVConnectorBase_V1):
     def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
         # Layerwise loads wait in vLLM's per-layer hooks, which a replayed full CUDA graph
         # skips: the forward would read layers not loaded yet. Only an explicit
-        # "layerwise": true turns them on.
+        # "layerwise": true turns them on (with "async_load": true it is refused at start-up).
         try:
-            extra = extra_config or {}
-            if parse_auto_flag(extra.get("async_load", "auto"), "async_load") is True:
-                return False  # loads before the forward, never inside it
-            return parse_auto_flag(extra.get("layerwise", "auto"), "layerwise") is True
+            return parse_auto_flag((extra_config or {}).get("layerwise", "auto"),
+                                   "layerwise") is True
         except ValueError:
             return False  # refused with a clear message when the connector starts
 
