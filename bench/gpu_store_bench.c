@@ -47,8 +47,9 @@
  * The baseline moves blocks with CUDA copies and runs with GPU KV only.
  *
  * CPU time: the process's user + system seconds (getrusage: every thread, the kernel's io_uring
- * threads included) per GB moved, and the part of it spent by io_uring's kernel threads
- * (iou-sqp, iou-wrk; /proc/self/task/N/schedstat). For gpu-uring: system calls per layer (the
+ * threads included) per GB moved, and the part of it spent issuing I/O: io_uring's kernel
+ * threads (iou-sqp, iou-wrk) and gpu-uring's helper (tt-ring-io, which issues the I/O where the
+ * host submits it; /proc/self/task/N/schedstat). For gpu-uring: system calls per layer (the
  * store's io_submits), the I/O kernels' GPU time and the SMs they held.
  *
  * A row that is not bit-exact makes the exit status 1.
@@ -56,7 +57,7 @@
  * Usage: tutti-gpu-store-bench --dir DIR [--contexts 8192,32768,131072]
  *            [--paths gpu-uring,uring,posix,gds,baseline] [--repeats N] [--threads N]
  *            [--staging-mib N] [--raw-gib N] [--ceiling-s X] [--model NAME] [--json FILE]
- *            [--kv gpu|host] [--latency N] [--trace]
+ *            [--kv gpu|host] [--latency N] [--gpu-io-submit auto|sqpoll|host] [--trace]
  */
 #include <cuda_runtime.h>
 #include <dirent.h>
@@ -106,6 +107,8 @@ struct conf {
 	bool gpu_kv; /* KV in device memory (--kv gpu) or in host memory (--kv host) */
 	bool contexts_given, paths_given;
 	uint32_t latency_loads; /* --latency N: N timed loads per size; 0: bandwidth rounds */
+	uint32_t gpu_io_submit; /* enum tutti_gpu_io_submit, for engine gpu-uring */
+	const char *gpu_io_submit_name;
 };
 
 struct phase {
@@ -258,7 +261,9 @@ io_threads_snap(struct io_threads *t)
 			comm[0] = 0;
 		}
 		fclose(f);
-		if (strncmp(comm, "iou-", 4) != 0) {
+		/* io_uring's kernel threads, and the gpu-uring ring's helper, which issues the
+		 * I/O where the host submits it (enum tutti_gpu_io_submit). */
+		if (strncmp(comm, "iou-", 4) != 0 && strncmp(comm, "tt-ring-io", 10) != 0) {
 			continue;
 		}
 		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
@@ -568,6 +573,7 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 	o.dirs = dirs;
 	o.nr_dirs = 1;
 	o.engine = path_engines[path];
+	o.gpu_io_submit = b->c.gpu_io_submit;
 	/* One request and a few spare slots: each store round evicts the previous round. */
 	o.capacity_bytes = (uint64_t)(x->chunks + 4) * tutti_geometry_slot_bytes(&b->geo);
 	o.staging_bytes = b->c.staging_bytes;
@@ -741,18 +747,20 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	}
 	fprintf(b->json,
 	        "{\"storage\":\"%s\",\"model\":\"%s\",\"kv\":\"%s\",\"context_tokens\":%llu,"
-	        "\"op\":\"%s\",\"path\":\"%s\",\"bytes\":%llu,\"repeats\":%u,\"gbps\":%.3f,"
+	        "\"op\":\"%s\",\"path\":\"%s\",\"gpu_io_submit\":\"%s\",\"bytes\":%llu,\"repeats\":"
+	        "%u,\"gbps\":%.3f,"
 	        "\"limit_gbps\":%.3f,\"ratio_to_limit\":%.3f,\"raw_gbps\":%.3f,"
 	        "\"ratio_to_raw\":%.3f,\"raw_bs\":%u,\"raw_qd\":%u,\"cpu_s_per_gb\":%.4f,"
 	        "\"io_thread_cpu_s_per_gb\":%.4f,\"syscalls_per_layer\":%.2f,"
 	        "\"io_kernel_ms\":%.3f,\"io_kernel_sm_share\":%.4f,\"wall_s\":%.4f,"
 	        "\"bit_exact\":%s,\"rounds_gbps\":[",
 	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
-	        (unsigned long long)x->tokens, op, path_names[path], (unsigned long long)x->bytes,
-	        R, gbps, limit, limit > 0 ? gbps / limit : 0, raw, gbps / raw,
-	        store ? b->raw_write.bs : b->raw_read.bs, store ? b->raw_write.qd : b->raw_read.qd,
-	        cpu, iot, (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
-	        ph->wall_s, mismatches == 0 ? "true" : "false");
+	        (unsigned long long)x->tokens, op, path_names[path], b->c.gpu_io_submit_name,
+	        (unsigned long long)x->bytes, R, gbps, limit, limit > 0 ? gbps / limit : 0, raw,
+	        gbps / raw, store ? b->raw_write.bs : b->raw_read.bs,
+	        store ? b->raw_write.qd : b->raw_read.qd, cpu, iot, (double)ph->submits / b->L,
+	        (double)ph->kernel_ns / 1e6, sm_share, ph->wall_s,
+	        mismatches == 0 ? "true" : "false");
 	for (uint32_t r = 0; r < R; r++) {
 		fprintf(b->json, "%s%.3f", r ? "," : "", ph->gbps[r]);
 	}
@@ -919,7 +927,8 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 	}
 	fprintf(b->json,
 	        "{\"storage\":\"%s\",\"model\":\"%s\",\"kv\":\"%s\",\"context_tokens\":%llu,"
-	        "\"chunks\":%u,\"op\":\"load-latency\",\"path\":\"%s\",\"bytes\":%llu,"
+	        "\"chunks\":%u,\"op\":\"load-latency\",\"path\":\"%s\",\"gpu_io_submit\":\"%s\","
+	        "\"bytes\":%llu,"
 	        "\"loads\":%u,\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"max_ms\":%.4f,"
 	        "\"min_ms\":%.4f,\"mean_ms\":%.4f,\"first_ms\":%.4f,\"p50_gbps\":%.3f,"
 	        "\"limit_gbps\":%.3f,\"bytes_over_limit_ms\":%.4f,\"target_ms\":%.4f,"
@@ -927,7 +936,7 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 	        "\"p99_within_target\":%s,\"verified_loads\":%u,\"mismatched_loads\":%u,"
 	        "\"mismatched_blocks\":%llu,\"bit_exact\":%s,\"loads_ms\":[",
 	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
-	        (unsigned long long)x->tokens, x->chunks, path_names[path],
+	        (unsigned long long)x->tokens, x->chunks, path_names[path], b->c.gpu_io_submit_name,
 	        (unsigned long long)x->bytes, n, p50, p99, max, lat->sorted[0], mean, lat->ms[0],
 	        p50 > 0 ? (double)x->bytes / (p50 * 1e6) : 0, limit, ideal_ms, target_ms,
 	        target_ms > 0 ? p50 / target_ms : 0, target_ms > 0 ? p99 / target_ms : 0,
@@ -1035,7 +1044,9 @@ usage(void)
 	    "[--paths gpu-uring,uring,posix,gds,baseline]\n"
 	    "       [--repeats N] [--threads N] [--staging-mib N] [--raw-gib N] "
 	    "[--ceiling-s X] [--model NAME] [--json FILE]\n"
-	    "       [--kv gpu|host] [--latency N] [--trace]\n"
+	    "       [--kv gpu|host] [--latency N] [--gpu-io-submit auto|sqpoll|host] [--trace]\n"
+	    "  --gpu-io-submit   who issues engine gpu-uring's I/O (enum tutti_gpu_io_submit; "
+	    "default auto)\n"
 	    "  --kv host     KV in host memory, no CUDA call (runs without a GPU); not with "
 	    "the baseline\n"
 	    "  --latency N   instead of bandwidth rounds: per engine path and size, store once, "
@@ -1105,6 +1116,7 @@ parse(int argc, char **argv, struct conf *c)
 	    .raw_bytes = 4ull << 30,
 	    .ceiling_s = 8,
 	    .gpu_kv = true,
+	    .gpu_io_submit_name = "auto",
 	};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1148,6 +1160,17 @@ parse(int argc, char **argv, struct conf *c)
 			c->gpu_kv = strcmp(v, "gpu") == 0;
 		} else if (strcmp(a, "--latency") == 0) {
 			c->latency_loads = (uint32_t)number(a, v, 1, 100000);
+		} else if (strcmp(a, "--gpu-io-submit") == 0) {
+			int k = tutti_gpu_io_submit_parse(v);
+
+			if (k < 0) {
+				fprintf(stderr,
+				        "tutti-gpu-store-bench: --gpu-io-submit is auto, sqpoll "
+				        "or host\n");
+				usage();
+			}
+			c->gpu_io_submit = (uint32_t)k;
+			c->gpu_io_submit_name = v;
 		} else {
 			usage();
 		}

@@ -30,7 +30,8 @@ enum tutti_engine {
 	TUTTI_ENGINE_URING =
 	    0, /**< io_uring through liburing: batched submission, registered buffers */
 	TUTTI_ENGINE_POSIX = 1, /**< a thread pool issuing pread/pwrite */
-	/** A GPU-drivable io_uring (NO_MMAP + SQPOLL) whose submissions and completions are
+	/** A GPU-drivable io_uring (NO_MMAP; SQPOLL or a host thread issues what is queued, see
+	 *  enum tutti_gpu_io_submit) whose submissions and completions are
 	 *  produced by a driver, not by system calls: a CUDA kernel for GPU KV, a host thread
 	 *  following the same protocol otherwise. Objects move through object-sized bounce slots of
 	 *  the staging memory. Recovery, headers and flushes use the uring engine. */
@@ -44,7 +45,7 @@ enum tutti_engine {
 	/** The engine for where the KV lives: gpu-uring for GPU KV, the CPU-driven uring for host
 	 *  KV (posix where io_uring is refused). gpu-uring is set up at the first call with GPU KV;
 	 *  where it cannot be (no CUDA device, layer blocks of at most 240 bytes, a GPU with no
-	 *  more SMs than gpu_io_sms, no SQPOLL io_uring, memory that cannot be mapped for the GPU)
+	 *  more SMs than gpu_io_sms, no such io_uring, memory that cannot be mapped for the GPU)
 	 *  GPU KV moves through the CPU-driven engine too, and one line of the log (level WARN)
 	 *  says why. tutti_store_engine() tells which engine moves a kv. */
 	TUTTI_ENGINE_AUTO = 4,
@@ -151,7 +152,31 @@ struct tutti_store_opts {
 	 *  side by side. 0 (the default): 16, fewer when 64 files over all directories or the
 	 *  store's slots per directory allow fewer. */
 	uint32_t data_files;
+	/** Engine gpu-uring: who issues the I/O that its driver (the GPU's I/O kernels, or the
+	 *  host thread standing in for them) queues; enum tutti_gpu_io_submit, default AUTO. */
+	uint32_t gpu_io_submit;
 };
+
+/** Who issues engine gpu-uring's I/O: the driver only writes submissions into the ring. */
+enum tutti_gpu_io_submit {
+	/** HOST where the store's files are reached by O_DIRECT on a block device, SQPOLL where
+	 *  they are page-cache backed (tmpfs). */
+	TUTTI_GPU_IO_SUBMIT_AUTO = 0,
+	/** The kernel's SQPOLL thread: it picks submissions up as they are written, and spins a
+	 *  core for as long as I/O flows, whatever the storage's speed. On page-cache-backed
+	 *  files it keeps the copies of inline I/O off the host's threads. */
+	TUTTI_GPU_IO_SUBMIT_SQPOLL = 1,
+	/** A host thread hands the queued submissions to the kernel every 50 us and sleeps
+	 *  between: no SQ thread, and no SQPOLL privilege needed. Costs a few percent of a core
+	 *  and up to a poll period of latency per submission batch. */
+	TUTTI_GPU_IO_SUBMIT_HOST = 2,
+};
+
+/**
+ * Parse a gpu_io_submit name ("auto", "sqpoll" or "host").
+ * \return the enum tutti_gpu_io_submit value, or -EINVAL for an unknown name or NULL.
+ */
+TUTTI_API int tutti_gpu_io_submit_parse(const char *name);
 
 /** Fill \p opts with defaults and set opts->size. This function can't fail. */
 TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
@@ -352,7 +377,9 @@ struct tutti_stats {
 	uint64_t io_ops;           /**< I/O requests issued to the engine */
 	uint64_t io_submits;       /**< submission calls into the engine (system calls for uring;
 	                            *   for gpu-uring, wakeups of the kernel's SQ thread, which
-	                            *   follow how often it fell asleep, not the I/O count) */
+	                            *   follow how often it fell asleep, not the I/O count, and
+	                            *   the host's submission calls, one per poll with I/O queued,
+	                            *   with TUTTI_GPU_IO_SUBMIT_HOST) */
 	uint64_t staging_bytes;    /**< staging memory owned by the store */
 	uint64_t load_corrupt;     /**< chunks whose objects failed their checksum (dropped) */
 	uint64_t flushes;          /**< device flushes issued (durable mode) */

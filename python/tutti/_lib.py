@@ -60,6 +60,7 @@ class StoreOpts(ctypes.Structure):
         ("gpu_io_workers", c_u32),
         ("gpu_io_sms", c_u32),
         ("data_files", c_u32),
+        ("gpu_io_submit", c_u32),
     ]
 
 
@@ -191,6 +192,7 @@ MEM_HOST = 0
 MEM_CUDA = 1
 ENGINES = {"uring": 0, "posix": 1, "gpu-uring": 2, "gds": 3, "auto": 4}
 DURABILITY = {"fast": 0, "durable": 1}
+GPU_IO_SUBMIT = {"auto": 0, "sqpoll": 1, "host": 2}  # enum tutti_gpu_io_submit
 
 
 # ---- the remote tier (include/tutti/remote.h) ----

@@ -57,6 +57,23 @@ tutti_engine_parse(const char *name)
 	return -EINVAL;
 }
 
+int
+tutti_gpu_io_submit_parse(const char *name)
+{
+	static const char *const names[] = {
+	    [TUTTI_GPU_IO_SUBMIT_AUTO] = "auto",
+	    [TUTTI_GPU_IO_SUBMIT_SQPOLL] = "sqpoll",
+	    [TUTTI_GPU_IO_SUBMIT_HOST] = "host",
+	};
+
+	for (uint32_t k = 0; name != NULL && k < TT_ARRAY_SIZE(names); k++) {
+		if (strcmp(names[k], name) == 0) {
+			return (int)k;
+		}
+	}
+	return -EINVAL;
+}
+
 /* ---- the part every engine has ---- */
 
 /* Launch descriptors of one GPU context: a launch moving more blocks is split. */

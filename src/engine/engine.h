@@ -126,6 +126,7 @@ struct tt_engine_conf {
 	uint32_t gpu_io_workers; /* gpu-uring: worker groups of a layer kernel, 1..TT_GPU_IO_MAX */
 	uint32_t gpu_io_sms;     /* gpu-uring: the blocks they are packed into (0: the fewest that
 	                          * hold them and the ring's driver) */
+	uint32_t gpu_io_submit;  /* gpu-uring: enum tutti_gpu_io_submit */
 	const struct tt_log *log;
 };
 
@@ -133,8 +134,9 @@ struct tt_engine;
 
 /* Counters of an engine's data path, for the store's stats. */
 struct tt_engine_stats {
-	uint64_t io_ops;     /* I/Os issued (queue, ring, cuFile) */
-	uint64_t io_submits; /* system calls that issued them (ring: SQ thread wake-ups only) */
+	uint64_t io_ops; /* I/Os issued (queue, ring, cuFile) */
+	uint64_t
+	    io_submits; /* system calls that issued them (ring: SQ thread wake-ups, host submits) */
 	uint64_t gpu_io_kernel_ns;
 	uint64_t gpu_io_block_ns;
 	uint64_t staging_bytes;

@@ -16,7 +16,7 @@
  * Engine auto is this engine for GPU KV only, set up on first use: host KV goes through its
  * CPU path (io_uring, or a thread pool where io_uring is refused), and where the ring cannot be
  * set up for the GPU (no CUDA device, layer blocks too small for the GPU hash, too few SMs, no
- * SQPOLL ring, no mapped memory) GPU KV does too, and one line of the log says why.
+ * such ring, no mapped memory) GPU KV does too, and one line of the log says why.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -127,6 +127,12 @@ ring_create(struct gpu_uring_engine *g)
 	/* Over several files (format 5 spreads a directory's slots over up to 16), punted writes
 	 * run side by side on io-wq; into one file they would only contend. */
 	bool punt_writes = e->page_cache && e->nr_fds > 1;
+	/* Auto: the host issues I/O to a block device, whose inline O_DIRECT submissions cost
+	 * microseconds, where an SQ thread would spin a core however slow the device (0.45 CPU
+	 * s/GB at 2.3 GB/s on the H200's disk, docs/results.md, row E4); on page-cache-backed
+	 * files the SQ thread keeps inline copies off the host's threads. */
+	bool host_submits = e->conf.gpu_io_submit == TUTTI_GPU_IO_SUBMIT_HOST ||
+	                    (e->conf.gpu_io_submit == TUTTI_GPU_IO_SUBMIT_AUTO && !e->page_cache);
 	struct tt_gpu_uring_conf conf;
 	uint32_t cq;
 
@@ -143,6 +149,7 @@ ring_create(struct gpu_uring_engine *g)
 	    .sq_entries = TT_MIN(cq, RING_MAX_SQ_ENTRIES),
 	    .cq_entries = cq,
 	    .sq_idle_ms = RING_SQ_IDLE_MS,
+	    .host_submits = host_submits,
 	    .async = e->page_cache,
 	    .async_writes = punt_writes,
 	    .read_pace_ns = e->page_cache ? RING_PACE_NS : 0,
@@ -159,8 +166,8 @@ gpu_uring_attach(struct tt_engine *e)
 
 	if (rc < 0) {
 		tt_log_err(e->log,
-		           "engine gpu-uring: no SQPOLL io_uring on the library's own memory "
-		           "(NO_MMAP): %s",
+		           "engine gpu-uring: no io_uring on the library's own memory (NO_MMAP, "
+		           "with SQPOLL where the kernel issues the I/O): %s",
 		           tutti_strerror(rc));
 	}
 	return rc;
@@ -223,7 +230,9 @@ gpu_uring_stats(struct tt_engine *e, struct tt_engine_stats *out)
 	/* System calls on the data path: for the ring only the host's wake-ups of its SQ thread,
 	 * never one per I/O. */
 	out->io_ops += g->ios;
-	out->io_submits += g->ring != NULL ? tt_gpu_uring_wakeups(g->ring) : 0;
+	out->io_submits += g->ring != NULL ? tt_gpu_uring_wakeups(g->ring) +
+	                                         tt_gpu_uring_host_submit_calls(g->ring)
+	                                   : 0;
 	out->gpu_io_kernel_ns += g->kernel_ns;
 	out->gpu_io_block_ns += g->block_ns;
 }
@@ -714,7 +723,9 @@ auto_setup(struct gpu_uring_engine *g, int device, char *why, size_t len)
 	}
 	rc = ring_create(g);
 	if (rc < 0) {
-		snprintf(why, len, "no SQPOLL io_uring on the library's own memory (NO_MMAP): %s",
+		snprintf(why, len,
+		         "no io_uring on the library's own memory (NO_MMAP, with SQPOLL where "
+		         "the kernel issues the I/O): %s",
 		         tutti_strerror(rc));
 		return rc;
 	}

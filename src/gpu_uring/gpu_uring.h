@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A GPU-drivable io_uring: a real Linux io_uring created with IORING_SETUP_NO_MMAP and
- * IORING_SETUP_SQPOLL on memory this module allocates, so that a CUDA kernel (or, in tests and
- * on machines without a GPU, a host thread: the twin) can write submissions and read completions
- * itself while the kernel's SQPOLL thread issues the block I/O. The host's part is set-up, a
- * doorbell helper that wakes the SQ thread when it fell asleep with work queued and flushes an
- * overflowed CQ, and one wake-up per launch: never anything per I/O.
+ * A GPU-drivable io_uring: a real Linux io_uring created with IORING_SETUP_NO_MMAP on memory
+ * this module allocates, so that a CUDA kernel (or, in tests and on machines without a GPU, a
+ * host thread: the twin) can write submissions and read completions itself. Either the kernel's
+ * SQPOLL thread issues the I/O it publishes, or (host_submits) the doorbell helper does, in
+ * batches, once per poll period. The host's part is set-up, that helper (which also wakes a
+ * sleeping SQ thread with work queued and flushes an overflowed CQ), and one wake-up per launch:
+ * never anything per I/O.
  *
  * Debian's liburing 2.3 cannot create such a ring (no io_uring_queue_init_mem, no NO_MMAP or
  * NO_SQARRAY in its headers), so set-up uses the raw system calls.
@@ -29,8 +30,16 @@ struct tt_gpu_uring_conf {
 	uint32_t sq_entries; /* rounded up to a power of two */
 	uint32_t cq_entries; /* >= the most I/Os a driver keeps in flight */
 	uint32_t sq_idle_ms; /* how long the SQ thread spins before it sleeps */
-	bool async;          /* IOSQE_ASYNC on reads: for page-cache-backed files (tmpfs) */
-	bool async_writes;   /* and on writes: for such files when I/O spreads over several */
+	/* Who issues what the driver publishes. false: the kernel's SQPOLL thread, which spins on
+	 * the SQ while I/O flows, a core whatever the rate. true: no SQ thread; the doorbell helper
+	 * hands the queued SQEs to the kernel (io_uring_enter) every poll period and sleeps between
+	 * polls. For files reached by O_DIRECT on a block device, whose reads and writes the kernel
+	 * issues inline in a few microseconds, that costs a small share of a core; for
+	 * page-cache-backed files every inline I/O is a copy, which SQPOLL keeps off the host's
+	 * threads (sq_idle_ms is then unused). */
+	bool host_submits;
+	bool async;        /* IOSQE_ASYNC on reads: for page-cache-backed files (tmpfs) */
+	bool async_writes; /* and on writes: for such files when I/O spreads over several */
 	/* Publish reads (punted writes) one at a time, this many ns apart (proto.h says why); at
 	 * most 1 ms each. */
 	uint32_t read_pace_ns;
@@ -59,11 +68,17 @@ struct tt_gpu_uring_region {
 };
 void tt_gpu_uring_regions(const struct tt_gpu_uring *r, struct tt_gpu_uring_region out[2]);
 
-/* Wake the SQ thread if it sleeps: call once before a launch that will queue I/O. */
+/* Wake the SQ thread if it sleeps (nothing with host_submits): call once before a launch that
+ * will queue I/O. */
 void tt_gpu_uring_kick(struct tt_gpu_uring *r);
 
-/* Doorbell helper activity, for tests and stats. */
+/* Doorbell helper activity, for tests and stats: SQ thread wake-ups, and (host_submits) the
+ * io_uring_enter calls that handed SQEs to the kernel and the SQEs they handed. */
 uint64_t tt_gpu_uring_wakeups(const struct tt_gpu_uring *r);
+uint64_t tt_gpu_uring_host_submit_calls(const struct tt_gpu_uring *r);
+uint64_t tt_gpu_uring_host_submitted(const struct tt_gpu_uring *r);
+/* CPU time of the doorbell helper thread so far (ns): with host_submits, what issuing costs. */
+uint64_t tt_gpu_uring_helper_cpu_ns(const struct tt_gpu_uring *r);
 uint64_t tt_gpu_uring_overflow_flushes(const struct tt_gpu_uring *r);
 
 /* ---- the twin: a host thread that drives the ring as the GPU kernel does ---- */

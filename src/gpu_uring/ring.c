@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -18,10 +19,16 @@
 /* Not in Debian 12's kernel headers (6.1). */
 #define TT_IORING_SETUP_NO_MMAP (1u << 14)
 #define TT_IORING_SETUP_NO_SQARRAY (1u << 16)
+#ifndef IORING_SETUP_SUBMIT_ALL
+#define IORING_SETUP_SUBMIT_ALL (1u << 7)
+#endif
 
 /* The doorbell helper's poll period: short enough that a sleeping SQ thread costs little, long
  * enough to take a negligible share of a core. */
 #define DOORBELL_NS 50000
+/* With host_submits the helper's polls are the submission latency: its sleeps are held to the
+ * period rather than stretched by the default 50 us timer slack. */
+#define HOST_SUBMIT_SLACK_NS 1000
 /* A pace above this is a mistake, not a tuning: it would hold a layer's reads for milliseconds. */
 #define MAX_PACE_NS 1000000u
 
@@ -35,9 +42,12 @@ struct tt_gpu_uring {
 	size_t ring_bytes;
 	pthread_t helper;
 	bool helper_started;
+	bool host_submits;         /* the helper issues the SQEs (no SQ thread) */
 	uint32_t stop;             /* atomic */
 	uint64_t wakeups;          /* atomic */
 	uint64_t overflow_flushes; /* atomic */
+	uint64_t submit_calls;     /* atomic: host_submits' io_uring_enter calls */
+	uint64_t submitted;        /* atomic: the SQEs they handed to the kernel */
 	const struct tt_log *log;
 };
 
@@ -50,9 +60,9 @@ sys_setup(uint32_t entries, struct io_uring_params *p)
 }
 
 static int
-sys_enter(int fd, uint32_t flags)
+sys_enter(int fd, uint32_t to_submit, uint32_t flags)
 {
-	int rc = (int)syscall(__NR_io_uring_enter, fd, 0, 0, flags, NULL, 0);
+	int rc = (int)syscall(__NR_io_uring_enter, fd, to_submit, 0, flags, NULL, 0);
 
 	return rc < 0 ? -errno : rc;
 }
@@ -97,13 +107,41 @@ doorbell(struct tt_gpu_uring *r)
 	/* Queued submissions and a sleeping SQ thread: only the host can wake it. */
 	if ((flags & TT_SQ_NEED_WAKEUP) &&
 	    tt_ld_acquire(r->view.sq_tail) != tt_ld_acquire(r->view.sq_head)) {
-		sys_enter(r->fd, IORING_ENTER_SQ_WAKEUP);
+		sys_enter(r->fd, 0, IORING_ENTER_SQ_WAKEUP);
 		__atomic_add_fetch(&r->wakeups, 1, __ATOMIC_RELAXED);
 	}
 	/* An overflowed CQ is flushed back only by GETEVENTS, which the SQ thread never does. */
 	if (flags & TT_SQ_CQ_OVERFLOW) {
-		sys_enter(r->fd, IORING_ENTER_GETEVENTS);
+		sys_enter(r->fd, 0, IORING_ENTER_GETEVENTS);
 		__atomic_add_fetch(&r->overflow_flushes, 1, __ATOMIC_RELAXED);
+	}
+}
+
+/* host_submits: hand what the driver published since the last poll to the kernel, which issues
+ * it inline on this thread. A refused call (-EAGAIN, -EBUSY: no memory for requests, or
+ * completions backed up) is tried again at the next poll; an SQE the kernel rejects completes
+ * with its error, like any other I/O (IORING_SETUP_SUBMIT_ALL). */
+static void
+host_submit(struct tt_gpu_uring *r)
+{
+	uint32_t tail = tt_ld_acquire(r->view.sq_tail);
+	uint32_t head = tt_ld_acquire(r->view.sq_head);
+	int rc;
+
+	if (tail == head) {
+		return;
+	}
+	do {
+		rc = sys_enter(r->fd, tail - head, 0);
+	} while (rc == -EINTR);
+	__atomic_add_fetch(&r->submit_calls, 1, __ATOMIC_RELAXED);
+	if (rc > 0) {
+		__atomic_add_fetch(&r->submitted, (uint64_t)rc, __ATOMIC_RELAXED);
+	} else if (rc < 0 && rc != -EAGAIN && rc != -EBUSY) {
+		/* Nothing else is expected of a ring that was set up; the driver's deadline turns
+		 * the I/O that never completes into -ETIMEDOUT. */
+		tt_log_err(r->log, "gpu-uring: io_uring_enter submitting %u SQEs failed: %s",
+		           tail - head, tutti_strerror(rc));
 	}
 }
 
@@ -113,7 +151,16 @@ helper_main(void *arg)
 	struct tt_gpu_uring *r = arg;
 	struct timespec pause = {0, DOORBELL_NS};
 
+	/* Named, so that tools can tell its CPU time from the rest (benches count it with
+	 * io_uring's own threads). */
+	(void)pthread_setname_np(pthread_self(), "tt-ring-io");
+	if (r->host_submits) {
+		(void)prctl(PR_SET_TIMERSLACK, HOST_SUBMIT_SLACK_NS, 0, 0, 0);
+	}
 	while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+		if (r->host_submits) {
+			host_submit(r);
+		}
 		doorbell(r);
 		nanosleep(&pause, NULL);
 	}
@@ -123,8 +170,11 @@ helper_main(void *arg)
 void
 tt_gpu_uring_kick(struct tt_gpu_uring *r)
 {
+	if (r->host_submits) {
+		return; /* no SQ thread: the helper's next poll submits */
+	}
 	if (tt_ld_acquire(r->view.sq_flags) & TT_SQ_NEED_WAKEUP) {
-		sys_enter(r->fd, IORING_ENTER_SQ_WAKEUP);
+		sys_enter(r->fd, 0, IORING_ENTER_SQ_WAKEUP);
 		__atomic_add_fetch(&r->wakeups, 1, __ATOMIC_RELAXED);
 	}
 }
@@ -139,6 +189,31 @@ uint64_t
 tt_gpu_uring_overflow_flushes(const struct tt_gpu_uring *r)
 {
 	return __atomic_load_n(&r->overflow_flushes, __ATOMIC_RELAXED);
+}
+
+uint64_t
+tt_gpu_uring_host_submit_calls(const struct tt_gpu_uring *r)
+{
+	return __atomic_load_n(&r->submit_calls, __ATOMIC_RELAXED);
+}
+
+uint64_t
+tt_gpu_uring_host_submitted(const struct tt_gpu_uring *r)
+{
+	return __atomic_load_n(&r->submitted, __ATOMIC_RELAXED);
+}
+
+uint64_t
+tt_gpu_uring_helper_cpu_ns(const struct tt_gpu_uring *r)
+{
+	clockid_t clock;
+	struct timespec ts;
+
+	if (!r->helper_started || pthread_getcpuclockid(r->helper, &clock) != 0 ||
+	    clock_gettime(clock, &ts) != 0) {
+		return 0;
+	}
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* ---- set-up ---- */
@@ -157,13 +232,14 @@ set_user_addr(void *offsets, const void *region)
 static int
 setup_ring(struct tt_gpu_uring *r, const struct tt_gpu_uring_conf *conf, struct io_uring_params *p)
 {
-	uint32_t flags = TT_IORING_SETUP_NO_MMAP | IORING_SETUP_SQPOLL | IORING_SETUP_CQSIZE |
-	                 TT_IORING_SETUP_NO_SQARRAY;
+	uint32_t flags = TT_IORING_SETUP_NO_MMAP | IORING_SETUP_CQSIZE |
+	                 TT_IORING_SETUP_NO_SQARRAY |
+	                 (conf->host_submits ? IORING_SETUP_SUBMIT_ALL : IORING_SETUP_SQPOLL);
 
 	for (int attempt = 0; attempt < 2; attempt++) {
 		memset(p, 0, sizeof(*p));
 		p->flags = flags;
-		p->sq_thread_idle = conf->sq_idle_ms;
+		p->sq_thread_idle = conf->host_submits ? 0 : conf->sq_idle_ms;
 		p->cq_entries = conf->cq_entries;
 		/* user_addr: SQEs in one region, rings in the other. The field is named resv2 in
 		 * headers before 6.5 and user_addr after; it is the u64 at byte 32 in both. */
@@ -176,7 +252,7 @@ setup_ring(struct tt_gpu_uring *r, const struct tt_gpu_uring_conf *conf, struct 
 		flags &= ~TT_IORING_SETUP_NO_SQARRAY; /* kernels before 6.6 */
 	}
 	if (r->fd < 0) {
-		/* -EINVAL: a kernel without NO_MMAP (6.5) or SQPOLL for this caller. */
+		/* -EINVAL: a kernel without NO_MMAP (6.5), or without SQPOLL for this caller. */
 		int rc = r->fd == -EINVAL ? -EOPNOTSUPP : r->fd;
 
 		r->fd = -1;
@@ -266,6 +342,7 @@ tt_gpu_uring_create(const struct tt_gpu_uring_conf *conf, struct tt_gpu_uring **
 	}
 	r->fd = -1;
 	r->log = conf->log;
+	r->host_submits = conf->host_submits;
 	sq = pow2_at_least(conf->sq_entries);
 	cq = pow2_at_least(conf->cq_entries);
 	/* SQEs: 64 bytes each. Rings: a header, 16-byte CQEs, a 4-byte SQ array; slack for the

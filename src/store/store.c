@@ -59,6 +59,12 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		           o->data_files, TT_POOL_FILES_PER_DIR, TT_POOL_MAX_FILES);
 		return -EINVAL;
 	}
+	if (o->gpu_io_submit > TUTTI_GPU_IO_SUBMIT_HOST) {
+		tt_log_err(log,
+		           "store options: gpu_io_submit %u is not an enum tutti_gpu_io_submit",
+		           o->gpu_io_submit);
+		return -EINVAL;
+	}
 	for (uint32_t d = 0; d < o->nr_dirs; d++) {
 		if (o->dirs[d] == NULL || o->dirs[d][0] == '\0') {
 			tt_log_err(log, "store options: directory %u is empty", d);
@@ -273,6 +279,7 @@ open_engine(struct tutti_store *st, const struct tutti_store_opts *opts)
 	    .posix_threads = opts->posix_threads,
 	    .gpu_io_workers = opts->gpu_io_workers,
 	    .gpu_io_sms = opts->gpu_io_sms,
+	    .gpu_io_submit = opts->gpu_io_submit,
 	    .log = &st->log,
 	};
 

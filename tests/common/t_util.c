@@ -280,6 +280,8 @@ t_run_with_private_mounts(const char *suite, const struct CMUnitTest *tests, siz
 
 /* ---- a test program per engine ---- */
 
+uint32_t t_gpu_io_submit = TUTTI_GPU_IO_SUBMIT_AUTO;
+
 int
 t_run_per_engine(const char *suite, const struct CMUnitTest *tests, size_t nr, bool gpu_twin,
                  int *engine)
@@ -288,11 +290,14 @@ t_run_per_engine(const char *suite, const struct CMUnitTest *tests, size_t nr, b
 		int engine;
 		const char *name;
 		bool uring, twin;
+		uint32_t submit;
 	} runs[] = {
-	    {TUTTI_ENGINE_URING, "uring", true, false},
-	    /* The GPU-drivable ring driven by its host twin: the GPU engine's protocol in CI. */
-	    {TUTTI_ENGINE_GPU_URING, "gpu-uring", true, true},
-	    {TUTTI_ENGINE_POSIX, "posix", false, false},
+	    {TUTTI_ENGINE_URING, "uring", true, false, TUTTI_GPU_IO_SUBMIT_AUTO},
+	    /* The GPU-drivable ring driven by its host twin: the GPU engine's protocol in CI, with
+	     * either issuer whatever filesystem the temporary directory is on. */
+	    {TUTTI_ENGINE_GPU_URING, "gpu-uring-sqpoll", true, true, TUTTI_GPU_IO_SUBMIT_SQPOLL},
+	    {TUTTI_ENGINE_GPU_URING, "gpu-uring-host", true, true, TUTTI_GPU_IO_SUBMIT_HOST},
+	    {TUTTI_ENGINE_POSIX, "posix", false, false, TUTTI_GPU_IO_SUBMIT_AUTO},
 	};
 	int rc, failed = 0;
 
@@ -311,7 +316,9 @@ t_run_per_engine(const char *suite, const struct CMUnitTest *tests, size_t nr, b
 		}
 		snprintf(name, sizeof(name), "%s/%s", suite, runs[i].name);
 		*engine = runs[i].engine;
+		t_gpu_io_submit = runs[i].submit;
 		failed += _cmocka_run_group_tests(name, tests, nr, NULL, NULL);
 	}
+	t_gpu_io_submit = TUTTI_GPU_IO_SUBMIT_AUTO;
 	return failed;
 }

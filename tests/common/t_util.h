@@ -35,12 +35,16 @@ int t_uring_probe(void);
 /*
  * A test program's main: run \p tests (cmocka, \p nr of them) once per engine this machine has,
  * *\p engine naming the one in use: uring and, with \p gpu_twin, gpu-uring driven by its host
- * twin (when io_uring works), then posix; suites are named "\p suite/<engine>". Returns the
- * number of failures, 1 when io_uring is there but broken, or T_EXIT_SKIP without O_DIRECT.
+ * twin (when io_uring works) twice, its I/O issued by the kernel's SQ thread and then by the
+ * host (t_gpu_io_submit), then posix; suites are named "\p suite/<engine>". Returns the number
+ * of failures, 1 when io_uring is there but broken, or T_EXIT_SKIP without O_DIRECT.
  */
 struct CMUnitTest;
 int t_run_per_engine(const char *suite, const struct CMUnitTest *tests, size_t nr, bool gpu_twin,
                      int *engine);
+/* The gpu_io_submit of the run in progress (enum tutti_gpu_io_submit), which t_store_opts() sets:
+ * the engine's own choice (auto) outside t_run_per_engine(). */
+extern uint32_t t_gpu_io_submit;
 
 /*
  * A test program's main for tests that mount filesystems: as root the process moves into a mount

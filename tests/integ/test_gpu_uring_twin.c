@@ -5,8 +5,10 @@
  * O_DIRECT files, wrap-around of a small ring, a CQ larger than the SQ (the SQ fills), error
  * completions (end of file, bad address, unknown file), the SQ thread falling asleep and the
  * doorbell helper waking it, cancellation (every I/O completes exactly once), and paced reads
- * and punted, paced writes going out the pace apart with their bytes intact. Exits 77 where
- * the kernel refuses such rings or the temporary directory refuses O_DIRECT.
+ * and punted, paced writes going out the pace apart with their bytes intact. The tests that do
+ * not concern the SQ thread run again with the host issuing the I/O (host_submits), which must
+ * leave no SQ thread and hand every I/O to the kernel in batches. Exits 77 where the kernel
+ * refuses such rings or the temporary directory refuses O_DIRECT.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +23,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <dirent.h>
+#include <stdio.h>
 
 #include "gpu_uring/gpu_uring.h"
 #include "t_util.h"
@@ -34,6 +38,9 @@ struct fixture {
 	uint8_t *buf; /* FILE_IOS x IO_BYTES, registered as the fixed buffer */
 	struct t_rng rng;
 };
+
+/* Rings made by ring() and paced_ring(): I/O issued by the host rather than an SQ thread. */
+static bool g_host_submits;
 
 struct run {
 	struct tt_gpu_uring_io *ios;
@@ -86,6 +93,7 @@ paced_ring(struct fixture *f, uint32_t sq, uint32_t cq, uint32_t idle_ms, uint32
 	    .sq_entries = sq,
 	    .cq_entries = cq,
 	    .sq_idle_ms = idle_ms,
+	    .host_submits = g_host_submits,
 	    .read_pace_ns = pace_ns,
 	};
 	struct tt_gpu_uring *r = NULL;
@@ -444,6 +452,105 @@ test_ring_punted_writes_are_submitted_the_pace_apart(void **state)
 	tt_gpu_uring_destroy(r);
 }
 
+#define MAX_SQ_THREADS 64
+
+/* The io_uring SQ threads of this process (named iou-sqp-PID): their thread ids into \p tids,
+ * returns how many. */
+static uint32_t
+sq_threads(long *tids)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	uint32_t n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL && n < MAX_SQ_THREADS) {
+		char path[320], comm[32] = "";
+		FILE *fp;
+
+		if (e->d_name[0] == '.') {
+			continue;
+		}
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		fp = fopen(path, "r");
+		if (fp == NULL) {
+			continue; /* the thread ended meanwhile */
+		}
+		if (fgets(comm, sizeof(comm), fp) != NULL && strncmp(comm, "iou-sqp", 7) == 0) {
+			tids[n++] = strtol(e->d_name, NULL, 10);
+		}
+		fclose(fp);
+	}
+	closedir(d);
+	return n;
+}
+
+/* SQ threads now that were not in \p before (\p nr_before of them): an earlier ring's may end
+ * meanwhile, some time after it was closed, so threads are told apart by id, not counted. */
+static uint32_t
+new_sq_threads(const long *before, uint32_t nr_before)
+{
+	long now[MAX_SQ_THREADS];
+	uint32_t nr = sq_threads(now), fresh = 0;
+
+	for (uint32_t i = 0; i < nr; i++) {
+		bool seen = false;
+
+		for (uint32_t j = 0; j < nr_before; j++) {
+			seen = seen || now[i] == before[j];
+		}
+		fresh += !seen;
+	}
+	return fresh;
+}
+
+/* With host_submits no SQ thread exists, every I/O reaches the kernel through the helper's
+ * calls, several to a call when they were queued together, and the helper's CPU time is
+ * measured; an SQPOLL ring has its SQ thread. */
+static void
+test_ring_host_submits_issue_every_io_without_an_sq_thread(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gpu_uring *r;
+	struct run *run = make_run(FILE_IOS);
+	uint32_t perm[FILE_IOS];
+	uint8_t *expect = malloc((size_t)FILE_IOS * IO_BYTES);
+	long before[MAX_SQ_THREADS];
+	uint32_t nr_before = sq_threads(before);
+
+	assert_non_null(expect);
+	g_host_submits = true;
+	r = ring(f, 64, 128, 100);
+	g_host_submits = false;
+	assert_int_equal(new_sq_threads(before, nr_before), 0);
+	for (uint32_t i = 0; i < FILE_IOS; i++) {
+		perm[i] = FILE_IOS - 1 - i;
+	}
+	t_rng_fill(&f->rng, f->buf, (size_t)FILE_IOS * IO_BYTES);
+	memcpy(expect, f->buf, (size_t)FILE_IOS * IO_BYTES);
+	program(f, run, perm, true);
+	(void)timed_run(r, run);
+	read_back(f, r, run, perm, expect);
+	assert_int_equal(new_sq_threads(before, nr_before), 0);
+	assert_int_equal(tt_gpu_uring_host_submitted(r), 2 * FILE_IOS);
+	assert_true(tt_gpu_uring_host_submit_calls(r) >= 1);
+	assert_true(tt_gpu_uring_host_submit_calls(r) < 2 * FILE_IOS);
+	assert_true(tt_gpu_uring_helper_cpu_ns(r) > 0);
+	assert_int_equal(tt_gpu_uring_wakeups(r), 0);
+	tt_gpu_uring_destroy(r);
+	r = ring(f, 64, 128, 100);
+	/* An SQ thread takes its name once it first runs. */
+	for (int i = 0; i < 1000 && new_sq_threads(before, nr_before) == 0; i++) {
+		struct timespec ms = {0, 1000000};
+
+		nanosleep(&ms, NULL);
+	}
+	assert_int_equal(new_sq_threads(before, nr_before), 1);
+	free(expect);
+	free_run(run);
+	tt_gpu_uring_destroy(r);
+}
+
 static void
 test_ring_bad_configurations_are_einval(void **state)
 {
@@ -468,10 +575,43 @@ test_ring_bad_configurations_are_einval(void **state)
 	tt_gpu_uring_destroy(NULL);
 }
 
+static int
+host_group_setup(void **state)
+{
+	(void)state;
+	g_host_submits = true;
+	return 0;
+}
+
+static int
+host_group_teardown(void **state)
+{
+	(void)state;
+	g_host_submits = false;
+	return 0;
+}
+
 int
 main(void)
 {
+	/* Both issuers: what does not concern the SQ thread. */
+	const struct CMUnitTest host_tests[] = {
+	    cmocka_unit_test_setup_teardown(test_ring_writes_then_reads_back_the_same_bytes, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_ring_small_ring_wraps_around_many_times, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_ring_window_larger_than_the_sq_fills_the_sq, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_ring_error_completions_reach_their_io, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_ring_cancel_completes_every_io_once, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_ring_paced_reads_are_submitted_the_pace_apart,
+	                                    setup, teardown),
+	};
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(
+	        test_ring_host_submits_issue_every_io_without_an_sq_thread, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_ring_writes_then_reads_back_the_same_bytes, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_ring_small_ring_wraps_around_many_times, setup,
@@ -508,5 +648,7 @@ main(void)
 	if (rc == -EOPNOTSUPP || rc == -ENOSYS || rc == -EPERM) {
 		return 77;
 	}
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	rc = cmocka_run_group_tests_name("sqpoll", tests, NULL, NULL);
+	return rc + cmocka_run_group_tests_name("host", host_tests, host_group_setup,
+	                                        host_group_teardown);
 }

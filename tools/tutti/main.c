@@ -50,7 +50,9 @@ usage(FILE *f)
 	    "  --context N          tokens per request (default 32768)\n"
 	    "  --requests N         requests sharing the prefix (default 1)\n"
 	    "  --shared N           shared prefix tokens (default 0)\n"
-	    "  --engine NAME        uring (default), posix or auto\n"
+	    "  --engine NAME        uring (default), posix, gpu-uring or auto\n"
+	    "  --gpu-io-submit X    gpu-uring: who issues its I/O: auto (default), sqpoll or\n"
+	    "                       host (include/tutti/store.h)\n"
 	    "  --dir DIR            store directory; repeat for several disks (default "
 	    "tutti-store)\n"
 	    "  --layout NAME        kv-first (default), packed or cross-layer\n"
@@ -86,6 +88,7 @@ enum {
 	OPT_REQUESTS,
 	OPT_SHARED,
 	OPT_ENGINE,
+	OPT_GPU_IO_SUBMIT,
 	OPT_DIR,
 	OPT_LAYOUT,
 	OPT_LAYERWISE,
@@ -116,6 +119,7 @@ static const struct option options[] = {
     {"requests", required_argument, NULL, OPT_REQUESTS},
     {"shared", required_argument, NULL, OPT_SHARED},
     {"engine", required_argument, NULL, OPT_ENGINE},
+    {"gpu-io-submit", required_argument, NULL, OPT_GPU_IO_SUBMIT},
     {"dir", required_argument, NULL, OPT_DIR},
     {"layout", required_argument, NULL, OPT_LAYOUT},
     {"layerwise", no_argument, NULL, OPT_LAYERWISE},
@@ -200,6 +204,12 @@ apply_option(int opt, const char *arg, struct kvbench_conf *c, bool *json, bool 
 		rc = tutti_engine_parse(arg);
 		if (rc >= 0) {
 			c->engine = (uint32_t)rc;
+		}
+		return rc < 0 ? rc : 0;
+	case OPT_GPU_IO_SUBMIT:
+		rc = tutti_gpu_io_submit_parse(arg);
+		if (rc >= 0) {
+			c->gpu_io_submit = (uint32_t)rc;
 		}
 		return rc < 0 ? rc : 0;
 	case OPT_DIR:
