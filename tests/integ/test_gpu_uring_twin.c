@@ -594,37 +594,26 @@ host_group_teardown(void **state)
 int
 main(void)
 {
-	/* Both issuers: what does not concern the SQ thread. */
-	const struct CMUnitTest host_tests[] = {
-	    cmocka_unit_test_setup_teardown(test_ring_writes_then_reads_back_the_same_bytes, setup,
-	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_ring_small_ring_wraps_around_many_times, setup,
-	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_ring_window_larger_than_the_sq_fills_the_sq, setup,
-	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_ring_error_completions_reach_their_io, setup,
-	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_ring_cancel_completes_every_io_once, setup,
-	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_ring_paced_reads_are_submitted_the_pace_apart,
-	                                    setup, teardown),
-	};
+/* Both issuers: what does not concern the SQ thread. */
+#define EITHER_ISSUER_TESTS                                                                        \
+	cmocka_unit_test_setup_teardown(test_ring_writes_then_reads_back_the_same_bytes, setup,    \
+	                                teardown),                                                 \
+	    cmocka_unit_test_setup_teardown(test_ring_small_ring_wraps_around_many_times, setup,   \
+	                                    teardown),                                             \
+	    cmocka_unit_test_setup_teardown(test_ring_window_larger_than_the_sq_fills_the_sq,      \
+	                                    setup, teardown),                                      \
+	    cmocka_unit_test_setup_teardown(test_ring_error_completions_reach_their_io, setup,     \
+	                                    teardown),                                             \
+	    cmocka_unit_test_setup_teardown(test_ring_cancel_completes_every_io_once, setup,       \
+	                                    teardown),                                             \
+	    cmocka_unit_test_setup_teardown(test_ring_paced_reads_are_submitted_the_pace_apart,    \
+	                                    setup, teardown)
+	const struct CMUnitTest host_tests[] = {EITHER_ISSUER_TESTS};
 	const struct CMUnitTest tests[] = {
+	    EITHER_ISSUER_TESTS,
 	    cmocka_unit_test_setup_teardown(
 	        test_ring_host_submits_issue_every_io_without_an_sq_thread, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_ring_writes_then_reads_back_the_same_bytes, setup,
-	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_ring_small_ring_wraps_around_many_times, setup,
-	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_ring_window_larger_than_the_sq_fills_the_sq, setup,
-	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_ring_error_completions_reach_their_io, setup,
-	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_ring_sleeping_sq_thread_is_woken_by_the_doorbell,
-	                                    setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_ring_cancel_completes_every_io_once, setup,
-	                                    teardown),
-	    cmocka_unit_test_setup_teardown(test_ring_paced_reads_are_submitted_the_pace_apart,
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_ring_punted_writes_are_submitted_the_pace_apart,
 	                                    setup, teardown),
