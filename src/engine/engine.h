@@ -134,9 +134,8 @@ struct tt_engine;
 
 /* Counters of an engine's data path, for the store's stats. */
 struct tt_engine_stats {
-	uint64_t io_ops; /* I/Os issued (queue, ring, cuFile) */
-	uint64_t
-	    io_submits; /* system calls that issued them (ring: SQ thread wake-ups, host submits) */
+	uint64_t io_ops;     /* I/Os issued (queue, ring, cuFile) */
+	uint64_t io_submits; /* system calls that issued them (ring: see gpu_uring_stats) */
 	uint64_t gpu_io_kernel_ns;
 	uint64_t gpu_io_block_ns;
 	uint64_t staging_bytes;

@@ -227,8 +227,9 @@ gpu_uring_stats(struct tt_engine *e, struct tt_engine_stats *out)
 	struct gpu_uring_engine *g = to_gu(e);
 
 	tt_cpu_stats(e, out);
-	/* System calls on the data path: for the ring only the host's wake-ups of its SQ thread,
-	 * never one per I/O. */
+	/* System calls on the data path: for the ring the host's wake-ups of its SQ thread, or
+	 * where the host issues the I/O its submission calls (one per poll with I/O queued), never
+	 * one per I/O. */
 	out->io_ops += g->ios;
 	out->io_submits += g->ring != NULL ? tt_gpu_uring_wakeups(g->ring) +
 	                                         tt_gpu_uring_host_submit_calls(g->ring)
