@@ -358,6 +358,8 @@ def tier_counters(c, system):
         out.update({"tutti_load_tokens": g("vllm:tutti_load_tokens"),
                     "tutti_load_errors": g("vllm:tutti_load_errors"),
                     "tutti_save_tokens": g("vllm:tutti_save_tokens"),
+                    # found in the store, computed because reading was measured slower
+                    "tutti_declined_tokens": g("vllm:tutti_declined_tokens"),
                     "tutti_load_s": g("vllm:tutti_load_seconds"),
                     "tutti_pipeline_steps": g("vllm:tutti_pipeline_steps"),
                     # Compute waiting for KV: the pipeline's stall with layerwise loads, the

@@ -23,6 +23,9 @@ store's history:
 - a set whose first chunks were damaged between two processes ("recompute"): every prompt fails
   to load from its first chunk, vLLM recomputes it whole, outputs equal the first pass, and the
   connector counts the load errors.
+Every case loads each hit whole (``"load_policy": "always"``): the matrix checks what loads
+give, and the load plan would have the disk's hits recomputed once it has measured that the
+disk reads slower than vLLM computes (tutti/vllm/planner.py).
 A reference process without the connector serves each set twice (first pass, then from vLLM's
 prefix cache). The first prompt of set P has a twin that differs in its first 256 tokens (one
 chunk) only; the two must give different outputs, or identical outputs would prove nothing.
@@ -312,8 +315,8 @@ class Matrix:
         if storage is not None:
             st = self.state[storage]
             d = self.dirs[storage]
-            spec["connector"] = dict(case["config"], dirs=[str(d)],
-                                     capacity_gb=self.setup["capacity_gb"])
+            spec["connector"] = dict({"load_policy": "always"}, **case["config"],
+                                     dirs=[str(d)], capacity_gb=self.setup["capacity_gb"])
             if case.get("corrupt"):
                 name = case["corrupt"]
                 if name not in st["seqs"]:

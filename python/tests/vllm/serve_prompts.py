@@ -54,7 +54,19 @@ def main(model, prompts_path, out_path, store=None, mode="sync", remote=None, tp
     # Where the package and the library the connector used came from.
     where = {"package": tutti.__file__, "library": _lib._lib._name if _lib._lib else None}
     json.dump({"tokens": [list(o.outputs[0].token_ids) for o in outs], "metrics": metrics,
-               "tutti": where}, open(out_path, "w"))
+               "tutti": where, "plan": plan_rates(llm)}, open(out_path, "w"))
+
+
+def plan_rates(llm):
+    """The rates the scheduler's load plan measured (tutti/vllm/planner.py), where the engine
+    core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0); None elsewhere."""
+    core = getattr(getattr(llm.llm_engine, "engine_core", None), "engine_core", None)
+    connector = getattr(getattr(core, "scheduler", None), "connector", None)
+    planner = getattr(getattr(connector, "scheduler", None), "planner", None)
+    if planner is None:
+        return None
+    return {"read_bytes_per_s": planner.read_bytes_per_s(),
+            "compute_tokens_per_s": planner.compute_tokens_per_s()}
 
 
 if __name__ == "__main__":

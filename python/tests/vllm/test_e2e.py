@@ -54,7 +54,9 @@ def prompts():
     first = [shared + [r.randrange(1, 500) for _ in range(r.randrange(40, 90))]
              for _ in range(4)]
     extended = [p + [r.randrange(1, 500) for _ in range(16)] for p in first]
-    return first, first + extended
+    # Prompts no process has seen: computed in long forward passes, which the load plan times.
+    fresh = [[r.randrange(1, 500) for _ in range(700)] for _ in range(2)]
+    return first, first + extended, fresh
 
 
 def damage_every_slot(store_dir):
@@ -81,9 +83,10 @@ def check_installed(result, library=True):
 
 def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model_dir, prompts,
                                                                          tmp_path):
-    first, second = prompts
+    first, second, fresh = prompts
     store = tmp_path / "store"
-    reference = run(model_dir, second, tmp_path, "reference")
+    reference = run(model_dir, second + fresh, tmp_path, "reference")
+    computed = reference["tokens"][:len(second)]
 
     a = run(model_dir, first, tmp_path, "a", store)
     # vLLM's defaults: the engine core, and the library with it, in a child process.
@@ -104,15 +107,20 @@ def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model_di
     loaded = b["metrics"]["vllm:tutti_load_tokens"]
     assert loaded >= 0.9 * prompt_tokens, (loaded, prompt_tokens)
     assert b["metrics"]["vllm:tutti_load_errors"] == 0
-    assert b["tokens"] == reference["tokens"]
+    assert b["tokens"] == computed
 
     # The same with asynchronous loads: requests wait while a loader thread reads their KV;
     # and with the worker in the scheduler's process, where both use one handle of the store.
-    b2 = run(model_dir, second, tmp_path, "b-async", store, mode="async",
+    # New prompts beside them are computed meanwhile.
+    b2 = run(model_dir, second + fresh, tmp_path, "b-async", store, mode="async",
              env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
     assert b2["metrics"]["vllm:tutti_load_tokens"] >= 0.9 * prompt_tokens
     assert b2["metrics"]["vllm:tutti_load_errors"] == 0
     assert b2["tokens"] == reference["tokens"]
+    # The worker's measurements of its loads and of the long forward passes reached the
+    # scheduler's load plan through vLLM's worker metadata.
+    assert b2["plan"]["read_bytes_per_s"] > 0, b2["plan"]
+    assert b2["plan"]["compute_tokens_per_s"] > 0, b2["plan"]
     assert (tmp_path / "b-async.log").read_text().count("tutti: store ") == 1
     check_installed(b2)
 
@@ -122,7 +130,7 @@ def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model_di
     c = run(model_dir, second, tmp_path, "c", store, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
     assert c["metrics"]["vllm:tutti_load_errors"] > 0
     assert c["metrics"]["vllm:tutti_load_tokens"] == 0
-    assert c["tokens"] == reference["tokens"]
+    assert c["tokens"] == computed
     assert "checksum mismatch" in (tmp_path / "c.log").read_text()
 
     # New weights at the same path (same geometry, same file sizes): a new namespace. The store
@@ -132,7 +140,7 @@ def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model_di
 
     tiny_llama.make(model_dir, seed=1)
     new_reference = run(model_dir, second, tmp_path, "reference-new")
-    assert new_reference["tokens"] != reference["tokens"]
+    assert new_reference["tokens"] != computed
     # Every prompt of D reaches the scheduler before the first step (as C's), so any hit would
     # be the old weights' KV.
     d = run(model_dir, second, tmp_path, "d", store, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})

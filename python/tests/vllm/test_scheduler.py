@@ -168,3 +168,68 @@ def test_async_loads_park_the_request_until_the_worker_reports_them(model_dir, t
     assert out2.num_scheduled_tokens[req.request_id] == 300 - 192
     assert out2.kv_connector_metadata.loads == []
     sched.connector.shutdown()
+
+
+def report_rates(connector, read_bytes_per_s, compute_tokens_per_s, steps=2, totals=None):
+    """What the worker reports (its running totals, from ``totals`` on) after ``steps`` steps
+    that each loaded and computed for a second at these rates (tutti/vllm/planner.py), as vLLM
+    hands it to the scheduler's connector; returns the new totals."""
+    from vllm.v1.outputs import KVConnectorOutput
+
+    from tutti.vllm.planner import Rates
+    from tutti.vllm.ranks import TuttiWorkerMetadata
+
+    t = totals or Rates()
+    for _ in range(steps):
+        t = Rates(t.load_bytes + int(read_bytes_per_s), t.load_ns + 10**9,
+                  t.compute_tokens + int(compute_tokens_per_s), t.compute_ns + 10**9)
+        connector.update_connector_output(KVConnectorOutput(
+            kv_connector_worker_meta=TuttiWorkerMetadata({}, {0: t})))
+    return t
+
+
+def test_a_hit_slower_to_read_than_to_compute_is_computed_and_not_saved_again(model_dir,
+                                                                              tmp_path):
+    sched = make_scheduler(model_dir, tmp_path / "s")
+    tokens = prompt(300)
+    populate(sched.connector, request(tokens), 3)  # 192 tokens stored
+    token_bytes = sched.connector.ctx.geo.layer_block_bytes * 2 / BS
+    # Reading a token takes 10 ms, computing one 1 us.
+    totals = report_rates(sched.connector, token_bytes * 100, 10**6)
+    req = request(tokens)
+    out, meta = schedule_one(sched, req)
+    assert out.scheduled_new_reqs[0].num_computed_tokens == 0
+    assert out.num_scheduled_tokens[req.request_id] == 300
+    assert meta.loads == []
+    # Recomputed, the stored chunks are not written again: chunk 3 and the tail only.
+    (save,) = meta.saves
+    block_ids = out.scheduled_new_reqs[0].block_ids[0]
+    assert save.first_chunk == 3 and save.block_ids == block_ids[6:9]
+    stats = sched.connector.get_kv_connector_stats().reduce()
+    assert stats["hit_tokens"] == 0 and stats["declined_tokens"] == 192
+
+    # The store reads fast again (reading a token 0.1 us): the same prefix loads.
+    report_rates(sched.connector, token_bytes * 10**7, 10**6, steps=3, totals=totals)
+    req2 = request(tokens)
+    out2, meta2 = schedule_one(sched, req2)
+    assert out2.num_scheduled_tokens[req2.request_id] == 300 - 192
+    (load,) = meta2.loads
+    assert load.req_id == req2.request_id and len(load.block_ids) == 6
+    sched.connector.shutdown()
+
+
+def test_load_policy_always_loads_a_slow_hit(model_dir, tmp_path):
+    store = tmp_path / "s"
+    sched = make_scheduler(model_dir, store, extra={
+        "dirs": [str(store)], "capacity_gb": 0.05, "chunk_tokens": CHUNK,
+        "load_policy": "always"})
+    tokens = prompt(300)
+    populate(sched.connector, request(tokens), 3)
+    report_rates(sched.connector, 1, 10**6)  # a byte a second
+    req = request(tokens)
+    out, meta = schedule_one(sched, req)
+    assert out.num_scheduled_tokens[req.request_id] == 300 - 192 and len(meta.loads) == 1
+    with pytest.raises(ValueError, match="\"load_policy\" must be one of auto, always"):
+        make_scheduler(model_dir, tmp_path / "t", extra={
+            "dirs": [str(tmp_path / "t")], "capacity_gb": 0.05, "load_policy": "never"})
+    sched.connector.shutdown()

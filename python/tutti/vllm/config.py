@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 KNOWN_KEYS = frozenset({
     "dirs", "dir", "capacity_gb", "capacity_bytes", "chunk_tokens", "engine", "durability",
     "staging_mb", "gpu_io_workers", "gpu_io_sms", "namespace", "async_load", "async_save",
-    "layerwise", "remote",
+    "layerwise", "remote", "load_policy",
 })
 
 
@@ -60,6 +60,9 @@ class TuttiConfig:
     # (ConnectorContext).
     layerwise: bool | None = None
     remote: remote_tier.RemoteConfig | None = None  # the cross-node tier (docs/cluster.md)
+    # "auto": a hit is loaded where reading it is faster than computing it, as measured while
+    # serving (tutti/vllm/planner.py); "always": every hit is loaded.
+    load_policy: str = "auto"
     capacity_key: str = "capacity_gb"  # the key the capacity was given with
 
     @classmethod
@@ -114,6 +117,8 @@ class TuttiConfig:
             raise ValueError("TuttiConnector: async_load and layerwise exclude each other: "
                              "async_load loads while the request waits, before its forward "
                              "pass; layerwise loads during the forward pass. Set one of them")
+        load_policy = parse_choice(extra.get("load_policy", "auto"), "load_policy",
+                                   LOAD_POLICIES)
         io = {}
         for k in ("gpu_io_workers", "gpu_io_sms"):
             v = extra.get(k, 0)
@@ -127,11 +132,13 @@ class TuttiConfig:
                    engine=engine, durability=durability,
                    staging_bytes=int(staging_mb * 2**20), namespace=namespace,
                    async_load=async_load, async_save=async_save, layerwise=layerwise,
+                   load_policy=load_policy,
                    remote=remote_tier.RemoteConfig.from_extra(extra.get("remote")))
 
 
 ENGINES = ("auto", "uring", "posix", "gpu-uring", "gds")
 DURABILITY = ("fast", "durable")
+LOAD_POLICIES = ("auto", "always")
 
 
 def parse_dirs(v: Any, key: str) -> list[Any]:

@@ -162,6 +162,13 @@ class TuttiConnector(KVConnectorBase_V1):
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         self._work().register_kv_caches(kv_caches)
 
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        # vLLM binds a step's metadata before its forward pass in every model runner: the
+        # worker times the pass from here (tutti/vllm/planner.py).
+        super().bind_connector_metadata(connector_metadata)
+        if self.worker is not None and isinstance(connector_metadata, TuttiConnectorMetadata):
+            self.worker.step_begins(connector_metadata)
+
     def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
         assert isinstance(kv_connector_metadata, TuttiConnectorMetadata)
         self._work().handle_preemptions(kv_connector_metadata)

@@ -41,7 +41,10 @@ REMOTE_COUNTERS: tuple[str, ...] = (
 PIPELINE_COUNTERS: tuple[str, ...] = (
     "pipeline_steps", "pipeline_layers_loaded", "pipeline_stall_ns", "pipeline_host_wait_ns",
     "pipeline_waits", "pipeline_waits_unhooked")
-ALL_COUNTERS: tuple[str, ...] = COUNTERS + REMOTE_COUNTERS + PIPELINE_COUNTERS
+# Tokens found in the store that the load plan left to vLLM to compute, because reading them
+# was measured slower than computing them (tutti/vllm/planner.py).
+PLAN_COUNTERS: tuple[str, ...] = ("declined_tokens",)
+ALL_COUNTERS: tuple[str, ...] = COUNTERS + REMOTE_COUNTERS + PIPELINE_COUNTERS + PLAN_COUNTERS
 
 
 @dataclass
@@ -73,7 +76,7 @@ class TuttiConnectorStats(KVConnectorStats):
             "save_tokens": d["save_tokens"],
             "save_errors": d["save_errors"],
         }
-        for k in ("save_orphans", "save_no_space"):
+        for k in ("save_orphans", "save_no_space", "declined_tokens"):
             if d.get(k, 0):
                 out[k] = d[k]
         for op in ("load", "save"):

@@ -40,6 +40,7 @@ from typing import Any
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorWorkerMetadata
 
 from tutti.store import Store
+from tutti.vllm.planner import Rates
 
 RANK_FIELD = "{rank}"
 
@@ -89,9 +90,11 @@ class RankReport:
 
 @dataclass
 class TuttiWorkerMetadata(KVConnectorWorkerMetadata):
-    """Worker -> scheduler: the store reports of the ranks of one step, keyed by rank."""
+    """Worker -> scheduler: the store reports of the ranks of one step, and their load and
+    compute measurements (tutti/vllm/planner.py), keyed by rank."""
 
     reports: dict[int, RankReport] = field(default_factory=dict)  # rank -> RankReport
+    rates: dict[int, Rates] = field(default_factory=dict)  # rank -> its running totals
 
     def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
         # One report per rank and step is expected; should a rank appear twice, the later
@@ -100,6 +103,11 @@ class TuttiWorkerMetadata(KVConnectorWorkerMetadata):
             mine = self.reports.get(rank)
             if mine is None or rep.seq > mine.seq:
                 self.reports[rank] = rep
+        # Running totals only grow: the larger is the later.
+        for rank, r in getattr(other, "rates", {}).items():
+            have = self.rates.get(rank)
+            if have is None or r.load_ns + r.compute_ns >= have.load_ns + have.compute_ns:
+                self.rates[rank] = r
         return self
 
 

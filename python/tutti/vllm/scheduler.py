@@ -4,11 +4,13 @@ loads and saves each step, and what the worker reported back.
 
 - ``get_num_new_matched_tokens`` asks for the longest stored prefix of the prompt
   (block-aligned, leaving at least one token to compute): from the store itself when this
-  process holds it, or from the view the workers' reports build (tutti/vllm/ranks.py).
+  process holds it, or from the view the workers' reports build (tutti/vllm/ranks.py); the
+  load plan then keeps the part worth reading rather than computing (tutti/vllm/planner.py).
 - ``update_state_after_alloc`` turns a hit into a load of the blocks vLLM allocated.
 - ``build_connector_meta`` sends the worker this step's loads and the chunks that became
   complete (to save).
-- ``update_connector_output`` folds in the workers' store reports and failed loads.
+- ``update_connector_output`` folds in the workers' store reports, their load and compute
+  measurements, finished asynchronous loads and failed loads.
 - With ``async_save`` the worker writes saves after the step, and vLLM frees a finished or
   preempted request's blocks at once: each step's metadata lists the blocks the step handed out,
   so that the worker waits for the saves still reading them before they are written.
@@ -29,6 +31,7 @@ from tutti.vllm.config import ConnectorContext
 from tutti.vllm.data import LoadSpec, SaveSpec, TuttiConnectorMetadata, chunk_keys
 from tutti.vllm.log import log
 from tutti.vllm.metrics import TuttiConnectorStats
+from tutti.vllm.planner import LoadPlanner
 from tutti.vllm.stores import (
     RemoteKey,
     StoreKey,
@@ -66,6 +69,7 @@ class _Lookup:
     looked_up: int  # tokens looked up
     full_hit: int  # full chunks found in the local store
     partial_hit: bool  # the prompt's partial chunk found too
+    declined: int = 0  # tokens found that the load plan leaves to compute
 
 
 class TuttiScheduler:
@@ -102,6 +106,14 @@ class TuttiScheduler:
         self._lookups: dict[str, _Lookup] = {}
         self._pending_loads: dict[str, LoadSpec] = {}
         self._remote_local_hits: dict[str, int] = {}  # request -> local chunks, with remote ones
+        self._block_bytes = ctx.geo.layer_block_bytes * ctx.geo.nr_layers  # all layers
+        self.planner = LoadPlanner(self._block_bytes / self.block_size, self.block_size,
+                                   ctx.cfg.chunk_tokens,
+                                   layerwise=bool(ctx.cfg.layerwise),
+                                   weigh=ctx.cfg.load_policy == "auto")
+        # Asynchronous loads handed to the worker and not reported finished: request -> bytes
+        # (a new load waits behind them on the worker's loader).
+        self._loading: dict[str, int] = {}
 
     def remote_hit_tokens(self, req_id: str, num_external_tokens: int) -> int:
         """Of a request's load just planned, the tokens that come from the remote tier."""
@@ -139,6 +151,7 @@ class TuttiScheduler:
             assert self.store is not None
             hit, hit_blocks = self.store.lookup(keys)
         local_hit = hit
+        more = 0
         if self.remote is not None and hit < len(keys) and hit_blocks < limit:
             more = self._remote_lookup(self.remote, keys, hit, hit_blocks, limit,
                                        num_computed_tokens)
@@ -148,15 +161,24 @@ class TuttiScheduler:
                 self._remote_local_hits[request.request_id] = local_hit
             else:
                 self._remote_local_hits.pop(request.request_id, None)
-        ext = max(0, min(hit_blocks, limit) * bs - num_computed_tokens)
+        found = max(0, min(hit_blocks, limit) * bs - num_computed_tokens)
+        # The remote tier weighed its own part (remote_tier.worth_fetching).
+        ext = found if more else self.planner.plan(
+            found, request.num_prompt_tokens - num_computed_tokens, self._queued_load_bytes())
         # Counted when the request is admitted (this may be asked again before then).
         # Chunks from the remote tier are not in the local store yet: they are saved (promoted)
         # like computed ones once loaded.
         partial_hit = local_hit == len(keys) and len(hashes) % self.bpc != 0
         self._lookups[request.request_id] = _Lookup(
             num_computed_tokens, keys[:hit], limit * bs - num_computed_tokens,
-            local_hit - partial_hit, partial_hit)
+            local_hit - partial_hit, partial_hit, found - ext)
         return ext, self.ctx.cfg.async_load is True and ext > 0
+
+    def _queued_load_bytes(self) -> int:
+        """Bytes of the loads a new one would wait behind on the worker: planned this step,
+        or handed over and still under way (asynchronous)."""
+        planned = sum(len(s.block_ids) for s in self._pending_loads.values())
+        return planned * self._block_bytes + sum(self._loading.values())
 
     def _view_ready(self, view: ranks.RankView) -> bool:
         if view.ready():
@@ -174,8 +196,12 @@ class TuttiScheduler:
 
     def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
-        if self.view is not None and isinstance(meta, ranks.TuttiWorkerMetadata):
-            self.view.apply(meta.reports)
+        if isinstance(meta, ranks.TuttiWorkerMetadata):
+            if self.view is not None:
+                self.view.apply(meta.reports)
+            self.planner.update(meta.rates)
+        for req_id in connector_output.finished_recving or ():
+            self._loading.pop(req_id, None)
         if connector_output.invalid_block_ids:
             self._after_failed_loads(connector_output.invalid_block_ids)
 
@@ -201,6 +227,12 @@ class TuttiScheduler:
             return
         self.stats.add("lookup_tokens", found.looked_up)
         self.stats.add("hit_tokens", num_external_tokens)
+        self.stats.add("declined_tokens", found.declined)
+        state = self._reqs.get(request.request_id)
+        if state is not None:
+            # What was found need not be written again, loaded or not.
+            state.saved_chunks = max(state.saved_chunks, found.full_hit)
+            state.tail_done = state.tail_done or found.partial_hit
         if num_external_tokens == 0:
             return
         bs = self.block_size
@@ -213,11 +245,7 @@ class TuttiScheduler:
             request.request_id, found.keys[:nr_keys], first // self.bpc, first % self.bpc,
             block_ids[first:last],
             remote_from=local_hit if local_hit is not None and local_hit < nr_keys else -1)
-        state = self._reqs.get(request.request_id)
         if state is not None:
-            # What was found need not be written again.
-            state.saved_chunks = max(state.saved_chunks, found.full_hit)
-            state.tail_done = state.tail_done or found.partial_hit
             state.loaded = (first, block_ids[first:last])
 
     def _saves_of(self, state: _ReqState, req_id: str, done_tokens: int) -> SaveSpec | None:
@@ -246,6 +274,9 @@ class TuttiScheduler:
         # now, asynchronous ones to requests that wait for them (WAITING_FOR_REMOTE_KVS).
         meta.loads = list(self._pending_loads.values())
         self._pending_loads.clear()
+        if self.ctx.cfg.async_load:
+            for spec in meta.loads:
+                self._loading[spec.req_id] = len(spec.block_ids) * self._block_bytes
         meta.compute_tokens = int(getattr(scheduler_output, "total_num_scheduled_tokens", 0))
         if self.view is not None:
             meta.resync = self.view.take_resync()
@@ -295,6 +326,7 @@ class TuttiScheduler:
         self._lookups.pop(request.request_id, None)
         self._pending_loads.pop(request.request_id, None)
         self._remote_local_hits.pop(request.request_id, None)
+        self._loading.pop(request.request_id, None)
         # Blocks are freed at once: a save still reading them is waited for where they are
         # handed out again (the metadata's new_blocks).
         return False, None

@@ -36,6 +36,7 @@ from tutti.vllm.data import LoadSpec, SaveSpec, TuttiConnectorMetadata
 from tutti.vllm.layerwise import LayerwiseLoads
 from tutti.vllm.log import log
 from tutti.vllm.metrics import TuttiConnectorStats
+from tutti.vllm.planner import Rates, StepClock
 from tutti.vllm.stores import (
     RemoteKey,
     StoreKey,
@@ -116,6 +117,11 @@ class TuttiWorker:
         self._lock = threading.Lock()
         self._stats = TuttiConnectorStats()
         self._load_errors: set[int] = set()
+        # What the scheduler weighs loads with (tutti/vllm/planner.py): this rank's loads
+        # (under the lock) and forward passes, and the totals it last sent.
+        self._rates = Rates()
+        self._rates_sent = Rates()
+        self.clock: StepClock | None = None  # once the KV is registered
         # asynchronous loads: one thread moves them; finished ids and their errors are handed
         # to vLLM together (errors no later than the step that reports the request done)
         self._loader: ThreadPoolExecutor | None = None
@@ -165,6 +171,7 @@ class TuttiWorker:
         assert per_layer is not None
         self.kv = KV(self.geo, segs, per_layer, num_blocks, mem=mem)
         self.kv_mem = mem
+        self.clock = StepClock(gpu=mem == "cuda")
         hazard = failed_load_hazard(self.ctx, mem)
         if hazard is not None:
             log.warning("tutti: %s", hazard)
@@ -181,6 +188,14 @@ class TuttiWorker:
                                             self.ctx.layer_names, mem)
 
     # -- loads --
+
+    def step_begins(self, meta: TuttiConnectorMetadata) -> None:
+        """The step's metadata is bound, before its forward: time the forward where it
+        computes without loading inside the step (a load there would be counted as compute)."""
+        if self.clock is None:
+            return
+        in_step_loads = bool(meta.loads) and not self.cfg.async_load
+        self.clock.begin(0 if in_step_loads else meta.compute_tokens)
 
     def start_load_kv(self, meta: TuttiConnectorMetadata) -> None:
         # Before this step's loads write into blocks handed out again (a runner that calls
@@ -231,6 +246,7 @@ class TuttiWorker:
         """Count one request's load (``status``: one entry per chunk, 0 or -errno); returns
         the block ids that could not be loaded."""
         failed: set[int] = set()
+        loaded = 0
         with self._lock:
             self._stats.add("load_ns", ns)
             for i, rc in enumerate(status):
@@ -241,8 +257,11 @@ class TuttiWorker:
                 else:
                     if self._count_tokens:
                         self._stats.add("load_tokens", len(blocks) * self.block_size)
-                    self._stats.add("load_bytes", len(blocks) * self.geo.layer_block_bytes
-                                    * self.geo.nr_layers)
+                    loaded += len(blocks) * self.geo.layer_block_bytes * self.geo.nr_layers
+            self._stats.add("load_bytes", loaded)
+            if loaded and ns > 0:  # a load that moved nothing says nothing of the store's rate
+                self._rates.load_bytes += loaded
+                self._rates.load_ns += ns
         if self.reporter is not None:
             for i, rc in enumerate(status):
                 if rc != 0:
@@ -303,6 +322,8 @@ class TuttiWorker:
 
     def wait_for_save(self, meta: TuttiConnectorMetadata) -> None:
         # The forward pass is over: every layer of the step's loads has been read by now.
+        if self.clock is not None:
+            self.clock.end()
         self._finish_layerwise()
         assert self.kv is not None or not meta.saves
         forward_done: torch.cuda.Event | None = None
@@ -474,12 +495,25 @@ class TuttiWorker:
     # -- what the worker reports after each step --
 
     def build_connector_worker_meta(self) -> ranks.TuttiWorkerMetadata | None:
-        if self.reporter is None:
+        rep = self.reporter.report() if self.reporter is not None else None
+        rates = self._new_rates()
+        if rep is None and rates is None:
             return None
-        rep = self.reporter.report()
-        if rep is None:
+        return ranks.TuttiWorkerMetadata({self.rank: rep} if rep is not None else {},
+                                         {self.rank: rates} if rates is not None else {})
+
+    def _new_rates(self) -> Rates | None:
+        """This rank's running totals, where they moved since last sent."""
+        if self.clock is not None:
+            self.clock.poll()
+        with self._lock:
+            now = self._rates.copy()
+        if self.clock is not None:
+            now.compute_tokens, now.compute_ns = self.clock.tokens, self.clock.ns
+        if now == self._rates_sent:
             return None
-        return ranks.TuttiWorkerMetadata({self.rank: rep})
+        self._rates_sent = now
+        return now.copy()
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         # vLLM calls this before wait_for_save when it defers that call past a draft model's
