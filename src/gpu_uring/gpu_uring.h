@@ -68,8 +68,9 @@ struct tt_gpu_uring_region {
 };
 void tt_gpu_uring_regions(const struct tt_gpu_uring *r, struct tt_gpu_uring_region out[2]);
 
-/* Wake the SQ thread if it sleeps (nothing with host_submits): call once before a launch that
- * will queue I/O. */
+/* Call once before a launch that will queue I/O: the doorbell helper polls at its short period
+ * again if it had gone idle (no I/O for 100 ms: it then polls every millisecond), and the SQ
+ * thread is woken if it sleeps (there is none with host_submits). */
 void tt_gpu_uring_kick(struct tt_gpu_uring *r);
 
 /* Doorbell helper activity, for tests and stats: SQ thread wake-ups, and (host_submits) the
@@ -80,6 +81,8 @@ uint64_t tt_gpu_uring_host_submitted(const struct tt_gpu_uring *r);
 /* CPU time of the doorbell helper thread so far (ns): with host_submits, what issuing costs. */
 uint64_t tt_gpu_uring_helper_cpu_ns(const struct tt_gpu_uring *r);
 uint64_t tt_gpu_uring_overflow_flushes(const struct tt_gpu_uring *r);
+/* The helper's polls so far, and in *idle (may be NULL) those made at the idle period. */
+uint64_t tt_gpu_uring_helper_polls(const struct tt_gpu_uring *r, uint64_t *idle);
 
 /* ---- the twin: a host thread that drives the ring as the GPU kernel does ---- */
 

@@ -3,6 +3,7 @@
  * GPU-drivable io_uring: set-up with raw system calls, the doorbell helper, and the twin driver.
  */
 #include <errno.h>
+#include <linux/futex.h>
 #include <linux/io_uring.h>
 #include <pthread.h>
 #include <sched.h>
@@ -29,6 +30,13 @@
 /* With host_submits the helper's polls are the submission latency: its sleeps are held to the
  * period rather than stretched by the default 50 us timer slack. */
 #define HOST_SUBMIT_SLACK_NS 1000
+/* A helper that has seen no I/O move (SQ tail, CQ tail) and no kick for IDLE_AFTER_NS polls
+ * every IDLE_POLL_NS instead, until a kick or moving I/O brings it back: 20,000 wake-ups a
+ * second on an idle server cost a share of a core for nothing. A launch kicks the ring, so its
+ * I/O meets a fast-polling helper unless the kernel starts more than IDLE_AFTER_NS after it
+ * (queued behind that much work), when its first SQEs wait up to IDLE_POLL_NS. */
+#define IDLE_AFTER_NS 100000000ull
+#define IDLE_POLL_NS 1000000
 /* A pace above this is a mistake, not a tuning: it would hold a layer's reads for milliseconds. */
 #define MAX_PACE_NS 1000000u
 
@@ -48,6 +56,10 @@ struct tt_gpu_uring {
 	uint64_t overflow_flushes; /* atomic */
 	uint64_t submit_calls;     /* atomic: host_submits' io_uring_enter calls */
 	uint64_t submitted;        /* atomic: the SQEs they handed to the kernel */
+	uint64_t polls;            /* atomic: the helper's polls */
+	uint64_t idle_polls;       /* atomic: of those, made at the idle period */
+	uint32_t kicks;            /* atomic futex word: bumped by every kick */
+	uint32_t helper_idle;      /* atomic: the helper polls at the idle period */
 	const struct tt_log *log;
 };
 
@@ -145,11 +157,35 @@ host_submit(struct tt_gpu_uring *r)
 	}
 }
 
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleep one idle period, or less if a kick bumps r->kicks from \p seen. A futex rather than a
+ * condition variable: the kick on the launch path stays one atomic add and, only while the
+ * helper idles, one wake system call. */
+static void
+idle_wait(struct tt_gpu_uring *r, uint32_t seen)
+{
+	struct timespec t = {0, IDLE_POLL_NS};
+
+	(void)syscall(SYS_futex, &r->kicks, FUTEX_WAIT_PRIVATE, seen, &t, NULL, 0);
+}
+
 static void *
 helper_main(void *arg)
 {
 	struct tt_gpu_uring *r = arg;
 	struct timespec pause = {0, DOORBELL_NS};
+	uint32_t sq_seen = tt_ld_acquire(r->view.sq_tail);
+	uint32_t cq_seen = tt_ld_acquire(r->view.cq_tail);
+	uint32_t kicks_seen = __atomic_load_n(&r->kicks, __ATOMIC_ACQUIRE);
+	uint64_t last_active = now_ns();
 
 	/* Named, so that tools can tell its CPU time from the rest (benches count it with
 	 * io_uring's own threads). */
@@ -158,11 +194,30 @@ helper_main(void *arg)
 		(void)prctl(PR_SET_TIMERSLACK, HOST_SUBMIT_SLACK_NS, 0, 0, 0);
 	}
 	while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+		uint32_t sq = tt_ld_acquire(r->view.sq_tail);
+		uint32_t cq = tt_ld_acquire(r->view.cq_tail);
+		uint32_t kicks = __atomic_load_n(&r->kicks, __ATOMIC_ACQUIRE);
+		uint64_t now = now_ns();
+		bool idle;
+
 		if (r->host_submits) {
 			host_submit(r);
 		}
 		doorbell(r);
-		nanosleep(&pause, NULL);
+		if (sq != sq_seen || cq != cq_seen || kicks != kicks_seen ||
+		    sq != tt_ld_acquire(r->view.sq_head)) {
+			sq_seen = sq, cq_seen = cq, kicks_seen = kicks;
+			last_active = now;
+		}
+		idle = now - last_active >= IDLE_AFTER_NS;
+		__atomic_store_n(&r->helper_idle, idle ? 1u : 0u, __ATOMIC_SEQ_CST);
+		__atomic_add_fetch(&r->polls, 1, __ATOMIC_RELAXED);
+		if (idle) {
+			__atomic_add_fetch(&r->idle_polls, 1, __ATOMIC_RELAXED);
+			idle_wait(r, kicks);
+		} else {
+			nanosleep(&pause, NULL);
+		}
 	}
 	return NULL;
 }
@@ -170,6 +225,11 @@ helper_main(void *arg)
 void
 tt_gpu_uring_kick(struct tt_gpu_uring *r)
 {
+	/* The helper polls fast again from its next poll; wake it if it idles. */
+	__atomic_add_fetch(&r->kicks, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&r->helper_idle, __ATOMIC_SEQ_CST)) {
+		(void)syscall(SYS_futex, &r->kicks, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	}
 	if (r->host_submits) {
 		return; /* no SQ thread: the helper's next poll submits */
 	}
@@ -189,6 +249,15 @@ uint64_t
 tt_gpu_uring_overflow_flushes(const struct tt_gpu_uring *r)
 {
 	return __atomic_load_n(&r->overflow_flushes, __ATOMIC_RELAXED);
+}
+
+uint64_t
+tt_gpu_uring_helper_polls(const struct tt_gpu_uring *r, uint64_t *idle)
+{
+	if (idle != NULL) {
+		*idle = __atomic_load_n(&r->idle_polls, __ATOMIC_RELAXED);
+	}
+	return __atomic_load_n(&r->polls, __ATOMIC_RELAXED);
 }
 
 uint64_t

@@ -552,6 +552,60 @@ test_ring_host_submits_issue_every_io_without_an_sq_thread(void **state)
 }
 
 static void
+sleep_ms(long ms)
+{
+	struct timespec t = {ms / 1000, (ms % 1000) * 1000000};
+
+	while (nanosleep(&t, &t) != 0) {
+	}
+}
+
+/* With nothing moving for 100 ms the helper polls once a millisecond (20 times fewer than at
+ * work), I/O queued then still completes, and a kick brings the short period back at once. */
+static void
+test_ring_idle_helper_polls_slowly_until_kicked(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gpu_uring *r = ring(f, 64, 128, 100);
+	struct run *run = make_run(FILE_IOS);
+	uint32_t perm[FILE_IOS];
+	uint8_t *expect = malloc((size_t)FILE_IOS * IO_BYTES);
+	uint64_t polls0, idle0, polls1, idle1;
+
+	assert_non_null(expect);
+	sleep_ms(300);
+	polls0 = tt_gpu_uring_helper_polls(r, &idle0);
+	sleep_ms(200);
+	polls1 = tt_gpu_uring_helper_polls(r, &idle1);
+	/* At the short period 200 ms would be about 4,000 polls. */
+	assert_true(polls1 - polls0 <= 300);
+	assert_int_equal(idle1 - idle0, polls1 - polls0);
+	/* Queued to an idle helper, without a kick: found at its next poll. */
+	for (uint32_t i = 0; i < FILE_IOS; i++) {
+		perm[i] = i;
+	}
+	t_rng_fill(&f->rng, f->buf, (size_t)FILE_IOS * IO_BYTES);
+	memcpy(expect, f->buf, (size_t)FILE_IOS * IO_BYTES);
+	program(f, run, perm, true);
+	(void)timed_run(r, run);
+	read_back(f, r, run, perm, expect);
+	/* Idle again, then kicked: no poll at the idle period within the next 50 ms. */
+	sleep_ms(300);
+	(void)tt_gpu_uring_helper_polls(r, &idle0);
+	assert_true(idle0 > idle1);
+	tt_gpu_uring_kick(r);
+	sleep_ms(2);
+	polls0 = tt_gpu_uring_helper_polls(r, &idle0);
+	sleep_ms(50);
+	polls1 = tt_gpu_uring_helper_polls(r, &idle1);
+	assert_true(polls1 > polls0);
+	assert_int_equal(idle1, idle0);
+	free(expect);
+	free_run(run);
+	tt_gpu_uring_destroy(r);
+}
+
+static void
 test_ring_bad_configurations_are_einval(void **state)
 {
 	struct fixture *f = *state;
@@ -607,6 +661,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(test_ring_cancel_completes_every_io_once, setup,       \
 	                                    teardown),                                             \
 	    cmocka_unit_test_setup_teardown(test_ring_paced_reads_are_submitted_the_pace_apart,    \
+	                                    setup, teardown),                                      \
+	    cmocka_unit_test_setup_teardown(test_ring_idle_helper_polls_slowly_until_kicked,       \
 	                                    setup, teardown)
 	const struct CMUnitTest host_tests[] = {EITHER_ISSUER_TESTS};
 	const struct CMUnitTest tests[] = {
