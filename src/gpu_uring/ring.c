@@ -157,15 +157,6 @@ host_submit(struct tt_gpu_uring *r)
 	}
 }
 
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Sleep one idle period, or less if a kick bumps r->kicks from \p seen. A futex rather than a
  * condition variable: the kick on the launch path stays one atomic add and, only while the
  * helper idles, one wake system call. */
@@ -185,7 +176,7 @@ helper_main(void *arg)
 	uint32_t sq_seen = tt_ld_acquire(r->view.sq_tail);
 	uint32_t cq_seen = tt_ld_acquire(r->view.cq_tail);
 	uint32_t kicks_seen = __atomic_load_n(&r->kicks, __ATOMIC_ACQUIRE);
-	uint64_t last_active = now_ns();
+	uint64_t last_active = tt_now_ns();
 
 	/* Named, so that tools can tell its CPU time from the rest (benches count it with
 	 * io_uring's own threads). */
@@ -197,7 +188,7 @@ helper_main(void *arg)
 		uint32_t sq = tt_ld_acquire(r->view.sq_tail);
 		uint32_t cq = tt_ld_acquire(r->view.cq_tail);
 		uint32_t kicks = __atomic_load_n(&r->kicks, __ATOMIC_ACQUIRE);
-		uint64_t now = now_ns();
+		uint64_t now = tt_now_ns();
 		bool idle;
 
 		if (r->host_submits) {

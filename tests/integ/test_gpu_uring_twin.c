@@ -594,7 +594,7 @@ test_ring_idle_helper_polls_slowly_until_kicked(void **state)
 	(void)tt_gpu_uring_helper_polls(r, &idle0);
 	assert_true(idle0 > idle1);
 	tt_gpu_uring_kick(r);
-	sleep_ms(2);
+	sleep_ms(10); /* past a poll under way at the kick, which may still count as idle */
 	polls0 = tt_gpu_uring_helper_polls(r, &idle0);
 	sleep_ms(50);
 	polls1 = tt_gpu_uring_helper_polls(r, &idle1);
