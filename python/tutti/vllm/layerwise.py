@@ -166,6 +166,12 @@ class LayerwiseLoads:
             time.sleep(delay)
             delay = min(delay * 2, 1e-3)
 
+    def read_bytes_per_s(self) -> float:
+        """The store's read rate as the pipeline measures it (each layer's read from its issue,
+        or the previous layer's end, to its landing; refined every step): a step's own load
+        time follows the compute that paces its reads, not the store. 0: not measured yet."""
+        return float(self.pipe.stats()["read_bytes_per_s"])
+
     def take_counts(self) -> dict[str, int]:
         """The pipeline counters (metrics.PIPELINE_COUNTERS) since the last call."""
         out = {"pipeline_waits": self._counts.waits,

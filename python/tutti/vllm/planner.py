@@ -9,7 +9,9 @@ first token. So:
 
 - The worker measures (``Rates``, running totals sent with each step's worker metadata,
   tutti/vllm/ranks.py): the bytes its loads moved and how long those loads took, from the
-  request's side (waiting for the store's load or save in progress included); and, for forward
+  request's side (waiting for the store's load or save in progress included; for layerwise
+  loads, whose reads the compute paces, the pipeline's own measure of the store's reads); and,
+  for forward
   passes that compute at least ``MIN_STEP_TOKENS`` tokens and load nothing inside the step, the
   tokens computed and the pass's duration (``StepClock``: GPU time between two events on the
   compute stream with KV in GPU memory, the host clock otherwise).

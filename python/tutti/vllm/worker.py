@@ -242,9 +242,11 @@ class TuttiWorker:
             status = [-(e.errno or errno.EIO)] * (len(spec.keys) - spec.first_chunk)
         return self._account_load(spec, status, time.perf_counter_ns() - t0)
 
-    def _account_load(self, spec: LoadSpec, status: list[int], ns: int) -> set[int]:
+    def _account_load(self, spec: LoadSpec, status: list[int], ns: int,
+                      read_bytes_per_s: float | None = None) -> set[int]:
         """Count one request's load (``status``: one entry per chunk, 0 or -errno); returns
-        the block ids that could not be loaded."""
+        the block ids that could not be loaded. ``read_bytes_per_s``: the store's rate as the
+        layerwise pipeline measured it, which the load plan takes instead of ``ns`` (0: none)."""
         failed: set[int] = set()
         loaded = 0
         with self._lock:
@@ -259,6 +261,8 @@ class TuttiWorker:
                         self._stats.add("load_tokens", len(blocks) * self.block_size)
                     loaded += len(blocks) * self.geo.layer_block_bytes * self.geo.nr_layers
             self._stats.add("load_bytes", loaded)
+            if read_bytes_per_s is not None:
+                ns = int(loaded / read_bytes_per_s * 1e9) if read_bytes_per_s > 0 else 0
             if loaded and ns > 0:  # a load that moved nothing says nothing of the store's rate
                 self._rates.load_bytes += loaded
                 self._rates.load_ns += ns
@@ -309,11 +313,12 @@ class TuttiWorker:
         done = self.layerwise.finish()
         if done is None:
             return
+        read_bps = self.layerwise.read_bytes_per_s()
         at = 0
         for spec in done.specs:
             n = len(spec.keys) - spec.first_chunk
             status = done.status[at:at + n] if done.status is not None else [-errno.EIO] * n
-            failed = self._account_load(spec, status, done.load_ns if at == 0 else 0)
+            failed = self._account_load(spec, status, done.load_ns if at == 0 else 0, read_bps)
             at += n
             with self._lock:
                 self._load_errors.update(failed)
