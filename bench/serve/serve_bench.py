@@ -120,6 +120,8 @@ def main():
     ap.add_argument("--gpu-blocks", type=int, default=None)
     ap.add_argument("--deadline", type=float, default=480, help="seconds for everything")
     ap.add_argument("--smoke", action="store_true", help="tiny model on vLLM's CPU build")
+    ap.add_argument("--tutti-load-policy", choices=("auto", "always"), default=None,
+                    help="the Tutti systems' load_policy (default: the connector's, auto)")
     ap.add_argument("--allow-lmcache-v1", action="store_true",
                     help="run lmcache and lmcache-min (LMCache's in-process connector) even on a "
                     "vLLM whose packed K/V layout it moves wrong (LMCache issue #4463)")
@@ -186,7 +188,8 @@ def main():
             shutil.rmtree(sdir, ignore_errors=True)
             sdir.mkdir(parents=True)
         port = free_port(systems.LMCACHE_MP_HOST)
-        kv, env, info = systems.config(system, sdir, work, summary, kvpt, port)
+        kv, env, info = systems.config(system, sdir, work, summary, kvpt, port,
+                                       a.tutti_load_policy)
         argv = systems.lmcache_server_args(system, sdir, summary, kvpt, port)
         server = {"argv": argv, "host": systems.LMCACHE_MP_HOST, "port": port} if argv else None
         max_len = summary["prompt_max"] + max(r["output_tokens"] for r in trace.requests) + 64

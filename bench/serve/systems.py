@@ -186,9 +186,12 @@ def engine_overrides(system):
     return {"async_scheduling": False} if system == "tutti-no-async-sched" else {}
 
 
-def config(system, storage_dir, work_dir, summary, kv_bytes_per_token, port=None):
+def config(system, storage_dir, work_dir, summary, kv_bytes_per_token, port=None,
+           tutti_load_policy=None):
     """(kv_transfer_config as a dict or None, extra environment, what to record). port: the
-    LMCache server's, for lmcache-mp."""
+    LMCache server's, for lmcache-mp. tutti_load_policy: the Tutti systems'
+    ``load_policy`` (None: the connector's default, which weighs each load against
+    recomputing)."""
     cap = store_gb(summary, kv_bytes_per_token)
     if system == "recompute":
         return None, {}, {}
@@ -199,6 +202,8 @@ def config(system, storage_dir, work_dir, summary, kv_bytes_per_token, port=None
             extra["layerwise"] = info["layerwise"] = True
         if system == "tutti-gpu-uring":
             extra["engine"] = info["engine"] = "gpu-uring"
+        if tutti_load_policy is not None:
+            extra["load_policy"] = info["load_policy"] = tutti_load_policy
         info.update(engine_overrides(system))
         return ({"kv_connector": "TuttiConnector",
                  "kv_connector_module_path": "tutti.vllm.connector",
