@@ -50,14 +50,17 @@
  * threads included) per GB moved, and the part of it spent issuing I/O: io_uring's kernel
  * threads (iou-sqp, iou-wrk) and gpu-uring's helper (tt-ring-io, which issues the I/O where the
  * host submits it; /proc/self/task/N/schedstat). For gpu-uring: system calls per layer (the
- * store's io_submits), the I/O kernels' GPU time and the SMs they held.
+ * store's io_submits), the I/O kernels' GPU time and the SMs they held. --idle-s X: after a
+ * path's rounds, with its store still open and nothing moving, the same threads' CPU over X
+ * seconds, in cores (what the engine costs a server that is not loading).
  *
  * A row that is not bit-exact makes the exit status 1.
  *
  * Usage: tutti-gpu-store-bench --dir DIR [--contexts 8192,32768,131072]
  *            [--paths gpu-uring,uring,posix,gds,baseline] [--repeats N] [--threads N]
  *            [--staging-mib N] [--raw-gib N] [--ceiling-s X] [--model NAME] [--json FILE]
- *            [--kv gpu|host] [--latency N] [--gpu-io-submit auto|sqpoll|host] [--trace]
+ *            [--kv gpu|host] [--latency N] [--gpu-io-submit auto|sqpoll|host] [--idle-s X]
+ *            [--trace]
  */
 #include <cuda_runtime.h>
 #include <dirent.h>
@@ -102,6 +105,7 @@ struct conf {
 	uint32_t repeats, threads;
 	uint64_t staging_bytes, raw_bytes;
 	double ceiling_s;
+	double idle_s; /* --idle-s: the engine's I/O threads measured idle this long; 0: not */
 	const char *json;
 	bool trace;  /* the store's debug log (per-layer kernel milestones) to stderr */
 	bool gpu_kv; /* KV in device memory (--kv gpu) or in host memory (--kv host) */
@@ -116,6 +120,7 @@ struct phase {
 	double raw_gbps[MAX_REPEATS];
 	uint64_t submits, kernel_ns, block_ns; /* one round (the last) */
 	double wall_s;                         /* of that round */
+	double idle_io_cores; /* --idle-s: I/O threads' CPU idle, on the retrieve row; < 0: none */
 };
 
 struct bench {
@@ -712,6 +717,18 @@ run_path(struct ctx *x, enum path path, struct phase *store, struct phase *retri
 			die("retrieve", rc < 0 ? (int)rc : -EIO);
 		}
 	}
+	retrieve->idle_io_cores = store->idle_io_cores = -1;
+	if (st != NULL && b->c.idle_s > 0) {
+		struct io_threads t0, t1;
+		struct timespec left = {(time_t)b->c.idle_s,
+		                        (long)((b->c.idle_s - (double)(time_t)b->c.idle_s) * 1e9)};
+
+		io_threads_snap(&t0);
+		while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+		}
+		io_threads_snap(&t1);
+		retrieve->idle_io_cores = io_threads_delta(&t0, &t1) / b->c.idle_s;
+	}
 	*mismatches = check(x);
 	if (st != NULL) {
 		close_store(st, dir);
@@ -740,6 +757,11 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	       path_names[path], gbps, limit > 0 ? gbps / limit : 0, limit, raw, cpu, iot,
 	       (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
 	       mismatches == 0 ? "bit-exact" : "MISMATCH");
+	if (ph->idle_io_cores >= 0) {
+		printf("%-9s %7llu tok %-8s %-9s idle %.0f s after the rounds: io threads %.4f cores\n",
+		       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, op,
+		       path_names[path], b->c.idle_s, ph->idle_io_cores);
+	}
 	fflush(stdout);
 	b->failed |= mismatches != 0;
 	if (b->json == NULL) {
@@ -764,7 +786,12 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	for (uint32_t r = 0; r < R; r++) {
 		fprintf(b->json, "%s%.3f", r ? "," : "", ph->gbps[r]);
 	}
-	fprintf(b->json, "]}\n");
+	fprintf(b->json, "]");
+	if (ph->idle_io_cores >= 0) {
+		fprintf(b->json, ",\"idle_s\":%.1f,\"idle_io_thread_cores\":%.5f", b->c.idle_s,
+		        ph->idle_io_cores);
+	}
+	fprintf(b->json, "}\n");
 	fflush(b->json);
 }
 
@@ -1044,7 +1071,9 @@ usage(void)
 	    "[--paths gpu-uring,uring,posix,gds,baseline]\n"
 	    "       [--repeats N] [--threads N] [--staging-mib N] [--raw-gib N] "
 	    "[--ceiling-s X] [--model NAME] [--json FILE]\n"
-	    "       [--kv gpu|host] [--latency N] [--gpu-io-submit auto|sqpoll|host] [--trace]\n"
+	    "       [--kv gpu|host] [--latency N] [--gpu-io-submit auto|sqpoll|host] [--idle-s X]"
+	    " [--trace]\n"
+	    "  --idle-s X    after each path's rounds, the I/O threads' CPU over X idle seconds\n"
 	    "  --gpu-io-submit   who issues engine gpu-uring's I/O (enum tutti_gpu_io_submit; "
 	    "default auto)\n"
 	    "  --kv host     KV in host memory, no CUDA call (runs without a GPU); not with "
@@ -1146,6 +1175,10 @@ parse(int argc, char **argv, struct conf *c)
 		} else if (strcmp(a, "--ceiling-s") == 0) {
 			if (cliarg_double("tutti-gpu-store-bench", a, v, 0.1, 3600, &c->ceiling_s) <
 			    0) {
+				usage();
+			}
+		} else if (strcmp(a, "--idle-s") == 0) {
+			if (cliarg_double("tutti-gpu-store-bench", a, v, 0.1, 600, &c->idle_s) < 0) {
 				usage();
 			}
 		} else if (strcmp(a, "--model") == 0) {
