@@ -758,7 +758,7 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	       (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
 	       mismatches == 0 ? "bit-exact" : "MISMATCH");
 	if (ph->idle_io_cores >= 0) {
-		printf("%-9s %7llu tok %-8s %-9s idle %.0f s after the rounds: io threads %.4f cores\n",
+		printf("%-9s %7llu tok %-8s %-9s idle %.1f s after the rounds: io threads %.4f cores\n",
 		       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, op,
 		       path_names[path], b->c.idle_s, ph->idle_io_cores);
 	}

@@ -89,6 +89,18 @@ for op in store retrieve; do
 done
 [ -z "$(ls -A "$dir/store")" ] || fail "left behind: $(ls "$dir/store")"
 
+# --idle-s: the I/O threads' CPU while the store sits open and idle, on the retrieve row only; an
+# idling engine takes less than a core (a spinning thread would take one).
+"$bench" --dir "$dir/store" --kv host --contexts 512 --repeats 1 --raw-gib 1 --paths gpu-uring \
+	--ceiling-s 0.2 --idle-s 0.5 --json "$dir/idle.jsonl" >"$dir/idle.txt" ||
+	fail "idle: $(cat "$dir/idle.txt")"
+row=$(grep '"op":"retrieve","path":"gpu-uring"' "$dir/idle.jsonl") || fail "no retrieve row: $(cat "$dir/idle.jsonl")"
+[ "$(field "$row" idle_s)" = 0.5 ] || fail "idle_s: $row"
+awk -v c="$(field "$row" idle_io_thread_cores)" 'BEGIN { exit !(c >= 0 && c < 1) }' || fail "idle cores: $row"
+! grep '"op":"store"' "$dir/idle.jsonl" | grep -q idle_io_thread_cores || fail "idle on the store row: $(cat "$dir/idle.jsonl")"
+grep -q "retrieve gpu-uring idle 0.5 s after the rounds: io threads" "$dir/idle.txt" ||
+	fail "idle text: $(cat "$dir/idle.txt")"
+
 set +e
 "$bench" --dir "$dir/store" --kv host --paths baseline >/dev/null 2>&1
 [ $? -eq 2 ] || fail "the baseline on host KV should exit 2"
@@ -100,5 +112,7 @@ set +e
 [ $? -eq 2 ] || fail "--latency 0 should exit 2"
 "$bench" --dir "$dir/store" --kv host --latency 2 --contexts 100 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "a size of no whole chunks should exit 2"
+"$bench" --dir "$dir/store" --kv host --idle-s 0 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--idle-s 0 should exit 2"
 set -e
 echo PASS
