@@ -758,7 +758,8 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	       (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
 	       mismatches == 0 ? "bit-exact" : "MISMATCH");
 	if (ph->idle_io_cores >= 0) {
-		printf("%-9s %7llu tok %-8s %-9s idle %.1f s after the rounds: io threads %.4f cores\n",
+		printf("%-9s %7llu tok %-8s %-9s idle %.1f s after the rounds: io threads %.4f "
+		       "cores\n",
 		       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, op,
 		       path_names[path], b->c.idle_s, ph->idle_io_cores);
 	}
@@ -1178,7 +1179,8 @@ parse(int argc, char **argv, struct conf *c)
 				usage();
 			}
 		} else if (strcmp(a, "--idle-s") == 0) {
-			if (cliarg_double("tutti-gpu-store-bench", a, v, 0.1, 600, &c->idle_s) < 0) {
+			if (cliarg_double("tutti-gpu-store-bench", a, v, 0.1, 600, &c->idle_s) <
+			    0) {
 				usage();
 			}
 		} else if (strcmp(a, "--model") == 0) {
