@@ -167,8 +167,9 @@ enum tutti_gpu_io_submit {
 	 *  files it keeps the copies of inline I/O off the host's threads. */
 	TUTTI_GPU_IO_SUBMIT_SQPOLL = 1,
 	/** A host thread hands the queued submissions to the kernel every 50 us and sleeps
-	 *  between: no SQ thread, and no SQPOLL privilege needed. Costs a few percent of a core
-	 *  and up to a poll period of latency per submission batch. */
+	 *  between (every millisecond once no I/O has moved for 100 ms, until the next launch):
+	 *  no SQ thread, and no SQPOLL privilege needed. Costs a few percent of a core and up to
+	 *  a poll period of latency per submission batch. */
 	TUTTI_GPU_IO_SUBMIT_HOST = 2,
 };
 

@@ -27,7 +27,7 @@ class Clock:
         return self.now
 
 
-def measured(read_gbps, compute_tokens_per_s, steps=planner.MIN_STEPS):
+def measured(read_gbps, compute_tokens_per_s, steps=1):
     """Running totals of a rank that loaded at ``read_gbps`` and computed
     ``compute_tokens_per_s`` over ``steps`` measurements."""
     return [Rates(load_bytes=int(read_gbps * GB) * i, load_ns=S * i,

@@ -11,10 +11,11 @@ first token. So:
   tutti/vllm/ranks.py): the bytes its loads moved and how long those loads took, from the
   request's side (waiting for the store's load or save in progress included; for layerwise
   loads, whose reads the compute paces, the pipeline's own measure of the store's reads); and,
-  for forward
-  passes that compute at least ``MIN_STEP_TOKENS`` tokens and load nothing inside the step, the
-  tokens computed and the pass's duration (``StepClock``: GPU time between two events on the
-  compute stream with KV in GPU memory, the host clock otherwise).
+  for forward passes that compute at least ``MIN_STEP_TOKENS`` tokens and load nothing inside
+  the step, the tokens computed and the pass's duration (``StepClock``: GPU time between two
+  events on the compute stream with KV in GPU memory, the host clock otherwise). One such pass
+  says how fast this model computes on this device (a first pass slowed by warm-up favours
+  loading).
 - The scheduler (``LoadPlanner``) keeps recent-weighted rates of both (the slowest rank's,
   with tensor parallelism) and plans each hit:
   - loads before the forward (asynchronous, the default for GPU KV, or synchronous): the whole
@@ -46,9 +47,6 @@ from tutti.vllm.log import log
 # Forward passes computing fewer tokens are not timed: decode-heavy steps are bound by reading
 # weights, not by tokens, and would make recomputing a long prefix look slower than it is.
 MIN_STEP_TOKENS = 512
-# Prefill passes measured before the compute rate is trusted: one long pass says how fast
-# this model computes on this device (a first pass slowed by warm-up favours loading).
-MIN_STEPS = 1
 # Weight of what was measured before, per new measurement: recent loads and passes count most
 # (a disk's rate moves with the writes beside it).
 READ_DECAY = 0.5
@@ -68,9 +66,6 @@ class Rates:
     load_ns: int = 0  # the time those loads took
     compute_tokens: int = 0  # tokens of the timed forward passes
     compute_ns: int = 0  # their duration
-
-    def copy(self) -> Rates:
-        return Rates(self.load_bytes, self.load_ns, self.compute_tokens, self.compute_ns)
 
 
 class StepClock:
@@ -131,7 +126,6 @@ class _Meter:
         self.decay = decay
         self.amount = 0.0
         self.seconds = 0.0
-        self.samples = 0
         self._last = (0, 0)
 
     def update(self, amount: int, ns: int) -> bool:
@@ -142,13 +136,11 @@ class _Meter:
             return False
         self.amount = self.amount * self.decay + d_amount
         self.seconds = self.seconds * self.decay + d_ns / 1e9
-        self.samples += 1
         return True
 
-    def rate(self, min_samples: int = 1) -> float | None:
-        if self.samples < min_samples or self.seconds <= 0:
-            return None
-        return self.amount / self.seconds
+    def rate(self) -> float | None:
+        """None until a measurement moved the totals."""
+        return self.amount / self.seconds if self.seconds > 0 else None
 
 
 class LoadPlanner:
@@ -184,7 +176,7 @@ class LoadPlanner:
         return min(known) if known else None
 
     def compute_tokens_per_s(self) -> float | None:
-        rates = [m.rate(MIN_STEPS) for m in self._compute.values()]
+        rates = [m.rate() for m in self._compute.values()]
         known = [r for r in rates if r is not None]
         return min(known) if known else None
 

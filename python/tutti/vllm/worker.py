@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import threading
@@ -512,13 +513,13 @@ class TuttiWorker:
         if self.clock is not None:
             self.clock.poll()
         with self._lock:
-            now = self._rates.copy()
+            now = dataclasses.replace(self._rates)
         if self.clock is not None:
             now.compute_tokens, now.compute_ns = self.clock.tokens, self.clock.ns
         if now == self._rates_sent:
             return None
-        self._rates_sent = now
-        return now.copy()
+        self._rates_sent = now  # neither side changes a sent Rates
+        return now
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         # vLLM calls this before wait_for_save when it defers that call past a draft model's
