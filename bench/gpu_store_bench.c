@@ -60,7 +60,7 @@
  *            [--paths gpu-uring,uring,posix,gds,baseline] [--repeats N] [--threads N]
  *            [--staging-mib N] [--raw-gib N] [--ceiling-s X] [--model NAME] [--json FILE]
  *            [--kv gpu|host] [--latency N] [--gpu-io-submit auto|sqpoll|host] [--idle-s X]
- *            [--trace]
+ *            [--trace] [--gpu-io-workers N] [--gpu-io-sms N]
  */
 #include <cuda_runtime.h>
 #include <dirent.h>
@@ -112,6 +112,9 @@ struct conf {
 	bool contexts_given, paths_given;
 	uint32_t latency_loads; /* --latency N: N timed loads per size; 0: bandwidth rounds */
 	uint32_t gpu_io_submit; /* enum tutti_gpu_io_submit, for engine gpu-uring */
+	/* --gpu-io-workers, --gpu-io-sms: engine gpu-uring's kernel footprint (0: the store's
+	 * defaults) */
+	uint32_t gpu_io_workers, gpu_io_sms;
 	const char *gpu_io_submit_name;
 };
 
@@ -579,6 +582,10 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 	o.nr_dirs = 1;
 	o.engine = path_engines[path];
 	o.gpu_io_submit = b->c.gpu_io_submit;
+	if (b->c.gpu_io_workers != 0) {
+		o.gpu_io_workers = b->c.gpu_io_workers;
+	}
+	o.gpu_io_sms = b->c.gpu_io_sms;
 	/* One request and a few spare slots: each store round evicts the previous round. */
 	o.capacity_bytes = (uint64_t)(x->chunks + 4) * tutti_geometry_slot_bytes(&b->geo);
 	o.staging_bytes = b->c.staging_bytes;
@@ -775,15 +782,15 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	        "\"limit_gbps\":%.3f,\"ratio_to_limit\":%.3f,\"raw_gbps\":%.3f,"
 	        "\"ratio_to_raw\":%.3f,\"raw_bs\":%u,\"raw_qd\":%u,\"cpu_s_per_gb\":%.4f,"
 	        "\"io_thread_cpu_s_per_gb\":%.4f,\"syscalls_per_layer\":%.2f,"
-	        "\"io_kernel_ms\":%.3f,\"io_kernel_sm_share\":%.4f,\"wall_s\":%.4f,"
-	        "\"bit_exact\":%s,\"rounds_gbps\":[",
+	        "\"io_kernel_ms\":%.3f,\"io_kernel_sm_share\":%.4f,\"gpu_io_workers\":%u,"
+	        "\"gpu_io_sms\":%u,\"wall_s\":%.4f,\"bit_exact\":%s,\"rounds_gbps\":[",
 	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
 	        (unsigned long long)x->tokens, op, path_names[path], b->c.gpu_io_submit_name,
 	        (unsigned long long)x->bytes, R, gbps, limit, limit > 0 ? gbps / limit : 0, raw,
 	        gbps / raw, store ? b->raw_write.bs : b->raw_read.bs,
 	        store ? b->raw_write.qd : b->raw_read.qd, cpu, iot, (double)ph->submits / b->L,
-	        (double)ph->kernel_ns / 1e6, sm_share, ph->wall_s,
-	        mismatches == 0 ? "true" : "false");
+	        (double)ph->kernel_ns / 1e6, sm_share, b->c.gpu_io_workers, b->c.gpu_io_sms,
+	        ph->wall_s, mismatches == 0 ? "true" : "false");
 	for (uint32_t r = 0; r < R; r++) {
 		fprintf(b->json, "%s%.3f", r ? "," : "", ph->gbps[r]);
 	}
@@ -1074,6 +1081,10 @@ usage(void)
 	    "[--ceiling-s X] [--model NAME] [--json FILE]\n"
 	    "       [--kv gpu|host] [--latency N] [--gpu-io-submit auto|sqpoll|host] [--idle-s X]"
 	    " [--trace]\n"
+	    "       [--gpu-io-workers N] [--gpu-io-sms N]\n"
+	    "  --gpu-io-workers N, --gpu-io-sms N   engine gpu-uring's kernel workers and SMs "
+	    "(struct tutti_store_opts;\n"
+	    "                default and 0: the store's own; 0 in the JSON)\n"
 	    "  --idle-s X    after each path's rounds, the I/O threads' CPU over X idle seconds\n"
 	    "  --gpu-io-submit   who issues engine gpu-uring's I/O (enum tutti_gpu_io_submit; "
 	    "default auto)\n"
@@ -1193,6 +1204,10 @@ parse(int argc, char **argv, struct conf *c)
 				usage();
 			}
 			c->gpu_kv = strcmp(v, "gpu") == 0;
+		} else if (strcmp(a, "--gpu-io-workers") == 0) {
+			c->gpu_io_workers = (uint32_t)number(a, v, 1, 64);
+		} else if (strcmp(a, "--gpu-io-sms") == 0) {
+			c->gpu_io_sms = (uint32_t)number(a, v, 1, 64);
 		} else if (strcmp(a, "--latency") == 0) {
 			c->latency_loads = (uint32_t)number(a, v, 1, 100000);
 		} else if (strcmp(a, "--gpu-io-submit") == 0) {

@@ -383,18 +383,20 @@ out:
 
 /* ---- GPU KV: the layer kernels ---- */
 
-/* Launch layer \p l (an index into the lists) of \p b's object lists on \p gpu's stream. */
+/* Launch layers \p l .. \p l + \p count - 1 (indices into the lists) of \p b's object lists
+ * on \p gpu's stream, as one driver kernel; whether it failed lands in lists->failed[l]. */
 static int
-gpu_layer(struct gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *gpu,
-          const struct tt_obj_lists *lists, uint32_t l, uint64_t *trace)
+gpu_layers(struct gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *gpu,
+           const struct tt_obj_lists *lists, uint32_t l, uint32_t count, uint64_t *trace)
 {
 	struct tt_engine *e = &g->base;
 	struct tt_gpu_uring_view view;
 	struct tt_gpu_uring_job job = {
 	    .kv = b->kv,
 	    .layer = b->layer_begin + l,
+	    .nr_layers = count,
 	    .objs = lists->objs + (size_t)l * lists->n,
-	    .nr = lists->n,
+	    .nr = lists->n * count,
 	    .ids = lists->ids,
 	    .nr_ids = lists->nr_ids,
 	    .bounce = e->staging,
@@ -409,8 +411,8 @@ gpu_layer(struct gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *g
 	};
 
 	tt_gpu_uring_view(g->ring, &view);
-	tt_gpu_uring_kick(g->ring); /* at most one wake-up per layer launch */
-	return tt_gpu_uring_layer(gpu, &view, &job);
+	tt_gpu_uring_kick(g->ring); /* at most one wake-up per launch */
+	return tt_gpu_uring_layers(gpu, &view, &job);
 }
 
 /* Add the GPU time of the layer kernels since the last fold to the stats (waits for the last). */
@@ -453,7 +455,8 @@ gpu_finish(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu,
 	}
 	for (uint32_t l = 0; rc == 0 && l < launched; l++) {
 		if (lists->failed[l]) {
-			tt_log_err(g->base.log, "gpu-uring: layer %u made no progress for %u ms",
+			tt_log_err(g->base.log,
+			           "gpu-uring: the I/O from layer %u on made no progress for %u ms",
 			           b->layer_begin + l, TT_ENGINE_STALL_MS);
 			g->broken = true;
 			rc = -ETIMEDOUT;
@@ -470,9 +473,10 @@ gpu_finish(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu,
 }
 
 /*
- * One driver kernel per layer, every I/O of it submitted and reaped by the GPU. The host builds
- * each layer's object list, wakes the SQ thread once per launch, launches, and waits once at
- * the end of the call.
+ * One driver kernel for every layer of the batch, every I/O of it submitted and reaped by the
+ * GPU, so that reads of the next layer are in flight while a layer's last objects are moved. The
+ * host builds the object lists, wakes the SQ thread once, launches, and waits once at the end of
+ * the call.
  */
 static int
 gpu_transfer(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu)
@@ -480,45 +484,46 @@ gpu_transfer(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu)
 	struct tt_engine *e = &g->base;
 	struct tt_obj_lists lists;
 	uint64_t *trace = NULL;
-	uint32_t L, launched = 0;
 	int rc;
 
 	rc = tt_obj_lists_make(b, &e->lists, &lists);
 	if (rc < 0 || lists.n == 0) {
 		return rc;
 	}
-	L = lists.nr_layers;
 	rc = map_ring(g);
 	if (rc < 0) {
 		return rc;
 	}
-	/* At debug level, each layer kernel stamps its milestones (logged after the call). */
+	/* At debug level the kernel stamps its milestones and phases (logged after the call). */
 	if (e->log->level >= TUTTI_LOG_DEBUG &&
-	    tt_gpu_host_alloc((size_t)L * TT_GPU_URING_TRACE_POINTS * sizeof(*trace),
-	                      (void **)&trace) < 0) {
+	    tt_gpu_host_alloc(TT_GPU_URING_TRACE_WORDS * sizeof(*trace), (void **)&trace) < 0) {
 		trace = NULL;
 	}
-	for (; rc == 0 && launched < L; launched++) {
-		rc = gpu_layer(g, b, gpu, &lists, launched,
-		               trace != NULL ? trace + (size_t)launched * TT_GPU_URING_TRACE_POINTS
-		                             : NULL);
-	}
+	rc = gpu_layers(g, b, gpu, &lists, 0, lists.nr_layers, trace);
 	if (rc == 0) {
-		rc = gpu_finish(g, b, gpu, &lists, launched);
+		rc = gpu_finish(g, b, gpu, &lists, lists.nr_layers);
 	} else {
 		tt_gpu_sync(gpu); /* what was launched must stop using the lists before they go */
 	}
-	for (uint32_t l = 0; rc == 0 && trace != NULL && l < L; l++) {
-		const uint64_t *tr = trace + (size_t)l * TT_GPU_URING_TRACE_POINTS;
+	if (rc == 0 && trace != NULL) {
+		const uint64_t *ph = trace + TT_GPU_URING_TRACE_POINTS;
+		double objs = (double)lists.n * lists.nr_layers;
 
 		tt_log_debug(
 		    e->log,
-		    "gpu-uring %s layer %u, %u objects: start %+.3f ms; from start: first "
-		    "submit %.3f, first completion %.3f, last completion %.3f, done %.3f ms",
-		    b->kind == TT_BATCH_LOAD ? "load" : "save", b->layer_begin + l, lists.n,
-		    (double)(tr[0] - trace[0]) / 1e6, (double)(tr[1] - tr[0]) / 1e6,
-		    (double)(tr[2] - tr[0]) / 1e6, (double)(tr[3] - tr[0]) / 1e6,
-		    (double)(tr[4] - tr[0]) / 1e6);
+		    "gpu-uring %s layers %u-%u, %u objects: from start: first submit "
+		    "%.3f, first completion %.3f, last completion %.3f, done %.3f ms; "
+		    "per object, a worker's: wait %.1f, slot copy %.1f, hash %.1f, "
+		    "%s %.1f us",
+		    b->kind == TT_BATCH_LOAD ? "load" : "save", b->layer_begin,
+		    b->layer_begin + lists.nr_layers - 1, lists.n * lists.nr_layers,
+		    (double)(trace[1] - trace[0]) / 1e6, (double)(trace[2] - trace[0]) / 1e6,
+		    (double)(trace[3] - trace[0]) / 1e6, (double)(trace[4] - trace[0]) / 1e6,
+		    (double)ph[TT_GPU_URING_PHASE_WAIT] / objs / 1e3,
+		    (double)ph[TT_GPU_URING_PHASE_SLOT] / objs / 1e3,
+		    (double)ph[TT_GPU_URING_PHASE_HASH] / objs / 1e3,
+		    b->kind == TT_BATCH_LOAD ? "scatter" : "gather",
+		    (double)ph[TT_GPU_URING_PHASE_MOVE] / objs / 1e3);
 	}
 	if (trace != NULL) {
 		tt_gpu_host_free(trace);
@@ -624,7 +629,7 @@ gpu_uring_launch_layer(struct tt_engine *e, struct tt_launch *l, uint32_t layer,
 		if (g->inflight && tt_gpu_idle(l->gpu) == 1) {
 			fold_elapsed(g, l->gpu);
 		}
-		rc = gpu_layer(g, l->b, l->gpu, &l->lists, layer, NULL);
+		rc = gpu_layers(g, l->b, l->gpu, &l->lists, layer, 1, NULL);
 		g->inflight = true;
 		g->op_failed = l->lists.failed;
 		g->op_launched = layer + 1;

@@ -83,11 +83,14 @@ struct tt_gpu_uring_obj {
  * the store sizes gpu_io_sms by it. */
 #define TT_GPU_URING_GROUPS_PER_BLOCK 6u
 
-/* One layer: every object read into (load) or written from (save) bounce slots. */
+/* A run of layers: every object read into (load) or written from (save) bounce slots. */
 struct tt_gpu_uring_job {
 	const struct tutti_kv *kv; /* TUTTI_MEM_CUDA */
-	uint32_t layer;
-	struct tt_gpu_uring_obj *objs; /* nr entries; statuses and checksums come back at sync */
+	uint32_t layer;            /* the first layer of the run */
+	uint32_t nr_layers;        /* layers of the run, at least 1 */
+	/* nr entries, layer-major, nr / nr_layers a layer (nr a multiple of nr_layers); statuses
+	 * and checksums come back at sync */
+	struct tt_gpu_uring_obj *objs;
 	uint32_t nr;
 	const uint32_t *ids; /* block ids of every object */
 	uint32_t nr_ids;
@@ -98,28 +101,42 @@ struct tt_gpu_uring_job {
 	uint32_t workers;    /* groups of threads moving objects (0: 16) */
 	uint32_t blocks;     /* CUDA blocks (SMs) the workers and the controller are packed into:
 	                      * 3 groups of 256 threads each, or up to 6 of 128; 0: one each */
-	uint32_t timeout_ms; /* a ring without progress for this long fails the layer */
+	uint32_t timeout_ms; /* a ring without progress for this long fails the run */
 	int *failed;         /* out at sync: 1 when it did */
-	/* NULL, or TT_GPU_URING_TRACE_POINTS GPU timestamps (ns, %globaltimer) in mapped host
-	 * memory, valid at sync: the kernel's start, the first submission published, the first and
-	 * the last completion reaped, and the last worker done. */
+	/* NULL, or TT_GPU_URING_TRACE_WORDS words in mapped host memory, valid at sync: first
+	 * TT_GPU_URING_TRACE_POINTS GPU timestamps (ns, %globaltimer): the kernel's start, the
+	 * first submission published, the first and the last completion reaped, and the last worker
+	 * done; then the workers' time in each phase (enum tt_gpu_uring_phase), summed over them.
+	 */
 	uint64_t *trace;
 };
 
 #define TT_GPU_URING_TRACE_POINTS 5
 
+/* Where a worker's time goes, per object. */
+enum tt_gpu_uring_phase {
+	TT_GPU_URING_PHASE_WAIT, /* for its read (load) or for its slot to be written (save) */
+	TT_GPU_URING_PHASE_SLOT, /* the copy out of the bounce slot, or into it, across PCIe */
+	TT_GPU_URING_PHASE_HASH, /* the checksum */
+	TT_GPU_URING_PHASE_MOVE, /* the scatter into the paged KV, or the gather out of it */
+	TT_GPU_URING_TRACE_PHASES
+};
+
+#define TT_GPU_URING_TRACE_WORDS (TT_GPU_URING_TRACE_POINTS + TT_GPU_URING_TRACE_PHASES)
+
 /*
- * Launch the driver kernel for one layer on the context's stream: the GPU submits every I/O of
- * the job into the ring, reaps the completions and moves the objects, checking (load) or
- * computing (save) their checksums; asynchronous, results valid after tt_gpu_sync. Layer blocks
- * must exceed TT_XXH3_MIDSIZE_MAX bytes (format/format.h: the GPU hashes with XXH3's long path
- * only). Returns 0, -EINVAL, -ENOMEM or -EIO.
+ * Launch the driver kernel for a run of layers on the context's stream: the GPU submits every
+ * I/O of the job into the ring, reaps the completions and moves the objects, checking (load) or
+ * computing (save) their checksums; asynchronous, results valid after tt_gpu_sync. Reads of a
+ * later layer of the run are in flight while the objects of an earlier one are moved. Layer
+ * blocks must exceed TT_XXH3_MIDSIZE_MAX bytes (format/format.h: the GPU hashes with XXH3's long
+ * path only). Returns 0, -EINVAL, -ENOMEM or -EIO.
  */
 struct tt_gpu_uring_view;
-int tt_gpu_uring_layer(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
-                       const struct tt_gpu_uring_job *job);
+int tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
+                        const struct tt_gpu_uring_job *job);
 
-/* The GPU time of the layer kernels launched since the previous call (from the start of the
+/* The GPU time of the driver kernels launched since the previous call (from the start of the
  * first to the end of the last; they run back to back), and the CUDA blocks they held (each
  * block a resident share of one SM for that time); zeros when none ran. Waits for the last
  * launch. Returns 0 or -EIO. */

@@ -128,8 +128,8 @@ tt_gpu_prepare(struct tt_gpu *g)
 }
 
 int
-tt_gpu_uring_layer(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
-                   const struct tt_gpu_uring_job *job)
+tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
+                    const struct tt_gpu_uring_job *job)
 {
 	return -EOPNOTSUPP;
 }
