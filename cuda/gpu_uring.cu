@@ -47,10 +47,19 @@ extern "C" {
 #define MAX_GROUPS TT_GPU_URING_GROUPS_PER_BLOCK
 static_assert(BLOCK_THREADS / (GROUP / 2) == MAX_GROUPS, "the store packs by this count");
 
+/* A worker's time per phase, kept when the launch is traced: where its time goes, summed over
+ * the workers, says whether the ring (waiting) or the moving bounds a load. It lives in the
+ * group's shared memory, not in registers, which the kernel has none to spare of. */
+struct phase_clock {
+	uint64_t last;
+	uint64_t ns[TT_GPU_URING_TRACE_PHASES];
+};
+
 /* What one group keeps in shared memory. */
 struct group_shared {
 	xxh_shared xxh;
 	int ok; /* wait_flag's verdict for the group */
+	phase_clock clock;
 };
 
 struct tt_gpu_uring_dev {
@@ -221,23 +230,15 @@ move_blocks(const team &t, const job_param &param, uint32_t i, const uint32_t *i
 	          ids, n, obj, gather);
 }
 
-/* A worker's time per phase, kept when the launch is traced: where its time goes, summed over
- * the workers, says whether the ring (waiting) or the moving bounds a load. */
-struct phase_clock {
-	bool on;
-	uint64_t last;
-	uint64_t ns[TT_GPU_URING_TRACE_PHASES];
-};
-
-/* Charge the time since the last lap to phase \p k (lane 0 keeps the clock). */
+/* Charge the time since the last lap to phase \p k (lane 0 keeps the clock; NULL: untraced). */
 __device__ static inline void
-lap(phase_clock &c, const team &t, unsigned k)
+lap(phase_clock *c, const team &t, unsigned k)
 {
-	if (c.on && t.lane == 0) {
+	if (c != NULL && t.lane == 0) {
 		uint64_t now = now_ns();
 
-		c.ns[k] += now - c.last;
-		c.last = now;
+		c->ns[k] += now - c->last;
+		c->last = now;
 	}
 }
 
@@ -391,7 +392,11 @@ worker(const team &t, group_shared *group_mem, const job_param &param,
        struct tt_gpu_uring_obj *objs, const uint32_t *ids, uint8_t *scratch,
        unsigned long long *ready, unsigned long long *freed, int *failed, uint32_t w)
 {
-	phase_clock clock = {param.trace != NULL, param.trace != NULL ? now_ns() : 0, {0}};
+	phase_clock *clock = param.trace != NULL ? &group_mem->clock : NULL;
+
+	if (clock != NULL && t.lane == 0) {
+		*clock = phase_clock{now_ns(), {0}};
+	}
 
 	for (uint32_t i = w; i < param.nr; i += param.workers) {
 		struct tt_gpu_uring_obj *obj = &objs[i];
@@ -459,9 +464,9 @@ worker(const team &t, group_shared *group_mem, const job_param &param,
 		team_sync(t);
 		lap(clock, t, TT_GPU_URING_PHASE_MOVE);
 	}
-	if (clock.on && t.lane == 0) {
+	if (clock != NULL && t.lane == 0) {
 		for (unsigned k = 0; k < TT_GPU_URING_TRACE_PHASES; k++) {
-			atomicAdd(&param.phase_ns[k], (unsigned long long)clock.ns[k]);
+			atomicAdd(&param.phase_ns[k], (unsigned long long)clock->ns[k]);
 		}
 		__threadfence(); /* the sums before this worker counts itself out */
 	}
