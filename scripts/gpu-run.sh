@@ -5,7 +5,8 @@
 # (liburing, libxxhash, cmocka) may be supplied as Debian packages in .debs/: they are unpacked
 # into a private prefix.
 #
-# Usage: scripts/gpu-run.sh [STEP...]   steps: test (ctest + compute-sanitizer), gpu-test (the
+# Usage: scripts/gpu-run.sh [STEP...]   steps: build (the build alone), test (ctest +
+# compute-sanitizer), gpu-test (the
 # GPU and pipeline tests only, test_gpu_pipeline under memcheck), mover (the
 # CUDA kernels' bandwidth), store-emulated (tutti-gpu-store-bench on a /dev/shm file, labelled
 # emulated), store-disk (the same on the disk holding the working tree), latency-emulated and
@@ -58,6 +59,9 @@ steps=${*:-test mover}
 
 for step in $steps; do
 case $step in
+build)
+	# The build alone (it runs before every step).
+	;;
 test)
 	log "libcufile here: $(ls /usr/lib/x86_64-linux-gnu/libcufile.so* /usr/local/cuda/lib64/libcufile.so* 2>/dev/null | tr '\n' ' ')"
 	cmake --build build/gpu --target tutti_cufile_abi_check >> "$OUT/build.log" 2>&1

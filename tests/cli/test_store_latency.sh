@@ -4,7 +4,8 @@
 # (engine, size), every load bit-exact, its p50 / p99 / max the nearest ranks of the loads it
 # lists, its target 1.3 x bytes / limit + 1 ms from the limit of the run's own ceiling, and the
 # ratios and verdicts from those; the default sizes are 8 chunks and 1 chunk; the bandwidth rows
-# run on host KV too; no files are left behind; bad options exit 2.
+# run on host KV too and record gpu-uring's kernel footprint; no files are left behind; bad
+# options exit 2.
 set -euo pipefail
 bench=$1
 dir=$(mktemp -d "${TMPDIR:-/tmp}/tutti-latency.XXXXXX")
@@ -91,11 +92,16 @@ done
 
 # --idle-s: the I/O threads' CPU while the store sits open and idle, on the retrieve row only; an
 # idling engine takes less than a core (a spinning thread would take one).
+# The same run sets gpu-uring's kernel footprint, which each row records.
 "$bench" --dir "$dir/store" --kv host --contexts 512 --repeats 1 --raw-gib 1 --paths gpu-uring \
-	--ceiling-s 0.2 --idle-s 0.5 --json "$dir/idle.jsonl" >"$dir/idle.txt" ||
-	fail "idle: $(cat "$dir/idle.txt")"
+	--ceiling-s 0.2 --idle-s 0.5 --gpu-io-workers 5 --gpu-io-sms 1 --json "$dir/idle.jsonl" \
+	>"$dir/idle.txt" || fail "idle: $(cat "$dir/idle.txt")"
 row=$(grep '"op":"retrieve","path":"gpu-uring"' "$dir/idle.jsonl") || fail "no retrieve row: $(cat "$dir/idle.jsonl")"
 [ "$(field "$row" idle_s)" = 0.5 ] || fail "idle_s: $row"
+[ "$(field "$row" gpu_io_workers)" = 5 ] && [ "$(field "$row" gpu_io_sms)" = 1 ] ||
+	fail "footprint: $row"
+grep -q '"op":"store","path":"gpu-uring".*"gpu_io_workers":5,"gpu_io_sms":1,' "$dir/idle.jsonl" ||
+	fail "footprint on the store row: $(cat "$dir/idle.jsonl")"
 awk -v c="$(field "$row" idle_io_thread_cores)" 'BEGIN { exit !(c >= 0 && c < 1) }' || fail "idle cores: $row"
 ! grep '"op":"store"' "$dir/idle.jsonl" | grep -q idle_io_thread_cores || fail "idle on the store row: $(cat "$dir/idle.jsonl")"
 grep -q "retrieve gpu-uring idle 0.5 s after the rounds: io threads" "$dir/idle.txt" ||
@@ -114,5 +120,9 @@ set +e
 [ $? -eq 2 ] || fail "a size of no whole chunks should exit 2"
 "$bench" --dir "$dir/store" --kv host --idle-s 0 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "--idle-s 0 should exit 2"
+"$bench" --dir "$dir/store" --kv host --gpu-io-workers 0 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--gpu-io-workers 0 should exit 2"
+"$bench" --dir "$dir/store" --kv host --gpu-io-sms 65 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--gpu-io-sms 65 should exit 2"
 set -e
 echo PASS
