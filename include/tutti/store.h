@@ -130,12 +130,12 @@ struct tutti_store_opts {
 	void *log_arg;          /**< passed to log_fn */
 	uint32_t log_level;     /**< most verbose enum tutti_log_level passed on; default WARN */
 	uint32_t durability;    /**< enum tutti_durability; default TUTTI_DURABILITY_FAST */
-	/** Engine gpu-uring with GPU KV: the workers of each layer's I/O kernel, each moving one
-	 *  object at a time out of its bounce slot (load) or into it (save); 1..64, default 29.
-	 *  More workers keep more objects in flight. The kernels run on a stream of the greatest
-	 *  priority. */
+	/** Engine gpu-uring with GPU KV: the workers of its I/O kernel (one launch covers a
+	 *  call's layers, or one layer of a layerwise step), each moving one object at a time out
+	 *  of its bounce slot (load) or into it (save); 1..64, default 29. More workers keep more
+	 *  objects in flight. The kernels run on a stream of the greatest priority. */
 	uint32_t gpu_io_workers;
-	/** Engine gpu-uring with GPU KV: the SMs (CUDA blocks) each layer's I/O kernel holds,
+	/** Engine gpu-uring with GPU KV: the SMs (CUDA blocks) each I/O kernel holds,
 	 *  0..64. The workers and the group that drives the ring are packed into them as groups
 	 *  of 256 threads, 3 to an SM, or of 128 threads, up to 6 to an SM, when more must share
 	 *  one; so this must be at least (gpu_io_workers + 1) / 6 rounded up, which is what 0
