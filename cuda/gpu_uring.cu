@@ -40,8 +40,9 @@ extern "C" {
 
 /* Threads of one worker (and of the controller's group), and of the other kernels' blocks. */
 #define GROUP 256
-/* Threads of a layer kernel's block: 768 keeps it at 80 registers a thread without spills
- * (1024 would cap it at 64). Its groups are of GROUP threads, or of half as many when more than
+/* Threads of a driver kernel's block: 768 gives it 80 registers a thread (1024 would cap it at
+ * 64); at 80 it spills about 100 bytes a thread to local memory, which the measured rates
+ * include (docs/results.md, E8). Its groups are of GROUP threads, or of half as many when more than
  * 3 must share a block: a block holds at most BLOCK_THREADS / (GROUP / 2) = MAX_GROUPS. */
 #define BLOCK_THREADS 768
 #define MAX_GROUPS TT_GPU_URING_GROUPS_PER_BLOCK
@@ -452,13 +453,15 @@ worker(const team &t, group_shared *group_mem, const job_param &param,
 		if (obj->status != 0) {
 			continue;
 		}
-		if (xxh3_64_block(scratch, stored, &group_mem->xxh, t) != obj->csum) {
+		bool damaged = xxh3_64_block(scratch, stored, &group_mem->xxh, t) != obj->csum;
+
+		lap(clock, t, TT_GPU_URING_PHASE_HASH);
+		if (damaged) {
 			if (t.lane == 0) {
 				obj->status = -EBADMSG;
 			}
 			continue; /* never scattered */
 		}
-		lap(clock, t, TT_GPU_URING_PHASE_HASH);
 		move_blocks(t, param, i, ids + obj->ids_off, obj->nr_moved,
 		            scratch + (uint64_t)obj->skip * param.layer_block_bytes, false);
 		team_sync(t);

@@ -8,9 +8,10 @@
 #   scripts/gpu-ab.sh pack REV     here: the tree of REV into build/ab/before.tgz (git archive)
 #   scripts/gpu-ab.sh run          on the GPU machine (carry build/ab and .debs): builds both,
 #                                  then AB_PASSES (default 2) passes of after, then before, each
-#                                  `tutti-gpu-store-bench --dir AB_DIR --json $OUT/ab-V.jsonl
-#                                  AB_ARGS`; every row gets "build": "after" or "before" and
-#                                  "pass": N added. AB_DIR defaults to /dev/shm/tutti-ab
+#                                  `tutti-gpu-store-bench --dir AB_DIR AB_ARGS`, its JSON rows
+#                                  gathered in $OUT/ab.jsonl (emptied first), each with
+#                                  "build": "after" or "before" and "pass": N added, and its
+#                                  text in $OUT/ab-BUILD-PASS.txt. AB_DIR defaults to /dev/shm/tutti-ab
 #                                  (emulated NVMe); AB_ARGS to "--contexts 8192,32768,131072
 #                                  --paths gpu-uring --repeats 3 --ceiling-s 4".
 set -uo pipefail
@@ -29,8 +30,10 @@ run)
 	mkdir -p "$OUT"
 	[ -f build/ab/before.tgz ] || { echo "no build/ab/before.tgz: run 'pack REV' first" >&2; exit 2; }
 	# The working tree's build (gpu-run.sh also unpacks .debs into build/deps).
-	bash scripts/gpu-run.sh build > "$OUT/ab-build-after.log" 2>&1
-	[ -x build/gpu/tutti-gpu-store-bench ] || { tail -20 "$OUT/ab-build-after.log"; exit 1; }
+	# gpu-run.sh exits 1 when its build fails; a binary left by an earlier build must not be
+	# measured as the working tree's.
+	bash scripts/gpu-run.sh build > "$OUT/ab-build-after.log" 2>&1 ||
+		{ tail -20 "$OUT/ab-build-after.log"; exit 1; }
 	if [ -d build/deps ]; then
 		export PKG_CONFIG_PATH=$PWD/build/deps/usr/lib/x86_64-linux-gnu/pkgconfig
 		export LD_LIBRARY_PATH=$PWD/build/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -42,6 +45,7 @@ run)
 	dir=${AB_DIR:-/dev/shm/tutti-ab}
 	args=${AB_ARGS:---contexts 8192,32768,131072 --paths gpu-uring --repeats 3 --ceiling-s 4}
 	status=0
+	: > "$OUT/ab.jsonl"
 	for pass in $(seq "${AB_PASSES:-2}"); do
 		for v in after before; do
 			bin=build/gpu/tutti-gpu-store-bench
