@@ -115,7 +115,6 @@ struct conf {
 	/* --gpu-io-workers, --gpu-io-sms: engine gpu-uring's kernel footprint (0: the store's
 	 * defaults) */
 	uint32_t gpu_io_workers, gpu_io_sms;
-	const char *gpu_io_submit_name;
 };
 
 struct phase {
@@ -785,12 +784,13 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	        "\"io_kernel_ms\":%.3f,\"io_kernel_sm_share\":%.4f,\"gpu_io_workers\":%u,"
 	        "\"gpu_io_sms\":%u,\"wall_s\":%.4f,\"bit_exact\":%s,\"rounds_gbps\":[",
 	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
-	        (unsigned long long)x->tokens, op, path_names[path], b->c.gpu_io_submit_name,
-	        (unsigned long long)x->bytes, R, gbps, limit, limit > 0 ? gbps / limit : 0, raw,
-	        gbps / raw, store ? b->raw_write.bs : b->raw_read.bs,
-	        store ? b->raw_write.qd : b->raw_read.qd, cpu, iot, (double)ph->submits / b->L,
-	        (double)ph->kernel_ns / 1e6, sm_share, b->c.gpu_io_workers, b->c.gpu_io_sms,
-	        ph->wall_s, mismatches == 0 ? "true" : "false");
+	        (unsigned long long)x->tokens, op, path_names[path],
+	        tutti_gpu_io_submit_name(b->c.gpu_io_submit), (unsigned long long)x->bytes, R, gbps,
+	        limit, limit > 0 ? gbps / limit : 0, raw, gbps / raw,
+	        store ? b->raw_write.bs : b->raw_read.bs, store ? b->raw_write.qd : b->raw_read.qd,
+	        cpu, iot, (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
+	        b->c.gpu_io_workers, b->c.gpu_io_sms, ph->wall_s,
+	        mismatches == 0 ? "true" : "false");
 	for (uint32_t r = 0; r < R; r++) {
 		fprintf(b->json, "%s%.3f", r ? "," : "", ph->gbps[r]);
 	}
@@ -971,8 +971,9 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 	        "\"p99_within_target\":%s,\"verified_loads\":%u,\"mismatched_loads\":%u,"
 	        "\"mismatched_blocks\":%llu,\"bit_exact\":%s,\"loads_ms\":[",
 	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
-	        (unsigned long long)x->tokens, x->chunks, path_names[path], b->c.gpu_io_submit_name,
-	        (unsigned long long)x->bytes, n, p50, p99, max, lat->sorted[0], mean, lat->ms[0],
+	        (unsigned long long)x->tokens, x->chunks, path_names[path],
+	        tutti_gpu_io_submit_name(b->c.gpu_io_submit), (unsigned long long)x->bytes, n, p50,
+	        p99, max, lat->sorted[0], mean, lat->ms[0],
 	        p50 > 0 ? (double)x->bytes / (p50 * 1e6) : 0, limit, ideal_ms, target_ms,
 	        target_ms > 0 ? p50 / target_ms : 0, target_ms > 0 ? p99 / target_ms : 0,
 	        target_ms > 0 && p50 <= target_ms ? "true" : "false",
@@ -1157,7 +1158,6 @@ parse(int argc, char **argv, struct conf *c)
 	    .raw_bytes = 4ull << 30,
 	    .ceiling_s = 8,
 	    .gpu_kv = true,
-	    .gpu_io_submit_name = "auto",
 	};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1220,7 +1220,6 @@ parse(int argc, char **argv, struct conf *c)
 				usage();
 			}
 			c->gpu_io_submit = (uint32_t)k;
-			c->gpu_io_submit_name = v;
 		} else {
 			usage();
 		}

@@ -179,6 +179,12 @@ enum tutti_gpu_io_submit {
  */
 TUTTI_API int tutti_gpu_io_submit_parse(const char *name);
 
+/**
+ * The name of \p submit (enum tutti_gpu_io_submit), as tutti_gpu_io_submit_parse() takes it.
+ * \return a static string, or NULL for an unknown value.
+ */
+TUTTI_API const char *tutti_gpu_io_submit_name(uint32_t submit);
+
 /** Fill \p opts with defaults and set opts->size. This function can't fail. */
 TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
 

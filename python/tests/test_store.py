@@ -147,6 +147,23 @@ def test_auto_moves_host_kv_through_the_cpu_engine_and_says_so(tmp_path, caplog)
     assert not [r for r in caplog.records if "gpu-uring" in r.getMessage()]
 
 
+def test_unknown_engine_and_issuer_are_refused_naming_the_library_s_choices(tmp_path):
+    import tutti._lib as lib
+
+    # The names come from the library's own name functions, in enum order.
+    assert lib.engines() == {"uring": 0, "posix": 1, "gpu-uring": 2, "gds": 3, "auto": 4}
+    assert lib.gpu_io_submits() == {"auto": 0, "sqpoll": 1, "host": 2}
+    for bad, named in ({"engine": "io_uring"}, "uring, posix, gpu-uring, gds, auto"), \
+            ({"gpu_io_submit": "SQPOLL"}, "auto, sqpoll, host"):
+        with pytest.raises(OSError) as e:
+            Store([tmp_path / "s"], GEO, capacity_bytes=16 * GEO.slot_bytes, **bad)
+        assert e.value.errno == errno.EINVAL and f"(one of {named})" in str(e.value)
+    assert not (tmp_path / "s").exists()  # refused before anything was made
+    with Store([tmp_path / "s"], GEO, capacity_bytes=16 * GEO.slot_bytes, engine="posix",
+               gpu_io_submit="host") as st:
+        assert st.engine_for(host_kv(GEO, NR_BLOCKS, 1)[1]) == "posix"
+
+
 def test_library_not_found_says_how_to_fix_it(monkeypatch, tmp_path):
     import tutti._lib as lib
 

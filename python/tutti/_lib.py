@@ -10,9 +10,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import itertools
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -190,9 +191,29 @@ OPEN_READ_ONLY = 0x8
 OPEN_REPLACE = 0x10
 MEM_HOST = 0
 MEM_CUDA = 1
-ENGINES = {"uring": 0, "posix": 1, "gpu-uring": 2, "gds": 3, "auto": 4}
 DURABILITY = {"fast": 0, "durable": 1}
-GPU_IO_SUBMIT = {"auto": 0, "sqpoll": 1, "host": 2}  # enum tutti_gpu_io_submit
+
+
+def _named_values(name_of: Callable[[int], bytes | None]) -> dict[str, int]:
+    """Every value of an enum that the library names, by its name: the name function answers
+    NULL past the last value."""
+    out: dict[str, int] = {}
+    for value in itertools.count():
+        name = name_of(value)
+        if name is None:
+            return out
+        out[name.decode()] = value
+    raise AssertionError("unreachable")
+
+
+def engines() -> dict[str, int]:
+    """enum tutti_engine by name, as tutti_engine_parse() takes them."""
+    return _named_values(lib().tutti_engine_name)
+
+
+def gpu_io_submits() -> dict[str, int]:
+    """enum tutti_gpu_io_submit by name, as tutti_gpu_io_submit_parse() takes them."""
+    return _named_values(lib().tutti_gpu_io_submit_name)
 
 
 # ---- the remote tier (include/tutti/remote.h) ----
@@ -281,6 +302,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "tutti_geometry_slot_bytes": (c_u64, [p(Geometry)]),
         "tutti_engine_parse": (ctypes.c_int, [ctypes.c_char_p]),
         "tutti_engine_name": (ctypes.c_char_p, [c_u32]),
+        "tutti_gpu_io_submit_name": (ctypes.c_char_p, [c_u32]),
         "tutti_store_opts_init": (None, [ctypes.c_void_p]),
         "tutti_store_open": (ctypes.c_int, [p(Geometry), p(StoreOpts), p(ctypes.c_void_p)]),
         "tutti_store_close": (None, [ctypes.c_void_p]),

@@ -220,14 +220,15 @@ class Store(_Handle):
             (L.OPEN_REPLACE if replace else 0)
         o.dirs = ctypes.cast(self._dirs, ctypes.POINTER(ctypes.c_char_p))
         o.nr_dirs = len(dirs)
-        if engine not in L.ENGINES:
-            raise OSError(22, f"unknown engine {engine!r} (one of {', '.join(L.ENGINES)})")
+        engines, submits = L.engines(), L.gpu_io_submits()
+        if engine not in engines:
+            raise OSError(22, f"unknown engine {engine!r} (one of {', '.join(engines)})")
         if durability not in L.DURABILITY:
             raise OSError(22, f"unknown durability {durability!r} (fast or durable)")
-        if gpu_io_submit not in L.GPU_IO_SUBMIT:
+        if gpu_io_submit not in submits:
             raise OSError(22, f"unknown gpu_io_submit {gpu_io_submit!r} "
-                              f"(one of {', '.join(L.GPU_IO_SUBMIT)})")
-        o.engine = L.ENGINES[engine]
+                              f"(one of {', '.join(submits)})")
+        o.engine = engines[engine]
         o.capacity_bytes = int(capacity_bytes)
         o.ns = ctypes.addressof(self._ns)
         o.ns_bytes = len(ns)
@@ -242,7 +243,7 @@ class Store(_Handle):
         if gpu_io_sms is not None:
             o.gpu_io_sms = int(gpu_io_sms)
         o.data_files = int(data_files)
-        o.gpu_io_submit = L.GPU_IO_SUBMIT[gpu_io_submit]
+        o.gpu_io_submit = submits[gpu_io_submit]
         # The library's log lines go to Python logging (kept referenced while the store lives);
         # the open's error lines are also kept for its exception. The callback holds no
         # reference to the store, which stays collectable without the cycle collector.

@@ -57,21 +57,27 @@ tutti_engine_parse(const char *name)
 	return -EINVAL;
 }
 
+static const char *const gpu_io_submit_names[] = {
+    [TUTTI_GPU_IO_SUBMIT_AUTO] = "auto",
+    [TUTTI_GPU_IO_SUBMIT_SQPOLL] = "sqpoll",
+    [TUTTI_GPU_IO_SUBMIT_HOST] = "host",
+};
+
 int
 tutti_gpu_io_submit_parse(const char *name)
 {
-	static const char *const names[] = {
-	    [TUTTI_GPU_IO_SUBMIT_AUTO] = "auto",
-	    [TUTTI_GPU_IO_SUBMIT_SQPOLL] = "sqpoll",
-	    [TUTTI_GPU_IO_SUBMIT_HOST] = "host",
-	};
-
-	for (uint32_t k = 0; name != NULL && k < TT_ARRAY_SIZE(names); k++) {
-		if (strcmp(names[k], name) == 0) {
+	for (uint32_t k = 0; name != NULL && k < TT_ARRAY_SIZE(gpu_io_submit_names); k++) {
+		if (strcmp(gpu_io_submit_names[k], name) == 0) {
 			return (int)k;
 		}
 	}
 	return -EINVAL;
+}
+
+const char *
+tutti_gpu_io_submit_name(uint32_t submit)
+{
+	return submit < TT_ARRAY_SIZE(gpu_io_submit_names) ? gpu_io_submit_names[submit] : NULL;
 }
 
 /* ---- the part every engine has ---- */

@@ -295,6 +295,16 @@ test_engine_kinds_and_names(void **state)
 	assert_int_equal(tutti_engine_parse(""), -EINVAL);
 	assert_int_equal(tutti_engine_parse("POSIX"), -EINVAL);
 	assert_int_equal(tutti_engine_parse(NULL), -EINVAL);
+	/* Who issues gpu-uring's I/O: each name parses back to its value. */
+	for (uint32_t k = TUTTI_GPU_IO_SUBMIT_AUTO; k <= TUTTI_GPU_IO_SUBMIT_HOST; k++) {
+		assert_non_null(tutti_gpu_io_submit_name(k));
+		assert_int_equal(tutti_gpu_io_submit_parse(tutti_gpu_io_submit_name(k)), (int)k);
+	}
+	assert_string_equal(tutti_gpu_io_submit_name(TUTTI_GPU_IO_SUBMIT_SQPOLL), "sqpoll");
+	assert_null(tutti_gpu_io_submit_name(TUTTI_GPU_IO_SUBMIT_HOST + 1));
+	assert_null(tutti_gpu_io_submit_name(UINT32_MAX));
+	assert_int_equal(tutti_gpu_io_submit_parse("SQPOLL"), -EINVAL);
+	assert_int_equal(tutti_gpu_io_submit_parse(NULL), -EINVAL);
 }
 
 int
