@@ -29,15 +29,14 @@ run)
 	OUT=${OUT:-$PWD/gpu-out}
 	mkdir -p "$OUT"
 	[ -f build/ab/before.tgz ] || { echo "no build/ab/before.tgz: run 'pack REV' first" >&2; exit 2; }
-	# The working tree's build (gpu-run.sh also unpacks .debs into build/deps).
+	# The working tree's build.
 	# gpu-run.sh exits 1 when its build fails; a binary left by an earlier build must not be
 	# measured as the working tree's.
 	bash scripts/gpu-run.sh build > "$OUT/ab-build-after.log" 2>&1 ||
 		{ tail -20 "$OUT/ab-build-after.log"; exit 1; }
-	if [ -d build/deps ]; then
-		export PKG_CONFIG_PATH=$PWD/build/deps/usr/lib/x86_64-linux-gnu/pkgconfig
-		export LD_LIBRARY_PATH=$PWD/build/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-	fi
+	# The earlier tree's build, with the same libraries.
+	# shellcheck source=scripts/gpu-deps.sh
+	. scripts/gpu-deps.sh
 	rm -rf build/ab/before && mkdir -p build/ab/before && tar xzf build/ab/before.tgz -C build/ab/before
 	{ cmake -S build/ab/before -B build/ab/before/build -DTUTTI_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
 		cmake --build build/ab/before/build -j"$(nproc)" --target tutti_gpu_store_bench; } \

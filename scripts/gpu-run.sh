@@ -35,17 +35,8 @@ log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 # vLLM process; one archive comes back whole where a cap on the number of files would not).
 pack() { [ -d "$OUT/$1" ] && tar czf "$OUT/$1.tgz" -C "$OUT" "$1" && rm -rf "${OUT:?}/$1"; }
 
-if ls .debs/*.deb >/dev/null 2>&1; then
-	prefix=$PWD/build/deps
-	mkdir -p "$prefix"
-	for d in .debs/*.deb; do dpkg -x "$d" "$prefix"; done
-	# Point the packages' .pc files at the prefix rather than setting PKG_CONFIG_SYSROOT_DIR,
-	# which pkg-config would also prepend to every other .pc file's paths (tutti.pc's among them,
-	# as installed by the install test).
-	sed -E -i "s#(=|-L|-I)/usr#\1$prefix/usr#g" "$prefix"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
-	export PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig
-	export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+# shellcheck source=scripts/gpu-deps.sh
+. scripts/gpu-deps.sh
 
 { nvidia-smi; nvcc --version; uname -a; } > "$OUT/machine.txt" 2>&1
 log "configure and build (CUDA on, sm_90)"

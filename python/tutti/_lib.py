@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
-import itertools
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -198,12 +197,9 @@ def _named_values(name_of: Callable[[int], bytes | None]) -> dict[str, int]:
     """Every value of an enum that the library names, by its name: the name function answers
     NULL past the last value."""
     out: dict[str, int] = {}
-    for value in itertools.count():
-        name = name_of(value)
-        if name is None:
-            return out
-        out[name.decode()] = value
-    raise AssertionError("unreachable")
+    while (name := name_of(len(out))) is not None:
+        out[name.decode()] = len(out)
+    return out
 
 
 def engines() -> dict[str, int]:
