@@ -280,6 +280,7 @@ tt_engine_attach(struct tt_engine *e, const int *fds, uint32_t nr_fds)
 	    .max_iov = e->max_iov,
 	    .threads = e->conf.posix_threads,
 	    .async_reads = on_tmpfs(fds[0]),
+	    .refusal_handled = e->ioq_fallback,
 	    .log = e->log,
 	};
 	int rc;
@@ -292,9 +293,9 @@ tt_engine_attach(struct tt_engine *e, const int *fds, uint32_t nr_fds)
 	e->page_cache = qc.async_reads;
 	rc = tt_ioq_create(e->ioq_ops, &qc, &e->ioq);
 	if ((rc == -ENOSYS || rc == -EPERM) && e->ioq_fallback) {
-		tt_log_info(e->log,
-		            "engine %s: io_uring is unavailable (%s): a thread pool issues "
-		            "the CPU's I/O",
+		tt_log_warn(e->log,
+		            "engine %s: io_uring is refused here (%s): the posix engine's threads "
+		            "issue the CPU's I/O",
 		            e->ops->name, tutti_strerror(rc));
 		e->ioq_ops = &tt_ioq_posix;
 		e->cpu_kind = TUTTI_ENGINE_POSIX;

@@ -75,7 +75,9 @@ uring_create(const struct tt_ioq_conf *conf, struct tt_ioq **out)
 	u->log = conf->log;
 	rc = io_uring_queue_init(conf->depth, &u->ring, 0);
 	if (rc < 0) {
-		tt_log_err(conf->log, "io_uring setup failed: %s", tutti_strerror(rc));
+		if (!conf->refusal_handled || (rc != -ENOSYS && rc != -EPERM)) {
+			tt_log_err(conf->log, "io_uring setup failed: %s", tutti_strerror(rc));
+		}
 		uring_free(u);
 		return rc;
 	}

@@ -3,7 +3,7 @@
 the way a container's default seccomp profile refuses it: a seccomp filter that fails
 io_uring_setup, io_uring_enter and io_uring_register with an errno (x86-64 only).
 
-Usage: no_io_uring.py DIR ERRNO ENGINE [FALLBACK]; prints one JSON line: the engine the store
+Usage: no_io_uring.py DIR ERRNO ENGINE; prints one JSON line: the engine the store
 reports for host KV, or the error."""
 
 import ctypes
@@ -49,7 +49,7 @@ def refuse_io_uring(err):
         raise OSError(ctypes.get_errno(), "seccomp filter refused")
 
 
-def main(path, err, engine, fallback=None):
+def main(path, err, engine):
     refuse_io_uring(err)
     from tutti.store import KV, Geometry
     from tutti.vllm.config import TuttiConfig
@@ -58,7 +58,7 @@ def main(path, err, engine, fallback=None):
     geo = Geometry(nr_layers=2, nr_kv_heads=2, head_dim=32, elem_bytes=4, block_tokens=16,
                    chunk_tokens=32)
     cfg = TuttiConfig.from_extra({"dirs": [path], "capacity_gb": 0.01}, 16)
-    cfg = dataclasses.replace(cfg, engine=engine, engine_fallback=fallback)
+    cfg = dataclasses.replace(cfg, engine=engine)
     try:
         key, store = acquire_store(cfg, [path], geo, b"no-io-uring")
     except OSError as e:
@@ -75,4 +75,4 @@ def main(path, err, engine, fallback=None):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], *sys.argv[4:])
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])

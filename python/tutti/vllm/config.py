@@ -38,13 +38,10 @@ class TuttiConfig:
     dirs: list[Any]
     capacity_bytes: int
     chunk_tokens: int = 256
-    # "auto": the CPU-driven engine (uring), except for layerwise loads into GPU memory:
-    # gpu-uring there (the CPU-driven engine where it cannot be set up, said in one log line).
+    # "auto": the store's choice: gpu-uring for KV in GPU memory, the CPU-driven engine for KV
+    # in host memory and where gpu-uring cannot be set up or io_uring is refused (one log line
+    # says why).
     engine: str = "auto"
-    # The engine to open instead where io_uring is refused (a container's seccomp profile, the
-    # io_uring_disabled sysctl), when "auto" named the engine here rather than to the store,
-    # whose own "auto" falls back likewise (ConnectorContext).
-    engine_fallback: str | None = None
     durability: str = "fast"
     staging_bytes: int = 0
     gpu_io_workers: int = 0  # 0: the store's defaults (include/tutti/store.h)
@@ -241,20 +238,18 @@ class ConnectorContext:
         self.block_size: int = vllm_config.cache_config.block_size
         cfg = TuttiConfig.from_extra(kv_transfer.kv_connector_extra_config, self.block_size)
         # With KV in GPU memory, loads complete while the request waits (async_load), through
-        # the CPU-driven engine. Measured in vLLM 0.26 on the H200 (docs/results.md): a load
-        # failing inside a step (layerwise) crashed vLLM with and without its asynchronous
-        # scheduling (V2, V4; vLLM issues #49250 and #34484: a request rewound after it ran),
-        # where a failed asynchronous load is recomputed before the request runs (V3, V4); and
-        # asynchronous loads through uring sustained 4-8 req/s at the 1 s SLO (SV5, SV6),
-        # gpu-uring's 1 (SV2). "layerwise": true still chooses layer-by-layer loads, through
-        # gpu-uring unless an engine is named.
+        # gpu-uring (the store's "auto"). Measured in vLLM 0.26 on the H200 (docs/results.md):
+        # a load failing inside a step (layerwise) crashed vLLM with and without its
+        # asynchronous scheduling (V2, V4; vLLM issues #49250 and #34484: a request rewound
+        # after it ran), where a failed asynchronous load is recomputed before the request
+        # runs (V3, V4, V6); and asynchronous loads through gpu-uring sustained twice the rate
+        # of those through uring at the 1 s SLO in one run (SV11). "layerwise": true still
+        # chooses layer-by-layer loads.
         self.kv_on_gpu = vllm_config.device_config.device_type == "cuda"
         if cfg.async_load is None:
             cfg = dataclasses.replace(cfg, async_load=self.kv_on_gpu and cfg.layerwise is not True)
         if cfg.layerwise is None:
             cfg = dataclasses.replace(cfg, layerwise=False)
-        if cfg.engine == "auto" and self.kv_on_gpu and not cfg.layerwise:
-            cfg = dataclasses.replace(cfg, engine="uring", engine_fallback="posix")
         self.cfg = cfg
         # Tensor parallelism (tutti/vllm/ranks.py): each worker process opens the store of its
         # rank; the scheduler, in a process of its own, opens none and learns what every rank

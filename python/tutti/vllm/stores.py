@@ -9,7 +9,6 @@ file lock is; it is keyed by what the store was opened with and counts its users
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 from dataclasses import dataclass
@@ -62,22 +61,12 @@ def acquire_store(cfg: TuttiConfig, dirs: list[str], geo: Geometry,
 
 
 def _open_store(cfg: TuttiConfig, dirs: list[str], geo: Geometry, ns: bytes) -> Store:
-    def open_with(engine: str) -> Store:
-        return Store(dirs, geo, capacity_bytes=cfg.capacity_bytes, ns=ns, engine=engine,
-                     durability=cfg.durability, key_bytes=KEY_BYTES,
-                     staging_bytes=cfg.staging_bytes, gpu_io_workers=cfg.gpu_io_workers,
-                     gpu_io_sms=cfg.gpu_io_sms, replace=True, log=log, log_level=LOG_INFO)
-
-    try:
-        return open_with(cfg.engine)
-    except OSError as e:
-        # io_uring refused (ENOSYS: blocked or absent; EPERM: seccomp or the sysctl): an
-        # engine "auto" chose has a fallback, one the configuration named has not.
-        if cfg.engine_fallback is None or e.errno not in (errno.ENOSYS, errno.EPERM):
-            raise
-        log.warning("tutti: io_uring is refused here (%s); engine %s instead", e,
-                    cfg.engine_fallback)
-        return open_with(cfg.engine_fallback)
+    # Engine "auto" falls back inside the store (to the CPU-driven engine where gpu-uring
+    # cannot be set up, to posix where io_uring is refused), with one log line saying why.
+    return Store(dirs, geo, capacity_bytes=cfg.capacity_bytes, ns=ns, engine=cfg.engine,
+                 durability=cfg.durability, key_bytes=KEY_BYTES,
+                 staging_bytes=cfg.staging_bytes, gpu_io_workers=cfg.gpu_io_workers,
+                 gpu_io_sms=cfg.gpu_io_sms, replace=True, log=log, log_level=LOG_INFO)
 
 
 def release_store(key: StoreKey) -> None:
