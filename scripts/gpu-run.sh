@@ -203,7 +203,7 @@ layerwise)
 	;;
 vllm-gpu)
 	# Greedy outputs with Tutti identical to vLLM without it, inside vLLM on the GPU
-	# (python/tests/vllm/outputs_matrix.py): a Llama-3-8B-shaped model, eleven vLLM processes
+	# (python/tests/vllm/outputs_matrix.py): a Llama-3-8B-shaped model, twelve vLLM processes
 	# in turn over a store on /dev/shm and one on the disk (first run, restart, layerwise on
 	# and off, gpu-uring and uring, damaged objects under either model runner and without
 	# asynchronous scheduling). Needs the vLLM payload.

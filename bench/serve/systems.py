@@ -4,13 +4,15 @@ environment) over the same engine:
 
 - ``recompute``: vLLM alone; a prefix not in its GPU prefix cache is computed again.
 - ``tutti``: TuttiConnector with its defaults (a store of the trace's size on the storage): on
-  vLLM's GPU build, loads through the CPU-driven engine that complete while the request waits.
+  vLLM's GPU build, loads driven by the GPU (gpu-uring) that complete while the request waits.
 - ``tutti-layerwise``: the same with ``"layerwise": true``: loads layer by layer behind the
   forward through gpu-uring, under vLLM's asynchronous scheduling.
 - ``tutti-no-async-sched``: ``"layerwise": true`` in a vLLM whose asynchronous scheduling is off
   (``--no-async-scheduling``).
-- ``tutti-gpu-uring``: the defaults with ``"engine": "gpu-uring"``: whole-request loads driven
-  by the GPU.
+- ``tutti-gpu-uring``: the defaults with ``"engine": "gpu-uring"`` named (what "auto" picks for
+  GPU KV, without its fallback).
+- ``tutti-uring``: the defaults with ``"engine": "uring"``: the same loads through the CPU-driven
+  engine.
 - ``lmcache-mp``: LMCache in its multiprocess mode: LMCacheMPConnector in vLLM and LMCache's
   server in a process of its own (``lmcache_server_args``; run_system.py starts and stops it),
   its CPU tier (L1) of the in-process connector's default size, 5 GB (at least the longest
@@ -48,8 +50,10 @@ import json
 import math
 
 SYSTEMS = ("recompute", "tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-gpu-uring",
+           "tutti-uring",
            "lmcache-mp", "lmcache-mp-large", "lmcache", "lmcache-min", "offload-cpu")
-TUTTI_SYSTEMS = {"tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-gpu-uring"}
+TUTTI_SYSTEMS = {"tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-gpu-uring",
+                 "tutti-uring"}
 LMCACHE_MP_SYSTEMS = {"lmcache-mp", "lmcache-mp-large"}
 USES_STORAGE = TUTTI_SYSTEMS | LMCACHE_MP_SYSTEMS | {"lmcache", "lmcache-min"}
 LMCACHE_CHUNK = 256  # LMCache's default chunk_size, in tokens
@@ -200,8 +204,8 @@ def config(system, storage_dir, work_dir, summary, kv_bytes_per_token, port=None
         info = {"capacity_gb": cap}
         if system in ("tutti-layerwise", "tutti-no-async-sched"):
             extra["layerwise"] = info["layerwise"] = True
-        if system == "tutti-gpu-uring":
-            extra["engine"] = info["engine"] = "gpu-uring"
+        if system in ("tutti-gpu-uring", "tutti-uring"):
+            extra["engine"] = info["engine"] = system.removeprefix("tutti-")
         if tutti_load_policy is not None:
             extra["load_policy"] = info["load_policy"] = tutti_load_policy
         info.update(engine_overrides(system))

@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 
 LMCACHE_SYSTEMS = ("lmcache-mp", "lmcache-mp-large", "lmcache", "lmcache-min")
-ORDER = ("tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-gpu-uring", "offload-cpu",
-         "lmcache-mp", "lmcache-mp-large", "lmcache", "lmcache-min", "recompute")
+ORDER = ("tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-gpu-uring", "tutti-uring",
+         "offload-cpu", "lmcache-mp", "lmcache-mp-large", "lmcache", "lmcache-min", "recompute")
 
 
 def load(paths):

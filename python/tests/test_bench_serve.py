@@ -227,7 +227,7 @@ def test_table_max_rate_and_fitted_slo(tmp_path):
 def test_tutti_variants_differ_only_in_how_they_load(tmp_path):
     """tutti: the connector's defaults; tutti-layerwise asks for layerwise loads, and
     tutti-no-async-sched for them in a vLLM without asynchronous scheduling; tutti-gpu-uring
-    names gpu-uring."""
+    and tutti-uring name their engine."""
     summary = {"requests": 40, "documents": 12, "unique_kv_gib": 30.0, "prefix_max": 32838}
     kvpt = 131072
     base, env, info = systems.config("tutti", tmp_path, tmp_path, summary, kvpt)
@@ -246,6 +246,10 @@ def test_tutti_variants_differ_only_in_how_they_load(tmp_path):
     assert gu["kv_connector_extra_config"] == dict(base["kv_connector_extra_config"],
                                                    engine="gpu-uring")
     assert info["engine"] == "gpu-uring" and systems.engine_overrides("tutti-gpu-uring") == {}
+    ur, _, info = systems.config("tutti-uring", tmp_path, tmp_path, summary, kvpt)
+    assert ur["kv_connector_extra_config"] == dict(base["kv_connector_extra_config"],
+                                                   engine="uring")
+    assert info["engine"] == "uring"
     al, _, info = systems.config("tutti", tmp_path, tmp_path, summary, kvpt,
                                  tutti_load_policy="always")
     assert al["kv_connector_extra_config"] == dict(base["kv_connector_extra_config"],

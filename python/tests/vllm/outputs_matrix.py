@@ -60,7 +60,7 @@ import store_files  # noqa: E402
 # and capacity ({} = its defaults); "env": variables set in that vLLM process; "engine_args":
 # vLLM engine arguments beyond the setup's; "ref": which reference the outputs are held to (a
 # reference case with the same "ref" makes it; default the first). On vLLM's GPU build the
-# defaults load asynchronously, through the CPU-driven engine: vLLM 0.26 crashed after a load
+# defaults load asynchronously, through gpu-uring: vLLM 0.26 crashed after a load
 # failed inside a step, with and without its asynchronous scheduling (docs/results.md, V2 and
 # V4); explicit layerwise cases cover layer-by-layer loads. Between two passes vLLM's prefix
 # cache is reset, so that a pass over stored prompts loads them from the store. A process
@@ -81,6 +81,10 @@ CASES = [
      "config": {"engine": "uring", "layerwise": True}, "actions": ["P", "reset", "P"]},
     {"name": "disk-default-damaged", "storage": "disk", "config": {}, "corrupt": "P",
      "actions": ["P", "reset", "P"]},
+    # The damage with the CPU-driven engine, which "auto" picks where gpu-uring cannot be set
+    # up (on vLLM's CPU build it is what the defaults pick: the case above).
+    {"name": "disk-uring-damaged", "storage": "disk", "config": {"engine": "uring"},
+     "corrupt": "P", "gpu_only": True, "actions": ["P", "reset", "P"]},
     # vLLM's V1 model runner: its own reference (the two runners' kernels may round
     # differently), then the damage again with the defaults.
     {"name": "reference-v1-runner", "storage": None, "config": None, "ref": "v1-runner",
