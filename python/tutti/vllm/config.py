@@ -242,8 +242,8 @@ class ConnectorContext:
         # a load failing inside a step (layerwise) crashed vLLM with and without its
         # asynchronous scheduling (V2, V4; vLLM issues #49250 and #34484: a request rewound
         # after it ran), where a failed asynchronous load is recomputed before the request
-        # runs (V3, V4, V6); and asynchronous loads through gpu-uring sustained twice the rate
-        # of those through uring at the 1 s SLO in one run (SV11). "layerwise": true still
+        # runs (V3, V4, V6); and asynchronous loads through gpu-uring had a lower TTFT than
+        # those through uring at every rate of one serving run (SV11). "layerwise": true still
         # chooses layer-by-layer loads.
         self.kv_on_gpu = vllm_config.device_config.device_type == "cuda"
         if cfg.async_load is None:
