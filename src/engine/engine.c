@@ -280,7 +280,6 @@ tt_engine_attach(struct tt_engine *e, const int *fds, uint32_t nr_fds)
 	    .max_iov = e->max_iov,
 	    .threads = e->conf.posix_threads,
 	    .async_reads = on_tmpfs(fds[0]),
-	    .refusal_handled = e->ioq_fallback,
 	    .log = e->log,
 	};
 	int rc;
@@ -292,7 +291,13 @@ tt_engine_attach(struct tt_engine *e, const int *fds, uint32_t nr_fds)
 	e->nr_fds = nr_fds;
 	e->page_cache = qc.async_reads;
 	rc = tt_ioq_create(e->ioq_ops, &qc, &e->ioq);
-	if ((rc == -ENOSYS || rc == -EPERM) && e->ioq_fallback) {
+	if (rc < 0 && e->ioq_ops == &tt_ioq_uring) {
+		/* Refused (ENOSYS: blocked or absent; EPERM: seccomp or the sysctl): an engine that
+		 * may fall back does, with one warning; anything else is an error. */
+		if (!e->ioq_fallback || (rc != -ENOSYS && rc != -EPERM)) {
+			tt_log_err(e->log, "io_uring setup failed: %s", tutti_strerror(rc));
+			return rc;
+		}
 		tt_log_warn(e->log,
 		            "engine %s: io_uring is refused here (%s): the posix engine's threads "
 		            "issue the CPU's I/O",

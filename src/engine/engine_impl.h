@@ -35,13 +35,11 @@ struct tt_ioq_conf {
 	void *
 	    reg_buf; /* memory that most I/O targets, registered where the queue can; may be NULL */
 	size_t reg_bytes;
-	uint32_t depth;       /* most I/Os in flight */
-	uint32_t max_iov;     /* longest I/O vector accepted */
-	uint32_t threads;     /* posix: worker threads */
-	bool async_reads;     /* uring: IOSQE_ASYNC on reads, for page-cache-backed files (tmpfs),
-	                       * whose reads would otherwise be copied one after another inline */
-	bool refusal_handled; /* uring: the caller falls back where io_uring is refused (ENOSYS,
-	                       * EPERM) and says so itself: no error line for a refusal */
+	uint32_t depth;   /* most I/Os in flight */
+	uint32_t max_iov; /* longest I/O vector accepted */
+	uint32_t threads; /* posix: worker threads */
+	bool async_reads; /* uring: IOSQE_ASYNC on reads, for page-cache-backed files (tmpfs),
+	                   * whose reads would otherwise be copied one after another inline */
 	const struct tt_log *log;
 	/* sync: each I/O moved in pieces of at most piece_bytes (0: whole), and piece(piece_arg,
 	 * tag, iov, nr) called on the submitting thread with every byte of it once, in order:

@@ -75,9 +75,7 @@ uring_create(const struct tt_ioq_conf *conf, struct tt_ioq **out)
 	u->log = conf->log;
 	rc = io_uring_queue_init(conf->depth, &u->ring, 0);
 	if (rc < 0) {
-		if (!conf->refusal_handled || (rc != -ENOSYS && rc != -EPERM)) {
-			tt_log_err(conf->log, "io_uring setup failed: %s", tutti_strerror(rc));
-		}
+		/* Not logged here: the caller knows whether it falls back (tt_engine_attach). */
 		uring_free(u);
 		return rc;
 	}
