@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import table  # noqa: E402
 
 COLORS = {"tutti": "tab:blue", "tutti-layerwise": "tab:cyan", "tutti-no-async-sched": "tab:olive",
-          "tutti-gpu-uring": "tab:brown", "tutti-uring": "darkblue",
+          "tutti-gpu-uring": "tab:brown", "tutti-uring": "darkblue", "tutti-no-share": "olive",
           "offload-cpu": "tab:green", "lmcache-mp": "tab:purple", "lmcache-mp-large": "tab:pink",
           "lmcache": "tab:orange", "lmcache-min": "tab:red", "recompute": "tab:gray"}
 

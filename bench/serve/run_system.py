@@ -360,6 +360,8 @@ def tier_counters(c, system):
                     "tutti_save_tokens": g("vllm:tutti_save_tokens"),
                     # found in the store, computed because reading was measured slower
                     "tutti_declined_tokens": g("vllm:tutti_declined_tokens"),
+                    # asked again because another request was loading the same chunks
+                    "tutti_delayed_lookups": g("vllm:tutti_delayed_lookups"),
                     "tutti_load_s": g("vllm:tutti_load_seconds"),
                     "tutti_pipeline_steps": g("vllm:tutti_pipeline_steps"),
                     # Compute waiting for KV: the pipeline's stall with layerwise loads, the

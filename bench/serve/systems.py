@@ -13,6 +13,8 @@ environment) over the same engine:
   GPU KV, without its fallback).
 - ``tutti-uring``: the defaults with ``"engine": "uring"``: the same loads through the CPU-driven
   engine.
+- ``tutti-no-share``: the defaults with ``"share_loads": false``: a request whose prefix another
+  request is loading reads it again instead of waiting for vLLM's prefix cache to hold it.
 - ``lmcache-mp``: LMCache in its multiprocess mode: LMCacheMPConnector in vLLM and LMCache's
   server in a process of its own (``lmcache_server_args``; run_system.py starts and stops it),
   its CPU tier (L1) of the in-process connector's default size, 5 GB (at least the longest
@@ -50,10 +52,10 @@ import json
 import math
 
 SYSTEMS = ("recompute", "tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-gpu-uring",
-           "tutti-uring",
+           "tutti-uring", "tutti-no-share",
            "lmcache-mp", "lmcache-mp-large", "lmcache", "lmcache-min", "offload-cpu")
 TUTTI_SYSTEMS = {"tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-gpu-uring",
-                 "tutti-uring"}
+                 "tutti-uring", "tutti-no-share"}
 LMCACHE_MP_SYSTEMS = {"lmcache-mp", "lmcache-mp-large"}
 USES_STORAGE = TUTTI_SYSTEMS | LMCACHE_MP_SYSTEMS | {"lmcache", "lmcache-min"}
 LMCACHE_CHUNK = 256  # LMCache's default chunk_size, in tokens
@@ -206,6 +208,8 @@ def config(system, storage_dir, work_dir, summary, kv_bytes_per_token, port=None
             extra["layerwise"] = info["layerwise"] = True
         if system in ("tutti-gpu-uring", "tutti-uring"):
             extra["engine"] = info["engine"] = system.removeprefix("tutti-")
+        if system == "tutti-no-share":
+            extra["share_loads"] = info["share_loads"] = False
         if tutti_load_policy is not None:
             extra["load_policy"] = info["load_policy"] = tutti_load_policy
         info.update(engine_overrides(system))

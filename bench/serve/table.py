@@ -27,6 +27,7 @@ from pathlib import Path
 
 LMCACHE_SYSTEMS = ("lmcache-mp", "lmcache-mp-large", "lmcache", "lmcache-min")
 ORDER = ("tutti", "tutti-layerwise", "tutti-no-async-sched", "tutti-gpu-uring", "tutti-uring",
+         "tutti-no-share",
          "offload-cpu", "lmcache-mp", "lmcache-mp-large", "lmcache", "lmcache-min", "recompute")
 
 

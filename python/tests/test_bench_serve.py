@@ -227,7 +227,8 @@ def test_table_max_rate_and_fitted_slo(tmp_path):
 def test_tutti_variants_differ_only_in_how_they_load(tmp_path):
     """tutti: the connector's defaults; tutti-layerwise asks for layerwise loads, and
     tutti-no-async-sched for them in a vLLM without asynchronous scheduling; tutti-gpu-uring
-    and tutti-uring name their engine."""
+    and tutti-uring name their engine; tutti-no-share reads a prefix another request is
+    loading again."""
     summary = {"requests": 40, "documents": 12, "unique_kv_gib": 30.0, "prefix_max": 32838}
     kvpt = 131072
     base, env, info = systems.config("tutti", tmp_path, tmp_path, summary, kvpt)
@@ -250,6 +251,10 @@ def test_tutti_variants_differ_only_in_how_they_load(tmp_path):
     assert ur["kv_connector_extra_config"] == dict(base["kv_connector_extra_config"],
                                                    engine="uring")
     assert info["engine"] == "uring"
+    no, _, info = systems.config("tutti-no-share", tmp_path, tmp_path, summary, kvpt)
+    assert no["kv_connector_extra_config"] == dict(base["kv_connector_extra_config"],
+                                                   share_loads=False)
+    assert info["share_loads"] is False
     al, _, info = systems.config("tutti", tmp_path, tmp_path, summary, kvpt,
                                  tutti_load_policy="always")
     assert al["kv_connector_extra_config"] == dict(base["kv_connector_extra_config"],

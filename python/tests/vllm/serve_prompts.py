@@ -3,9 +3,11 @@
 TuttiConnector, and write the generated tokens and the connector's metrics as JSON.
 
 Usage: serve_prompts.py [--tp N] MODEL PROMPTS.json OUT.json
-                        [STORE_DIR [async|sync|layerwise [REMOTE.json]]]
+                        [STORE_DIR [async|sync|layerwise|async-prefix-cache [REMOTE.json]]]
 (REMOTE.json: the connector's "remote" configuration, docs/cluster.md; --tp N: tensor
-parallelism over N worker processes, STORE_DIR then naming each rank's directory with {rank})
+parallelism over N worker processes, STORE_DIR then naming each rank's directory with {rank};
+async-prefix-cache: asynchronous loads with vLLM's prefix cache on, which is off otherwise so
+that every hit comes from the store)
 """
 
 import json
@@ -28,14 +30,15 @@ def main(model, prompts_path, out_path, store=None, mode="sync", remote=None, tp
             kv_role="kv_both",
             kv_load_failure_policy="recompute",
             kv_connector_extra_config={"dirs": [store], "capacity_gb": 0.25,
-                                       "chunk_tokens": 64, "async_load": mode == "async",
+                                       "chunk_tokens": 64, "async_load": mode.startswith("async"),
                                        "layerwise": mode == "layerwise"},
         )
         if remote:
             kv.kv_connector_extra_config["remote"] = json.load(open(remote))
     llm = LLM(model=model, skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
               max_model_len=1024, max_num_seqs=8, block_size=32, seed=0,
-              enable_prefix_caching=False, disable_log_stats=False, kv_transfer_config=kv,
+              enable_prefix_caching=mode == "async-prefix-cache", disable_log_stats=False,
+              kv_transfer_config=kv,
               tensor_parallel_size=tp)
     prompts = json.load(open(prompts_path))
     params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, detokenize=False)

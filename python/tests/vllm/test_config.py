@@ -53,6 +53,7 @@ def worker(model_dir, ext, **kw):
     ("durability", "always", "\"durability\" must be one of fast, durable, not 'always'"),
     ("staging_mb", "x", "\"staging_mb\" must be a number"),
     ("namespace", 3, "\"namespace\" must be a string"),
+    ("share_loads", "maybe", "share_loads must be true or false, not 'maybe'"),
 ])
 def test_a_bad_value_names_its_key(tmp_path, key, value, says):
     ext = extra(tmp_path, **{key: value})

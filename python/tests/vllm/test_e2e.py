@@ -124,6 +124,15 @@ def test_prefix_kv_survives_a_restart_and_a_damaged_store_is_recomputed(model_di
     assert (tmp_path / "b-async.log").read_text().count("tutti: store ") == 1
     check_installed(b2)
 
+    # With vLLM's prefix cache on, the prompts that share the first one's prefix wait while it
+    # is read, then find it in vLLM's cache: the shared chunks are read once, not per prompt.
+    b3 = run(model_dir, second, tmp_path, "b-shared", store, mode="async-prefix-cache",
+             env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    assert b3["tokens"] == computed
+    assert b3["metrics"]["vllm:tutti_delayed_lookups"] > 0
+    assert b3["metrics"]["vllm:tutti_load_errors"] == 0
+    assert 0 < b3["metrics"]["vllm:tutti_load_tokens"] < 0.5 * prompt_tokens, b3["metrics"]
+
     damage_every_slot(store)
     # Every prompt reaches the scheduler before the first step (the engine core in this
     # process), so that no prompt of C loads what an earlier one of C stored again.

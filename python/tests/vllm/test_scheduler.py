@@ -26,11 +26,11 @@ NUM_BLOCKS = 256
 _ids = itertools.count()
 
 
-def make_scheduler(model_dir, store_dir, extra=None):
+def make_scheduler(model_dir, store_dir, extra=None, prefix_caching=False):
     init_none_hash(sha256)
     vllm_config = tutti_vllm_config(
         model_dir, extra or {"dirs": [str(store_dir)], "capacity_gb": 0.05, "chunk_tokens": CHUNK},
-        BS, NUM_BLOCKS)
+        BS, NUM_BLOCKS, prefix_caching=prefix_caching)
     return Scheduler(vllm_config=vllm_config,
                      kv_cache_config=kv_cache_config(["l0", "l1"], BS, NUM_BLOCKS, kv_heads=2),
                      structured_output_manager=StructuredOutputManager(vllm_config),
@@ -167,6 +167,90 @@ def test_async_loads_park_the_request_until_the_worker_reports_them(model_dir, t
     out2 = sched.schedule()
     assert out2.num_scheduled_tokens[req.request_id] == 300 - 192
     assert out2.kv_connector_metadata.loads == []
+    sched.connector.shutdown()
+
+
+def test_a_request_whose_chunks_another_is_loading_waits_for_vllms_prefix_cache(model_dir,
+                                                                                tmp_path):
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+    from vllm.v1.request import RequestStatus
+
+    store = tmp_path / "s"
+    sched = make_scheduler(model_dir, store, extra={
+        "dirs": [str(store)], "capacity_gb": 0.05, "chunk_tokens": CHUNK, "async_load": True},
+        prefix_caching=True)
+    doc = prompt(256)
+    populate(sched.connector, request(doc), 3)  # 6 blocks = 192 tokens of the shared document
+    first = request(doc + prompt(44, seed=7))
+    out, meta = schedule_one(sched, first)
+    (load,) = meta.loads
+    assert load.req_id == first.request_id and len(load.block_ids) == 6
+    # A second question on the same document arrives while the first's chunks are read: it is
+    # asked again later rather than reading the same bytes a second time.
+    second = request(doc + prompt(44, seed=8))
+    out, meta = schedule_one(sched, second)
+    assert meta.loads == [] and second.request_id not in out.num_scheduled_tokens
+    assert second.status == RequestStatus.WAITING
+    stats = sched.connector.get_kv_connector_stats().reduce()
+    assert stats["delayed_lookups"] >= 1 and stats["hit_tokens"] == 192
+    # A different document is not held back by it.
+    other = request(prompt(300, seed=3))
+    out, meta = schedule_one(sched, other)
+    assert out.num_scheduled_tokens[other.request_id] == 300
+    # Reported finished, the first load is not in vLLM's prefix cache until vLLM takes the
+    # first request up again, which its waiting queue may do after the second: until then a
+    # request that shares it still waits.
+    sched.connector.update_connector_output(
+        KVConnectorOutput(finished_recving={first.request_id}))
+    third = request(doc + prompt(44, seed=9))
+    sched.connector.scheduler.on_new_request(third)
+    assert sched.connector.get_num_new_matched_tokens(third, 0) == (None, False)
+    # The first load lands: the first request computes its rest and the second finds the
+    # document in vLLM's prefix cache (the 192 tokens loaded and the 64 the first computed),
+    # with nothing to load.
+    sched.update_from_output(out, ModelRunnerOutput(
+        req_ids=[other.request_id], req_id_to_index={other.request_id: 0},
+        sampled_token_ids=[[5]], logprobs=None, prompt_logprobs_dict={}, pooler_output=None,
+        kv_connector_output=KVConnectorOutput(finished_recving={first.request_id})))
+    out = sched.schedule()
+    assert out.kv_connector_metadata.loads == []
+    assert out.num_scheduled_tokens[first.request_id] == 300 - 192
+    assert out.num_scheduled_tokens[second.request_id] == 300 - 256
+    assert sched.connector.get_kv_connector_stats().reduce()["hit_tokens"] == 0
+    sched.connector.shutdown()
+
+
+def test_share_loads_false_reads_the_chunks_again(model_dir, tmp_path):
+    store = tmp_path / "s"
+    sched = make_scheduler(model_dir, store, extra={
+        "dirs": [str(store)], "capacity_gb": 0.05, "chunk_tokens": CHUNK, "async_load": True,
+        "share_loads": False}, prefix_caching=True)
+    doc = prompt(256)
+    populate(sched.connector, request(doc), 3)
+    schedule_one(sched, request(doc + prompt(44, seed=7)))
+    second = request(doc + prompt(44, seed=8))
+    _, meta = schedule_one(sched, second)
+    (load,) = meta.loads
+    assert load.req_id == second.request_id and len(load.block_ids) == 6
+    sched.connector.shutdown()
+
+
+def test_a_finished_request_no_longer_holds_back_its_chunks(model_dir, tmp_path):
+    store = tmp_path / "s"
+    sched = make_scheduler(model_dir, store, extra={
+        "dirs": [str(store)], "capacity_gb": 0.05, "chunk_tokens": CHUNK, "async_load": True},
+        prefix_caching=True)
+    doc = prompt(256)
+    populate(sched.connector, request(doc), 3)
+    first = request(doc + prompt(44, seed=7))
+    schedule_one(sched, first)
+    sched.finish_requests(first.request_id,
+                          __import__("vllm.v1.request", fromlist=["RequestStatus"])
+                          .RequestStatus.FINISHED_ABORTED)
+    second = request(doc + prompt(44, seed=8))
+    out, meta = schedule_one(sched, second)
+    (load,) = meta.loads
+    assert load.req_id == second.request_id and len(load.block_ids) == 6
     sched.connector.shutdown()
 
 

@@ -17,12 +17,13 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 
 
 def tutti_vllm_config(model_dir, extra, block_size, num_blocks, tp=1, pp=1, rank=0,
-                      executor=None, kv_role="kv_both"):
+                      executor=None, kv_role="kv_both", prefix_caching=False):
     """``extra`` is the connector's kv_connector_extra_config; tp, pp and rank as vLLM's
     ParallelConfig has them (the multiprocess executor when there is more than one rank).
     ``executor``: vLLM's distributed_executor_backend; by default the uni-process one for one
     rank (the worker in the scheduler's process, as with VLLM_ENABLE_V1_MULTIPROCESSING=0),
-    else the multiprocess one. (vLLM's CPU build turns "uni" into "mp" while the environment
+    else the multiprocess one. ``prefix_caching``: vLLM's GPU prefix cache, off unless a test
+    needs it. (vLLM's CPU build turns "uni" into "mp" while the environment
     does not say VLLM_ENABLE_V1_MULTIPROCESSING=0; this sets it after.)"""
     parallel = (ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp,
                                distributed_executor_backend="mp")
@@ -32,7 +33,8 @@ def tutti_vllm_config(model_dir, extra, block_size, num_blocks, tp=1, pp=1, rank
                                  skip_tokenizer_init=True),
         scheduler_config=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=4096,
                                          max_model_len=1024, is_encoder_decoder=False),
-        cache_config=CacheConfig(block_size=block_size, enable_prefix_caching=False),
+        cache_config=CacheConfig(block_size=block_size,
+                                 enable_prefix_caching=prefix_caching),
         parallel_config=parallel,
         kv_transfer_config=KVTransferConfig(
             kv_connector="TuttiConnector", kv_connector_module_path="tutti.vllm.connector",

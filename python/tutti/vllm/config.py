@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 KNOWN_KEYS = frozenset({
     "dirs", "dir", "capacity_gb", "capacity_bytes", "chunk_tokens", "engine", "durability",
     "staging_mb", "gpu_io_workers", "gpu_io_sms", "namespace", "async_load", "async_save",
-    "layerwise", "remote", "load_policy",
+    "layerwise", "remote", "load_policy", "share_loads",
 })
 
 
@@ -60,6 +60,10 @@ class TuttiConfig:
     # "auto": a hit is loaded where reading it is faster than computing it, as measured while
     # serving (tutti/vllm/planner.py); "always": every hit is loaded.
     load_policy: str = "auto"
+    # With asynchronous loads and vLLM's prefix cache: a request whose hit another request is
+    # loading waits for that load to land in vLLM's prefix cache instead of reading the same
+    # chunks again (tutti/vllm/scheduler.py).
+    share_loads: bool = True
     capacity_key: str = "capacity_gb"  # the key the capacity was given with
 
     @classmethod
@@ -116,6 +120,7 @@ class TuttiConfig:
                              "pass; layerwise loads during the forward pass. Set one of them")
         load_policy = parse_choice(extra.get("load_policy", "auto"), "load_policy",
                                    LOAD_POLICIES)
+        share_loads = parse_flag(extra.get("share_loads", True), "share_loads")
         io = {}
         for k in ("gpu_io_workers", "gpu_io_sms"):
             v = extra.get(k, 0)
@@ -129,7 +134,7 @@ class TuttiConfig:
                    engine=engine, durability=durability,
                    staging_bytes=int(staging_mb * 2**20), namespace=namespace,
                    async_load=async_load, async_save=async_save, layerwise=layerwise,
-                   load_policy=load_policy,
+                   load_policy=load_policy, share_loads=share_loads,
                    remote=remote_tier.RemoteConfig.from_extra(extra.get("remote")))
 
 

@@ -42,8 +42,9 @@ PIPELINE_COUNTERS: tuple[str, ...] = (
     "pipeline_steps", "pipeline_layers_loaded", "pipeline_stall_ns", "pipeline_host_wait_ns",
     "pipeline_waits", "pipeline_waits_unhooked")
 # Tokens found in the store that the load plan left to vLLM to compute, because reading them
-# was measured slower than computing them (tutti/vllm/planner.py).
-PLAN_COUNTERS: tuple[str, ...] = ("declined_tokens",)
+# was measured slower than computing them (tutti/vllm/planner.py); lookups answered "ask again"
+# because another request was loading the same chunks (one per step the request waited).
+PLAN_COUNTERS: tuple[str, ...] = ("declined_tokens", "delayed_lookups")
 ALL_COUNTERS: tuple[str, ...] = COUNTERS + REMOTE_COUNTERS + PIPELINE_COUNTERS + PLAN_COUNTERS
 
 
@@ -76,7 +77,7 @@ class TuttiConnectorStats(KVConnectorStats):
             "save_tokens": d["save_tokens"],
             "save_errors": d["save_errors"],
         }
-        for k in ("save_orphans", "save_no_space", "declined_tokens"):
+        for k in ("save_orphans", "save_no_space", "declined_tokens", "delayed_lookups"):
             if d.get(k, 0):
                 out[k] = d[k]
         for op in ("load", "save"):

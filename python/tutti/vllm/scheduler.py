@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import vllm
+from vllm.v1.request import RequestStatus
 
 from tutti.remote import Remote
 from tutti.store import Store
@@ -114,6 +115,15 @@ class TuttiScheduler:
         # Asynchronous loads handed to the worker and not reported finished: request -> bytes
         # (a new load waits behind them on the worker's loader).
         self._loading: dict[str, int] = {}
+        # The chunk keys of each asynchronous load decided, by request, until vLLM schedules
+        # that request. With vLLM's prefix cache on, a request whose hit overlaps the keys of a
+        # request still waiting for its load (WAITING_FOR_REMOTE_KVS) is asked again later
+        # rather than read the same bytes again: once vLLM takes the loading request up, its
+        # blocks are in vLLM's prefix cache. (A load reported finished is not there until then,
+        # and vLLM may look at the waiting request first.)
+        self._keys_in_flight: dict[str, tuple[Request, frozenset[bytes]]] = {}
+        self._share_loads = ctx.cfg.share_loads and bool(ctx.cfg.async_load) and bool(
+            getattr(ctx.vllm_config.cache_config, "enable_prefix_caching", False))
 
     def remote_hit_tokens(self, req_id: str, num_external_tokens: int) -> int:
         """Of a request's load just planned, the tokens that come from the remote tier."""
@@ -162,6 +172,13 @@ class TuttiScheduler:
             else:
                 self._remote_local_hits.pop(request.request_id, None)
         found = max(0, min(hit_blocks, limit) * bs - num_computed_tokens)
+        if found and self._keys_in_flight and self._loading_elsewhere(
+                keys[num_computed_tokens // bs // self.bpc:hit]):
+            # Another request is reading these chunks into vLLM's KV: once vLLM takes it up
+            # again, vLLM's prefix cache serves them to this one too (vLLM's
+            # OffloadingConnector delays such a request the same way).
+            self.stats.add("delayed_lookups", 1)
+            return None, False
         # The remote tier weighed its own part (remote_tier.worth_fetching).
         ext = found if more else self.planner.plan(
             found, request.num_prompt_tokens - num_computed_tokens, self._queued_load_bytes())
@@ -247,6 +264,21 @@ class TuttiScheduler:
             remote_from=local_hit if local_hit is not None and local_hit < nr_keys else -1)
         if state is not None:
             state.loaded = (first, block_ids[first:last])
+        if self._share_loads:
+            self._track_keys(request, found.keys[first // self.bpc:nr_keys])
+
+    def _track_keys(self, request: Request, keys: list[bytes]) -> None:
+        self._keys_in_flight[request.request_id] = (request, frozenset(keys))
+
+    def _untrack_keys(self, req_id: str) -> None:
+        self._keys_in_flight.pop(req_id, None)
+
+    def _loading_elsewhere(self, keys: list[bytes]) -> bool:
+        """Whether a request still waiting for its asynchronous load is reading one of
+        ``keys``."""
+        return any(req.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+                   and not loading.isdisjoint(keys)
+                   for req, loading in self._keys_in_flight.values())
 
     def _saves_of(self, state: _ReqState, req_id: str, done_tokens: int) -> SaveSpec | None:
         """The chunks of a request that are complete once ``done_tokens`` are computed."""
@@ -283,6 +315,8 @@ class TuttiScheduler:
         if self.ctx.cfg.async_save:
             meta.new_blocks = self._new_blocks(scheduler_output)
         for new in scheduler_output.scheduled_new_reqs:
+            # Scheduled after its load: vLLM's prefix cache holds what it loaded.
+            self._untrack_keys(new.req_id)
             state = self._reqs.get(new.req_id)
             if state is None:
                 continue
@@ -297,6 +331,8 @@ class TuttiScheduler:
             if state is None:
                 continue
             new_ids = cached.new_block_ids[i]
+            if self._keys_in_flight:
+                self._untrack_keys(req_id)  # resumed after its load (as a preempted request)
             if req_id in cached.resumed_req_ids:
                 state.block_ids = list(new_ids[0]) if new_ids else []
                 state.loaded = None  # its blocks were freed, and may be another's now
@@ -327,6 +363,7 @@ class TuttiScheduler:
         self._pending_loads.pop(request.request_id, None)
         self._remote_local_hits.pop(request.request_id, None)
         self._loading.pop(request.request_id, None)
+        self._untrack_keys(request.request_id)
         # Blocks are freed at once: a save still reading them is waited for where they are
         # handed out again (the metadata's new_blocks).
         return False, None
