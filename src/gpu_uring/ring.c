@@ -37,6 +37,12 @@
  * (queued behind that much work), when its first SQEs wait up to IDLE_POLL_NS. */
 #define IDLE_AFTER_NS 100000000ull
 #define IDLE_POLL_NS 1000000
+/* Quiet for DEEP_IDLE_AFTER_NS, it polls every DEEP_IDLE_POLL_NS: a store open on a server
+ * that saves or loads now and then spends most of its life so. A kick still wakes it at once;
+ * only a kernel that starts more than DEEP_IDLE_AFTER_NS after its launch waits for a poll,
+ * up to DEEP_IDLE_POLL_NS, 1% of its wait in the queue. */
+#define DEEP_IDLE_AFTER_NS 2000000000ull
+#define DEEP_IDLE_POLL_NS 20000000
 /* A pace above this is a mistake, not a tuning: it would hold a layer's reads for milliseconds. */
 #define MAX_PACE_NS 1000000u
 
@@ -157,13 +163,13 @@ host_submit(struct tt_gpu_uring *r)
 	}
 }
 
-/* Sleep one idle period, or less if a kick bumps r->kicks from \p seen. A futex rather than a
- * condition variable: the kick on the launch path stays one atomic add and, only while the
- * helper idles, one wake system call. */
+/* Sleep \p ns, or less if a kick bumps r->kicks from \p seen. A futex rather than a condition
+ * variable: the kick on the launch path stays one atomic add and, only while the helper idles,
+ * one wake system call. */
 static void
-idle_wait(struct tt_gpu_uring *r, uint32_t seen)
+idle_wait(struct tt_gpu_uring *r, uint32_t seen, long ns)
 {
-	struct timespec t = {0, IDLE_POLL_NS};
+	struct timespec t = {0, ns};
 
 	(void)syscall(SYS_futex, &r->kicks, FUTEX_WAIT_PRIVATE, seen, &t, NULL, 0);
 }
@@ -189,6 +195,7 @@ helper_main(void *arg)
 		uint32_t cq = tt_ld_acquire(r->view.cq_tail);
 		uint32_t kicks = __atomic_load_n(&r->kicks, __ATOMIC_ACQUIRE);
 		uint64_t now = tt_now_ns();
+		uint64_t quiet;
 		bool idle;
 
 		if (r->host_submits) {
@@ -200,12 +207,14 @@ helper_main(void *arg)
 			sq_seen = sq, cq_seen = cq, kicks_seen = kicks;
 			last_active = now;
 		}
-		idle = now - last_active >= IDLE_AFTER_NS;
+		quiet = now - last_active;
+		idle = quiet >= IDLE_AFTER_NS;
 		__atomic_store_n(&r->helper_idle, idle ? 1u : 0u, __ATOMIC_SEQ_CST);
 		__atomic_add_fetch(&r->polls, 1, __ATOMIC_RELAXED);
 		if (idle) {
 			__atomic_add_fetch(&r->idle_polls, 1, __ATOMIC_RELAXED);
-			idle_wait(r, kicks);
+			idle_wait(r, kicks,
+			          quiet >= DEEP_IDLE_AFTER_NS ? DEEP_IDLE_POLL_NS : IDLE_POLL_NS);
 		} else {
 			nanosleep(&pause, NULL);
 		}

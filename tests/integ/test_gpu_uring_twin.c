@@ -605,6 +605,42 @@ test_ring_idle_helper_polls_slowly_until_kicked(void **state)
 	tt_gpu_uring_destroy(r);
 }
 
+/* Quiet for 2 s the helper polls every 20 ms; I/O queued then, without a kick, still completes
+ * at its next poll. */
+static void
+test_ring_quiet_helper_polls_rarely(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gpu_uring *r = ring(f, 64, 128, 100);
+	struct run *run = make_run(FILE_IOS);
+	uint32_t perm[FILE_IOS];
+	uint8_t *expect = malloc((size_t)FILE_IOS * IO_BYTES);
+	uint64_t polls0, idle0, polls1, idle1, elapsed;
+
+	assert_non_null(expect);
+	sleep_ms(2100);
+	polls0 = tt_gpu_uring_helper_polls(r, &idle0);
+	sleep_ms(400);
+	polls1 = tt_gpu_uring_helper_polls(r, &idle1);
+	/* Every 20 ms: about 20 polls, where the 1 ms idle period would make about 400. */
+	assert_true(polls1 - polls0 <= 40);
+	assert_true(polls1 - polls0 >= 5);
+	assert_int_equal(idle1 - idle0, polls1 - polls0);
+	for (uint32_t i = 0; i < FILE_IOS; i++) {
+		perm[i] = i;
+	}
+	t_rng_fill(&f->rng, f->buf, (size_t)FILE_IOS * IO_BYTES);
+	memcpy(expect, f->buf, (size_t)FILE_IOS * IO_BYTES);
+	program(f, run, perm, true);
+	elapsed = timed_run(r, run);
+	read_back(f, r, run, perm, expect);
+	/* Found within one deep poll (and the writes' own time), not at the next kick. */
+	assert_true(elapsed < 1000000000ull);
+	free(expect);
+	free_run(run);
+	tt_gpu_uring_destroy(r);
+}
+
 static void
 test_ring_bad_configurations_are_einval(void **state)
 {
@@ -663,7 +699,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(test_ring_paced_reads_are_submitted_the_pace_apart,    \
 	                                    setup, teardown),                                      \
 	    cmocka_unit_test_setup_teardown(test_ring_idle_helper_polls_slowly_until_kicked,       \
-	                                    setup, teardown)
+	                                    setup, teardown),                                      \
+	    cmocka_unit_test_setup_teardown(test_ring_quiet_helper_polls_rarely, setup, teardown)
 	const struct CMUnitTest host_tests[] = {EITHER_ISSUER_TESTS};
 	const struct CMUnitTest tests[] = {
 	    EITHER_ISSUER_TESTS,
