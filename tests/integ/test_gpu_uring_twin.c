@@ -221,6 +221,31 @@ read_back(struct fixture *f, struct tt_gpu_uring *r, struct run *run, const uint
 	assert_memory_equal(f->buf, expect, (size_t)run->nr * IO_BYTES);
 }
 
+/* Write the first \p n I/Os of \p run (fresh random bytes) in file order, then read them back
+ * and compare; returns the ns the writes took. */
+static uint64_t
+write_in_order_then_read_back(struct fixture *f, struct tt_gpu_uring *r, struct run *run,
+                              uint32_t n)
+{
+	uint32_t *perm = malloc(n * sizeof(*perm));
+	uint8_t *expect = malloc((size_t)n * IO_BYTES);
+	uint64_t elapsed;
+
+	assert_non_null(perm);
+	assert_non_null(expect);
+	for (uint32_t i = 0; i < n; i++) {
+		perm[i] = i;
+	}
+	t_rng_fill(&f->rng, f->buf, (size_t)n * IO_BYTES);
+	memcpy(expect, f->buf, (size_t)n * IO_BYTES);
+	program(f, run, perm, true);
+	elapsed = timed_run(r, run);
+	read_back(f, r, run, perm, expect);
+	free(expect);
+	free(perm);
+	return elapsed;
+}
+
 static void
 test_ring_writes_then_reads_back_the_same_bytes(void **state)
 {
@@ -432,22 +457,10 @@ test_ring_punted_writes_are_submitted_the_pace_apart(void **state)
 	};
 	struct tt_gpu_uring *r = NULL;
 	struct run *run = make_run(NR);
-	uint32_t perm[NR];
-	uint8_t *expect = malloc((size_t)NR * IO_BYTES);
-	uint64_t elapsed;
 
-	assert_non_null(expect);
 	assert_int_equal(tt_gpu_uring_create(&conf, &r), 0);
-	for (uint32_t i = 0; i < NR; i++) {
-		perm[i] = i;
-	}
-	t_rng_fill(&f->rng, f->buf, (size_t)NR * IO_BYTES);
-	memcpy(expect, f->buf, (size_t)NR * IO_BYTES);
-	program(f, run, perm, true);
-	elapsed = timed_run(r, run);
-	assert_true(elapsed >= (uint64_t)(NR - 1) * PACE_NS);
-	read_back(f, r, run, perm, expect);
-	free(expect);
+	/* NR submissions with the pace between each two: no sooner than (NR - 1) paces. */
+	assert_true(write_in_order_then_read_back(f, r, run, NR) >= (uint64_t)(NR - 1) * PACE_NS);
 	free_run(run);
 	tt_gpu_uring_destroy(r);
 }
@@ -560,6 +573,20 @@ sleep_ms(long ms)
 	}
 }
 
+/* How many times the helper polled while this thread slept \p ms; of those, at an idle period
+ * into \p idle. */
+static uint64_t
+polls_during(struct tt_gpu_uring *r, long ms, uint64_t *idle)
+{
+	uint64_t idle0, idle1;
+	uint64_t polls0 = tt_gpu_uring_helper_polls(r, &idle0);
+
+	sleep_ms(ms);
+	polls0 = tt_gpu_uring_helper_polls(r, &idle1) - polls0;
+	*idle = idle1 - idle0;
+	return polls0;
+}
+
 /* With nothing moving for 100 ms the helper polls once a millisecond (20 times fewer than at
  * work), I/O queued then still completes, and a kick brings the short period back at once. */
 static void
@@ -568,39 +595,23 @@ test_ring_idle_helper_polls_slowly_until_kicked(void **state)
 	struct fixture *f = *state;
 	struct tt_gpu_uring *r = ring(f, 64, 128, 100);
 	struct run *run = make_run(FILE_IOS);
-	uint32_t perm[FILE_IOS];
-	uint8_t *expect = malloc((size_t)FILE_IOS * IO_BYTES);
-	uint64_t polls0, idle0, polls1, idle1;
+	uint64_t polls, idle;
 
-	assert_non_null(expect);
 	sleep_ms(300);
-	polls0 = tt_gpu_uring_helper_polls(r, &idle0);
-	sleep_ms(200);
-	polls1 = tt_gpu_uring_helper_polls(r, &idle1);
+	polls = polls_during(r, 200, &idle);
 	/* At the short period 200 ms would be about 4,000 polls. */
-	assert_true(polls1 - polls0 <= 300);
-	assert_int_equal(idle1 - idle0, polls1 - polls0);
+	assert_true(polls <= 300);
+	assert_int_equal(idle, polls);
 	/* Queued to an idle helper, without a kick: found at its next poll. */
-	for (uint32_t i = 0; i < FILE_IOS; i++) {
-		perm[i] = i;
-	}
-	t_rng_fill(&f->rng, f->buf, (size_t)FILE_IOS * IO_BYTES);
-	memcpy(expect, f->buf, (size_t)FILE_IOS * IO_BYTES);
-	program(f, run, perm, true);
-	(void)timed_run(r, run);
-	read_back(f, r, run, perm, expect);
+	(void)write_in_order_then_read_back(f, r, run, FILE_IOS);
 	/* Idle again, then kicked: no poll at the idle period within the next 50 ms. */
-	sleep_ms(300);
-	(void)tt_gpu_uring_helper_polls(r, &idle0);
-	assert_true(idle0 > idle1);
+	sleep_ms(200);
+	assert_true(polls_during(r, 100, &idle) > 0);
+	assert_true(idle > 0);
 	tt_gpu_uring_kick(r);
 	sleep_ms(10); /* past a poll under way at the kick, which may still count as idle */
-	polls0 = tt_gpu_uring_helper_polls(r, &idle0);
-	sleep_ms(50);
-	polls1 = tt_gpu_uring_helper_polls(r, &idle1);
-	assert_true(polls1 > polls0);
-	assert_int_equal(idle1, idle0);
-	free(expect);
+	assert_true(polls_during(r, 50, &idle) > 0);
+	assert_int_equal(idle, 0);
 	free_run(run);
 	tt_gpu_uring_destroy(r);
 }
@@ -613,30 +624,16 @@ test_ring_quiet_helper_polls_rarely(void **state)
 	struct fixture *f = *state;
 	struct tt_gpu_uring *r = ring(f, 64, 128, 100);
 	struct run *run = make_run(FILE_IOS);
-	uint32_t perm[FILE_IOS];
-	uint8_t *expect = malloc((size_t)FILE_IOS * IO_BYTES);
-	uint64_t polls0, idle0, polls1, idle1, elapsed;
+	uint64_t polls, idle;
 
-	assert_non_null(expect);
 	sleep_ms(2100);
-	polls0 = tt_gpu_uring_helper_polls(r, &idle0);
-	sleep_ms(400);
-	polls1 = tt_gpu_uring_helper_polls(r, &idle1);
+	polls = polls_during(r, 400, &idle);
 	/* Every 20 ms: about 20 polls, where the 1 ms idle period would make about 400. */
-	assert_true(polls1 - polls0 <= 40);
-	assert_true(polls1 - polls0 >= 5);
-	assert_int_equal(idle1 - idle0, polls1 - polls0);
-	for (uint32_t i = 0; i < FILE_IOS; i++) {
-		perm[i] = i;
-	}
-	t_rng_fill(&f->rng, f->buf, (size_t)FILE_IOS * IO_BYTES);
-	memcpy(expect, f->buf, (size_t)FILE_IOS * IO_BYTES);
-	program(f, run, perm, true);
-	elapsed = timed_run(r, run);
-	read_back(f, r, run, perm, expect);
+	assert_true(polls <= 40);
+	assert_true(polls >= 5);
+	assert_int_equal(idle, polls);
 	/* Found within one deep poll (and the writes' own time), not at the next kick. */
-	assert_true(elapsed < 1000000000ull);
-	free(expect);
+	assert_true(write_in_order_then_read_back(f, r, run, FILE_IOS) < 1000000000ull);
 	free_run(run);
 	tt_gpu_uring_destroy(r);
 }

@@ -170,17 +170,24 @@ def test_async_loads_park_the_request_until_the_worker_reports_them(model_dir, t
     sched.connector.shutdown()
 
 
+def shared_document(model_dir, tmp_path, **extra):
+    """A scheduler with asynchronous loads and vLLM's prefix cache on, over a store holding
+    the first 3 chunks (192 tokens) of a 256-token document; returns (scheduler, document)."""
+    store = tmp_path / "s"
+    sched = make_scheduler(model_dir, store, extra={
+        "dirs": [str(store)], "capacity_gb": 0.05, "chunk_tokens": CHUNK, "async_load": True,
+        **extra}, prefix_caching=True)
+    doc = prompt(256)
+    populate(sched.connector, request(doc), 3)
+    return sched, doc
+
+
 def test_a_request_whose_chunks_another_is_loading_waits_for_vllms_prefix_cache(model_dir,
                                                                                 tmp_path):
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import RequestStatus
 
-    store = tmp_path / "s"
-    sched = make_scheduler(model_dir, store, extra={
-        "dirs": [str(store)], "capacity_gb": 0.05, "chunk_tokens": CHUNK, "async_load": True},
-        prefix_caching=True)
-    doc = prompt(256)
-    populate(sched.connector, request(doc), 3)  # 6 blocks = 192 tokens of the shared document
+    sched, doc = shared_document(model_dir, tmp_path)
     first = request(doc + prompt(44, seed=7))
     out, meta = schedule_one(sched, first)
     (load,) = meta.loads
@@ -221,12 +228,7 @@ def test_a_request_whose_chunks_another_is_loading_waits_for_vllms_prefix_cache(
 
 
 def test_share_loads_false_reads_the_chunks_again(model_dir, tmp_path):
-    store = tmp_path / "s"
-    sched = make_scheduler(model_dir, store, extra={
-        "dirs": [str(store)], "capacity_gb": 0.05, "chunk_tokens": CHUNK, "async_load": True,
-        "share_loads": False}, prefix_caching=True)
-    doc = prompt(256)
-    populate(sched.connector, request(doc), 3)
+    sched, doc = shared_document(model_dir, tmp_path, share_loads=False)
     schedule_one(sched, request(doc + prompt(44, seed=7)))
     second = request(doc + prompt(44, seed=8))
     _, meta = schedule_one(sched, second)
@@ -236,12 +238,7 @@ def test_share_loads_false_reads_the_chunks_again(model_dir, tmp_path):
 
 
 def test_a_finished_request_no_longer_holds_back_its_chunks(model_dir, tmp_path):
-    store = tmp_path / "s"
-    sched = make_scheduler(model_dir, store, extra={
-        "dirs": [str(store)], "capacity_gb": 0.05, "chunk_tokens": CHUNK, "async_load": True},
-        prefix_caching=True)
-    doc = prompt(256)
-    populate(sched.connector, request(doc), 3)
+    sched, doc = shared_document(model_dir, tmp_path)
     first = request(doc + prompt(44, seed=7))
     schedule_one(sched, first)
     sched.finish_requests(first.request_id,
