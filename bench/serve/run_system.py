@@ -10,9 +10,11 @@ tier, and times a full prefill on an idle engine); wait until the storage stops 
 the outputs (``probe_outputs``); then for each request rate, empty vLLM's GPU prefix cache and
 replay the trace's first requests (about window_s seconds of them, at least min_requests) with
 Poisson arrivals at that rate, every request streaming its tokens.
+With repeats above 1 the sweep runs that many rounds, each line carrying its round.
 Each rate's result is appended to the output as one JSON line as soon as it is known. A rate
-whose p90 TTFT exceeds stop_above seconds ends the sweep (higher rates cannot do better), and
-so does the deadline (seconds since the epoch). The names are the spec's keys.
+whose p90 TTFT exceeds stop_above seconds ends the round's sweep and the later rounds' at that
+rate (higher rates cannot do better), and the deadline (seconds since the epoch) ends them all.
+The names are the spec's keys.
 
 Usage: run_system.py SPEC.json   (written by serve_bench.py)
 """
@@ -456,36 +458,42 @@ async def run_engine(engine, spec, trace, emit, startup):
                                      spec["storage_dir"])
         emit({"phase": "probe", "probe": spec["probe"], "weights": weights, "probes": probes,
               "probe_s": round(time.monotonic() - t0, 2)})
-    for rate in spec["rates"]:
-        reqs, arrivals = requests_at(trace, rate, spec["window_s"], spec["min_requests"])
-        span = arrivals[-1]
-        left = deadline - time.time()
-        if left < span + 5:
-            emit({"phase": "rate", "rate": rate, "skipped": "deadline"})
-            break
-        await engine.reset_prefix_cache()
-        c0, pids = counters(), tree_pids(me)
-        cpu0, w0 = cpu_seconds(pids), time.monotonic()
-        results, unfinished, errors = await run_rate(
-            engine, trace, reqs, arrivals, min(left - 2, span + spec["drain_s"]))
-        pids = tree_pids(me)
-        cpu = cpu_seconds(pids) - cpu0
-        wall = time.monotonic() - w0
-        c1 = counters()
-        row = {"phase": "rate", "rate": rate}
-        row.update(summarise(results, unfinished, errors, len(reqs)))
-        row.update(tier_counters({k: v - c0.get(k, 0.0) for k, v in c1.items()},
-                                 spec["system"]))
-        row.update({"cpu_s": round(cpu, 2), "cpu_cores": round(cpu / wall, 2),
-                    "wall_s": round(wall, 2), "host_memory": host_memory(pids),
-                    "gpu_memory_gib": gpu_memory_gib()})
-        emit(row)
-        p90 = row["ttft_p90_s"]
-        if p90 is None or p90 > spec["stop_above"]:
-            for later in spec["rates"][spec["rates"].index(rate) + 1:]:
-                emit({"phase": "rate", "rate": later,
-                      "skipped": f"p90 TTFT above {spec['stop_above']} s at rate {rate}"})
-            break
+    rates = list(spec["rates"])
+    for rnd in range(spec.get("repeats", 1)):
+        # Each round sweeps the rates again, so that a rate's rounds are minutes apart on the
+        # same engine and table.py's median sees the machine's drift, not one moment of it.
+        for rate in rates:
+            reqs, arrivals = requests_at(trace, rate, spec["window_s"], spec["min_requests"])
+            span = arrivals[-1]
+            left = deadline - time.time()
+            if left < span + 5:
+                emit({"phase": "rate", "rate": rate, "round": rnd, "skipped": "deadline"})
+                return
+            await engine.reset_prefix_cache()
+            c0, pids = counters(), tree_pids(me)
+            cpu0, w0 = cpu_seconds(pids), time.monotonic()
+            results, unfinished, errors = await run_rate(
+                engine, trace, reqs, arrivals, min(left - 2, span + spec["drain_s"]))
+            pids = tree_pids(me)
+            cpu = cpu_seconds(pids) - cpu0
+            wall = time.monotonic() - w0
+            c1 = counters()
+            row = {"phase": "rate", "rate": rate, "round": rnd}
+            row.update(summarise(results, unfinished, errors, len(reqs)))
+            row.update(tier_counters({k: v - c0.get(k, 0.0) for k, v in c1.items()},
+                                     spec["system"]))
+            row.update({"cpu_s": round(cpu, 2), "cpu_cores": round(cpu / wall, 2),
+                        "wall_s": round(wall, 2), "host_memory": host_memory(pids),
+                        "gpu_memory_gib": gpu_memory_gib()})
+            emit(row)
+            p90 = row["ttft_p90_s"]
+            if p90 is None or p90 > spec["stop_above"]:
+                for later in rates[rates.index(rate) + 1:]:
+                    emit({"phase": "rate", "rate": later, "round": rnd,
+                          "skipped": f"p90 TTFT above {spec['stop_above']} s at rate {rate}"})
+                # Later rounds stop at this rate too.
+                rates = rates[:rates.index(rate) + 1]
+                break
 
 
 def main(spec_path):

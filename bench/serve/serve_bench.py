@@ -20,10 +20,12 @@ unless --allow-lmcache-v1 is given; lmcache-mp is LMCache's multiprocess mode, w
 affected.
 
 Each rate replays the trace's first requests: about a window of arrivals (8 s emulated, 12 s
-on the disk), at least 12 (8 on the disk), at most --requests.
+on the disk), at least 12 (8 on the disk), at most --requests. --repeats N sweeps the rates N
+times in each system's vLLM (one line per rate and round); table.py reports each rate's median.
 
 Usage: serve_bench.py --out DIR [--storage emulated,disk] [--systems S,...] [--rates R,...]
-                      [--disk-rates R,...] [--requests N] [--docs D] [--deadline S] [--smoke]
+                      [--disk-rates R,...] [--requests N] [--docs D] [--repeats N]
+                      [--deadline S] [--smoke]
                       [--allow-lmcache-v1]
 --smoke: a tiny model on vLLM's CPU build, small documents, two rates (recompute and tutti;
 the GPU-only and absent systems are reported as skipped).
@@ -118,6 +120,9 @@ def main():
     ap.add_argument("--docs-max", type=int, default=None)
     ap.add_argument("--output", default=None, help="fixed:N or reference")
     ap.add_argument("--gpu-blocks", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds of the rate sweep in each system's vLLM (table.py reports "
+                    "each rate's median over them)")
     ap.add_argument("--deadline", type=float, default=480, help="seconds for everything")
     ap.add_argument("--smoke", action="store_true", help="tiny model on vLLM's CPU build")
     ap.add_argument("--tutti-load-policy", choices=("auto", "always"), default=None,
@@ -126,6 +131,8 @@ def main():
                     help="run lmcache and lmcache-min (LMCache's in-process connector) even on a "
                     "vLLM whose packed K/V layout it moves wrong (LMCache issue #4463)")
     a = ap.parse_args()
+    if a.repeats < 1:
+        raise SystemExit(f"serve_bench: --repeats must be at least 1, not {a.repeats}")
 
     device = "cpu" if a.smoke else detect_device()
     if device != "cuda" and not a.smoke:
@@ -202,7 +209,8 @@ def main():
                 * P["block"] * kvpt
         spec = {"system": system, "storage": label, "storage_dir": str(sdir) if sdir else None,
                 "device": device, "model_shape": P["shape"], "kv_bytes_per_token": kvpt,
-                "trace": trace_args, "rates": rates, "engine_args": engine_args,
+                "trace": trace_args, "rates": rates, "repeats": a.repeats,
+                "engine_args": engine_args,
                 "kv_transfer_config": kv, "system_config": info, "server": server,
                 "probe": P["probe"],
                 "stop_above": P["stop_above"], "drain_s": P["drain_s"],

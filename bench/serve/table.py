@@ -8,7 +8,10 @@ the trace from scratch on an idle engine (measured in every system's warm-up; re
 it ran). A tier that cannot beat recomputation on an idle GPU is no use under load.
 
 Systems that use no storage (recompute, offload-cpu) ran once and appear under every storage.
-When several lines hold the same (system, storage, rate), the later one wins.
+When several lines hold the same (system, storage, rate, round), the later one wins. A rate
+measured in several rounds (serve_bench.py --repeats) is reported by the median of each figure
+over its rounds (a TTFT percentile that a round could not give, requests left unfinished,
+counts as infinitely slow); the table of rates then gives the rounds and the range of the p50.
 
 "outputs vs vLLM alone": each system's greedy outputs for the probe requests (prefixes served
 from its tier, run_system.probe_outputs) against recompute's (vLLM's own prefix cache): "same"
@@ -21,6 +24,7 @@ Usage: table.py SERVE.jsonl [SERVE.jsonl ...] > table.md
 """
 
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -44,10 +48,36 @@ def load(paths):
             elif r.get("phase") == "probe":
                 probes[key] = r
             elif r.get("phase") == "rate" and not r.get("skipped"):
-                rows[key + (r["rate"],)] = r
+                rows[key + (r["rate"], r.get("round", 0))] = r
             elif r.get("skipped") or r.get("phase") == "exit":
                 skipped[key] = r.get("skipped") or f"exit {r.get('exit')}"
-    return {"rows": list(rows.values()), "warm": warm, "skipped": skipped, "probes": probes}
+    rounds: dict[tuple, list] = {}
+    for k, r in rows.items():
+        rounds.setdefault(k[:3], []).append(r)
+    return {"rows": [median_row(g) for g in rounds.values()], "warm": warm, "skipped": skipped,
+            "probes": probes}
+
+
+def median_row(rounds):
+    """One rate's rounds as one row: the median of every number, the rest from the last round;
+    ``rounds`` and ``ttft_p50_range_s`` (min, max) say what the median was taken over."""
+    if len(rounds) == 1:
+        return rounds[0]
+    out = dict(rounds[-1], rounds=len(rounds))
+    keys = {k for r in rounds for k, v in r.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)} - {"rate", "round"}
+    for k in keys:
+        vals = [r.get(k) for r in rounds]
+        if k.startswith("ttft_p"):
+            vals = [math.inf if v is None else v for v in vals]
+            m = statistics.median(vals)
+            out[k] = None if math.isinf(m) else m
+        else:
+            vals = [v for v in vals if v is not None]
+            out[k] = statistics.median(vals) if vals else None
+    p50 = [r["ttft_p50_s"] for r in rounds if r.get("ttft_p50_s") is not None]
+    out["ttft_p50_range_s"] = (min(p50), max(p50)) if p50 else None
+    return out
 
 
 def fitted_slo(data):
@@ -174,14 +204,22 @@ def markdown(data):
                 fmt(m.get("rss_gib"), 1), fmt(pinned(last), 2),
                 fmt(last.get("gpu_memory_gib"), 1), output_check(data, n, storage),
                 json.dumps(last.get("system_config") or {}).replace("|", "/")]) + " |")
-        out += ["", "| system | rate | done | TTFT p50 | p90 | p99 | ITL mean | ITL p99 | req/s "
-                "| GPU hits | tier hits | stall s | CPU cores |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        rounds = any(r.get("rounds", 1) > 1 for n in names for r in per[n])
+        out += ["", "| system | rate | " + ("rounds | " if rounds else "") + "done | TTFT p50 | "
+                "p90 | p99 | ITL mean | ITL p99 | req/s | GPU hits | tier hits | stall s "
+                "| CPU cores |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if rounds
+                                                                         else "")]
         for n in names:
             for r in per[n]:
+                p50 = fmt(r.get("ttft_p50_s"))
+                if r.get("ttft_p50_range_s"):
+                    lo, hi = r["ttft_p50_range_s"]
+                    p50 += f" ({lo:.3f}-{hi:.3f})"
                 out.append("| " + " | ".join([
-                    n, f"{r['rate']:g}", f"{r['completed']}/{r['requests']}",
-                    fmt(r.get("ttft_p50_s")), fmt(r.get("ttft_p90_s")),
+                    n, f"{r['rate']:g}"] + ([str(r.get("rounds", 1))] if rounds else []) + [
+                    f"{fmt(r['completed'], 1)}/{fmt(r['requests'], 1)}",
+                    p50, fmt(r.get("ttft_p90_s")),
                     fmt(r.get("ttft_p99_s")), fmt(r.get("itl_mean_s"), 4),
                     fmt(r.get("itl_p99_s"), 4), fmt(r.get("throughput_rps"), 2),
                     share(r, "gpu_hit_tokens"), share(r, "tier_hit_tokens"),

@@ -223,6 +223,38 @@ def test_table_max_rate_and_fitted_slo(tmp_path):
     assert table.systems_of(data, "emulated") == ["tutti", "lmcache", "recompute"]
 
 
+def test_table_takes_the_median_of_a_rates_rounds(tmp_path):
+    def row(rate, rnd, p50, p90, unfinished=0):
+        return {"system": "tutti", "storage": "emulated", "phase": "rate", "rate": rate,
+                "round": rnd, "ttft_p50_s": p50, "ttft_p90_s": p90, "ttft_p99_s": p90,
+                "requests": 10, "completed": 10 - unfinished, "unfinished": unfinished,
+                "cpu_cores": float(rnd + 1), "prompt_tokens": 1000, "gpu_hit_tokens": 100,
+                "tier_hit_tokens": 800}
+    lines = [row(1, 0, 0.10, 0.5), row(1, 1, 0.30, 0.9), row(1, 2, 0.20, 1.4),
+             # a round that left a request unfinished has no p90: infinitely slow
+             row(2, 0, 0.40, 0.8), row(2, 1, 0.50, None, unfinished=1), row(2, 2, 0.45, 1.2),
+             row(4, 0, 0.9, 3.0),
+             {"system": "tutti", "storage": "emulated", "phase": "warmup", "model": "tiny",
+              "device": "cpu", "prefill_ttft_p50_s": 0.7,
+              "trace": {"dataset": "leval", "preset": "qa", "docs_min": 1, "docs_max": 2,
+                        "output": "fixed:4", "seed": 0},
+              "trace_summary": {"requests": 3, "documents": 1, "prompt_mean": 1,
+                                "prompt_max": 2, "unique_kv_gib": 0.1}}]
+    p = tmp_path / "serve.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    data = table.load([p])
+    by_rate = {r["rate"]: r for r in data["rows"]}
+    assert by_rate[1]["ttft_p50_s"] == 0.20 and by_rate[1]["ttft_p90_s"] == 0.9
+    assert by_rate[1]["rounds"] == 3 and by_rate[1]["ttft_p50_range_s"] == (0.10, 0.30)
+    assert by_rate[1]["cpu_cores"] == 2.0
+    assert by_rate[2]["ttft_p90_s"] == 1.2 and by_rate[2]["unfinished"] == 0
+    assert "rounds" not in by_rate[4]
+    assert table.max_rate(data["rows"], 1.0) == 1
+    assert table.max_rate(data["rows"], 1.3) == 2
+    md = table.markdown(data)
+    assert "| tutti | 1 | 3 | 10/10 | 0.200 (0.100-0.300) | 0.900 |" in md
+
+
 @pytest.mark.skipif(os.environ.get("TUTTI_SKIP_SERVE_SMOKE") == "1", reason="asked to skip")
 def test_tutti_variants_differ_only_in_how_they_load(tmp_path):
     """tutti: the connector's defaults; tutti-layerwise asks for layerwise loads, and
@@ -274,12 +306,16 @@ def test_serve_bench_cpu_smoke(tmp_path):
                     str(out), "--storage", "emulated", "--systems",
                     "tutti,tutti-no-async-sched,recompute,lmcache,lmcache-mp",
                     "--emulated-dir", str(tmp_path / "emulated"), "--deadline", "900",
-                    "--tutti-load-policy", "always"],
+                    "--tutti-load-policy", "always", "--repeats", "2"],
                    check=True, timeout=1000, env=env)
     rows = [json.loads(x) for x in (out / "serve.jsonl").read_text().splitlines()]
     rates = {(r["system"], r["rate"]): r for r in rows if r.get("phase") == "rate"
              and not r.get("skipped")}
     assert {s for s, _ in rates} == {"tutti", "tutti-no-async-sched", "recompute"}, rows
+    # Two rounds of the sweep in each system's vLLM, every rate measured in each.
+    rounds = {(r["system"], r["rate"], r["round"]) for r in rows if r.get("phase") == "rate"
+              and not r.get("skipped")}
+    assert rounds == {(s, rate, n) for s, rate in rates for n in (0, 1)}, rows
     for (system, _), r in rates.items():
         assert r["completed"] == r["requests"] and r["ttft_p50_s"] > 0, r
         assert r["itl_mean_s"] > 0 and r["throughput_rps"] > 0 and r["cpu_s"] > 0, r
@@ -307,6 +343,7 @@ def test_serve_bench_cpu_smoke(tmp_path):
     assert probes["recompute"]["probes"][0]["tokens"] != probes["recompute"]["probes"][1]["tokens"]
     md = (out / "serve-summary.md").read_text()
     assert "| tutti |" in md and "| recompute |" in md
+    assert "| rounds |" in md
     assert "same (2 of 2)" in md and "reference" in md
 
 
