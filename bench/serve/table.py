@@ -143,6 +143,17 @@ def share(r, key):
     return f"{100 * r[key] / p:.0f}%" if p and r.get(key) is not None else "-"
 
 
+def gpu_hit_tokens(r):
+    """Prompt tokens vLLM's GPU prefix cache served: what the requests report cached
+    (num_cached_tokens, counted once, when a request is scheduled) less what came from the tier.
+    vLLM's own prefix_cache_hits counter counts a lookup each time the scheduler asks about a
+    request, and a request that a connector delays ("ask again") is asked several times; it
+    stands in only for rows without cached_tokens."""
+    if r.get("cached_tokens") is not None:
+        return r["cached_tokens"] - (r.get("tier_hit_tokens") or 0)
+    return r.get("gpu_hit_tokens")
+
+
 def pinned(r):
     m = r.get("host_memory") or {}
     vals = [m.get(k) for k in ("vmpin_gib", "vmlck_gib", "driver_mapped_gib")]
@@ -222,7 +233,8 @@ def markdown(data):
                     p50, fmt(r.get("ttft_p90_s")),
                     fmt(r.get("ttft_p99_s")), fmt(r.get("itl_mean_s"), 4),
                     fmt(r.get("itl_p99_s"), 4), fmt(r.get("throughput_rps"), 2),
-                    share(r, "gpu_hit_tokens"), share(r, "tier_hit_tokens"),
+                    share(dict(r, gpu_hit_tokens=gpu_hit_tokens(r)), "gpu_hit_tokens"),
+                    share(r, "tier_hit_tokens"),
                     fmt(r.get("gpu_stall_s")), fmt(r.get("cpu_cores"), 2)]) + " |")
         out.append("")
     return "\n".join(out)

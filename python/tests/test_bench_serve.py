@@ -255,6 +255,16 @@ def test_table_takes_the_median_of_a_rates_rounds(tmp_path):
     assert "| tutti | 1 | 3 | 10/10 | 0.200 (0.100-0.300) | 0.900 |" in md
 
 
+def test_table_gpu_hits_count_each_request_once():
+    # vLLM's counter saw a delayed request's lookups twice (300 hits); the requests report
+    # 900 tokens cached, 800 of them from the tier: vLLM's GPU prefix cache served 100.
+    r = {"prompt_tokens": 1000, "gpu_hit_tokens": 300, "tier_hit_tokens": 800,
+         "cached_tokens": 900}
+    assert table.gpu_hit_tokens(r) == 100
+    del r["cached_tokens"]  # rows from before the bench recorded it
+    assert table.gpu_hit_tokens(r) == 300
+
+
 @pytest.mark.skipif(os.environ.get("TUTTI_SKIP_SERVE_SMOKE") == "1", reason="asked to skip")
 def test_tutti_variants_differ_only_in_how_they_load(tmp_path):
     """tutti: the connector's defaults; tutti-layerwise asks for layerwise loads, and
