@@ -39,7 +39,9 @@
  * pinned host-to-device) for GPU KV): bytes / limit, the target 1.3 x bytes / limit + 1 ms,
  * and p50 and p99 over that target. The first load is counted like the others (and shown on
  * its own); nothing is dropped. The store's files are opened O_DIRECT (on tmpfs there is no
- * page cache to go around), so every load reads the storage.
+ * page cache to go around), so every load reads the storage. --pause-ms X spaces the loads X ms
+ * apart, as a server's requests come, and adds the I/O threads' CPU over the loads and the
+ * pauses after them (per load, and in cores).
  *
  * KV in host memory (--kv host): the same code paths with the KV, the check and the raw I/O in
  * ordinary host memory and no CUDA call at all, so that the bench runs without a GPU (engine
@@ -59,14 +61,15 @@
  * Usage: tutti-gpu-store-bench --dir DIR [--contexts 8192,32768,131072]
  *            [--paths gpu-uring,uring,posix,gds,baseline] [--repeats N] [--threads N]
  *            [--staging-mib N] [--raw-gib N] [--ceiling-s X] [--model NAME] [--json FILE]
- *            [--kv gpu|host] [--latency N] [--gpu-io-submit auto|sqpoll|host] [--idle-s X]
- *            [--trace] [--gpu-io-workers N] [--gpu-io-sms N]
+ *            [--kv gpu|host] [--latency N [--pause-ms X]] [--gpu-io-submit auto|sqpoll|host]
+ *            [--idle-s X] [--trace] [--gpu-io-workers N] [--gpu-io-sms N]
  */
 #include <cuda_runtime.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -111,6 +114,7 @@ struct conf {
 	bool gpu_kv; /* KV in device memory (--kv gpu) or in host memory (--kv host) */
 	bool contexts_given, paths_given;
 	uint32_t latency_loads; /* --latency N: N timed loads per size; 0: bandwidth rounds */
+	double pause_ms;        /* --pause-ms: with --latency, this long between loads */
 	uint32_t gpu_io_submit; /* enum tutti_gpu_io_submit, for engine gpu-uring */
 	/* --gpu-io-workers, --gpu-io-sms: engine gpu-uring's kernel footprint (0: the store's
 	 * defaults) */
@@ -921,6 +925,8 @@ check_image(const struct ctx *x, const uint8_t *img, uint8_t *readback)
 }
 
 struct latency {
+	double io_thread_s;  /* the I/O threads' CPU over the loads and the pauses after them */
+	double loop_s;       /* wall time of the loads and the pauses */
 	double *ms;          /* every load, in order */
 	double *sorted;      /* the same, ascending */
 	uint32_t loads;      /* timed and checked */
@@ -950,11 +956,16 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 	}
 	printf("%-9s %7llu tok %-8s %-9s %6.1f MiB  p50 %.2f ms  p99 %.2f ms  max %.2f ms  "
 	       "(first %.2f)  bytes/limit %.2f ms at %.2f GB/s  target %.2f ms: p50 x%.2f, p99 "
-	       "x%.2f  %u loads %s\n",
+	       "x%.2f  %u loads %s",
 	       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, "latency",
 	       path_names[path], (double)x->bytes / (1 << 20), p50, p99, max, lat->ms[0], ideal_ms,
 	       limit, target_ms, target_ms > 0 ? p50 / target_ms : 0,
 	       target_ms > 0 ? p99 / target_ms : 0, n, exact ? "bit-exact" : "MISMATCH");
+	if (b->c.pause_ms > 0) {
+		printf("  %.0f ms apart: io threads %.3f ms a load, %.4f cores", b->c.pause_ms,
+		       lat->io_thread_s * 1e3 / n, lat->io_thread_s / lat->loop_s);
+	}
+	printf("\n");
 	fflush(stdout);
 	b->failed |= !exact;
 	if (b->json == NULL) {
@@ -969,7 +980,7 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 	        "\"limit_gbps\":%.3f,\"bytes_over_limit_ms\":%.4f,\"target_ms\":%.4f,"
 	        "\"p50_over_target\":%.4f,\"p99_over_target\":%.4f,\"p50_within_target\":%s,"
 	        "\"p99_within_target\":%s,\"verified_loads\":%u,\"mismatched_loads\":%u,"
-	        "\"mismatched_blocks\":%llu,\"bit_exact\":%s,\"loads_ms\":[",
+	        "\"mismatched_blocks\":%llu,\"bit_exact\":%s,",
 	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
 	        (unsigned long long)x->tokens, x->chunks, path_names[path],
 	        tutti_gpu_io_submit_name(b->c.gpu_io_submit), (unsigned long long)x->bytes, n, p50,
@@ -979,6 +990,13 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 	        target_ms > 0 && p50 <= target_ms ? "true" : "false",
 	        target_ms > 0 && p99 <= target_ms ? "true" : "false", n, lat->bad_loads,
 	        (unsigned long long)lat->bad_blocks, exact ? "true" : "false");
+	if (b->c.pause_ms > 0) {
+		fprintf(
+		    b->json,
+		    "\"pause_ms\":%.1f,\"io_thread_ms_per_load\":%.4f,\"io_thread_cores\":%.5f,",
+		    b->c.pause_ms, lat->io_thread_s * 1e3 / n, lat->io_thread_s / lat->loop_s);
+	}
+	fprintf(b->json, "\"loads_ms\":[");
 	for (uint32_t i = 0; i < n; i++) {
 		fprintf(b->json, "%s%.4f", i ? "," : "", lat->ms[i]);
 	}
@@ -994,6 +1012,8 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 	struct bench *b = x->b;
 	struct latency lat = {.loads = b->c.latency_loads};
 	int32_t *status = calloc(x->chunks, sizeof(*status));
+	struct io_threads io0, io1;
+	uint64_t loop0;
 	struct tutti_store *st;
 	struct tutti_request req;
 	char dir[4100];
@@ -1020,6 +1040,8 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 		die("store", rc < 0 ? (int)rc : -EIO);
 	}
 	req = request(x, x->dst_ids);
+	io_threads_snap(&io0);
+	loop0 = bu_now_ns();
 	for (uint32_t i = 0; i < lat.loads; i++) {
 		uint64_t t0, bad;
 
@@ -1036,7 +1058,17 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 		bad = check_image(x, img, readback);
 		lat.bad_loads += bad != 0;
 		lat.bad_blocks += bad;
+		if (b->c.pause_ms > 0) {
+			struct timespec left = {(time_t)(b->c.pause_ms / 1e3),
+			                        (long)(fmod(b->c.pause_ms, 1e3) * 1e6)};
+
+			while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+			}
+		}
 	}
+	io_threads_snap(&io1);
+	lat.loop_s = (double)(bu_now_ns() - loop0) / 1e9;
+	lat.io_thread_s = io_threads_delta(&io0, &io1);
 	close_store(st, dir);
 	report_latency(x, path, &lat);
 out:
@@ -1080,7 +1112,8 @@ usage(void)
 	    "[--paths gpu-uring,uring,posix,gds,baseline]\n"
 	    "       [--repeats N] [--threads N] [--staging-mib N] [--raw-gib N] "
 	    "[--ceiling-s X] [--model NAME] [--json FILE]\n"
-	    "       [--kv gpu|host] [--latency N] [--gpu-io-submit auto|sqpoll|host] [--idle-s X]"
+	    "       [--kv gpu|host] [--latency N [--pause-ms X]] [--gpu-io-submit "
+	    "auto|sqpoll|host] [--idle-s X]"
 	    " [--trace]\n"
 	    "       [--gpu-io-workers N] [--gpu-io-sms N]\n"
 	    "  --gpu-io-workers N, --gpu-io-sms N   engine gpu-uring's kernel workers and SMs "
@@ -1099,6 +1132,9 @@ usage(void)
 	    "limit + 1 ms.\n"
 	    "                Sizes: --contexts (default 8 chunks and 1 chunk: 2048 and 256 "
 	    "tokens)\n"
+	    "  --pause-ms X  with --latency: X ms between loads (a server's cadence), and the I/O "
+	    "threads' CPU\n"
+	    "                over the loads and the pauses\n"
 	    "  A row that is not bit-exact makes the exit status 1.\n");
 	exit(2);
 }
@@ -1210,6 +1246,11 @@ parse(int argc, char **argv, struct conf *c)
 			c->gpu_io_sms = (uint32_t)number(a, v, 1, 64);
 		} else if (strcmp(a, "--latency") == 0) {
 			c->latency_loads = (uint32_t)number(a, v, 1, 100000);
+		} else if (strcmp(a, "--pause-ms") == 0) {
+			if (cliarg_double("tutti-gpu-store-bench", a, v, 0, 60000, &c->pause_ms) <
+			    0) {
+				usage();
+			}
 		} else if (strcmp(a, "--gpu-io-submit") == 0) {
 			int k = tutti_gpu_io_submit_parse(v);
 
@@ -1227,6 +1268,11 @@ parse(int argc, char **argv, struct conf *c)
 	if (c->dir == NULL || c->repeats == 0 || c->repeats > MAX_REPEATS || c->threads == 0 ||
 	    c->threads > 256 || c->raw_bytes == 0) {
 		usage();
+	}
+	if (c->pause_ms > 0 && c->latency_loads == 0) {
+		fprintf(stderr,
+		        "tutti-gpu-store-bench: --pause-ms spaces the loads of --latency\n");
+		exit(2);
 	}
 	/* The baseline is left out of the default paths where it cannot run, and refused when
 	 * asked for there. */

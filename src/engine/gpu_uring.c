@@ -370,6 +370,8 @@ twin_transfer(struct gpu_uring_engine *g, struct tt_xfer *x)
 	g->ios += p.nr;
 	if (rc == -ETIMEDOUT) {
 		g->broken = true; /* I/O may still be in flight into the bounce slots */
+	} else {
+		tt_gpu_uring_settle(g->ring); /* every I/O of the program completed */
 	}
 	if (rc < 0) {
 		tt_batch_fail_all(b, rc);
@@ -436,6 +438,10 @@ sync_launched(struct gpu_uring_engine *g, struct tt_gpu *gpu)
 {
 	int rc = tt_gpu_sync(gpu);
 
+	if (rc == 0) {
+		/* Ops on the engine run one at a time: no kernel uses the ring now. */
+		tt_gpu_uring_settle(g->ring);
+	}
 	g->inflight = false;
 	g->op_failed = NULL;
 	g->op_launched = 0;
@@ -679,6 +685,8 @@ gpu_uring_quiesce(struct tt_engine *e)
 	rc = tt_gpu_sync(e->gpu);
 	if (rc < 0) {
 		tt_log_err(e->log, "waiting for a load's layer kernels: %s", tutti_strerror(rc));
+	} else {
+		tt_gpu_uring_settle(g->ring);
 	}
 	g->inflight = false;
 	for (uint32_t l = 0; g->op_failed != NULL && l < g->op_launched; l++) {

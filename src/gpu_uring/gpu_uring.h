@@ -73,6 +73,12 @@ void tt_gpu_uring_regions(const struct tt_gpu_uring *r, struct tt_gpu_uring_regi
  * thread is woken if it sleeps (there is none with host_submits). */
 void tt_gpu_uring_kick(struct tt_gpu_uring *r);
 
+/* Call when every launch that used the ring has finished (its kernel synchronised, its twin
+ * run returned) and nothing else will queue I/O before the next kick: the helper goes idle at
+ * its next poll instead of polling at the short period for 100 ms more. A kick after it (or
+ * queued SQEs the helper sees) undoes it. */
+void tt_gpu_uring_settle(struct tt_gpu_uring *r);
+
 /* Doorbell helper activity, for tests and stats: SQ thread wake-ups, and (host_submits) the
  * io_uring_enter calls that handed SQEs to the kernel and the SQEs they handed. */
 uint64_t tt_gpu_uring_wakeups(const struct tt_gpu_uring *r);

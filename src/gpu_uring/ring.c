@@ -65,6 +65,8 @@ struct tt_gpu_uring {
 	uint64_t polls;            /* atomic: the helper's polls */
 	uint64_t idle_polls;       /* atomic: of those, made at the idle period */
 	uint32_t kicks;            /* atomic futex word: bumped by every kick */
+	uint32_t settled;          /* atomic: a settle waits for the helper to see it */
+	uint32_t settled_kicks;    /* atomic: r->kicks when it was settled */
 	uint32_t helper_idle;      /* atomic: the helper polls at the idle period */
 	const struct tt_log *log;
 };
@@ -207,6 +209,14 @@ helper_main(void *arg)
 			sq_seen = sq, cq_seen = cq, kicks_seen = kicks;
 			last_active = now;
 		}
+		if (__atomic_exchange_n(&r->settled, 0u, __ATOMIC_ACQ_REL) &&
+		    __atomic_load_n(&r->settled_kicks, __ATOMIC_ACQUIRE) == kicks &&
+		    sq == tt_ld_acquire(r->view.sq_head)) {
+			/* Settled, with no kick since and nothing queued: idle from now. A kick
+			 * between the load of kicks above and the futex wait makes that wait
+			 * return at once. */
+			last_active = now - IDLE_AFTER_NS;
+		}
 		quiet = now - last_active;
 		idle = quiet >= IDLE_AFTER_NS;
 		__atomic_store_n(&r->helper_idle, idle ? 1u : 0u, __ATOMIC_SEQ_CST);
@@ -237,6 +247,14 @@ tt_gpu_uring_kick(struct tt_gpu_uring *r)
 		sys_enter(r->fd, 0, IORING_ENTER_SQ_WAKEUP);
 		__atomic_add_fetch(&r->wakeups, 1, __ATOMIC_RELAXED);
 	}
+}
+
+void
+tt_gpu_uring_settle(struct tt_gpu_uring *r)
+{
+	__atomic_store_n(&r->settled_kicks, __atomic_load_n(&r->kicks, __ATOMIC_ACQUIRE),
+	                 __ATOMIC_RELEASE);
+	__atomic_store_n(&r->settled, 1u, __ATOMIC_RELEASE);
 }
 
 uint64_t

@@ -238,6 +238,7 @@ write_in_order_then_read_back(struct fixture *f, struct tt_gpu_uring *r, struct 
 	}
 	t_rng_fill(&f->rng, f->buf, (size_t)n * IO_BYTES);
 	memcpy(expect, f->buf, (size_t)n * IO_BYTES);
+	memset(run->calls, 0, run->nr * sizeof(*run->calls));
 	program(f, run, perm, true);
 	elapsed = timed_run(r, run);
 	read_back(f, r, run, perm, expect);
@@ -616,6 +617,38 @@ test_ring_idle_helper_polls_slowly_until_kicked(void **state)
 	tt_gpu_uring_destroy(r);
 }
 
+/* Settled after a program, the helper idles at once instead of polling at the short period
+ * for 100 ms more; a kick after the settle undoes it, and the next program runs as before. */
+static void
+test_ring_settled_helper_idles_at_once(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gpu_uring *r = ring(f, 64, 128, 100);
+	struct run *run = make_run(FILE_IOS);
+	uint64_t polls, idle;
+
+	/* Not settled: the short period goes on after the program. */
+	(void)write_in_order_then_read_back(f, r, run, FILE_IOS);
+	polls = polls_during(r, 40, &idle);
+	assert_true(polls > 100 && idle == 0);
+	/* Settled: idle from the next poll. */
+	(void)write_in_order_then_read_back(f, r, run, FILE_IOS);
+	tt_gpu_uring_settle(r);
+	sleep_ms(5);
+	polls = polls_during(r, 40, &idle);
+	assert_true(polls <= 60);
+	assert_int_equal(idle, polls);
+	/* A kick right after a settle: the settle is void, the short period is back. */
+	tt_gpu_uring_settle(r);
+	tt_gpu_uring_kick(r);
+	sleep_ms(10);
+	polls = polls_during(r, 40, &idle);
+	assert_true(polls > 100 && idle == 0);
+	(void)write_in_order_then_read_back(f, r, run, FILE_IOS);
+	free_run(run);
+	tt_gpu_uring_destroy(r);
+}
+
 /* Quiet for 2 s the helper polls every 20 ms; I/O queued then, without a kick, still completes
  * at its next poll. */
 static void
@@ -697,7 +730,9 @@ main(void)
 	                                    setup, teardown),                                      \
 	    cmocka_unit_test_setup_teardown(test_ring_idle_helper_polls_slowly_until_kicked,       \
 	                                    setup, teardown),                                      \
-	    cmocka_unit_test_setup_teardown(test_ring_quiet_helper_polls_rarely, setup, teardown)
+	    cmocka_unit_test_setup_teardown(test_ring_quiet_helper_polls_rarely, setup, teardown), \
+	    cmocka_unit_test_setup_teardown(test_ring_settled_helper_idles_at_once, setup,         \
+	                                    teardown)
 	const struct CMUnitTest host_tests[] = {EITHER_ISSUER_TESTS};
 	const struct CMUnitTest tests[] = {
 	    EITHER_ISSUER_TESTS,
