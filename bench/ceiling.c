@@ -21,6 +21,14 @@
 #define MIB (1ull << 20)
 #define DEFAULT_BUDGET_S 8.0
 #define DEFAULT_FILE_BYTES (128 * MIB)
+/* On page-cache-backed storage (tmpfs) a read is a copy out of memory, and a region the CPU's
+ * last-level cache holds is read from that cache: on the H200 machine (300 MiB of L3) one
+ * 128 MiB file read at 48.5-56.5 GB/s where 1 and 4 GiB files read 41.4-45.0
+ * (bench/results/ceiling-cache-resident-emulated-h200.jsonl). A drive's data is never in the
+ * CPU's cache, so there every scratch file is at least this many times the largest cache
+ * (this many bytes where sysfs does not say how large it is). */
+#define CACHE_REGION_FACTOR 4u
+#define UNKNOWN_CACHE_PROOF_BYTES (1024 * MIB)
 #define DEFAULT_MAX_FILES 16u
 #define DEFAULT_MEM_BYTES (1024 * MIB)
 /* A point runs at least this long (timer and thread start-up noise) and at most this long. */
@@ -351,18 +359,61 @@ open_scratch(const char *dir, uint64_t bytes)
 	return fd;
 }
 
+/* The largest CPU cache sysfs reports for CPU 0, in bytes; 0 where it reports none. */
+static uint64_t
+largest_cpu_cache(void)
+{
+	uint64_t best = 0;
+
+	for (int i = 0; i < 16; i++) {
+		char path[96], unit = 0;
+		unsigned long long size = 0;
+		FILE *f;
+		int n;
+
+		snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+		f = fopen(path, "r");
+		if (f == NULL) {
+			break;
+		}
+		n = fscanf(f, "%llu%c", &size, &unit);
+		fclose(f);
+		if (n >= 1) {
+			uint64_t bytes = unit == 'K'   ? size << 10
+			                 : unit == 'M' ? size << 20
+			                 : unit == 'G' ? size << 30
+			                               : size;
+			best = bytes > best ? bytes : best;
+		}
+	}
+	return best;
+}
+
+/* The region each scratch file needs so that no point reads from the CPU's cache: on
+ * page-cache-backed storage CACHE_REGION_FACTOR x the largest cache, in whole largest I/Os;
+ * 0 elsewhere. */
+static uint64_t
+cache_proof_bytes(bool page_cache)
+{
+	uint64_t cache = largest_cpu_cache();
+	uint64_t bytes = cache != 0 ? CACHE_REGION_FACTOR * cache : UNKNOWN_CACHE_PROOF_BYTES;
+
+	return page_cache ? (bytes + MAX_IO - 1) / MAX_IO * MAX_IO : 0;
+}
+
 /* Size the scratch files to the free space of the fullest directory. Where even the largest I/O
  * does not fit in every file, fewer files are swept (halving the most): a small disk still has a
  * ceiling, measured over the files it has room for, and the result says how many that was. */
 static int
-plan_files(const struct ceiling_conf *c, uint32_t *files, uint64_t *file_bytes)
+plan_files(const struct ceiling_conf *c, uint64_t asked_bytes, uint32_t *files,
+           uint64_t *file_bytes)
 {
 	uint32_t asked = *files;
 	/* Every directory keeps a file while it can: a ceiling over fewer would leave one out. */
 	uint32_t fewest = asked < c->nr_dirs ? asked : c->nr_dirs;
 
 	for (uint32_t n = asked; n >= fewest && n >= 1; n /= 2) {
-		uint64_t bytes = c->file_bytes;
+		uint64_t bytes = asked_bytes;
 
 		for (uint32_t d = 0; d < c->nr_dirs; d++) {
 			struct statvfs v;
@@ -447,7 +498,7 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 	struct search *s = calloc(1, sizeof(*s));
 	int fds[CEILING_MAX_FILES];
 	uint32_t nr_fds = 0, max_files;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = now_ns(), proof;
 	struct statfs sfs;
 	bool both;
 	int rc = 0;
@@ -470,10 +521,19 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 		r->max_threads = CEILING_MAX_THREADS;
 	}
 	max_files = c->max_files ? c->max_files : DEFAULT_MAX_FILES;
-	rc = plan_files(c, &max_files, &s->file_bytes);
+	proof = cache_proof_bytes(r->emulated);
+	rc = plan_files(c, c->file_bytes > proof ? c->file_bytes : proof, &max_files,
+	                &s->file_bytes);
 	if (rc < 0) {
 		free(s);
 		return rc;
+	}
+	if (s->file_bytes < proof) {
+		fprintf(
+		    stderr,
+		    "ceiling: scratch files of %llu MiB, the room there: reads of a region that "
+		    "small may come from the CPU's cache\n",
+		    (unsigned long long)(s->file_bytes >> 20));
 	}
 	r->max_files = max_files;
 	/* Candidates: powers of two up to the most, the online CPUs and the most themselves. */

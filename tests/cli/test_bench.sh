@@ -67,6 +67,38 @@ grep -q '"write":{"gbps":0.000' <<<"$out" || fail "ceiling --reads-only wrote: $
 out=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.2 --file-mib 16 --mem-mib 64 --max-files 1)
 grep -q "O_DIRECT read  ceiling .* GB/s" <<<"$out" || fail "ceiling table: $out"
 [ -z "$(ls -A "$dir/ceil")" ] || fail "ceiling left files: $(ls "$dir/ceil")"
+# On tmpfs every read is a copy out of memory, and one of a region the CPU's cache holds comes
+# from that cache: whatever --file-mib asks, the scratch files are at least 4x the largest cache
+# sysfs reports (1 GiB where it reports none), unless the room is short, which it says.
+if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ -w /dev/shm ]; then
+	cache_kib=0
+	for f in /sys/devices/system/cpu/cpu0/cache/index*/size; do
+		[ -r "$f" ] || continue
+		v=$(<"$f")
+		case $v in
+		*K) v=${v%K} ;;
+		*M) v=$((${v%M} * 1024)) ;;
+		*G) v=$((${v%G} * 1024 * 1024)) ;;
+		*) v=$((v / 1024)) ;;
+		esac
+		[ "$v" -gt "$cache_kib" ] && cache_kib=$v
+	done
+	want_mib=1024
+	[ "$cache_kib" -gt 0 ] && want_mib=$(((4 * cache_kib / 1024 + 15) / 16 * 16))
+	shm=$(mktemp -d /dev/shm/tutti-cli.XXXXXX)
+	out=$("$tutti" ceiling --dir "$shm" --budget-s 0.2 --file-mib 16 --mem-mib 64 --max-files 1 \
+		--reads-only --json 2>"$dir/shm.err") || {
+		rm -rf "$shm"
+		fail "ceiling on tmpfs: $(cat "$dir/shm.err")"
+	}
+	rm -rf "$shm"
+	grep -q '"storage":"emulated-tmpfs"' <<<"$out" || fail "ceiling on /dev/shm not tmpfs: $out"
+	mib=$(grep -o '"file_mib":[0-9]*' <<<"$out" | cut -d: -f2)
+	if [ "$mib" -lt "$want_mib" ]; then
+		grep -q "may come from the CPU's cache" "$dir/shm.err" ||
+			fail "ceiling on tmpfs: files of $mib MiB, not $want_mib (cache $cache_kib KiB): $out"
+	fi
+fi
 # Little room: fewer files are swept, and the result says how many; no room for one file per
 # directory is an error that says so, and leaves nothing behind.
 out=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.2 --file-mib 16 --mem-mib 64 --space-mib 40 \
