@@ -521,7 +521,7 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 		r->max_threads = CEILING_MAX_THREADS;
 	}
 	max_files = c->max_files ? c->max_files : DEFAULT_MAX_FILES;
-	proof = cache_proof_bytes(r->emulated);
+	proof = c->exact_file_bytes ? 0 : cache_proof_bytes(r->emulated);
 	rc = plan_files(c, c->file_bytes > proof ? c->file_bytes : proof, &max_files,
 	                &s->file_bytes);
 	if (rc < 0) {

@@ -29,9 +29,11 @@
 struct ceiling_conf {
 	const char *dirs[CEILING_MAX_DIRS]; /* scratch files go round-robin over these */
 	uint32_t nr_dirs;
-	double budget_s;      /* the read and write sweeps together (default 8) */
-	uint64_t file_bytes;  /* region of each scratch file (default 128 MiB; on tmpfs at least
-	                       * 4x the CPU's largest cache; cut to free space) */
+	double budget_s;     /* the read and write sweeps together (default 8) */
+	uint64_t file_bytes; /* region of each scratch file (default 128 MiB; cut to free space) */
+	/* false: on tmpfs file_bytes is raised to 4x the CPU's largest cache, so that no point
+	 * reads from that cache; true: taken as it is (to measure that cache's effect). */
+	bool exact_file_bytes;
 	uint64_t space_bytes; /* scratch space per directory at most (0: a quarter of the free) */
 	uint32_t max_threads; /* 0: twice the online CPUs (at most CEILING_MAX_THREADS) */
 	uint32_t max_files;   /* 0: 16 */

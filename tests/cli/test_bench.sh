@@ -68,8 +68,9 @@ out=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.2 --file-mib 16 --mem-mib 
 grep -q "O_DIRECT read  ceiling .* GB/s" <<<"$out" || fail "ceiling table: $out"
 [ -z "$(ls -A "$dir/ceil")" ] || fail "ceiling left files: $(ls "$dir/ceil")"
 # On tmpfs every read is a copy out of memory, and one of a region the CPU's cache holds comes
-# from that cache: whatever --file-mib asks, the scratch files are at least 4x the largest cache
-# sysfs reports (1 GiB where it reports none), unless the room is short, which it says.
+# from that cache: by default the scratch files there are at least 4x the largest cache sysfs
+# reports (1 GiB where it reports none), unless the room is short, which it says; --file-mib
+# is taken as it is.
 if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ -w /dev/shm ]; then
 	cache_kib=0
 	for f in /sys/devices/system/cpu/cpu0/cache/index*/size; do
@@ -86,12 +87,18 @@ if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ -w /dev/shm ]; then
 	want_mib=1024
 	[ "$cache_kib" -gt 0 ] && want_mib=$(((4 * cache_kib / 1024 + 15) / 16 * 16))
 	shm=$(mktemp -d /dev/shm/tutti-cli.XXXXXX)
-	out=$("$tutti" ceiling --dir "$shm" --budget-s 0.2 --file-mib 16 --mem-mib 64 --max-files 1 \
-		--reads-only --json 2>"$dir/shm.err") || {
+	out=$("$tutti" ceiling --dir "$shm" --budget-s 0.2 --mem-mib 64 --max-files 1 --reads-only \
+		--json 2>"$dir/shm.err") || {
 		rm -rf "$shm"
 		fail "ceiling on tmpfs: $(cat "$dir/shm.err")"
 	}
+	exact=$("$tutti" ceiling --dir "$shm" --budget-s 0.2 --file-mib 16 --mem-mib 64 --max-files 1 \
+		--reads-only --json 2>/dev/null) || {
+		rm -rf "$shm"
+		fail "ceiling on tmpfs with --file-mib 16 failed"
+	}
 	rm -rf "$shm"
+	grep -q '"file_mib":16,' <<<"$exact" || fail "ceiling on tmpfs, --file-mib 16: $exact"
 	grep -q '"storage":"emulated-tmpfs"' <<<"$out" || fail "ceiling on /dev/shm not tmpfs: $out"
 	mib=$(grep -o '"file_mib":[0-9]*' <<<"$out" | cut -d: -f2)
 	if [ "$mib" -lt "$want_mib" ]; then

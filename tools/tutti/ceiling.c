@@ -34,9 +34,9 @@ ceiling_usage(FILE *f)
 	    "  pinned host<->device copies of GPU N: the limit every benchmark divides by.\n"
 	    "  --budget-s X    seconds for the read and write sweeps together, 0.1..3600 "
 	    "(default 8)\n"
-	    "  --file-mib N    region of each scratch file, 16..1048576 (default 128; on tmpfs\n"
-	    "                  at least 4x the CPU's largest cache, so that no read comes\n"
-	    "                  from that cache; cut to a quarter of the free space)\n"
+	    "  --file-mib N    region of each scratch file, 16..1048576, cut to a quarter of\n"
+	    "                  the free space (default 128, and on tmpfs at least 4x the\n"
+	    "                  CPU's largest cache, so that no read comes from that cache)\n"
 	    "  --max-threads N 1..%u (default twice the online CPUs)\n"
 	    "  --max-files N   1..%u (default 16)\n"
 	    "  --mem-mib N     host memory the I/O cycles through, 16..1048576 (default 1024)\n"
@@ -90,6 +90,7 @@ cmd_ceiling(int argc, char **argv)
 		case 'f':
 			rc = cliarg_u64(PROG, "--file-mib", optarg, 16, MAX_FILE_MIB, &n);
 			c.file_bytes = n << 20;
+			c.exact_file_bytes = true;
 			break;
 		case 't':
 			rc = cliarg_u32(PROG, "--max-threads", optarg, 1, CEILING_MAX_THREADS,
