@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The machine's limit, one definition for every benchmark: what the storage under a directory
- * gives at best, found by a sweep over threads x I/O size x files of O_DIRECT reads and writes
- * (each thread one synchronous I/O at a time, the files dealt round-robin), and, for KV in GPU
- * memory, the pinned host <-> device copy measured in the same run. A row's ratio is its GB/s
- * over the limit of its direction: host KV reads over the read ceiling, SSD -> HBM over
- * min(read ceiling, pinned host-to-device), and the same for writes.
+ * gives at best, found by a sweep over threads x I/O size x files x I/Os in flight per thread
+ * of O_DIRECT reads and writes (one synchronous I/O at a time, or an io_uring of the thread's
+ * own; the files dealt round-robin), and, for KV in GPU memory, the pinned host <-> device copy
+ * measured in the same run. A row's ratio is its GB/s over the limit of its direction: host KV
+ * reads over the read ceiling, SSD -> HBM over min(read ceiling, pinned host-to-device), and the
+ * same for writes.
  *
- * The sweep is a coordinate search, not the whole grid: from (online CPUs, 1 file, 4 MiB) it
- * sweeps the files, then the threads, then the I/O size, each time keeping the best, and
+ * The sweep is a coordinate search, not the whole grid: from (online CPUs, 1 file, 4 MiB, one
+ * in flight) it sweeps the files, then the threads, the depth (1, 4, 16, 32; 1 alone where
+ * io_uring is refused) and the I/O size, each time keeping the best, and
  * repeats while a round still gains; every point runs for a share of a time budget, so a
  * benchmark's set-up stays short whatever the storage. The files are scratch files of the
  * directories (no name, removed on return), written once in full before anything is read, so
@@ -45,6 +47,7 @@ struct ceiling_conf {
 struct ceiling_point {
 	double gbps;
 	uint32_t threads, files, io_bytes;
+	uint32_t depth; /* I/Os in flight per thread */
 };
 
 struct ceiling_sweep {

@@ -877,7 +877,7 @@ ceiling_setup(struct bench *b, struct kvbench_result *res)
 	ceiling_conf_init(&cc, c->dirs, c->nr_dirs);
 	cc.budget_s = c->ceiling_s;
 	cc.file_bytes = TT_MIN(128ull << 20, TT_MAX(16ull << 20, stored / c->nr_dirs / 4));
-	progress(b, "sweeping O_DIRECT threads x I/O size x files for the ceiling");
+	progress(b, "sweeping O_DIRECT threads x I/O size x files x depth for the ceiling");
 	rc = ceiling_measure(&cc, &res->ceiling);
 	if (rc < 0) {
 		fprintf(stderr, "tutti: ceiling in %s: %s\n", c->dirs[0], tutti_strerror(rc));

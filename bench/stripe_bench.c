@@ -15,7 +15,7 @@
  * drift of a shared disk; never a ratio's denominator). The last load is checked bit for bit
  * against the source. The limit each load is divided by is the ceiling (bench/ceiling.h) of the
  * bases the N directories use, measured once per base count: the best O_DIRECT read of a sweep
- * over threads x I/O size x files, and for GPU KV the lower of that and the pinned
+ * over threads x I/O size x files x depth, and for GPU KV the lower of that and the pinned
  * host-to-device copy. Engines after the first reopen the filled store
  * (recovery) instead of writing it again.
  *

@@ -50,10 +50,19 @@ grep -q '"ceiling":null' <<<"$out" || fail "--ceiling-s 0 should skip the ceilin
 mkdir "$dir/ceil"
 out=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.4 --file-mib 16 --mem-mib 64 --max-files 2 \
 	--json)
-for field in read write gbps threads files io_kib sweep h2d_gbps host_read_limit_gbps \
+for field in read write gbps threads files io_kib depth sweep h2d_gbps host_read_limit_gbps \
 	host_write_limit_gbps gpu_read_limit_gbps; do
 	grep -q "\"$field\":" <<<"$out" || fail "ceiling: missing $field in: $out"
 done
+# Points are [threads,files,io_kib,depth,gbps]; where io_uring works the sweep reaches depths
+# beyond one I/O per thread.
+grep -q '"sweep_point":"\[threads,files,io_kib,depth,gbps\]"' <<<"$out" || fail "ceiling points: $out"
+out_depth=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 1 --file-mib 16 --mem-mib 256 --max-files 1 \
+	--reads-only --json 2>"$dir/ceil-depth.err")
+if ! grep -q 'io_uring refused' "$dir/ceil-depth.err"; then
+	grep -qE '\[[0-9]+,[0-9]+,[0-9]+,(4|16|32),[0-9.]+\]' <<<"$out_depth" ||
+		fail "ceiling: no point with I/Os in flight: $out_depth"
+fi
 grep -q '"host_read_limit_gbps":0.000' <<<"$out" && fail "ceiling: no read limit: $out"
 # Every point listed moved data (a point is [threads,files,io_kib,gbps]): 0 GB/s is a point that
 # measured nothing, however loaded the machine.

@@ -36,9 +36,9 @@ usage(FILE *f)
 	    "  profile   [--dir DIR]... [--out FILE]: measure the storage and write the profile\n"
 	    "            the layerwise pipeline plans with (tutti profile --help)\n"
 	    "  ceiling   --dir DIR [--gpu N] [--json]: the best O_DIRECT read and write\n"
-	    "            bandwidth under DIR from a sweep of threads x I/O size x files, and the\n"
-	    "            pinned copies of GPU N: the limit benchmarks divide by (tutti ceiling\n"
-	    "            --help)\n"
+	    "            bandwidth under DIR from a sweep of threads x I/O size x files x\n"
+	    "            depth, and the pinned copies of GPU N: the limit benchmarks divide\n"
+	    "            by (tutti ceiling --help)\n"
 	    "  version   the version (also --version), the on-disk format it reads and writes,\n"
 	    "            and whether it has CUDA\n"
 	    "\n"
@@ -305,8 +305,8 @@ print_ceiling(const char *what, const struct ceiling_sweep *s)
 		printf("  ceiling O_DIRECT %-22s %8s\n", what, "skipped");
 		return;
 	}
-	snprintf(name, sizeof(name), "ceiling O_DIRECT %s (%ux %u KiB, %u f)", what,
-	         s->best.threads, s->best.io_bytes >> 10, s->best.files);
+	snprintf(name, sizeof(name), "ceiling O_DIRECT %s (%ux %u KiB, %u f, qd %u)", what,
+	         s->best.threads, s->best.io_bytes >> 10, s->best.files, s->best.depth);
 	printf("  %-40s %8.2f %8.2f %10s\n", name, s->best.gbps, 1.0, "-");
 }
 
@@ -364,8 +364,9 @@ print_table(const struct kvbench_conf *c, const struct kvbench_result *r)
 	       c->durability == TUTTI_DURABILITY_DURABLE ? "durable" : "fast",
 	       c->layerwise ? "layer-by-layer" : "all-layer");
 	printf("  figures    median of %u repeats; x limit = ratio to the ceiling: the best "
-	       "O_DIRECT\n             bandwidth of a sweep of threads x I/O size x files in the "
-	       "same directories\n             (tutti ceiling); one-ring = one io_uring at the "
+	       "O_DIRECT\n             bandwidth of a sweep of threads x I/O size x files x "
+	       "depth in the\n             same directories (tutti ceiling); one-ring = one "
+	       "io_uring at the "
 	       "best size and depth,\n             right before each timed round (the disk's "
 	       "drift)\n\n",
 	       c->repeats);
