@@ -181,9 +181,11 @@ worker_sync(struct worker *w, uint8_t *slice, uint64_t bufs)
 	}
 }
 
-/* One slot of a worker's ring: its I/O and how much of it is done. */
+/* One slot of a worker's ring: its I/O, how much of it is done, and which of the worker's
+ * buffers it moves (slot j takes buffers j, j + depth, j + 2 x depth, ... in turn). */
 struct ring_slot {
 	uint64_t k;
+	uint64_t buf;
 	uint32_t done;
 };
 
@@ -202,28 +204,36 @@ ring_queue(struct io_uring *ring, const struct run *r, uint8_t *buf, struct ring
 	io_uring_sqe_set_data(sqe, sl);
 }
 
-/* Depth I/Os in flight through an io_uring of the worker's own; short transfers are resumed. */
+/* Depth I/Os in flight through an io_uring of the worker's own; short transfers are resumed.
+ * Each new I/O moves the slot's next buffer, so the I/Os cycle through the whole slice as the
+ * one-at-a-time workers do: a slot that kept one buffer would keep threads x depth x size bytes
+ * in the CPU's cache, and on tmpfs such reads measured 83 GB/s where 4 MiB I/Os, whose buffers outgrow that
+ * cache, read 41-46. */
 static void
-worker_ring(struct worker *w, uint8_t *slice)
+worker_ring(struct worker *w, uint8_t *slice, uint64_t bufs)
 {
 	struct run *r = w->r;
 	struct ring_slot sl[32];
 	struct io_uring ring;
 	uint32_t depth = r->depth < 32 ? r->depth : 32, inflight = 0;
-	uint64_t issued = 0;
+	uint64_t issued = 0, span;
 	int rc = io_uring_queue_init(depth, &ring, 0);
 
 	if (rc < 0) {
 		run_fail(r, rc);
 		return;
 	}
+	if (bufs < depth) { /* the planner keeps threads x depth x size within the memory */
+		depth = (uint32_t)(bufs ? bufs : 1);
+	}
+	span = bufs / depth * depth; /* the buffers the slots take in turn */
 	for (uint32_t j = 0; j < depth; j++) {
 		uint64_t k = run_next(r, issued);
 
 		if (k == UINT64_MAX) {
 			break;
 		}
-		sl[j] = (struct ring_slot){.k = k};
+		sl[j] = (struct ring_slot){.k = k, .buf = j};
 		ring_queue(&ring, r, slice + (uint64_t)j * r->io_bytes, &sl[j]);
 		issued++;
 		inflight++;
@@ -242,7 +252,7 @@ worker_ring(struct worker *w, uint8_t *slice)
 			continue;
 		}
 		one = io_uring_cqe_get_data(cqe);
-		buf = slice + (uint64_t)(one - sl) * r->io_bytes;
+		buf = slice + one->buf * r->io_bytes;
 		rc = cqe->res;
 		io_uring_cqe_seen(&ring, cqe);
 		if (rc == -EINTR || rc == -EAGAIN) {
@@ -266,7 +276,8 @@ worker_ring(struct worker *w, uint8_t *slice)
 			inflight--;
 			continue;
 		}
-		ring_queue(&ring, r, buf, one);
+		one->buf = one->buf + depth < span ? one->buf + depth : (uint64_t)(one - sl);
+		ring_queue(&ring, r, slice + one->buf * r->io_bytes, one);
 		issued++;
 	}
 	io_uring_queue_exit(&ring);
@@ -294,7 +305,7 @@ worker_main(void *arg)
 	uint8_t *slice = r->mem + (uint64_t)w->id * r->slice;
 
 	if (r->depth > 1) {
-		worker_ring(w, slice);
+		worker_ring(w, slice, r->slice / r->io_bytes);
 	} else {
 		worker_sync(w, slice, r->slice / r->io_bytes);
 	}
