@@ -207,8 +207,8 @@ ring_queue(struct io_uring *ring, const struct run *r, uint8_t *buf, struct ring
 /* Depth I/Os in flight through an io_uring of the worker's own; short transfers are resumed.
  * Each new I/O moves the slot's next buffer, so the I/Os cycle through the whole slice as the
  * one-at-a-time workers do: a slot that kept one buffer would keep threads x depth x size bytes
- * in the CPU's cache, and on tmpfs such reads measured 83 GB/s where 4 MiB I/Os, whose buffers outgrow that
- * cache, read 41-46. */
+ * in the CPU's cache, and on tmpfs such reads measured 83 GB/s where 4 MiB I/Os, whose buffers
+ * outgrow that cache, read 41-46. */
 static void
 worker_ring(struct worker *w, uint8_t *slice, uint64_t bufs)
 {
