@@ -357,9 +357,11 @@ struct search {
 	uint64_t cursor;  /* where the next point starts in every file, in bytes */
 	uint32_t thr[MAX_CANDS], nr_thr;
 	uint32_t fil[MAX_CANDS], nr_fil;
-	uint32_t nr_depths; /* 1 where io_uring is refused: synchronous I/O only */
-	/* GB/s per point [threads][files][size][depth]; 0: not yet measured */
-	double memo[MAX_CANDS][MAX_CANDS][NR_SIZES][NR_DEPTHS];
+	uint32_t nr_depths;    /* 1 where io_uring is refused: synchronous I/O only */
+	uint32_t phase_points; /* points measured in the phase under way */
+	/* GB/s per point [threads][files][size][depth][memory: 0 mem_bytes, 1 staged]; 0: not yet
+	 * measured */
+	double memo[MAX_CANDS][MAX_CANDS][NR_SIZES][NR_DEPTHS][2];
 };
 
 /* Add \p v to the sorted set \p set. */
@@ -379,12 +381,15 @@ add_cand(uint32_t *set, uint32_t *n, uint32_t v)
 	(*n)++;
 }
 
-/* Measure point (threads ti, files fi, size si, depth di) unless known; its GB/s, or -errno. */
+/* Measure point (files fi, threads ti, size si, depth di, memory mi: 0 the threads cycle
+ * through mem_bytes, 1 each reuses the depth buffers its I/Os in flight need) unless known;
+ * its GB/s, or -errno. */
 static double
 measure(struct search *s, struct ceiling_sweep *sw, bool write, const uint32_t *p)
 {
-	uint32_t fi = p[0], ti = p[1], si = p[2], di = p[3];
+	uint32_t fi = p[0], ti = p[1], si = p[2], di = p[3], mi = p[4];
 	uint32_t bs = io_sizes[si], threads = s->thr[ti], depth = io_depths[di];
+	struct ceiling_point *best = mi ? &sw->staged : &sw->best;
 	struct run r = {
 	    .fds = s->fds,
 	    .files = s->fil[fi],
@@ -394,17 +399,17 @@ measure(struct search *s, struct ceiling_sweep *sw, bool write, const uint32_t *
 	    .depth = depth,
 	    .write = write,
 	    .mem = s->mem,
-	    .slice = s->mem_bytes / threads / bs * bs,
+	    .slice = mi ? (uint64_t)bs * depth : s->mem_bytes / threads / bs * bs,
 	    .deadline_ns = (uint64_t)(s->point_s * 1e9),
 	};
-	double *memo = &s->memo[ti][fi][si][di];
+	double *memo = &s->memo[ti][fi][si][di][mi];
 	struct ceiling_point pt;
 	double gbps;
 
 	if (*memo != 0) {
 		return *memo;
 	}
-	if (r.slice < (uint64_t)bs * depth) {
+	if (r.slice < (uint64_t)bs * depth || r.slice * threads > s->mem_bytes) {
 		*memo = 1e-9; /* no memory for that many I/Os of that size in flight: not a point */
 		return *memo;
 	}
@@ -415,18 +420,20 @@ measure(struct search *s, struct ceiling_sweep *sw, bool write, const uint32_t *
 	/* The next point moves on to bytes this one did not touch. */
 	s->cursor = (s->cursor + (uint64_t)(r.next / r.files + 1) * bs) % s->file_bytes;
 	*memo = gbps > 0 ? gbps : 1e-9;
-	pt = (struct ceiling_point){gbps, threads, r.files, bs, depth};
+	s->phase_points++;
+	pt = (struct ceiling_point){gbps, threads, r.files, bs, depth, r.slice * threads};
 	if (sw->nr_points < CEILING_MAX_POINTS) {
 		sw->points[sw->nr_points++] = pt;
 	}
-	if (gbps > sw->best.gbps) {
-		sw->best = pt;
+	if (gbps > best->gbps) {
+		*best = pt;
 	}
 	return gbps;
 }
 
-/* One dimension (0 files, 1 threads, 2 size, 3 depth) swept with the others at the current
- * point; moves the point to the best. Returns 0, 1 when the budget ran out, or -errno. */
+/* One dimension (0 files, 1 threads, 2 size, 3 depth) swept with the others (and the memory,
+ * at[4]) at the current point; moves the point to the best. Returns 0, 1 when the budget ran
+ * out, or -errno. */
 static int
 sweep_dim(struct search *s, struct ceiling_sweep *sw, bool write, int dim, uint32_t *at)
 {
@@ -438,13 +445,13 @@ sweep_dim(struct search *s, struct ceiling_sweep *sw, bool write, int dim, uint3
 	uint32_t best_i = at[dim];
 
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t p[4] = {at[0], at[1], at[2], at[3]};
+		uint32_t p[5] = {at[0], at[1], at[2], at[3], at[4]};
 		double g;
 
 		p[dim] = i;
-		/* The budget cuts the search, never its first point: a direction asked for is
-		 * always measured. */
-		if (s->memo[p[1]][p[0]][p[2]][p[3]] == 0 && sw->nr_points > 0 &&
+		/* The budget cuts a phase of the search, never its first point: a direction asked
+		 * for is always measured. */
+		if (s->memo[p[1]][p[0]][p[2]][p[3]][p[4]] == 0 && s->phase_points > 0 &&
 		    now_ns() >= s->stop_ns) {
 			return 1;
 		}
@@ -461,21 +468,16 @@ sweep_dim(struct search *s, struct ceiling_sweep *sw, bool write, int dim, uint3
 	return 0;
 }
 
+/* Rounds of the coordinate search from \p at, its memory at[4] held, until a round gains
+ * little over \p best (the phase's best point). Returns 0, 1 when the budget ran out, or
+ * -errno. */
 static int
-search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_s)
+search_rounds(struct search *s, struct ceiling_sweep *sw, bool write, uint32_t *at,
+              const struct ceiling_point *best)
 {
-	/* Start: one thread per online CPU (the nearest candidate), one file, 4 MiB, one I/O in
-	 * flight per thread. */
-	uint32_t cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN), at[4] = {0, 0, 2, 0};
 	double before = 0;
 
-	for (uint32_t i = 0; i < s->nr_thr; i++) {
-		if (s->thr[i] <= cpus) {
-			at[1] = i;
-		}
-	}
-	memset(s->memo, 0, sizeof(s->memo));
-	s->stop_ns = now_ns() + (uint64_t)(share_s * 1e9);
+	s->phase_points = 0;
 	for (int round = 0; round < MAX_ROUNDS; round++) {
 		/* Files, threads, depth, then size: the depth before the size, so that depths are
 		 * tried where the memory holds them (threads x depth x size at most mem_bytes). */
@@ -485,16 +487,45 @@ search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_
 			int rc = sweep_dim(s, sw, write, order[d], at);
 
 			if (rc != 0) {
-				sw->cut = rc == 1;
-				return rc < 0 ? rc : 0;
+				return rc;
 			}
 		}
-		if (sw->best.gbps < before * MIN_GAIN) {
+		if (best->gbps < before * MIN_GAIN) {
 			break;
 		}
-		before = sw->best.gbps;
+		before = best->gbps;
 	}
 	return 0;
+}
+
+/* One direction: the search through mem_bytes, then, with \p staged, the staged one from its
+ * best point, each in half the share (the second gets what the first left). */
+static int
+search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_s, bool staged)
+{
+	/* Start: one thread per online CPU (the nearest candidate), one file, 4 MiB, one I/O in
+	 * flight per thread, through mem_bytes. */
+	uint32_t cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN), at[5] = {0, 0, 2, 0, 0};
+	uint64_t end = now_ns() + (uint64_t)(share_s * 1e9);
+	int rc;
+
+	for (uint32_t i = 0; i < s->nr_thr; i++) {
+		if (s->thr[i] <= cpus) {
+			at[1] = i;
+		}
+	}
+	memset(s->memo, 0, sizeof(s->memo));
+	s->stop_ns = staged ? end - (uint64_t)(share_s / 2 * 1e9) : end;
+	rc = search_rounds(s, sw, write, at, &sw->best);
+	sw->cut = rc == 1;
+	if (rc < 0 || !staged) {
+		return rc < 0 ? rc : 0;
+	}
+	s->stop_ns = end;
+	at[4] = 1;
+	rc = search_rounds(s, sw, write, at, &sw->staged);
+	sw->cut = sw->cut || rc == 1;
+	return rc < 0 ? rc : 0;
 }
 
 /* ---- files, memory, copies ---- */
@@ -671,7 +702,7 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 	uint32_t nr_fds = 0, max_files;
 	uint64_t t0 = now_ns(), proof;
 	struct statfs sfs;
-	bool both;
+	bool both, staged;
 	int rc = 0;
 
 	memset(r, 0, sizeof(*r));
@@ -771,14 +802,17 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 		r->prefill_s = (double)(now_ns() - f0) / 1e9;
 	}
 	both = !c->skip_reads && !c->skip_writes;
-	s->point_s = c->budget_s / (both ? 2 : 1) / EXPECTED_POINTS;
+	/* Staged points matter only where a copy lands in memory: on tmpfs (on a device the
+	 * data arrives by DMA whatever the buffer), and only for KV in GPU memory. */
+	staged = r->emulated && c->gpu >= 0;
+	s->point_s = c->budget_s / (both ? 2 : 1) / (staged ? 2 : 1) / EXPECTED_POINTS;
 	s->point_s = s->point_s < POINT_MIN_S ? POINT_MIN_S : s->point_s;
 	s->point_s = s->point_s > POINT_MAX_S ? POINT_MAX_S : s->point_s;
 	if (rc == 0 && !c->skip_writes) {
-		rc = search_dir(s, &r->write, true, c->budget_s / (both ? 2 : 1));
+		rc = search_dir(s, &r->write, true, c->budget_s / (both ? 2 : 1), staged);
 	}
 	if (rc == 0 && !c->skip_reads) {
-		rc = search_dir(s, &r->read, false, c->budget_s / (both ? 2 : 1));
+		rc = search_dir(s, &r->read, false, c->budget_s / (both ? 2 : 1), staged);
 	}
 	if (rc < 0) {
 		fprintf(stderr, "ceiling: O_DIRECT I/O in %s: %s\n", c->dirs[0], strerror(-rc));
@@ -809,17 +843,30 @@ min_pos(double a, double b)
 	return b > 0 && b < a ? b : a;
 }
 
+/* A direction's limit for host KV (the best through mem_bytes) or for GPU KV (the better of
+ * that and the staged best, capped by the pinned copy \p copy_gbps where it was measured). */
+static double
+dir_limit(const struct ceiling_result *r, const struct ceiling_sweep *s, bool gpu, double copy_gbps)
+{
+	double storage = s->best.gbps;
+
+	if (!gpu) {
+		return storage;
+	}
+	storage = s->staged.gbps > storage ? s->staged.gbps : storage;
+	return r->copy_rc == 0 ? min_pos(storage, copy_gbps) : storage;
+}
+
 double
 ceiling_read_limit(const struct ceiling_result *r, bool gpu)
 {
-	return gpu && r->copy_rc == 0 ? min_pos(r->read.best.gbps, r->h2d_gbps) : r->read.best.gbps;
+	return dir_limit(r, &r->read, gpu, r->h2d_gbps);
 }
 
 double
 ceiling_write_limit(const struct ceiling_result *r, bool gpu)
 {
-	return gpu && r->copy_rc == 0 ? min_pos(r->write.best.gbps, r->d2h_gbps)
-	                              : r->write.best.gbps;
+	return dir_limit(r, &r->write, gpu, r->d2h_gbps);
 }
 
 const char *
@@ -839,19 +886,38 @@ ceiling_copy_note(const struct ceiling_result *r)
 	}
 }
 
+/* A point's fields, without braces: "gbps":..,"threads":..,... */
+static void
+point_json(FILE *f, const struct ceiling_point *p)
+{
+	fprintf(f,
+	        "\"gbps\":%.3f,\"threads\":%u,\"files\":%u,\"io_kib\":%u,\"depth\":%u,"
+	        "\"mem_kib\":%llu",
+	        p->gbps, p->threads, p->files, p->io_bytes >> 10, p->depth,
+	        (unsigned long long)(p->mem_bytes >> 10));
+}
+
 static void
 sweep_json(FILE *f, const char *name, const struct ceiling_sweep *s)
 {
-	fprintf(f,
-	        "\"%s\":{\"gbps\":%.3f,\"threads\":%u,\"files\":%u,\"io_kib\":%u,\"depth\":%u,"
-	        "\"points\":%u,\"cut_by_budget\":%s,\"sweep\":[",
-	        name, s->best.gbps, s->best.threads, s->best.files, s->best.io_bytes >> 10,
-	        s->best.depth, s->nr_points, s->cut ? "true" : "false");
+	fprintf(f, "\"%s\":{", name);
+	point_json(f, &s->best);
+	fprintf(f, ",\"staged\":");
+	if (s->staged.gbps > 0) {
+		fprintf(f, "{");
+		point_json(f, &s->staged);
+		fprintf(f, "}");
+	} else {
+		fprintf(f, "null");
+	}
+	fprintf(f, ",\"points\":%u,\"cut_by_budget\":%s,\"sweep\":[", s->nr_points,
+	        s->cut ? "true" : "false");
 	for (uint32_t i = 0; i < s->nr_points; i++) {
 		const struct ceiling_point *p = &s->points[i];
 
-		fprintf(f, "%s[%u,%u,%u,%u,%.3f]", i ? "," : "", p->threads, p->files,
-		        p->io_bytes >> 10, p->depth, p->gbps);
+		fprintf(f, "%s[%u,%u,%u,%u,%llu,%.3f]", i ? "," : "", p->threads, p->files,
+		        p->io_bytes >> 10, p->depth, (unsigned long long)(p->mem_bytes >> 10),
+		        p->gbps);
 	}
 	fprintf(f, "]}");
 }
@@ -874,7 +940,7 @@ ceiling_json(FILE *f, const struct ceiling_result *r)
 	fprintf(f,
 	        "{\"storage\":\"%s\",\"dirs\":%u,\"seconds\":%.2f,\"prefill_s\":%.2f,"
 	        "\"file_mib\":%llu,\"max_threads\":%u,\"max_files\":%u,\"sweep_point\":"
-	        "\"[threads,files,io_kib,depth,gbps]\",",
+	        "\"[threads,files,io_kib,depth,mem_kib,gbps]\",",
 	        r->emulated ? "emulated-tmpfs" : "disk", r->nr_dirs, r->seconds, r->prefill_s,
 	        (unsigned long long)(r->file_bytes >> 20), r->max_threads, r->max_files);
 	sweep_json(f, "read", &r->read);
@@ -895,16 +961,26 @@ ceiling_json(FILE *f, const struct ceiling_result *r)
 static void
 print_best(FILE *f, const char *prefix, const char *what, const struct ceiling_sweep *s)
 {
-	if (s->best.gbps <= 0) {
+	const struct ceiling_point *b = &s->best, *st = &s->staged;
+
+	if (b->gbps <= 0) {
 		fprintf(f, "%s%s ceiling: not measured\n", prefix, what);
 		return;
 	}
 	fprintf(f,
-	        "%s%s ceiling %.2f GB/s: %u threads x %u KiB x %u file%s, %u in flight each (best "
-	        "of %u points%s)\n",
-	        prefix, what, s->best.gbps, s->best.threads, s->best.io_bytes >> 10, s->best.files,
-	        s->best.files > 1 ? "s" : "", s->best.depth, s->nr_points,
-	        s->cut ? ", cut by the time budget" : "");
+	        "%s%s ceiling %.2f GB/s: %u threads x %u KiB x %u file%s, %u in flight each, "
+	        "through %llu MiB (best of %u points%s)\n",
+	        prefix, what, b->gbps, b->threads, b->io_bytes >> 10, b->files,
+	        b->files > 1 ? "s" : "", b->depth, (unsigned long long)(b->mem_bytes >> 20),
+	        s->nr_points, s->cut ? ", cut by the time budget" : "");
+	if (st->gbps > 0) {
+		fprintf(f,
+		        "%s%s staged  %.2f GB/s: %u threads x %u KiB x %u file%s, %u in flight "
+		        "each, reusing %llu KiB (the limit for GPU KV)\n",
+		        prefix, what, st->gbps, st->threads, st->io_bytes >> 10, st->files,
+		        st->files > 1 ? "s" : "", st->depth,
+		        (unsigned long long)(st->mem_bytes >> 10));
+	}
 }
 
 void

@@ -8,6 +8,15 @@
  * reads over the read ceiling, SSD -> HBM over min(read ceiling, pinned host-to-device), and the
  * same for writes.
  *
+ * Where a row's bytes land decides which reads bound it. KV in host memory is written where it
+ * lies, memory as large as the KV, so its limit is the sweep over I/O that cycles through
+ * mem_bytes. KV in GPU memory passes through host buffers the engine chooses, a few MiB per
+ * thread that the CPU's cache may hold: on tmpfs, where every byte moved is a CPU copy, a copy
+ * into such a buffer skips the write to DRAM, and engines staging through 256 MiB read 45-47
+ * GB/s where the sweep through 1 GiB found 40.7 (docs/results.md, C5). So when the GPU limit is
+ * asked for on tmpfs the search runs a second phase, "staged", whose threads each reuse just
+ * the buffers their I/Os in flight need, and the GPU limit takes the better of the two.
+ *
  * The sweep is a coordinate search, not the whole grid: from (online CPUs, 1 file, 4 MiB, one
  * in flight) it sweeps the files, then the threads, the depth (1, 4, 16, 32; 1 alone where
  * io_uring is refused) and the I/O size, each time keeping the best, and
@@ -47,11 +56,13 @@ struct ceiling_conf {
 struct ceiling_point {
 	double gbps;
 	uint32_t threads, files, io_bytes;
-	uint32_t depth; /* I/Os in flight per thread */
+	uint32_t depth;     /* I/Os in flight per thread */
+	uint64_t mem_bytes; /* host memory the threads' I/O cycles through, all of them */
 };
 
 struct ceiling_sweep {
-	struct ceiling_point best; /* gbps 0: not measured */
+	struct ceiling_point best;   /* through mem_bytes of memory; gbps 0: not measured */
+	struct ceiling_point staged; /* each thread reusing depth buffers; gbps 0: not searched */
 	struct ceiling_point points[CEILING_MAX_POINTS];
 	uint32_t nr_points;
 	bool cut; /* the budget ended the search before a round stopped gaining */
@@ -76,9 +87,9 @@ void ceiling_conf_init(struct ceiling_conf *c, const char *const *dirs, uint32_t
  * room or O_DIRECT, say). Nothing is left in the directories either way. */
 int ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r);
 
-/* The limits a row is divided by: host KV (gpu false) or KV in GPU memory (gpu true: the lower
- * of the storage's ceiling and the pinned copy's; the storage's alone when the copy was not
- * measured). 0 when that direction was not measured. */
+/* The limits a row is divided by: host KV (gpu false: the best point through mem_bytes) or KV
+ * in GPU memory (gpu true: the better of that and the staged best, capped by the pinned copy
+ * where it was measured). 0 when that direction was not measured. */
 double ceiling_read_limit(const struct ceiling_result *r, bool gpu);
 double ceiling_write_limit(const struct ceiling_result *r, bool gpu);
 /* "measured", or why the pinned copies were not. */
