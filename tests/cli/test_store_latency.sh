@@ -87,6 +87,16 @@ for op in store retrieve; do
 	row=$(grep "\"op\":\"$op\",\"path\":\"uring\"" "$dir/bw.jsonl") || fail "no $op row: $(cat "$dir/bw.jsonl")"
 	[ "$(field "$row" kv)" = host ] && [ "$(field "$row" bit_exact)" = true ] || fail "$op: $row"
 	awk -v l="$(field "$row" limit_gbps)" 'BEGIN { exit !(l > 0) }' || fail "$op limit: $row"
+	# A row above its limit says so, in the JSON and on its line; one below it does not.
+	above=$(awk -v g="$(field "$row" gbps)" -v l="$(field "$row" limit_gbps)" \
+		'BEGIN { print (g > l) ? "true" : "false" }')
+	[ "$(field "$row" above_limit)" = "$above" ] || fail "$op above_limit: $row"
+	if [ "$above" = true ]; then
+		grep -q " $op .*uring .*above its limit" "$dir/bw.txt" || fail "$op: no note: $(cat "$dir/bw.txt")"
+	else
+		grep -q " $op .*above its limit" "$dir/bw.txt" && fail "$op: a note below the limit"
+	fi
+	[ "$(field "$row" staging_mib)" = 256 ] || fail "$op staging_mib: $row"
 done
 [ -z "$(ls -A "$dir/store")" ] || fail "left behind: $(ls "$dir/store")"
 
