@@ -189,12 +189,14 @@ struct ring_slot {
 	uint32_t done;
 };
 
+/* Queue the rest of slot \p sl's I/O into its buffer of the worker's \p slice. */
 static void
-ring_queue(struct io_uring *ring, const struct run *r, uint8_t *buf, struct ring_slot *sl)
+ring_queue(struct io_uring *ring, const struct run *r, uint8_t *slice, struct ring_slot *sl)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(ring); /* never NULL: one per slot */
 	int fd = r->fds[sl->k % r->files];
 	uint64_t off = run_offset(r, sl->k) + sl->done;
+	uint8_t *buf = slice + sl->buf * r->io_bytes;
 
 	if (r->write) {
 		io_uring_prep_write(sqe, fd, buf + sl->done, r->io_bytes - sl->done, off);
@@ -232,14 +234,13 @@ worker_ring(struct worker *w, uint8_t *slice, uint64_t bufs)
 			break;
 		}
 		sl[j] = (struct ring_slot){.k = k, .buf = j};
-		ring_queue(&ring, r, slice + (uint64_t)j * r->io_bytes, &sl[j]);
+		ring_queue(&ring, r, slice, &sl[j]);
 		issued++;
 		inflight++;
 	}
 	while (inflight > 0) {
 		struct io_uring_cqe *cqe;
 		struct ring_slot *one;
-		uint8_t *buf;
 
 		rc = io_uring_submit_and_wait(&ring, 1);
 		if (rc < 0 && rc != -EINTR) {
@@ -250,11 +251,10 @@ worker_ring(struct worker *w, uint8_t *slice, uint64_t bufs)
 			continue;
 		}
 		one = io_uring_cqe_get_data(cqe);
-		buf = slice + one->buf * r->io_bytes;
 		rc = cqe->res;
 		io_uring_cqe_seen(&ring, cqe);
 		if (rc == -EINTR || rc == -EAGAIN) {
-			ring_queue(&ring, r, buf, one); /* again, as it was */
+			ring_queue(&ring, r, slice, one); /* again, as it was */
 			continue;
 		}
 		if (rc <= 0) {
@@ -264,7 +264,7 @@ worker_ring(struct worker *w, uint8_t *slice, uint64_t bufs)
 		}
 		one->done += (uint32_t)rc;
 		if (one->done < r->io_bytes) {
-			ring_queue(&ring, r, buf, one); /* the rest of a short transfer */
+			ring_queue(&ring, r, slice, one); /* the rest of a short transfer */
 			continue;
 		}
 		w->bytes += r->io_bytes;
@@ -275,7 +275,7 @@ worker_ring(struct worker *w, uint8_t *slice, uint64_t bufs)
 			continue;
 		}
 		one->buf = one->buf + depth < span ? one->buf + depth : (uint64_t)(one - sl);
-		ring_queue(&ring, r, slice + one->buf * r->io_bytes, one);
+		ring_queue(&ring, r, slice, one);
 		issued++;
 	}
 	io_uring_queue_exit(&ring);
