@@ -44,7 +44,11 @@
  * its own); nothing is dropped. The store's files are opened O_DIRECT (on tmpfs there is no
  * page cache to go around), so every load reads the storage. --pause-ms X spaces the loads X ms
  * apart, as a server's requests come, and adds the I/O threads' CPU over the loads and the
- * pauses after them (per load, and in cores).
+ * pauses after them (per load, and in cores). Every load also records where its time went, so
+ * that a slow load can be told from the others: gpu-uring's I/O kernels' GPU time, the io_uring
+ * threads' time on a CPU and runnable waiting for one (schedstat), and the engine's submission
+ * calls (loads_kernel_ms, loads_io_cpu_ms, loads_io_wait_ms, loads_submits; the slowest load's
+ * on a line of its own).
  *
  * KV in host memory (--kv host): the same code paths with the KV, the check and the raw I/O in
  * ordinary host memory and no CUDA call at all, so that the bench runs without a GPU (engine
@@ -248,7 +252,8 @@ kv_sync(const struct bench *b)
 struct io_threads {
 	uint32_t n;
 	int tid[MAX_IO_THREADS];
-	unsigned long long ns[MAX_IO_THREADS];
+	unsigned long long ns[MAX_IO_THREADS];      /* on a CPU */
+	unsigned long long wait_ns[MAX_IO_THREADS]; /* runnable, waiting for a CPU */
 };
 
 static void
@@ -260,7 +265,7 @@ io_threads_snap(struct io_threads *t)
 	t->n = 0;
 	while (d != NULL && (e = readdir(d)) != NULL && t->n < MAX_IO_THREADS) {
 		char path[300], comm[64] = "";
-		unsigned long long ns = 0;
+		unsigned long long ns = 0, wait_ns = 0;
 		FILE *f;
 
 		if (e->d_name[0] == '.') {
@@ -280,10 +285,12 @@ io_threads_snap(struct io_threads *t)
 		if (strncmp(comm, "iou-", 4) != 0 && strncmp(comm, "tt-ring-io", 10) != 0) {
 			continue;
 		}
+		/* schedstat: time on a CPU, time runnable on a run queue, time slices. */
 		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
 		f = fopen(path, "r");
-		if (f != NULL && fscanf(f, "%llu", &ns) == 1) {
+		if (f != NULL && fscanf(f, "%llu %llu", &ns, &wait_ns) == 2) {
 			t->tid[t->n] = (int)strtol(e->d_name, NULL, 10);
+			t->wait_ns[t->n] = wait_ns;
 			t->ns[t->n++] = ns;
 		}
 		if (f != NULL) {
@@ -295,24 +302,31 @@ io_threads_snap(struct io_threads *t)
 	}
 }
 
-/* Seconds the threads alive in \p end ran since \p start (or since they began). */
+/* Seconds the threads alive in \p end ran (\p waited: waited for a CPU) since \p start (or since
+ * they began). */
 static double
-io_threads_delta(const struct io_threads *start, const struct io_threads *end)
+io_threads_time(const struct io_threads *start, const struct io_threads *end, bool waited)
 {
 	double s = 0;
 
 	for (uint32_t i = 0; i < end->n; i++) {
-		unsigned long long before = 0;
+		unsigned long long before = 0, now = waited ? end->wait_ns[i] : end->ns[i];
 
 		for (uint32_t j = 0; j < start->n; j++) {
 			if (start->tid[j] == end->tid[i]) {
-				before = start->ns[j];
+				before = waited ? start->wait_ns[j] : start->ns[j];
 				break;
 			}
 		}
-		s += (double)(end->ns[i] - before) / 1e9;
+		s += (double)(now - before) / 1e9;
 	}
 	return s;
+}
+
+static double
+io_threads_delta(const struct io_threads *start, const struct io_threads *end)
+{
+	return io_threads_time(start, end, false);
 }
 
 /* ---- one context ---- */
@@ -940,14 +954,31 @@ check_image(const struct ctx *x, const uint8_t *img, uint8_t *readback)
 }
 
 struct latency {
-	double io_thread_s;  /* the I/O threads' CPU over the loads and the pauses after them */
-	double loop_s;       /* wall time of the loads and the pauses */
-	double *ms;          /* every load, in order */
-	double *sorted;      /* the same, ascending */
+	double io_thread_s; /* the I/O threads' CPU over the loads and the pauses after them */
+	double loop_s;      /* wall time of the loads and the pauses */
+	double *ms;         /* every load, in order */
+	double *sorted;     /* the same, ascending */
+	/* Where each load's time went, to tell a slow load's cause: the GPU time of gpu-uring's
+	 * I/O kernels, the io_uring threads' (and ring helper's) time on a CPU and time runnable
+	 * but waiting for one, and the engine's submission calls (for gpu-uring, wakeups of the
+	 * SQ thread). Threads that exit within a load are missed. */
+	double *kernel_ms, *io_cpu_ms, *io_wait_ms;
+	uint64_t *submits;
 	uint32_t loads;      /* timed and checked */
 	uint32_t bad_loads;  /* loads with a block that differs from what was stored */
 	uint64_t bad_blocks; /* layer blocks that differed, over every load */
 };
+
+/* "name":[v,...] with \p n values. */
+static void
+json_array(FILE *f, const char *name, const double *v, uint32_t n)
+{
+	fprintf(f, "\"%s\":[", name);
+	for (uint32_t i = 0; i < n; i++) {
+		fprintf(f, "%s%.4f", i ? "," : "", v[i]);
+	}
+	fprintf(f, "]");
+}
 
 static void
 report_latency(struct ctx *x, enum path path, struct latency *lat)
@@ -981,6 +1012,18 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 		       lat->io_thread_s * 1e3 / n, lat->io_thread_s / lat->loop_s);
 	}
 	printf("\n");
+	{
+		uint32_t w = 0; /* the slowest load, and where its time went */
+
+		for (uint32_t i = 1; i < n; i++) {
+			w = lat->ms[i] > lat->ms[w] ? i : w;
+		}
+		printf("%-9s %7llu tok %-8s %-9s slowest load %u: %.2f ms, io kernels %.2f ms, io "
+		       "threads on a CPU %.2f ms and waiting for one %.2f ms, %llu submissions\n",
+		       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, "latency",
+		       path_names[path], w, lat->ms[w], lat->kernel_ms[w], lat->io_cpu_ms[w],
+		       lat->io_wait_ms[w], (unsigned long long)lat->submits[w]);
+	}
 	fflush(stdout);
 	b->failed |= !exact;
 	if (b->json == NULL) {
@@ -1011,9 +1054,16 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 		    "\"pause_ms\":%.1f,\"io_thread_ms_per_load\":%.4f,\"io_thread_cores\":%.5f,",
 		    b->c.pause_ms, lat->io_thread_s * 1e3 / n, lat->io_thread_s / lat->loop_s);
 	}
-	fprintf(b->json, "\"loads_ms\":[");
+	json_array(b->json, "loads_ms", lat->ms, n);
+	fprintf(b->json, ",");
+	json_array(b->json, "loads_kernel_ms", lat->kernel_ms, n);
+	fprintf(b->json, ",");
+	json_array(b->json, "loads_io_cpu_ms", lat->io_cpu_ms, n);
+	fprintf(b->json, ",");
+	json_array(b->json, "loads_io_wait_ms", lat->io_wait_ms, n);
+	fprintf(b->json, ",\"loads_submits\":[");
 	for (uint32_t i = 0; i < n; i++) {
-		fprintf(b->json, "%s%.4f", i ? "," : "", lat->ms[i]);
+		fprintf(b->json, "%s%llu", i ? "," : "", (unsigned long long)lat->submits[i]);
 	}
 	fprintf(b->json, "]}\n");
 	fflush(b->json);
@@ -1027,7 +1077,7 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 	struct bench *b = x->b;
 	struct latency lat = {.loads = b->c.latency_loads};
 	int32_t *status = calloc(x->chunks, sizeof(*status));
-	struct io_threads io0, io1;
+	struct io_threads io0, io1, *load0 = calloc(2, sizeof(*load0)), *load1 = load0 + 1;
 	uint64_t loop0;
 	struct tutti_store *st;
 	struct tutti_request req;
@@ -1036,7 +1086,13 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 
 	lat.ms = calloc(lat.loads, sizeof(*lat.ms));
 	lat.sorted = calloc(lat.loads, sizeof(*lat.sorted));
-	if (status == NULL || lat.ms == NULL || lat.sorted == NULL) {
+	lat.kernel_ms = calloc(lat.loads, sizeof(*lat.kernel_ms));
+	lat.io_cpu_ms = calloc(lat.loads, sizeof(*lat.io_cpu_ms));
+	lat.io_wait_ms = calloc(lat.loads, sizeof(*lat.io_wait_ms));
+	lat.submits = calloc(lat.loads, sizeof(*lat.submits));
+	if (status == NULL || lat.ms == NULL || lat.sorted == NULL || lat.kernel_ms == NULL ||
+	    lat.io_cpu_ms == NULL || lat.io_wait_ms == NULL || lat.submits == NULL ||
+	    load0 == NULL) {
 		die("calloc", -ENOMEM);
 	}
 	st = open_store(x, path, dir, sizeof(dir));
@@ -1058,13 +1114,23 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 	io_threads_snap(&io0);
 	loop0 = bu_now_ns();
 	for (uint32_t i = 0; i < lat.loads; i++) {
+		struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
 		uint64_t t0, bad;
 
 		poison(x);
+		/* The counters are read outside the timed span. */
+		tutti_store_get_stats(st, &s0);
+		io_threads_snap(load0);
 		t0 = bu_now_ns();
 		rc = tutti_store_load(st, x->dst_kv, &req, 1, 0, b->L, status);
 		kv_sync(b);
 		lat.ms[i] = (double)(bu_now_ns() - t0) / 1e6;
+		io_threads_snap(load1);
+		tutti_store_get_stats(st, &s1);
+		lat.kernel_ms[i] = (double)(s1.gpu_io_kernel_ns - s0.gpu_io_kernel_ns) / 1e6;
+		lat.submits[i] = s1.io_submits - s0.io_submits;
+		lat.io_cpu_ms[i] = io_threads_time(load0, load1, false) * 1e3;
+		lat.io_wait_ms[i] = io_threads_time(load0, load1, true) * 1e3;
 		if (rc != x->chunks) {
 			fprintf(stderr, "%s load %u: %lld of %u chunks (first status %d)\n",
 			        path_names[path], i, (long long)rc, x->chunks, status[0]);
@@ -1089,6 +1155,11 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 out:
 	free(lat.ms);
 	free(lat.sorted);
+	free(lat.kernel_ms);
+	free(lat.io_cpu_ms);
+	free(lat.io_wait_ms);
+	free(lat.submits);
+	free(load0);
 	free(status);
 }
 

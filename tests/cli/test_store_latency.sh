@@ -72,6 +72,32 @@ for path in gpu-uring uring posix; do
 			}' || fail "target arithmetic: $row"
 	done
 done
+# Where each load's time went: one entry per load in each array; no GPU kernels on host KV; the
+# CPU engines make at least one submission call a load, gpu-uring's ring threads run during its
+# loads; the text names the slowest load and its figures.
+python3 - "$dir/lat.jsonl" "$dir/lat.txt" <<'PY' || fail "per-load figures: $(cat "$dir/lat.jsonl")"
+import json, re, sys
+text = open(sys.argv[2]).read()
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["op"] != "load-latency":
+        continue
+    n = r["loads"]
+    for k in ("loads_kernel_ms", "loads_io_cpu_ms", "loads_io_wait_ms", "loads_submits"):
+        assert len(r[k]) == n and min(r[k]) >= 0, (k, r)
+    assert max(r["loads_kernel_ms"]) == 0, r
+    if r["path"] in ("uring", "posix"):
+        assert min(r["loads_submits"]) >= 1, r
+    else:
+        assert sum(r["loads_io_cpu_ms"]) > 0, r
+    w = max(range(n), key=lambda i: (r["loads_ms"][i], -i))
+    m = re.search(r"%d tok latency\s+%s\s+slowest load (\d+): ([0-9.]+) ms, io kernels "
+                  r"([0-9.]+) ms, io threads on a CPU ([0-9.]+) ms and waiting for one "
+                  r"([0-9.]+) ms, (\d+) submissions" % (r["context_tokens"], r["path"]), text)
+    assert m and int(m[1]) == w, (m and m.groups(), w, r)
+    assert abs(float(m[2]) - r["loads_ms"][w]) < 0.01, (m.groups(), r)
+    assert int(m[6]) == r["loads_submits"][w], (m.groups(), r)
+PY
 
 # Default sizes: a prefix of 8 chunks and one chunk (tiny geometry: 64-token chunks).
 "$bench" --dir "$dir/store" --kv host --latency 2 --model tiny --paths uring --ceiling-s 0.2 \
