@@ -323,12 +323,6 @@ io_threads_time(const struct io_threads *start, const struct io_threads *end, bo
 	return s;
 }
 
-static double
-io_threads_delta(const struct io_threads *start, const struct io_threads *end)
-{
-	return io_threads_time(start, end, false);
-}
-
 /* ---- one context ---- */
 
 struct ctx {
@@ -675,7 +669,7 @@ meter_stop(const struct round_meter *m, struct ctx *x, struct tutti_store *st, s
 
 	ph->cpu_s[r] = (bu_process_cpu_s() - m->cpu0) / gb;
 	io_threads_snap(&io1);
-	ph->io_thread_s[r] = io_threads_delta(&m->io0, &io1) / gb;
+	ph->io_thread_s[r] = io_threads_time(&m->io0, &io1, false) / gb;
 	ph->gbps[r] = (double)x->bytes / (double)ns;
 	ph->wall_s = (double)ns / 1e9;
 	if (st != NULL) {
@@ -754,7 +748,7 @@ run_path(struct ctx *x, enum path path, struct phase *store, struct phase *retri
 		while (nanosleep(&left, &left) != 0 && errno == EINTR) {
 		}
 		io_threads_snap(&t1);
-		retrieve->idle_io_cores = io_threads_delta(&t0, &t1) / b->c.idle_s;
+		retrieve->idle_io_cores = io_threads_time(&t0, &t1, false) / b->c.idle_s;
 	}
 	*mismatches = check(x);
 	if (st != NULL) {
@@ -1149,7 +1143,7 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 	}
 	io_threads_snap(&io1);
 	lat.loop_s = (double)(bu_now_ns() - loop0) / 1e9;
-	lat.io_thread_s = io_threads_delta(&io0, &io1);
+	lat.io_thread_s = io_threads_time(&io0, &io1, false);
 	close_store(st, dir);
 	report_latency(x, path, &lat);
 out:
