@@ -57,6 +57,15 @@ static const uint32_t io_depths[] = {1, 4, 16, 32};
 #define NR_DEPTHS (sizeof(io_depths) / sizeof(io_depths[0]))
 #define MAX_IO (16u << 20)
 #define MAX_CANDS 12
+/* The memory a point's threads move through: MODE_CYCLE, all of mem_bytes in turn; MODE_STAGED,
+ * each thread only the buffers its I/Os in flight need; MODE_THROUGH + i, through_per_slot[i]
+ * buffers per I/O in flight, each crossing to the through phase's destination. */
+enum { MODE_CYCLE, MODE_STAGED, MODE_THROUGH };
+static const uint32_t through_per_slot[] = {1, 2, 4, 8};
+#define NR_PER_SLOT (sizeof(through_per_slot) / sizeof(through_per_slot[0]))
+#define NR_MODES (MODE_THROUGH + NR_PER_SLOT)
+#define MAX_RING_DEPTH 32u
+#define THROUGH_MAX_BUFS (MAX_RING_DEPTH * 8u)
 
 static uint64_t
 now_ns(void)
@@ -93,6 +102,13 @@ struct run {
 	uint8_t *mem;
 	uint64_t
 	    slice; /* bytes of mem per thread, a multiple of io_bytes, depth of them at least */
+	/* Through points: where each thread's buffers cross to (a read's bytes after they land, a
+	 * write's before they go), dest_share bytes per thread; NULL for the others. In GPU
+	 * memory each buffer has its own place there; in host memory the copies move through the
+	 * whole share in turn, as a host-KV load lands in memory as large as the KV. */
+	uint8_t *dest;
+	uint64_t dest_share;
+	int gpu; /* dest is memory of this GPU; -1: host memory, copied by the thread itself */
 	uint64_t deadline_ns;
 	uint64_t limit; /* I/Os to issue in all (0: until the deadline) */
 	uint64_t next;  /* next I/O number; atomic */
@@ -215,9 +231,9 @@ static void
 worker_ring(struct worker *w, uint8_t *slice, uint64_t bufs)
 {
 	struct run *r = w->r;
-	struct ring_slot sl[32];
+	struct ring_slot sl[MAX_RING_DEPTH];
 	struct io_uring ring;
-	uint32_t depth = r->depth < 32 ? r->depth : 32, inflight = 0;
+	uint32_t depth = r->depth < MAX_RING_DEPTH ? r->depth : MAX_RING_DEPTH, inflight = 0;
 	uint64_t issued = 0, span;
 	int rc = io_uring_queue_init(depth, &ring, 0);
 
@@ -281,6 +297,233 @@ worker_ring(struct worker *w, uint8_t *slice, uint64_t bufs)
 	io_uring_queue_exit(&ring);
 }
 
+/* ---- through points: the I/O and the copy beyond it at once ---- */
+
+/* Where a through worker's buffers cross to: with a GPU, copies queued on a stream of the
+ * thread's own, one event per buffer so that a buffer is reused only once its copy is done
+ * (waited for by sleeping: a spinning wait would take a core from the copies measured beside
+ * it); into host memory the thread copies each buffer itself, as the host-KV path scatters. */
+struct sink {
+	int gpu;
+	uint8_t *host, *dest;
+	uint32_t io_bytes;
+	uint64_t bufs;
+	uint64_t dest_span, cursor; /* host: the share's whole I/Os, and where the next copy goes */
+	void *stream;
+	void *ev[THROUGH_MAX_BUFS];
+	bool pending[THROUGH_MAX_BUFS]; /* a copy of this buffer is queued and not waited for */
+};
+
+static int
+sink_open(struct sink *k, const struct run *r, uint8_t *slice, uint8_t *dest, uint64_t bufs)
+{
+	int rc;
+
+	*k = (struct sink){.gpu = r->gpu,
+	                   .host = slice,
+	                   .dest = dest,
+	                   .io_bytes = r->io_bytes,
+	                   .bufs = bufs,
+	                   .dest_span = r->dest_share / r->io_bytes * r->io_bytes};
+	if (k->gpu < 0) {
+		return 0;
+	}
+	/* The thread's copies go to this device's memory from a stream of it. */
+	rc = tt_gpu_set_device(k->gpu);
+	if (rc == 0) {
+		rc = tt_gpu_stream_create(k->gpu, &k->stream);
+	}
+	for (uint64_t b = 0; rc == 0 && b < bufs; b++) {
+		rc = tt_gpu_event_create(k->gpu, &k->ev[b]);
+	}
+	return rc;
+}
+
+/* Queue (GPU) or make (host) buffer \p b's crossing: into it for a write, out of it for a read. */
+static int
+sink_copy(struct sink *k, uint64_t b, bool write)
+{
+	uint8_t *h = k->host + b * k->io_bytes, *d = k->dest + b * k->io_bytes;
+	int rc;
+
+	if (k->gpu < 0) {
+		d = k->dest + k->cursor;
+		k->cursor = (k->cursor + k->io_bytes) % k->dest_span;
+		memcpy(write ? h : d, write ? d : h, k->io_bytes);
+		return 0;
+	}
+	rc = tt_gpu_copy_async(write ? h : d, write ? d : h, k->io_bytes, k->stream);
+	if (rc == 0) {
+		rc = tt_gpu_event_record(k->ev[b], k->stream);
+	}
+	k->pending[b] = rc == 0;
+	return rc;
+}
+
+/* Wait for buffer \p b's queued copy, if any. */
+static int
+sink_wait(struct sink *k, uint64_t b)
+{
+	if (!k->pending[b]) {
+		return 0;
+	}
+	k->pending[b] = false;
+	return tt_gpu_event_sync(k->ev[b]);
+}
+
+/* Buffer \p b is about to be written out: its bytes must have come in. With a GPU the copy into
+ * \p ahead, the slot's next buffer, is queued too, so that it crosses while \p b is written. */
+static int
+sink_fill(struct sink *k, uint64_t b, uint64_t ahead)
+{
+	int rc = 0;
+
+	if (k->gpu < 0) {
+		return sink_copy(k, b, true);
+	}
+	if (!k->pending[b]) {
+		rc = sink_copy(k, b, true);
+	}
+	rc = rc == 0 ? sink_wait(k, b) : rc;
+	if (rc == 0 && ahead != b && !k->pending[ahead]) {
+		rc = sink_copy(k, ahead, true);
+	}
+	return rc;
+}
+
+/* Wait for every copy still queued, then release the stream and events. */
+static int
+sink_close(struct sink *k)
+{
+	int rc = 0;
+
+	for (uint64_t b = 0; b < k->bufs; b++) {
+		int one = sink_wait(k, b);
+
+		rc = rc == 0 ? one : rc;
+		tt_gpu_event_destroy(k->ev[b]);
+	}
+	tt_gpu_stream_destroy(k->stream);
+	return rc;
+}
+
+/* The buffer after \p buf in its slot's turn (slot j takes j, j + depth, ... below span). */
+static uint64_t
+slot_next_buf(uint64_t buf, uint32_t depth, uint64_t span)
+{
+	return buf + depth < span ? buf + depth : buf % depth;
+}
+
+/* Get buffer \p b ready for the slot's next I/O: a read must not land before the copy out of
+ * its last one is done; a write's bytes must have come in. */
+static int
+through_ready(struct sink *k, bool write, uint64_t b, uint32_t depth, uint64_t span)
+{
+	return write ? sink_fill(k, b, slot_next_buf(b, depth, span)) : sink_wait(k, b);
+}
+
+/* A through point's thread: worker_ring's I/O, with each buffer crossing to dest. Reads count
+ * once their bytes are there (the end waits for the last copies); writes once written. */
+static void
+worker_through(struct worker *w, uint8_t *slice, uint8_t *dest, uint64_t bufs)
+{
+	struct run *r = w->r;
+	struct ring_slot sl[MAX_RING_DEPTH];
+	struct io_uring ring;
+	struct sink *k = calloc(1, sizeof(*k));
+	uint32_t depth = r->depth < MAX_RING_DEPTH ? r->depth : MAX_RING_DEPTH, inflight = 0;
+	uint64_t issued = 0, span = bufs / depth * depth;
+	int rc = k == NULL ? -ENOMEM : sink_open(k, r, slice, dest, span);
+	bool ring_up = false;
+
+	if (rc == 0) {
+		rc = io_uring_queue_init(depth, &ring, 0);
+		ring_up = rc == 0;
+	}
+	for (uint32_t j = 0; rc == 0 && j < depth; j++) {
+		uint64_t next = run_next(r, issued);
+
+		if (next == UINT64_MAX) {
+			break;
+		}
+		sl[j] = (struct ring_slot){.k = next, .buf = j};
+		rc = through_ready(k, r->write, j, depth, span);
+		if (rc == 0) {
+			ring_queue(&ring, r, slice, &sl[j]);
+			issued++;
+			inflight++;
+		}
+	}
+	while (rc == 0 && inflight > 0) {
+		struct io_uring_cqe *cqe;
+		struct ring_slot *one;
+		int res;
+
+		res = io_uring_submit_and_wait(&ring, 1);
+		if (res < 0 && res != -EINTR) {
+			rc = res;
+			break;
+		}
+		if (io_uring_peek_cqe(&ring, &cqe) != 0) {
+			continue;
+		}
+		one = io_uring_cqe_get_data(cqe);
+		res = cqe->res;
+		io_uring_cqe_seen(&ring, cqe);
+		if (res == -EINTR || res == -EAGAIN) {
+			ring_queue(&ring, r, slice, one);
+			continue;
+		}
+		if (res <= 0) {
+			rc = res < 0 ? res : -EIO;
+			break;
+		}
+		one->done += (uint32_t)res;
+		if (one->done < r->io_bytes) {
+			ring_queue(&ring, r, slice, one);
+			continue;
+		}
+		if (!r->write) {
+			rc = sink_copy(k, one->buf, false); /* landed: across it goes */
+		}
+		w->bytes += r->io_bytes;
+		one->k = run_next(r, issued);
+		one->done = 0;
+		if (rc != 0 || one->k == UINT64_MAX) {
+			inflight--;
+			continue;
+		}
+		one->buf = slot_next_buf(one->buf, depth, span);
+		rc = through_ready(k, r->write, one->buf, depth, span);
+		if (rc == 0) {
+			ring_queue(&ring, r, slice, one);
+			issued++;
+		}
+	}
+	if (ring_up) {
+		/* After an error I/Os may still be in flight into the buffers: they end first. */
+		io_uring_queue_exit(&ring);
+	}
+	if (k != NULL) {
+		/* A read is in only once its copy is done; a write's copies queued ahead of a
+		 * buffer never written again are no part of the point. */
+		int closed;
+
+		if (r->write) {
+			w->end_ns = now_ns();
+		}
+		closed = sink_close(k);
+		rc = rc == 0 ? closed : rc;
+		free(k);
+	}
+	if (rc != 0) {
+		run_fail(r, rc);
+	}
+	if (w->end_ns == 0) {
+		w->end_ns = now_ns();
+	}
+}
+
 /* Whether this process may set up an io_uring (a container's seccomp profile or the
  * io_uring_disabled sysctl may refuse it). */
 static bool
@@ -302,6 +545,11 @@ worker_main(void *arg)
 	struct run *r = w->r;
 	uint8_t *slice = r->mem + (uint64_t)w->id * r->slice;
 
+	if (r->dest != NULL) {
+		worker_through(w, slice, r->dest + (uint64_t)w->id * r->dest_share,
+		               r->slice / r->io_bytes);
+		return NULL;
+	}
 	if (r->depth > 1) {
 		worker_ring(w, slice, r->slice / r->io_bytes);
 	} else {
@@ -359,9 +607,12 @@ struct search {
 	uint32_t fil[MAX_CANDS], nr_fil;
 	uint32_t nr_depths;    /* 1 where io_uring is refused: synchronous I/O only */
 	uint32_t phase_points; /* points measured in the phase under way */
-	/* GB/s per point [threads][files][size][depth][memory: 0 mem_bytes, 1 staged]; 0: not yet
-	 * measured */
-	double memo[MAX_CANDS][MAX_CANDS][NR_SIZES][NR_DEPTHS][2];
+	/* The through phase's destination (mem_bytes of GPU or host memory), and its GPU (-1: the
+	 * host); NULL: no through phase. */
+	uint8_t *dest;
+	int dest_gpu;
+	/* GB/s per point [threads][files][size][depth][memory mode]; 0: not yet measured */
+	double memo[MAX_CANDS][MAX_CANDS][NR_SIZES][NR_DEPTHS][NR_MODES];
 };
 
 /* Add \p v to the sorted set \p set. */
@@ -381,15 +632,19 @@ add_cand(uint32_t *set, uint32_t *n, uint32_t v)
 	(*n)++;
 }
 
-/* Measure point (files fi, threads ti, size si, depth di, memory mi: 0 the threads cycle
- * through mem_bytes, 1 each reuses the depth buffers its I/Os in flight need) unless known;
- * its GB/s, or -errno. */
+/* Measure point (files fi, threads ti, size si, depth di, memory mode mi) unless known; its
+ * GB/s, or -errno. A through point's best goes to \p sw's best (the caller passes the through
+ * sweep), a staged one's to its staged. */
 static double
 measure(struct search *s, struct ceiling_sweep *sw, bool write, const uint32_t *p)
 {
 	uint32_t fi = p[0], ti = p[1], si = p[2], di = p[3], mi = p[4];
 	uint32_t bs = io_sizes[si], threads = s->thr[ti], depth = io_depths[di];
-	struct ceiling_point *best = mi ? &sw->staged : &sw->best;
+	struct ceiling_point *best = mi == MODE_STAGED ? &sw->staged : &sw->best;
+	uint64_t per_thread = mi == MODE_CYCLE ? s->mem_bytes / threads / bs * bs
+	                      : mi == MODE_STAGED
+	                          ? (uint64_t)bs * depth
+	                          : (uint64_t)bs * depth * through_per_slot[mi - MODE_THROUGH];
 	struct run r = {
 	    .fds = s->fds,
 	    .files = s->fil[fi],
@@ -399,8 +654,11 @@ measure(struct search *s, struct ceiling_sweep *sw, bool write, const uint32_t *
 	    .depth = depth,
 	    .write = write,
 	    .mem = s->mem,
-	    .slice = mi ? (uint64_t)bs * depth : s->mem_bytes / threads / bs * bs,
+	    .slice = per_thread,
 	    .deadline_ns = (uint64_t)(s->point_s * 1e9),
+	    .dest = mi >= MODE_THROUGH ? s->dest : NULL,
+	    .dest_share = s->dest_gpu >= 0 ? per_thread : s->mem_bytes / threads,
+	    .gpu = s->dest_gpu,
 	};
 	double *memo = &s->memo[ti][fi][si][di][mi];
 	struct ceiling_point pt;
@@ -409,7 +667,8 @@ measure(struct search *s, struct ceiling_sweep *sw, bool write, const uint32_t *
 	if (*memo != 0) {
 		return *memo;
 	}
-	if (r.slice < (uint64_t)bs * depth || r.slice * threads > s->mem_bytes) {
+	if (r.slice < (uint64_t)bs * depth || r.slice * threads > s->mem_bytes ||
+	    (r.dest != NULL && r.slice / bs > THROUGH_MAX_BUFS)) {
 		*memo = 1e-9; /* no memory for that many I/Os of that size in flight: not a point */
 		return *memo;
 	}
@@ -431,20 +690,22 @@ measure(struct search *s, struct ceiling_sweep *sw, bool write, const uint32_t *
 	return gbps;
 }
 
-/* One dimension (0 files, 1 threads, 2 size, 3 depth) swept with the others (and the memory,
- * at[4]) at the current point; moves the point to the best. Returns 0, 1 when the budget ran
- * out, or -errno. */
+/* One dimension (0 files, 1 threads, 2 size, 3 depth, 4 the through phase's buffers per I/O in
+ * flight) swept with the others at the current point (at[4] is the memory mode); moves the
+ * point to the best. Returns 0, 1 when the budget ran out, or -errno. */
 static int
 sweep_dim(struct search *s, struct ceiling_sweep *sw, bool write, int dim, uint32_t *at)
 {
 	uint32_t n = dim == 0   ? s->nr_fil
 	             : dim == 1 ? s->nr_thr
 	             : dim == 2 ? (uint32_t)NR_SIZES
-	                        : s->nr_depths;
+	             : dim == 3 ? s->nr_depths
+	                        : (uint32_t)NR_PER_SLOT;
+	uint32_t first = dim == 4 ? MODE_THROUGH : 0; /* dim 4's values are the through modes */
 	double best = 0;
 	uint32_t best_i = at[dim];
 
-	for (uint32_t i = 0; i < n; i++) {
+	for (uint32_t i = first; i < first + n; i++) {
 		uint32_t p[5] = {at[0], at[1], at[2], at[3], at[4]};
 		double g;
 
@@ -468,22 +729,24 @@ sweep_dim(struct search *s, struct ceiling_sweep *sw, bool write, int dim, uint3
 	return 0;
 }
 
-/* Rounds of the coordinate search from \p at, its memory at[4] held, until a round gains
- * little over \p best (the phase's best point). Returns 0, 1 when the budget ran out, or
- * -errno. */
+/* Rounds of the coordinate search from \p at until a round gains little over \p best (the
+ * phase's best point); the memory mode at[4] is held, except in a through phase (at[4] a
+ * through mode), which sweeps its buffers per I/O in flight first. Returns 0, 1 when the
+ * budget ran out, or -errno. */
 static int
 search_rounds(struct search *s, struct ceiling_sweep *sw, bool write, uint32_t *at,
               const struct ceiling_point *best)
 {
+	bool through = at[4] >= MODE_THROUGH;
 	double before = 0;
 
 	s->phase_points = 0;
 	for (int round = 0; round < MAX_ROUNDS; round++) {
 		/* Files, threads, depth, then size: the depth before the size, so that depths are
 		 * tried where the memory holds them (threads x depth x size at most mem_bytes). */
-		static const int order[4] = {0, 1, 3, 2};
+		static const int order[5] = {4, 0, 1, 3, 2};
 
-		for (int d = 0; d < 4; d++) {
+		for (int d = through ? 0 : 1; d < 5; d++) {
 			int rc = sweep_dim(s, sw, write, order[d], at);
 
 			if (rc != 0) {
@@ -499,14 +762,17 @@ search_rounds(struct search *s, struct ceiling_sweep *sw, bool write, uint32_t *
 }
 
 /* One direction: the search through mem_bytes, then, with \p staged, the staged one from its
- * best point, each in half the share (the second gets what the first left). */
+ * best point, then, with \p through (the through sweep), the through phase from the best point
+ * so far; each phase gets an equal part of the share (a later one what an earlier left). */
 static int
-search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_s, bool staged)
+search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_s, bool staged,
+           struct ceiling_sweep *through)
 {
 	/* Start: one thread per online CPU (the nearest candidate), one file, 4 MiB, one I/O in
 	 * flight per thread, through mem_bytes. */
-	uint32_t cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN), at[5] = {0, 0, 2, 0, 0};
-	uint64_t end = now_ns() + (uint64_t)(share_s * 1e9);
+	uint32_t cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN), at[5] = {0, 0, 2, 0, MODE_CYCLE};
+	uint32_t phases = 1 + staged + (through != NULL), phase = 1;
+	uint64_t start = now_ns(), share_ns = (uint64_t)(share_s * 1e9);
 	int rc;
 
 	for (uint32_t i = 0; i < s->nr_thr; i++) {
@@ -515,16 +781,23 @@ search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_
 		}
 	}
 	memset(s->memo, 0, sizeof(s->memo));
-	s->stop_ns = staged ? end - (uint64_t)(share_s / 2 * 1e9) : end;
+	s->stop_ns = start + share_ns * phase++ / phases;
 	rc = search_rounds(s, sw, write, at, &sw->best);
 	sw->cut = rc == 1;
-	if (rc < 0 || !staged) {
-		return rc < 0 ? rc : 0;
+	if (rc >= 0 && staged) {
+		s->stop_ns = start + share_ns * phase++ / phases;
+		at[4] = MODE_STAGED;
+		rc = search_rounds(s, sw, write, at, &sw->staged);
+		sw->cut = sw->cut || rc == 1;
 	}
-	s->stop_ns = end;
-	at[4] = 1;
-	rc = search_rounds(s, sw, write, at, &sw->staged);
-	sw->cut = sw->cut || rc == 1;
+	if (rc >= 0 && through != NULL) {
+		/* From where the phases before it ended (the staged best, where there was one):
+		 * two buffers per I/O in flight, a copy crossing while the next I/O runs. */
+		s->stop_ns = start + share_ns;
+		at[4] = MODE_THROUGH + 1;
+		rc = search_rounds(s, through, write, at, &through->best);
+		through->cut = rc == 1;
+	}
 	return rc < 0 ? rc : 0;
 }
 
@@ -658,6 +931,58 @@ plan_files(const struct ceiling_conf *c, uint64_t asked_bytes, uint32_t *files,
 	return -ENOSPC;
 }
 
+/* The through phase's destination: mem_bytes of host memory (through_host) or of GPU c->gpu's
+ * memory, with s->mem pinned for the copies. Returns 0 or the -errno that rules the phase out. */
+static int
+through_open(const struct ceiling_conf *c, struct search *s)
+{
+	void *dev = NULL;
+	int rc;
+
+	if (s->nr_depths == 1) {
+		return -EOPNOTSUPP; /* its threads each drive an io_uring */
+	}
+	if (c->through_host) {
+		s->dest = mmap(NULL, s->mem_bytes, PROT_READ | PROT_WRITE,
+		               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (s->dest == MAP_FAILED) {
+			s->dest = NULL;
+			return -ENOMEM;
+		}
+		memset(s->dest, 0x5a, s->mem_bytes); /* faulted in now, as s->mem */
+		s->dest_gpu = -1;
+		return 0;
+	}
+	rc = tt_gpu_set_device(c->gpu);
+	if (rc == 0) {
+		rc = tt_gpu_dev_alloc(s->mem_bytes, &dev);
+	}
+	if (rc == 0) {
+		rc = tt_gpu_host_register(s->mem, s->mem_bytes);
+		if (rc != 0) {
+			tt_gpu_dev_free(dev);
+		}
+	}
+	s->dest = rc == 0 ? dev : NULL;
+	s->dest_gpu = c->gpu;
+	return rc;
+}
+
+static void
+through_close(struct search *s)
+{
+	if (s->dest == NULL) {
+		return;
+	}
+	if (s->dest_gpu < 0) {
+		munmap(s->dest, s->mem_bytes);
+	} else {
+		tt_gpu_host_unregister(s->mem);
+		tt_gpu_dev_free(s->dest);
+	}
+	s->dest = NULL;
+}
+
 static void
 measure_copies(const struct ceiling_conf *c, struct ceiling_result *r)
 {
@@ -707,6 +1032,7 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 
 	memset(r, 0, sizeof(*r));
 	r->copy_rc = 1;
+	r->through_rc = 1;
 	if (s == NULL) {
 		return -ENOMEM;
 	}
@@ -803,17 +1129,26 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 	}
 	both = !c->skip_reads && !c->skip_writes;
 	/* Staged points matter only where a copy lands in memory: on tmpfs (on a device the
-	 * data arrives by DMA whatever the buffer), and only for KV in GPU memory. */
+	 * data arrives by DMA whatever the buffer), and only for KV in GPU memory; so does the
+	 * through phase into the GPU, which the host's copy and PCIe's DMA share there. */
 	staged = r->emulated && c->gpu >= 0;
-	s->point_s = c->budget_s / (both ? 2 : 1) / (staged ? 2 : 1) / EXPECTED_POINTS;
+	if (rc == 0 && (staged || c->through_host)) {
+		r->through_rc = through_open(c, s);
+		r->through_host = c->through_host;
+	}
+	s->point_s =
+	    c->budget_s / (both ? 2 : 1) / (1 + staged + (s->dest != NULL)) / EXPECTED_POINTS;
 	s->point_s = s->point_s < POINT_MIN_S ? POINT_MIN_S : s->point_s;
 	s->point_s = s->point_s > POINT_MAX_S ? POINT_MAX_S : s->point_s;
 	if (rc == 0 && !c->skip_writes) {
-		rc = search_dir(s, &r->write, true, c->budget_s / (both ? 2 : 1), staged);
+		rc = search_dir(s, &r->write, true, c->budget_s / (both ? 2 : 1), staged,
+		                s->dest != NULL ? &r->write_through : NULL);
 	}
 	if (rc == 0 && !c->skip_reads) {
-		rc = search_dir(s, &r->read, false, c->budget_s / (both ? 2 : 1), staged);
+		rc = search_dir(s, &r->read, false, c->budget_s / (both ? 2 : 1), staged,
+		                s->dest != NULL ? &r->read_through : NULL);
 	}
+	through_close(s);
 	if (rc < 0) {
 		fprintf(stderr, "ceiling: O_DIRECT I/O in %s: %s\n", c->dirs[0], strerror(-rc));
 	} else if ((!c->skip_writes && r->write.best.gbps <= 0) ||
@@ -869,6 +1204,37 @@ ceiling_write_limit(const struct ceiling_result *r, bool gpu)
 	return dir_limit(r, &r->write, gpu, r->d2h_gbps);
 }
 
+double
+ceiling_read_through(const struct ceiling_result *r)
+{
+	return r->through_rc == 0 ? r->read_through.best.gbps : 0;
+}
+
+double
+ceiling_write_through(const struct ceiling_result *r)
+{
+	return r->through_rc == 0 ? r->write_through.best.gbps : 0;
+}
+
+const char *
+ceiling_through_note(const struct ceiling_result *r)
+{
+	switch (r->through_rc) {
+	case 0:
+		return r->through_host ? "host" : "gpu";
+	case 1:
+		return "skipped: asked for only with the GPU limit on tmpfs, or into the host";
+	case -EOPNOTSUPP:
+		return "skipped: built without CUDA, or io_uring refused";
+	case -ENODEV:
+		return "skipped: no GPU";
+	case -ENOMEM:
+		return "skipped: no memory for its destination";
+	default:
+		return "skipped: its set-up failed";
+	}
+}
+
 const char *
 ceiling_copy_note(const struct ceiling_result *r)
 {
@@ -900,6 +1266,10 @@ point_json(FILE *f, const struct ceiling_point *p)
 static void
 sweep_json(FILE *f, const char *name, const struct ceiling_sweep *s)
 {
+	if (s->nr_points == 0 && strstr(name, "through") != NULL) {
+		fprintf(f, "\"%s\":null", name); /* a phase not run */
+		return;
+	}
 	fprintf(f, "\"%s\":{", name);
 	point_json(f, &s->best);
 	fprintf(f, ",\"staged\":");
@@ -946,6 +1316,10 @@ ceiling_json(FILE *f, const struct ceiling_result *r)
 	sweep_json(f, "read", &r->read);
 	fprintf(f, ",");
 	sweep_json(f, "write", &r->write);
+	fprintf(f, ",\"through\":\"%s\",", ceiling_through_note(r));
+	sweep_json(f, "read_through", &r->read_through);
+	fprintf(f, ",");
+	sweep_json(f, "write_through", &r->write_through);
 	fprintf(f, ",\"copies\":\"%s\",", ceiling_copy_note(r));
 	gbps_or_null(f, "h2d_gbps", r->h2d_gbps, copies);
 	fprintf(f, ",");
@@ -983,11 +1357,35 @@ print_best(FILE *f, const char *prefix, const char *what, const struct ceiling_s
 	}
 }
 
+/* The through phase's best of one direction, where it ran. */
+static void
+print_through(FILE *f, const char *prefix, const char *what, const struct ceiling_result *r,
+              const struct ceiling_sweep *s)
+{
+	const struct ceiling_point *b = &s->best;
+
+	if (r->through_rc != 0 || b->gbps <= 0) {
+		return;
+	}
+	fprintf(
+	    f,
+	    "%s%s through %.2f GB/s: %u threads x %u KiB x %u file%s, %u in flight each, "
+	    "%llu buffer%s each (%llu KiB), every byte %s %s (best of %u points%s)\n",
+	    prefix, what, b->gbps, b->threads, b->io_bytes >> 10, b->files, b->files > 1 ? "s" : "",
+	    b->depth, (unsigned long long)(b->mem_bytes / b->threads / b->io_bytes),
+	    b->mem_bytes / b->threads / b->io_bytes > 1 ? "s" : "",
+	    (unsigned long long)(b->mem_bytes >> 10), s == &r->read_through ? "copied to" : "from",
+	    r->through_host ? "host memory" : "the GPU", s->nr_points,
+	    s->cut ? ", cut by the time budget" : "");
+}
+
 void
 ceiling_print(FILE *f, const char *prefix, const struct ceiling_result *r)
 {
 	print_best(f, prefix, "O_DIRECT read ", &r->read);
 	print_best(f, prefix, "O_DIRECT write", &r->write);
+	print_through(f, prefix, "O_DIRECT read ", r, &r->read_through);
+	print_through(f, prefix, "O_DIRECT write", r, &r->write_through);
 	if (r->copy_rc == 0) {
 		fprintf(f, "%spinned copies  host->device %.2f GB/s, device->host %.2f GB/s\n",
 		        prefix, r->h2d_gbps, r->d2h_gbps);

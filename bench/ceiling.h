@@ -17,6 +17,17 @@
  * asked for on tmpfs the search runs a second phase, "staged", whose threads each reuse just
  * the buffers their I/Os in flight need, and the GPU limit takes the better of the two.
  *
+ * Neither phase moves a byte past the host, while a load into GPU memory must: on tmpfs the
+ * CPU's copy out of the page cache and the DMA across PCIe then share the host's memory. So
+ * where the GPU limit is asked for on tmpfs a third phase, "through", runs the same I/O with
+ * each buffer's bytes crossing to the GPU (a read's after it lands, a write's before it goes)
+ * while the thread's other I/Os run, each thread with a stream of its own and 1, 2, 4 or 8
+ * buffers per I/O in flight. Its best is what storage and PCIe give together: reported beside
+ * the limit (what the row is divided by stays min(storage, PCIe)), to say how much of the gap
+ * to that limit is the machine's. Asked for with the host as the destination (through_host),
+ * the same phase copies each buffer into host memory instead: the host-KV path's composed
+ * limit, on any storage and in builds without CUDA.
+ *
  * The sweep is a coordinate search, not the whole grid: from (online CPUs, 1 file, 4 MiB, one
  * in flight) it sweeps the files, then the threads, the depth (1, 4, 16, 32; 1 alone where
  * io_uring is refused) and the I/O size, each time keeping the best, and
@@ -51,6 +62,9 @@ struct ceiling_conf {
 	uint64_t mem_bytes;   /* host memory the I/O cycles through (0: 1 GiB, at most RAM / 8) */
 	bool skip_reads, skip_writes;
 	int gpu; /* device whose pinned copies are measured; -1: none */
+	/* Run the through phase into host memory (on any storage) rather than into GPU gpu's
+	 * memory (which runs on tmpfs with gpu >= 0). */
+	bool through_host;
 };
 
 struct ceiling_point {
@@ -70,7 +84,12 @@ struct ceiling_sweep {
 
 struct ceiling_result {
 	struct ceiling_sweep read, write;
-	bool emulated; /* tmpfs: every byte moved is a CPU copy */
+	/* The through phase (points: mem_bytes is the host buffers, I/Os in flight x 1, 2, 4 or
+	 * 8 per thread); best.gbps 0: not run. */
+	struct ceiling_sweep read_through, write_through;
+	int through_rc;    /* 0 run, 1 not asked for, or the -errno that kept it from running */
+	bool through_host; /* its copies went to host memory, not to the GPU */
+	bool emulated;     /* tmpfs: every byte moved is a CPU copy */
 	/* Pinned copies: copy_rc 0 when measured, else why not (-EOPNOTSUPP: built without CUDA,
 	 * -ENODEV: no GPU, 1: not asked for). */
 	int copy_rc;
@@ -92,12 +111,18 @@ int ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r);
  * where it was measured). 0 when that direction was not measured. */
 double ceiling_read_limit(const struct ceiling_result *r, bool gpu);
 double ceiling_write_limit(const struct ceiling_result *r, bool gpu);
+/* The through phase's best for reads and writes; 0 where it did not run. */
+double ceiling_read_through(const struct ceiling_result *r);
+double ceiling_write_through(const struct ceiling_result *r);
+/* "gpu", "host", or why the through phase did not run. */
+const char *ceiling_through_note(const struct ceiling_result *r);
 /* "measured", or why the pinned copies were not. */
 const char *ceiling_copy_note(const struct ceiling_result *r);
 
 /* One JSON object (no newline): the best points, every point measured, the copies, the limits. */
 void ceiling_json(FILE *f, const struct ceiling_result *r);
-/* Two or three lines for a report, each starting with \p prefix. */
+/* A few lines for a report (the best points, the through phase's, the copies), each starting
+ * with \p prefix. */
 void ceiling_print(FILE *f, const char *prefix, const struct ceiling_result *r);
 
 #endif /* TUTTI_BENCH_CEILING_H */

@@ -203,3 +203,48 @@ tt_gpu_stream_destroy(void *stream)
 		cudaStreamDestroy((cudaStream_t)stream);
 	}
 }
+
+extern "C" int
+tt_gpu_copy_async(void *dst, const void *src, size_t bytes, void *stream)
+{
+	return cuda_errno(
+	    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream));
+}
+
+extern "C" int
+tt_gpu_event_create(int device, void **out)
+{
+	cudaEvent_t e = NULL;
+	cudaError_t err = cudaSuccess;
+	int rc;
+
+	if (out == NULL) {
+		return -EINVAL;
+	}
+	rc = on_device(device, [&] {
+		err = cudaEventCreateWithFlags(&e, cudaEventBlockingSync | cudaEventDisableTiming);
+	});
+	rc = rc == 0 ? cuda_errno(err) : rc;
+	*out = rc == 0 ? (void *)e : NULL;
+	return rc == 0 && e == NULL ? -EIO : rc;
+}
+
+extern "C" int
+tt_gpu_event_record(void *event, void *stream)
+{
+	return cuda_errno(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+}
+
+extern "C" int
+tt_gpu_event_sync(void *event)
+{
+	return cuda_errno(cudaEventSynchronize((cudaEvent_t)event));
+}
+
+extern "C" void
+tt_gpu_event_destroy(void *event)
+{
+	if (event != NULL) {
+		cudaEventDestroy((cudaEvent_t)event);
+	}
+}

@@ -221,6 +221,15 @@ int tt_gpu_idle(struct tt_gpu *g);
 int tt_gpu_stream_create(int device, void **out);
 int tt_gpu_stream_sync(void *stream);
 void tt_gpu_stream_destroy(void *stream);
+/* A copy of \p bytes between any two addresses queued on \p stream (asynchronous where the host
+ * side is pinned), and events that mark a point of a stream and are waited for by sleeping, not
+ * spinning: a benchmark whose threads wait on copies leaves their cores to the I/O it measures
+ * beside them. \p device is the event's. Return 0 or a negative errno. */
+int tt_gpu_copy_async(void *dst, const void *src, size_t bytes, void *stream);
+int tt_gpu_event_create(int device, void **out);
+int tt_gpu_event_record(void *event, void *stream);
+int tt_gpu_event_sync(void *event);
+void tt_gpu_event_destroy(void *event);
 /* GPU time minus CLOCK_MONOTONIC on \p device, in ns (to put both on one timeline). */
 int tt_gpu_timer_offset(int device, int64_t *offset_ns);
 

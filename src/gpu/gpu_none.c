@@ -246,3 +246,32 @@ void
 tt_gpu_stream_destroy(void *stream)
 {
 }
+
+int
+tt_gpu_copy_async(void *dst, const void *src, size_t bytes, void *stream)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_event_create(int device, void **out)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_event_record(void *event, void *stream)
+{
+	return -EOPNOTSUPP;
+}
+
+int
+tt_gpu_event_sync(void *event)
+{
+	return -EOPNOTSUPP;
+}
+
+void
+tt_gpu_event_destroy(void *event)
+{
+}

@@ -59,6 +59,8 @@ done
 grep -q '"sweep_point":"\[threads,files,io_kib,depth,mem_kib,gbps\]"' <<<"$out" ||
 	fail "ceiling points: $out"
 grep -q '"staged":{' <<<"$out" && fail "ceiling: staged points without --gpu: $out"
+grep -q '"through":"skipped: asked for only' <<<"$out" || fail "through phase unasked: $out"
+grep -q '"read_through":null,"write_through":null' <<<"$out" || fail "through points: $out"
 out_depth=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 1 --file-mib 16 --mem-mib 256 --max-files 1 \
 	--reads-only --json 2>"$dir/ceil-depth.err")
 if ! grep -q 'io_uring refused' "$dir/ceil-depth.err"; then
@@ -123,6 +125,9 @@ if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ -w /dev/shm ]; then
 	rm -rf "$shm"
 	grep -q '"file_mib":16,' <<<"$exact" || fail "ceiling on tmpfs, --file-mib 16: $exact"
 	grep -q '"read":{[^}]*"staged":null' <<<"$exact" || fail "staged points without --gpu: $exact"
+	# Beside the staged phase, the through phase into the GPU, or why it could not run.
+	grep -qE '"through":"(gpu|skipped: built without CUDA, or io_uring refused|skipped: no GPU)"' \
+		<<<"$gpu_out" || fail "through phase on tmpfs with --gpu 0: $gpu_out"
 	# Its best reuses threads x depth buffers of one I/O each, 64 MiB at most.
 	python3 -c '
 import json, sys
@@ -134,6 +139,41 @@ assert st in [dict(zip(("threads", "files", "io_kib", "depth", "mem_kib", "gbps"
               for p in r["sweep"]], "the staged best is not a point of the sweep"
 ' "$gpu_out" || fail "ceiling on tmpfs, --gpu 0: $gpu_out"
 fi
+# The through phase: asked for into host memory it runs on any storage, each direction's points
+# copying every buffer on (reads) or in first (writes), with 1, 2, 4 or 8 buffers per I/O in
+# flight (without it asked for, or the GPU limit on tmpfs, it does not run: above).
+out=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.8 --file-mib 16 --mem-mib 256 --max-files 2 \
+	--through-host --json 2>"$dir/through.err") || fail "ceiling --through-host: $(cat "$dir/through.err")"
+if grep -q 'io_uring refused' "$dir/through.err"; then
+	grep -q '"through":"skipped: built without CUDA, or io_uring refused"' <<<"$out" ||
+		fail "ceiling --through-host without io_uring: $out"
+else
+	python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["through"] == "host", r["through"]
+keys = ("threads", "files", "io_kib", "depth", "mem_kib", "gbps")
+for d in ("read_through", "write_through"):
+    t = r[d]
+    assert t and t["gbps"] > 0 and t["points"] == len(t["sweep"]) > 0, (d, t)
+    pts = [dict(zip(keys, p)) for p in t["sweep"]]
+    assert {k: t[k] for k in keys} in pts, (d, "the best is not a point of its sweep")
+    for p in pts:
+        per_slot = p["mem_kib"] / (p["threads"] * p["depth"] * p["io_kib"])
+        assert per_slot in (1, 2, 4, 8) and p["gbps"] > 0, (d, p)
+    # A through phase sweeps the buffers per I/O in flight first, from 1: where the first
+    # point has room for 2 (256 MiB in all), that is the next point measured.
+    p0 = pts[0]
+    if len(pts) > 1 and p0["threads"] * p0["depth"] * p0["io_kib"] * 2 <= 256 << 10:
+        assert pts[1]["mem_kib"] == 2 * p0["mem_kib"] and all(
+            pts[1][k] == p0[k] for k in keys[:4]), (d, "buffers per I/O not swept first", pts[:2])
+' "$out" || fail "ceiling --through-host: $out"
+	table=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.4 --file-mib 16 --mem-mib 64 \
+		--max-files 1 --reads-only --through-host)
+	grep -q "O_DIRECT read  through .* GB/s: .* every byte copied to host memory" <<<"$table" ||
+		fail "ceiling --through-host table: $table"
+fi
+[ -z "$(ls -A "$dir/ceil")" ] || fail "ceiling --through-host left files: $(ls "$dir/ceil")"
 # Little room: fewer files are swept, and the result says how many; no room for one file per
 # directory is an error that says so, and leaves nothing behind.
 out=$("$tutti" ceiling --dir "$dir/ceil" --budget-s 0.2 --file-mib 16 --mem-mib 64 --space-mib 40 \

@@ -27,14 +27,17 @@ ceiling_usage(FILE *f)
 	    "usage: tutti ceiling --dir DIR [--dir DIR]... [--budget-s X] [--gpu N] [--json]\n"
 	    "                     [--file-mib N] [--max-threads N] [--max-files N] "
 	    "[--mem-mib N]\n"
-	    "                     [--space-mib N]\n"
+	    "                     [--space-mib N] [--through-host]\n"
 	    "                     [--reads-only | --writes-only]\n"
 	    "  The best O_DIRECT read and write bandwidth of the storage under DIR, from a sweep\n"
 	    "  over threads x I/O size x files x I/Os in flight per thread (scratch files,\n"
 	    "  removed), and with --gpu the pinned host<->device copies of GPU N: the limit\n"
 	    "  every benchmark divides by. With --gpu on tmpfs each direction is searched a\n"
 	    "  second time with every thread reusing only its I/Os' buffers (staged), as an\n"
-	    "  engine staging KV for the GPU does; the GPU limit takes the better phase.\n"
+	    "  engine staging KV for the GPU does; the GPU limit takes the better phase. A\n"
+	    "  third phase (through) runs the I/O with every buffer copied on to the GPU (reads)\n"
+	    "  or from it (writes) at once: what storage and PCIe give together, reported\n"
+	    "  beside the limit.\n"
 	    "  --budget-s X    seconds for the read and write sweeps together, 0.1..3600 "
 	    "(default 8)\n"
 	    "  --file-mib N    region of each scratch file, 16..1048576, cut to a quarter of\n"
@@ -45,7 +48,9 @@ ceiling_usage(FILE *f)
 	    "  --mem-mib N     host memory the I/O cycles through, 16..1048576 (default 1024)\n"
 	    "  --space-mib N   scratch space per directory at most, 1..1073741824 (default a\n"
 	    "                  quarter of the free space); fewer files are swept where the\n"
-	    "                  most do not fit\n",
+	    "                  most do not fit\n"
+	    "  --through-host  run the through phase on any storage, copying into host memory\n"
+	    "                  instead of the GPU (the host-KV path's composed limit)\n",
 	    CEILING_MAX_THREADS, CEILING_MAX_FILES);
 }
 
@@ -64,6 +69,7 @@ cmd_ceiling(int argc, char **argv)
 	    {"reads-only", no_argument, NULL, 'r'},
 	    {"writes-only", no_argument, NULL, 'w'},
 	    {"json", no_argument, NULL, 'j'},
+	    {"through-host", no_argument, NULL, 'H'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -123,6 +129,9 @@ cmd_ceiling(int argc, char **argv)
 			break;
 		case 'j':
 			json = true;
+			break;
+		case 'H':
+			c.through_host = true;
 			break;
 		case 'h':
 			ceiling_usage(stdout);
