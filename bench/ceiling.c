@@ -762,8 +762,9 @@ search_rounds(struct search *s, struct ceiling_sweep *sw, bool write, uint32_t *
 }
 
 /* One direction: the search through mem_bytes, then, with \p staged, the staged one from its
- * best point, then, with \p through (the through sweep), the through phase from the best point
- * so far; each phase gets an equal part of the share (a later one what an earlier left). */
+ * best point, then, with \p through (the through sweep), the through phase from that same
+ * best point through mem_bytes; each phase gets an equal part of the share (a later one what an
+ * earlier left). */
 static int
 search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_s, bool staged,
            struct ceiling_sweep *through)
@@ -771,7 +772,7 @@ search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_
 	/* Start: one thread per online CPU (the nearest candidate), one file, 4 MiB, one I/O in
 	 * flight per thread, through mem_bytes. */
 	uint32_t cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN), at[5] = {0, 0, 2, 0, MODE_CYCLE};
-	uint32_t phases = 1 + staged + (through != NULL), phase = 1;
+	uint32_t phases = 1 + staged + (through != NULL), phase = 1, cycled[5];
 	uint64_t start = now_ns(), share_ns = (uint64_t)(share_s * 1e9);
 	int rc;
 
@@ -784,6 +785,7 @@ search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_
 	s->stop_ns = start + share_ns * phase++ / phases;
 	rc = search_rounds(s, sw, write, at, &sw->best);
 	sw->cut = rc == 1;
+	memcpy(cycled, at, sizeof(cycled));
 	if (rc >= 0 && staged) {
 		s->stop_ns = start + share_ns * phase++ / phases;
 		at[4] = MODE_STAGED;
@@ -791,8 +793,12 @@ search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_
 		sw->cut = sw->cut || rc == 1;
 	}
 	if (rc >= 0 && through != NULL) {
-		/* From where the phases before it ended (the staged best, where there was one):
-		 * two buffers per I/O in flight, a copy crossing while the next I/O runs. */
+		/* Not from the staged best: its buffers, small enough for the CPU's cache, were the
+		 * slowest start measured once the DMA reads them too (17-18 GB/s against 40-43 from
+		 * the best through 1 GiB on the H200,
+		 * bench/results/ceiling-through-start-staged-run{1,2}-emulated-h200.jsonl).
+		 * Two buffers per I/O in flight: a copy crossing while the next I/O runs. */
+		memcpy(at, cycled, sizeof(cycled));
 		s->stop_ns = start + share_ns;
 		at[4] = MODE_THROUGH + 1;
 		rc = search_rounds(s, through, write, at, &through->best);
