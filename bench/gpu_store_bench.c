@@ -251,9 +251,14 @@ kv_sync(const struct bench *b)
  * growth of each thread alive at its end; a thread that exits within the round is missed. */
 #define MAX_IO_THREADS 1024
 
+/* Which of io_uring's threads: an io-wq worker (a punted I/O's copy runs on one), the SQ thread,
+ * or another (the ring helper). */
+enum io_thread_kind { IOT_WORKER, IOT_SQ, IOT_OTHER };
+
 struct io_threads {
 	uint32_t n;
 	int tid[MAX_IO_THREADS];
+	uint8_t kind[MAX_IO_THREADS];               /* enum io_thread_kind */
 	unsigned long long ns[MAX_IO_THREADS];      /* on a CPU */
 	unsigned long long wait_ns[MAX_IO_THREADS]; /* runnable, waiting for a CPU */
 };
@@ -292,6 +297,9 @@ io_threads_snap(struct io_threads *t)
 		f = fopen(path, "r");
 		if (f != NULL && fscanf(f, "%llu %llu", &ns, &wait_ns) == 2) {
 			t->tid[t->n] = (int)strtol(e->d_name, NULL, 10);
+			t->kind[t->n] = strncmp(comm, "iou-wrk-", 8) == 0   ? IOT_WORKER
+			                : strncmp(comm, "iou-sqp-", 8) == 0 ? IOT_SQ
+			                                                    : IOT_OTHER;
 			t->wait_ns[t->n] = wait_ns;
 			t->ns[t->n++] = ns;
 		}
@@ -321,6 +329,33 @@ io_threads_time(const struct io_threads *start, const struct io_threads *end, bo
 			}
 		}
 		s += (double)(now - before) / 1e9;
+	}
+	return s;
+}
+
+/* Seconds on a CPU of the threads of \p kind alive in \p end since \p start; \p ran receives how
+ * many of them ran at all. */
+static double
+io_threads_of_kind(const struct io_threads *start, const struct io_threads *end, uint8_t kind,
+                   uint32_t *ran)
+{
+	double s = 0;
+
+	*ran = 0;
+	for (uint32_t i = 0; i < end->n; i++) {
+		unsigned long long before = 0;
+
+		if (end->kind[i] != kind) {
+			continue;
+		}
+		for (uint32_t j = 0; j < start->n; j++) {
+			if (start->tid[j] == end->tid[i]) {
+				before = start->ns[j];
+				break;
+			}
+		}
+		*ran += end->ns[i] > before;
+		s += (double)(end->ns[i] - before) / 1e9;
 	}
 	return s;
 }
@@ -971,9 +1006,12 @@ struct latency {
 	/* Where each load's time went, to tell a slow load's cause: the GPU time of gpu-uring's
 	 * I/O kernels, the io_uring threads' (and ring helper's) time on a CPU and time runnable
 	 * but waiting for one, and the engine's submission calls (for gpu-uring, wakeups of the
-	 * SQ thread). Threads that exit within a load are missed. */
-	double *kernel_ms, *io_cpu_ms, *io_wait_ms;
+	 * SQ thread). Threads that exit within a load are missed. Of the CPU time, the SQ thread's
+	 * alone, and how many io-wq workers ran: a load whose copies fell to few workers shows
+	 * here. */
+	double *kernel_ms, *io_cpu_ms, *io_wait_ms, *sq_cpu_ms;
 	uint64_t *submits;
+	uint32_t *workers;
 	uint32_t loads;      /* timed and checked */
 	uint32_t bad_loads;  /* loads with a block that differs from what was stored */
 	uint64_t bad_blocks; /* layer blocks that differed, over every load */
@@ -1028,11 +1066,14 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 		for (uint32_t i = 1; i < n; i++) {
 			w = lat->ms[i] > lat->ms[w] ? i : w;
 		}
-		printf("%-9s %7llu tok %-8s %-9s slowest load %u: %.2f ms, io kernels %.2f ms, io "
-		       "threads on a CPU %.2f ms and waiting for one %.2f ms, %llu submissions\n",
-		       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, "latency",
-		       path_names[path], w, lat->ms[w], lat->kernel_ms[w], lat->io_cpu_ms[w],
-		       lat->io_wait_ms[w], (unsigned long long)lat->submits[w]);
+		printf(
+		    "%-9s %7llu tok %-8s %-9s slowest load %u: %.2f ms, io kernels %.2f ms, io "
+		    "threads on a CPU %.2f ms (SQ thread %.2f, %u io-wq workers ran) and waiting "
+		    "for one %.2f ms, %llu submissions\n",
+		    b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, "latency",
+		    path_names[path], w, lat->ms[w], lat->kernel_ms[w], lat->io_cpu_ms[w],
+		    lat->sq_cpu_ms[w], lat->workers[w], lat->io_wait_ms[w],
+		    (unsigned long long)lat->submits[w]);
 	}
 	fflush(stdout);
 	b->failed |= !exact;
@@ -1071,9 +1112,15 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 	json_array(b->json, "loads_io_cpu_ms", lat->io_cpu_ms, n);
 	fprintf(b->json, ",");
 	json_array(b->json, "loads_io_wait_ms", lat->io_wait_ms, n);
+	fprintf(b->json, ",");
+	json_array(b->json, "loads_sq_cpu_ms", lat->sq_cpu_ms, n);
 	fprintf(b->json, ",\"loads_submits\":[");
 	for (uint32_t i = 0; i < n; i++) {
 		fprintf(b->json, "%s%llu", i ? "," : "", (unsigned long long)lat->submits[i]);
+	}
+	fprintf(b->json, "],\"loads_io_workers\":[");
+	for (uint32_t i = 0; i < n; i++) {
+		fprintf(b->json, "%s%u", i ? "," : "", lat->workers[i]);
 	}
 	fprintf(b->json, "]}\n");
 	fflush(b->json);
@@ -1100,9 +1147,11 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 	lat.io_cpu_ms = calloc(lat.loads, sizeof(*lat.io_cpu_ms));
 	lat.io_wait_ms = calloc(lat.loads, sizeof(*lat.io_wait_ms));
 	lat.submits = calloc(lat.loads, sizeof(*lat.submits));
+	lat.sq_cpu_ms = calloc(lat.loads, sizeof(*lat.sq_cpu_ms));
+	lat.workers = calloc(lat.loads, sizeof(*lat.workers));
 	if (status == NULL || lat.ms == NULL || lat.sorted == NULL || lat.kernel_ms == NULL ||
 	    lat.io_cpu_ms == NULL || lat.io_wait_ms == NULL || lat.submits == NULL ||
-	    load0 == NULL) {
+	    lat.sq_cpu_ms == NULL || lat.workers == NULL || load0 == NULL) {
 		die("calloc", -ENOMEM);
 	}
 	st = open_store(x, path, dir, sizeof(dir));
@@ -1141,6 +1190,12 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 		lat.submits[i] = s1.io_submits - s0.io_submits;
 		lat.io_cpu_ms[i] = io_threads_time(load0, load1, false) * 1e3;
 		lat.io_wait_ms[i] = io_threads_time(load0, load1, true) * 1e3;
+		{
+			uint32_t sq_ran;
+
+			lat.sq_cpu_ms[i] = io_threads_of_kind(load0, load1, IOT_SQ, &sq_ran) * 1e3;
+			io_threads_of_kind(load0, load1, IOT_WORKER, &lat.workers[i]);
+		}
 		if (rc != x->chunks) {
 			fprintf(stderr, "%s load %u: %lld of %u chunks (first status %d)\n",
 			        path_names[path], i, (long long)rc, x->chunks, status[0]);
@@ -1169,6 +1224,8 @@ out:
 	free(lat.io_cpu_ms);
 	free(lat.io_wait_ms);
 	free(lat.submits);
+	free(lat.sq_cpu_ms);
+	free(lat.workers);
 	free(load0);
 	free(status);
 }

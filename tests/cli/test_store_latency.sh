@@ -74,7 +74,8 @@ for path in gpu-uring uring posix; do
 done
 # Where each load's time went: one entry per load in each array; no GPU kernels on host KV; the
 # CPU engines make at least one submission call a load, gpu-uring's ring threads run during its
-# loads; the text names the slowest load and its figures.
+# loads, of whose CPU the SQ thread's is a part; the text names the slowest load and its figures,
+# with how many io-wq workers ran.
 python3 - "$dir/lat.jsonl" "$dir/lat.txt" <<'PY' || fail "per-load figures: $(cat "$dir/lat.jsonl")"
 import json, re, sys
 text = open(sys.argv[2]).read()
@@ -83,8 +84,11 @@ for line in open(sys.argv[1]):
     if r["op"] != "load-latency":
         continue
     n = r["loads"]
-    for k in ("loads_kernel_ms", "loads_io_cpu_ms", "loads_io_wait_ms", "loads_submits"):
+    for k in ("loads_kernel_ms", "loads_io_cpu_ms", "loads_io_wait_ms", "loads_sq_cpu_ms",
+              "loads_submits", "loads_io_workers"):
         assert len(r[k]) == n and min(r[k]) >= 0, (k, r)
+    assert all(isinstance(v, int) for v in r["loads_io_workers"]), r
+    assert all(sq <= cpu + 0.001 for sq, cpu in zip(r["loads_sq_cpu_ms"], r["loads_io_cpu_ms"])), r
     assert max(r["loads_kernel_ms"]) == 0, r
     if r["path"] in ("uring", "posix"):
         assert min(r["loads_submits"]) >= 1, r
@@ -92,11 +96,14 @@ for line in open(sys.argv[1]):
         assert sum(r["loads_io_cpu_ms"]) > 0, r
     w = max(range(n), key=lambda i: (r["loads_ms"][i], -i))
     m = re.search(r"%d tok latency\s+%s\s+slowest load (\d+): ([0-9.]+) ms, io kernels "
-                  r"([0-9.]+) ms, io threads on a CPU ([0-9.]+) ms and waiting for one "
-                  r"([0-9.]+) ms, (\d+) submissions" % (r["context_tokens"], r["path"]), text)
+                  r"([0-9.]+) ms, io threads on a CPU ([0-9.]+) ms \(SQ thread ([0-9.]+), (\d+) "
+                  r"io-wq workers ran\) and waiting for one ([0-9.]+) ms, (\d+) submissions"
+                  % (r["context_tokens"], r["path"]), text)
     assert m and int(m[1]) == w, (m and m.groups(), w, r)
     assert abs(float(m[2]) - r["loads_ms"][w]) < 0.01, (m.groups(), r)
-    assert int(m[6]) == r["loads_submits"][w], (m.groups(), r)
+    assert abs(float(m[5]) - r["loads_sq_cpu_ms"][w]) < 0.01, (m.groups(), r)
+    assert int(m[6]) == r["loads_io_workers"][w], (m.groups(), r)
+    assert int(m[8]) == r["loads_submits"][w], (m.groups(), r)
 PY
 
 # Default sizes: a prefix of 8 chunks and one chunk (tiny geometry: 64-token chunks).
