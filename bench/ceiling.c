@@ -61,11 +61,12 @@ static const uint32_t io_depths[] = {1, 4, 16, 32};
  * each thread only the buffers its I/Os in flight need; MODE_THROUGH + i, through_per_slot[i]
  * buffers per I/O in flight, each crossing to the through phase's destination. */
 enum { MODE_CYCLE, MODE_STAGED, MODE_THROUGH };
-static const uint32_t through_per_slot[] = {1, 2, 4, 8};
+#define MAX_PER_SLOT 8u
+static const uint32_t through_per_slot[] = {1, 2, 4, MAX_PER_SLOT};
 #define NR_PER_SLOT (sizeof(through_per_slot) / sizeof(through_per_slot[0]))
 #define NR_MODES (MODE_THROUGH + NR_PER_SLOT)
 #define MAX_RING_DEPTH 32u
-#define THROUGH_MAX_BUFS (MAX_RING_DEPTH * 8u)
+#define THROUGH_MAX_BUFS (MAX_RING_DEPTH * MAX_PER_SLOT)
 
 static uint64_t
 now_ns(void)
@@ -113,6 +114,12 @@ struct run {
 	uint64_t limit; /* I/Os to issue in all (0: until the deadline) */
 	uint64_t next;  /* next I/O number; atomic */
 	int error;      /* first error; atomic */
+	/* Through points: each thread sets up its stream, events and ring, then waits here until
+	 * all have; the point's clock and deadline start when the gate opens. */
+	pthread_mutex_t gate_mu;
+	pthread_cond_t gate_cv;
+	uint32_t gate_ready;
+	bool gate_open;
 };
 
 struct worker {
@@ -391,9 +398,9 @@ sink_fill(struct sink *k, uint64_t b, uint64_t ahead)
 	return rc;
 }
 
-/* Wait for every copy still queued, then release the stream and events. */
+/* Wait for every copy still queued. */
 static int
-sink_close(struct sink *k)
+sink_drain(struct sink *k)
 {
 	int rc = 0;
 
@@ -401,10 +408,18 @@ sink_close(struct sink *k)
 		int one = sink_wait(k, b);
 
 		rc = rc == 0 ? one : rc;
+	}
+	return rc;
+}
+
+/* Release the stream and events (every copy waited for). */
+static void
+sink_free(struct sink *k)
+{
+	for (uint64_t b = 0; b < k->bufs; b++) {
 		tt_gpu_event_destroy(k->ev[b]);
 	}
 	tt_gpu_stream_destroy(k->stream);
-	return rc;
 }
 
 /* The buffer after \p buf in its slot's turn (slot j takes j, j + depth, ... below span). */
@@ -422,8 +437,10 @@ through_ready(struct sink *k, bool write, uint64_t b, uint32_t depth, uint64_t s
 	return write ? sink_fill(k, b, slot_next_buf(b, depth, span)) : sink_wait(k, b);
 }
 
-/* A through point's thread: worker_ring's I/O, with each buffer crossing to dest. Reads count
- * once their bytes are there (the end waits for the last copies); writes once written. */
+/* A through point's thread: worker_ring's I/O, with each buffer crossing to dest. Its stream,
+ * events and ring are set up before the point's clock starts (run_point's gate), so that a
+ * point of many threads and buffers is not charged for them. Reads count once their bytes are
+ * there (the end waits for the last copies); writes once written. */
 static void
 worker_through(struct worker *w, uint8_t *slice, uint8_t *dest, uint64_t bufs)
 {
@@ -440,6 +457,14 @@ worker_through(struct worker *w, uint8_t *slice, uint8_t *dest, uint64_t bufs)
 		rc = io_uring_queue_init(depth, &ring, 0);
 		ring_up = rc == 0;
 	}
+	/* Set up (or failed): wait for the others and the clock. */
+	pthread_mutex_lock(&r->gate_mu);
+	r->gate_ready++;
+	pthread_cond_broadcast(&r->gate_cv);
+	while (!r->gate_open) {
+		pthread_cond_wait(&r->gate_cv, &r->gate_mu);
+	}
+	pthread_mutex_unlock(&r->gate_mu);
 	for (uint32_t j = 0; rc == 0 && j < depth; j++) {
 		uint64_t next = run_next(r, issued);
 
@@ -454,15 +479,16 @@ worker_through(struct worker *w, uint8_t *slice, uint8_t *dest, uint64_t bufs)
 			inflight++;
 		}
 	}
-	while (rc == 0 && inflight > 0) {
+	/* After an error the I/Os in flight are reaped, not left to land in buffers the caller
+	 * unpins. */
+	while (inflight > 0) {
 		struct io_uring_cqe *cqe;
 		struct ring_slot *one;
-		int res;
+		int res = io_uring_submit_and_wait(&ring, 1);
 
-		res = io_uring_submit_and_wait(&ring, 1);
 		if (res < 0 && res != -EINTR) {
-			rc = res;
-			break;
+			rc = rc == 0 ? res : rc;
+			break; /* the ring itself failed: nothing more can be reaped */
 		}
 		if (io_uring_peek_cqe(&ring, &cqe) != 0) {
 			continue;
@@ -470,13 +496,18 @@ worker_through(struct worker *w, uint8_t *slice, uint8_t *dest, uint64_t bufs)
 		one = io_uring_cqe_get_data(cqe);
 		res = cqe->res;
 		io_uring_cqe_seen(&ring, cqe);
+		if (rc != 0) {
+			inflight--;
+			continue;
+		}
 		if (res == -EINTR || res == -EAGAIN) {
 			ring_queue(&ring, r, slice, one);
 			continue;
 		}
 		if (res <= 0) {
 			rc = res < 0 ? res : -EIO;
-			break;
+			inflight--;
+			continue;
 		}
 		one->done += (uint32_t)res;
 		if (one->done < r->io_bytes) {
@@ -486,34 +517,37 @@ worker_through(struct worker *w, uint8_t *slice, uint8_t *dest, uint64_t bufs)
 		if (!r->write) {
 			rc = sink_copy(k, one->buf, false); /* landed: across it goes */
 		}
-		w->bytes += r->io_bytes;
-		one->k = run_next(r, issued);
+		w->bytes += rc == 0 ? r->io_bytes : 0;
+		one->k = rc == 0 ? run_next(r, issued) : UINT64_MAX;
 		one->done = 0;
+		if (one->k != UINT64_MAX) {
+			one->buf = slot_next_buf(one->buf, depth, span);
+			rc = through_ready(k, r->write, one->buf, depth, span);
+		}
 		if (rc != 0 || one->k == UINT64_MAX) {
 			inflight--;
 			continue;
 		}
-		one->buf = slot_next_buf(one->buf, depth, span);
-		rc = through_ready(k, r->write, one->buf, depth, span);
-		if (rc == 0) {
-			ring_queue(&ring, r, slice, one);
-			issued++;
-		}
+		ring_queue(&ring, r, slice, one);
+		issued++;
 	}
 	if (ring_up) {
-		/* After an error I/Os may still be in flight into the buffers: they end first. */
 		io_uring_queue_exit(&ring);
 	}
 	if (k != NULL) {
 		/* A read is in only once its copy is done; a write's copies queued ahead of a
 		 * buffer never written again are no part of the point. */
-		int closed;
+		int drained;
 
 		if (r->write) {
 			w->end_ns = now_ns();
 		}
-		closed = sink_close(k);
-		rc = rc == 0 ? closed : rc;
+		drained = sink_drain(k);
+		rc = rc == 0 ? drained : rc;
+		if (!r->write) {
+			w->end_ns = now_ns();
+		}
+		sink_free(k);
 		free(k);
 	}
 	if (rc != 0) {
@@ -565,14 +599,19 @@ static double
 run_point(struct run *r, uint32_t threads)
 {
 	struct worker w[CEILING_MAX_THREADS];
-	uint64_t t0, end = 0, bytes = 0;
+	uint64_t t0, end = 0, bytes = 0, point_ns = r->deadline_ns;
 	uint32_t started = 0;
+	bool gated = r->dest != NULL;
 
 	r->next = 0;
 	r->error = 0;
+	r->gate_ready = 0;
+	r->gate_open = false;
+	pthread_mutex_init(&r->gate_mu, NULL);
+	pthread_cond_init(&r->gate_cv, NULL);
 	t0 = now_ns();
 	if (r->limit == 0) {
-		r->deadline_ns += t0;
+		r->deadline_ns = t0 + point_ns;
 	}
 	for (; started < threads; started++) {
 		w[started] = (struct worker){.r = r, .id = started};
@@ -581,11 +620,26 @@ run_point(struct run *r, uint32_t threads)
 			break;
 		}
 	}
+	if (gated) {
+		pthread_mutex_lock(&r->gate_mu);
+		while (r->gate_ready < started) {
+			pthread_cond_wait(&r->gate_cv, &r->gate_mu);
+		}
+		t0 = now_ns();
+		if (r->limit == 0) {
+			r->deadline_ns = t0 + point_ns;
+		}
+		r->gate_open = true;
+		pthread_cond_broadcast(&r->gate_cv);
+		pthread_mutex_unlock(&r->gate_mu);
+	}
 	for (uint32_t i = 0; i < started; i++) {
 		pthread_join(w[i].tid, NULL);
 		bytes += w[i].bytes;
 		end = w[i].end_ns > end ? w[i].end_ns : end;
 	}
+	pthread_cond_destroy(&r->gate_cv);
+	pthread_mutex_destroy(&r->gate_mu);
 	if (r->error != 0) {
 		return r->error;
 	}
@@ -761,18 +815,49 @@ search_rounds(struct search *s, struct ceiling_sweep *sw, bool write, uint32_t *
 	return 0;
 }
 
-/* One direction: the search through mem_bytes, then, with \p staged, the staged one from its
- * best point, then, with \p through (the through sweep), the through phase from that same
- * best point through mem_bytes; each phase gets an equal part of the share (a later one what an
- * earlier left). */
+/* Where point \p p is in the search's candidates (files, threads, size, depth) into \p at;
+ * false where it is not one of them (no point measured). */
+static bool
+point_index(const struct search *s, const struct ceiling_point *p, uint32_t *at)
+{
+	bool found[4] = {false, false, false, false};
+
+	for (uint32_t i = 0; i < s->nr_fil; i++) {
+		if (s->fil[i] == p->files) {
+			at[0] = i, found[0] = true;
+		}
+	}
+	for (uint32_t i = 0; i < s->nr_thr; i++) {
+		if (s->thr[i] == p->threads) {
+			at[1] = i, found[1] = true;
+		}
+	}
+	for (uint32_t i = 0; i < NR_SIZES; i++) {
+		if (io_sizes[i] == p->io_bytes) {
+			at[2] = i, found[2] = true;
+		}
+	}
+	for (uint32_t i = 0; i < s->nr_depths; i++) {
+		if (io_depths[i] == p->depth) {
+			at[3] = i, found[3] = true;
+		}
+	}
+	return found[0] && found[1] && found[2] && found[3];
+}
+
+/* One direction: the search through mem_bytes, then, with \p staged, the staged one, then, with
+ * \p through (the through sweep), the through phase, both from the best point through mem_bytes;
+ * each phase gets an equal part of the share (a later one what an earlier left). An error of the
+ * through phase is left in \p through_rc (it is reported beside the limit, which stands
+ * without it); any other is returned. */
 static int
 search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_s, bool staged,
-           struct ceiling_sweep *through)
+           struct ceiling_sweep *through, int *through_rc)
 {
 	/* Start: one thread per online CPU (the nearest candidate), one file, 4 MiB, one I/O in
 	 * flight per thread, through mem_bytes. */
 	uint32_t cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN), at[5] = {0, 0, 2, 0, MODE_CYCLE};
-	uint32_t phases = 1 + staged + (through != NULL), phase = 1, cycled[5];
+	uint32_t phases = 1 + staged + (through != NULL), phase = 1, best[5];
 	uint64_t start = now_ns(), share_ns = (uint64_t)(share_s * 1e9);
 	int rc;
 
@@ -785,26 +870,39 @@ search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_
 	s->stop_ns = start + share_ns * phase++ / phases;
 	rc = search_rounds(s, sw, write, at, &sw->best);
 	sw->cut = rc == 1;
-	memcpy(cycled, at, sizeof(cycled));
-	if (rc >= 0 && staged) {
+	if (rc < 0) {
+		return rc;
+	}
+	/* The best point, which is not where the search stopped when the budget cut a sweep. */
+	memcpy(best, at, sizeof(best));
+	point_index(s, &sw->best, best);
+	if (staged) {
 		s->stop_ns = start + share_ns * phase++ / phases;
+		memcpy(at, best, sizeof(best));
 		at[4] = MODE_STAGED;
 		rc = search_rounds(s, sw, write, at, &sw->staged);
 		sw->cut = sw->cut || rc == 1;
+		if (rc < 0) {
+			return rc;
+		}
 	}
-	if (rc >= 0 && through != NULL) {
-		/* Not from the staged best: its buffers, small enough for the CPU's cache, were the
-		 * slowest start measured once the DMA reads them too (17-18 GB/s against 40-43 from
-		 * the best through 1 GiB on the H200,
-		 * bench/results/ceiling-through-start-staged-run{1,2}-emulated-h200.jsonl).
-		 * Two buffers per I/O in flight: a copy crossing while the next I/O runs. */
-		memcpy(at, cycled, sizeof(cycled));
+	if (through != NULL) {
+		/* Not from the staged best: its buffers, small enough for the CPU's cache, were
+		 * the slowest start measured once the DMA reads them too (17-18 GB/s on the H200,
+		 * bench/results/ceiling-through-start-staged-run{1,2}-emulated-h200.jsonl, where
+		 * the best through 1 GiB started at 41-42, store-through-ceiling-run{1,2}). The
+		 * buffers per I/O in flight are swept first, from one. */
+		memcpy(at, best, sizeof(best));
 		s->stop_ns = start + share_ns;
-		at[4] = MODE_THROUGH + 1;
+		at[4] = MODE_THROUGH;
 		rc = search_rounds(s, through, write, at, &through->best);
 		through->cut = rc == 1;
+		if (rc < 0) {
+			fprintf(stderr, "ceiling: the through phase failed: %s\n", strerror(-rc));
+			*through_rc = rc;
+		}
 	}
-	return rc < 0 ? rc : 0;
+	return 0;
 }
 
 /* ---- files, memory, copies ---- */
@@ -1138,7 +1236,7 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 	 * data arrives by DMA whatever the buffer), and only for KV in GPU memory; so does the
 	 * through phase into the GPU, which the host's copy and PCIe's DMA share there. */
 	staged = r->emulated && c->gpu >= 0;
-	if (rc == 0 && (staged || c->through_host)) {
+	if (rc == 0 && ((staged && !c->skip_through) || c->through_host)) {
 		r->through_rc = through_open(c, s);
 		r->through_host = c->through_host;
 	}
@@ -1148,11 +1246,12 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 	s->point_s = s->point_s > POINT_MAX_S ? POINT_MAX_S : s->point_s;
 	if (rc == 0 && !c->skip_writes) {
 		rc = search_dir(s, &r->write, true, c->budget_s / (both ? 2 : 1), staged,
-		                s->dest != NULL ? &r->write_through : NULL);
+		                s->dest != NULL ? &r->write_through : NULL, &r->through_rc);
 	}
 	if (rc == 0 && !c->skip_reads) {
 		rc = search_dir(s, &r->read, false, c->budget_s / (both ? 2 : 1), staged,
-		                s->dest != NULL ? &r->read_through : NULL);
+		                s->dest != NULL && r->through_rc == 0 ? &r->read_through : NULL,
+		                &r->through_rc);
 	}
 	through_close(s);
 	if (rc < 0) {
@@ -1237,7 +1336,7 @@ ceiling_through_note(const struct ceiling_result *r)
 	case -ENOMEM:
 		return "skipped: no memory for its destination";
 	default:
-		return "skipped: its set-up failed";
+		return "failed: the log says why";
 	}
 }
 
@@ -1269,11 +1368,13 @@ point_json(FILE *f, const struct ceiling_point *p)
 	        (unsigned long long)(p->mem_bytes >> 10));
 }
 
+/* A sweep as "name":{...}; with \p null_if_empty, "name":null where it measured nothing (a
+ * phase not run). */
 static void
-sweep_json(FILE *f, const char *name, const struct ceiling_sweep *s)
+sweep_json(FILE *f, const char *name, const struct ceiling_sweep *s, bool null_if_empty)
 {
-	if (s->nr_points == 0 && strstr(name, "through") != NULL) {
-		fprintf(f, "\"%s\":null", name); /* a phase not run */
+	if (null_if_empty && s->nr_points == 0) {
+		fprintf(f, "\"%s\":null", name);
 		return;
 	}
 	fprintf(f, "\"%s\":{", name);
@@ -1319,13 +1420,13 @@ ceiling_json(FILE *f, const struct ceiling_result *r)
 	        "\"[threads,files,io_kib,depth,mem_kib,gbps]\",",
 	        r->emulated ? "emulated-tmpfs" : "disk", r->nr_dirs, r->seconds, r->prefill_s,
 	        (unsigned long long)(r->file_bytes >> 20), r->max_threads, r->max_files);
-	sweep_json(f, "read", &r->read);
+	sweep_json(f, "read", &r->read, false);
 	fprintf(f, ",");
-	sweep_json(f, "write", &r->write);
+	sweep_json(f, "write", &r->write, false);
 	fprintf(f, ",\"through\":\"%s\",", ceiling_through_note(r));
-	sweep_json(f, "read_through", &r->read_through);
+	sweep_json(f, "read_through", &r->read_through, true);
 	fprintf(f, ",");
-	sweep_json(f, "write_through", &r->write_through);
+	sweep_json(f, "write_through", &r->write_through, true);
 	fprintf(f, ",\"copies\":\"%s\",", ceiling_copy_note(r));
 	gbps_or_null(f, "h2d_gbps", r->h2d_gbps, copies);
 	fprintf(f, ",");
@@ -1376,12 +1477,12 @@ print_through(FILE *f, const char *prefix, const char *what, const struct ceilin
 	fprintf(
 	    f,
 	    "%s%s through %.2f GB/s: %u threads x %u KiB x %u file%s, %u in flight each, "
-	    "%llu buffer%s each (%llu KiB), every byte %s %s (best of %u points%s)\n",
+	    "%llu buffer%s each (%llu KiB in all), every byte %s %s (best of %u point%s%s)\n",
 	    prefix, what, b->gbps, b->threads, b->io_bytes >> 10, b->files, b->files > 1 ? "s" : "",
 	    b->depth, (unsigned long long)(b->mem_bytes / b->threads / b->io_bytes),
 	    b->mem_bytes / b->threads / b->io_bytes > 1 ? "s" : "",
 	    (unsigned long long)(b->mem_bytes >> 10), s == &r->read_through ? "copied to" : "from",
-	    r->through_host ? "host memory" : "the GPU", s->nr_points,
+	    r->through_host ? "host memory" : "the GPU", s->nr_points, s->nr_points > 1 ? "s" : "",
 	    s->cut ? ", cut by the time budget" : "");
 }
 

@@ -22,11 +22,12 @@
  * where the GPU limit is asked for on tmpfs a third phase, "through", runs the same I/O with
  * each buffer's bytes crossing to the GPU (a read's after it lands, a write's before it goes)
  * while the thread's other I/Os run, each thread with a stream of its own and 1, 2, 4 or 8
- * buffers per I/O in flight. Its best is what storage and PCIe give together: reported beside
- * the limit (what the row is divided by stays min(storage, PCIe)), to say how much of the gap
- * to that limit is the machine's. Asked for with the host as the destination (through_host),
- * the same phase copies each buffer into host memory instead: the host-KV path's composed
- * limit, on any storage and in builds without CUDA.
+ * buffers per I/O in flight. Its best is the most this search found storage and PCIe to give
+ * together, a lower bound on what the machine gives a load into HBM: reported beside the limit
+ * (what the row is divided by stays min(storage, PCIe)), as a measure of how much of the gap to
+ * that limit a CPU-copied path can close. Asked for with the host as the destination
+ * (through_host), the same phase copies each buffer into host memory instead: the host-KV path's
+ * composed limit, on any storage and in builds without CUDA.
  *
  * The sweep is a coordinate search, not the whole grid: from (online CPUs, 1 file, 4 MiB, one
  * in flight) it sweeps the files, then the threads, the depth (1, 4, 16, 32; 1 alone where
@@ -63,8 +64,9 @@ struct ceiling_conf {
 	bool skip_reads, skip_writes;
 	int gpu; /* device whose pinned copies are measured; -1: none */
 	/* Run the through phase into host memory (on any storage) rather than into GPU gpu's
-	 * memory (which runs on tmpfs with gpu >= 0). */
-	bool through_host;
+	 * memory (which runs on tmpfs with gpu >= 0 unless skip_through: a caller that does not
+	 * use it). */
+	bool through_host, skip_through;
 };
 
 struct ceiling_point {

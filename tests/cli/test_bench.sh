@@ -125,9 +125,21 @@ if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ -w /dev/shm ]; then
 	rm -rf "$shm"
 	grep -q '"file_mib":16,' <<<"$exact" || fail "ceiling on tmpfs, --file-mib 16: $exact"
 	grep -q '"read":{[^}]*"staged":null' <<<"$exact" || fail "staged points without --gpu: $exact"
-	# Beside the staged phase, the through phase into the GPU, or why it could not run.
+	# Beside the staged phase, the through phase into the GPU, or why it could not run; where
+	# it ran, its points copied every buffer to the GPU, 1, 2, 4 or 8 per I/O in flight.
 	grep -qE '"through":"(gpu|skipped: built without CUDA, or io_uring refused|skipped: no GPU)"' \
 		<<<"$gpu_out" || fail "through phase on tmpfs with --gpu 0: $gpu_out"
+	python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+if r["through"] == "gpu":
+    t = r["read_through"]
+    assert t and t["gbps"] > 0 and t["points"] == len(t["sweep"]) > 0, t
+    for p in t["sweep"]:
+        assert p[4] / (p[0] * p[3] * p[2]) in (1, 2, 4, 8) and p[5] > 0, p
+else:
+    assert r["read_through"] is None, r
+' "$gpu_out" || fail "through phase on tmpfs with --gpu 0: $gpu_out"
 	# Its best reuses threads x depth buffers of one I/O each, 64 MiB at most.
 	python3 -c '
 import json, sys
@@ -163,7 +175,11 @@ for d in ("read_through", "write_through"):
         assert per_slot in (1, 2, 4, 8) and p["gbps"] > 0, (d, p)
     # A through phase sweeps the buffers per I/O in flight first, from 1: where the first
     # point has room for 2 (256 MiB in all), that is the next point measured.
+    # It starts from the best point through mem_bytes, with one buffer per I/O in flight.
+    best = r[d.replace("_through", "")]
     p0 = pts[0]
+    assert [p0[k] for k in keys[:4]] == [best[k] for k in keys[:4]], (d, p0, best)
+    assert p0["mem_kib"] == p0["threads"] * p0["depth"] * p0["io_kib"], (d, p0)
     if len(pts) > 1 and p0["threads"] * p0["depth"] * p0["io_kib"] * 2 <= 256 << 10:
         assert pts[1]["mem_kib"] == 2 * p0["mem_kib"] and all(
             pts[1][k] == p0[k] for k in keys[:4]), (d, "buffers per I/O not swept first", pts[:2])

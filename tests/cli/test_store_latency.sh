@@ -74,8 +74,8 @@ for path in gpu-uring uring posix; do
 done
 # Where each load's time went: one entry per load in each array; no GPU kernels on host KV; the
 # CPU engines make at least one submission call a load, gpu-uring's ring threads run during its
-# loads, of whose CPU the SQ thread's is a part; the text names the slowest load and its figures,
-# with how many io-wq workers ran.
+# loads; the text names the slowest load and its figures, with the SQ thread's CPU and how many
+# io-wq workers ran.
 python3 - "$dir/lat.jsonl" "$dir/lat.txt" <<'PY' || fail "per-load figures: $(cat "$dir/lat.jsonl")"
 import json, re, sys
 text = open(sys.argv[2]).read()
@@ -88,7 +88,6 @@ for line in open(sys.argv[1]):
               "loads_submits", "loads_io_workers"):
         assert len(r[k]) == n and min(r[k]) >= 0, (k, r)
     assert all(isinstance(v, int) for v in r["loads_io_workers"]), r
-    assert all(sq <= cpu + 0.001 for sq, cpu in zip(r["loads_sq_cpu_ms"], r["loads_io_cpu_ms"])), r
     assert max(r["loads_kernel_ms"]) == 0, r
     if r["path"] in ("uring", "posix"):
         assert min(r["loads_submits"]) >= 1, r

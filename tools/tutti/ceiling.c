@@ -36,7 +36,7 @@ ceiling_usage(FILE *f)
 	    "  second time with every thread reusing only its I/Os' buffers (staged), as an\n"
 	    "  engine staging KV for the GPU does; the GPU limit takes the better phase. A\n"
 	    "  third phase (through) runs the I/O with every buffer copied on to the GPU (reads)\n"
-	    "  or from it (writes) at once: what storage and PCIe give together, reported\n"
+	    "  or from it (writes) at once: the best found of storage and PCIe together, reported\n"
 	    "  beside the limit.\n"
 	    "  --budget-s X    seconds for the read and write sweeps together, 0.1..3600 "
 	    "(default 8)\n"
