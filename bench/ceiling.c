@@ -229,87 +229,13 @@ ring_queue(struct io_uring *ring, const struct run *r, uint8_t *slice, struct ri
 	io_uring_sqe_set_data(sqe, sl);
 }
 
-/* Depth I/Os in flight through an io_uring of the worker's own; short transfers are resumed.
- * Each new I/O moves the slot's next buffer, so the I/Os cycle through the whole slice as the
- * one-at-a-time workers do: a slot that kept one buffer would keep threads x depth x size bytes
- * in the CPU's cache, and on tmpfs such reads measured 83 GB/s where 4 MiB I/Os, whose buffers
- * outgrow that cache, read 38-46. */
-static void
-worker_ring(struct worker *w, uint8_t *slice, uint64_t bufs)
-{
-	struct run *r = w->r;
-	struct ring_slot sl[MAX_RING_DEPTH];
-	struct io_uring ring;
-	uint32_t depth = r->depth < MAX_RING_DEPTH ? r->depth : MAX_RING_DEPTH, inflight = 0;
-	uint64_t issued = 0, span;
-	int rc = io_uring_queue_init(depth, &ring, 0);
+/* ---- I/Os in flight, and through points' copies beyond them ---- */
 
-	if (rc < 0) {
-		run_fail(r, rc);
-		return;
-	}
-	/* The buffers the slots take in turn; measure() runs no point with fewer than depth. */
-	span = bufs / depth * depth;
-	for (uint32_t j = 0; j < depth; j++) {
-		uint64_t k = run_next(r, issued);
-
-		if (k == UINT64_MAX) {
-			break;
-		}
-		sl[j] = (struct ring_slot){.k = k, .buf = j};
-		ring_queue(&ring, r, slice, &sl[j]);
-		issued++;
-		inflight++;
-	}
-	while (inflight > 0) {
-		struct io_uring_cqe *cqe;
-		struct ring_slot *one;
-
-		rc = io_uring_submit_and_wait(&ring, 1);
-		if (rc < 0 && rc != -EINTR) {
-			run_fail(r, rc);
-			break;
-		}
-		if (io_uring_peek_cqe(&ring, &cqe) != 0) {
-			continue;
-		}
-		one = io_uring_cqe_get_data(cqe);
-		rc = cqe->res;
-		io_uring_cqe_seen(&ring, cqe);
-		if (rc == -EINTR || rc == -EAGAIN) {
-			ring_queue(&ring, r, slice, one); /* again, as it was */
-			continue;
-		}
-		if (rc <= 0) {
-			run_fail(r, rc < 0 ? rc : -EIO); /* the file ended early */
-			inflight--;
-			continue;
-		}
-		one->done += (uint32_t)rc;
-		if (one->done < r->io_bytes) {
-			ring_queue(&ring, r, slice, one); /* the rest of a short transfer */
-			continue;
-		}
-		w->bytes += r->io_bytes;
-		one->k = run_next(r, issued);
-		one->done = 0;
-		if (one->k == UINT64_MAX) {
-			inflight--;
-			continue;
-		}
-		one->buf = one->buf + depth < span ? one->buf + depth : (uint64_t)(one - sl);
-		ring_queue(&ring, r, slice, one);
-		issued++;
-	}
-	io_uring_queue_exit(&ring);
-}
-
-/* ---- through points: the I/O and the copy beyond it at once ---- */
-
-/* Where a through worker's buffers cross to: with a GPU, copies queued on a stream of the
+/* Where a through point's buffers cross to: with a GPU, copies queued on a stream of the
  * thread's own, one event per buffer so that a buffer is reused only once its copy is done
  * (waited for by sleeping: a spinning wait would take a core from the copies measured beside
- * it); into host memory the thread copies each buffer itself, as the host-KV path scatters. */
+ * it); into host memory the thread copies each buffer itself, as the host-KV path scatters.
+ * Other points have none (dest NULL): every step is a no-op. */
 struct sink {
 	int gpu;
 	uint8_t *host, *dest;
@@ -330,9 +256,9 @@ sink_open(struct sink *k, const struct run *r, uint8_t *slice, uint8_t *dest, ui
 	                   .host = slice,
 	                   .dest = dest,
 	                   .io_bytes = r->io_bytes,
-	                   .bufs = bufs,
+	                   .bufs = dest != NULL ? bufs : 0,
 	                   .dest_span = r->dest_share / r->io_bytes * r->io_bytes};
-	if (k->gpu < 0) {
+	if (dest == NULL || k->gpu < 0) {
 		return 0;
 	}
 	/* The thread's copies go to this device's memory from a stream of it. */
@@ -353,6 +279,9 @@ sink_copy(struct sink *k, uint64_t b, bool write)
 	uint8_t *h = k->host + b * k->io_bytes, *d = k->dest + b * k->io_bytes;
 	int rc;
 
+	if (k->dest == NULL) {
+		return 0;
+	}
 	if (k->gpu < 0) {
 		d = k->dest + k->cursor;
 		k->cursor = (k->cursor + k->io_bytes) % k->dest_span;
@@ -371,8 +300,8 @@ sink_copy(struct sink *k, uint64_t b, bool write)
 static int
 sink_wait(struct sink *k, uint64_t b)
 {
-	if (!k->pending[b]) {
-		return 0;
+	if (b >= k->bufs || !k->pending[b]) {
+		return 0; /* no copy queued (a point without a destination has no buffers here) */
 	}
 	k->pending[b] = false;
 	return tt_gpu_event_sync(k->ev[b]);
@@ -385,7 +314,7 @@ sink_fill(struct sink *k, uint64_t b, uint64_t ahead)
 {
 	int rc = 0;
 
-	if (k->gpu < 0) {
+	if (k->dest == NULL || k->gpu < 0) {
 		return sink_copy(k, b, true);
 	}
 	if (!k->pending[b]) {
@@ -437,12 +366,17 @@ through_ready(struct sink *k, bool write, uint64_t b, uint32_t depth, uint64_t s
 	return write ? sink_fill(k, b, slot_next_buf(b, depth, span)) : sink_wait(k, b);
 }
 
-/* A through point's thread: worker_ring's I/O, with each buffer crossing to dest. Its stream,
- * events and ring are set up before the point's clock starts (run_point's gate), so that a
- * point of many threads and buffers is not charged for them. Reads count once their bytes are
- * there (the end waits for the last copies); writes once written. */
+/* Depth I/Os in flight through an io_uring of the worker's own; short transfers are resumed.
+ * Each new I/O moves the slot's next buffer, so the I/Os cycle through the whole slice as the
+ * one-at-a-time workers do: a slot that kept one buffer would keep threads x depth x size bytes
+ * in the CPU's cache, and on tmpfs such reads measured 83 GB/s where 4 MiB I/Os, whose buffers
+ * outgrow that cache, read 38-46.
+ * On a through point (\p dest) each buffer also crosses to dest; the thread's stream, events
+ * and ring are set up before the point's clock starts (run_point's gate), so that a point of
+ * many threads and buffers is not charged for them. Its reads count once their bytes are there
+ * (the end waits for the last copies); writes once written. */
 static void
-worker_through(struct worker *w, uint8_t *slice, uint8_t *dest, uint64_t bufs)
+worker_ring(struct worker *w, uint8_t *slice, uint8_t *dest, uint64_t bufs)
 {
 	struct run *r = w->r;
 	struct ring_slot sl[MAX_RING_DEPTH];
@@ -457,14 +391,16 @@ worker_through(struct worker *w, uint8_t *slice, uint8_t *dest, uint64_t bufs)
 		rc = io_uring_queue_init(depth, &ring, 0);
 		ring_up = rc == 0;
 	}
-	/* Set up (or failed): wait for the others and the clock. */
-	pthread_mutex_lock(&r->gate_mu);
-	r->gate_ready++;
-	pthread_cond_broadcast(&r->gate_cv);
-	while (!r->gate_open) {
-		pthread_cond_wait(&r->gate_cv, &r->gate_mu);
+	if (dest != NULL) {
+		/* Set up (or failed): wait for the others and the clock. */
+		pthread_mutex_lock(&r->gate_mu);
+		r->gate_ready++;
+		pthread_cond_broadcast(&r->gate_cv);
+		while (!r->gate_open) {
+			pthread_cond_wait(&r->gate_cv, &r->gate_mu);
+		}
+		pthread_mutex_unlock(&r->gate_mu);
 	}
-	pthread_mutex_unlock(&r->gate_mu);
 	for (uint32_t j = 0; rc == 0 && j < depth; j++) {
 		uint64_t next = run_next(r, issued);
 
@@ -579,16 +515,13 @@ worker_main(void *arg)
 	struct run *r = w->r;
 	uint8_t *slice = r->mem + (uint64_t)w->id * r->slice;
 
-	if (r->dest != NULL) {
-		worker_through(w, slice, r->dest + (uint64_t)w->id * r->dest_share,
-		               r->slice / r->io_bytes);
-		return NULL;
+	if (r->dest != NULL || r->depth > 1) {
+		worker_ring(w, slice,
+		            r->dest != NULL ? r->dest + (uint64_t)w->id * r->dest_share : NULL,
+		            r->slice / r->io_bytes);
+		return NULL; /* it sets end_ns */
 	}
-	if (r->depth > 1) {
-		worker_ring(w, slice, r->slice / r->io_bytes);
-	} else {
-		worker_sync(w, slice, r->slice / r->io_bytes);
-	}
+	worker_sync(w, slice, r->slice / r->io_bytes);
 	w->end_ns = now_ns();
 	return NULL;
 }
