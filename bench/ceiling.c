@@ -383,6 +383,7 @@ worker_ring(struct worker *w, uint8_t *slice, uint8_t *dest, uint64_t bufs)
 	struct io_uring ring;
 	struct sink *k = calloc(1, sizeof(*k));
 	uint32_t depth = r->depth < MAX_RING_DEPTH ? r->depth : MAX_RING_DEPTH, inflight = 0;
+	/* The buffers the slots take in turn; measure() runs no point with fewer than depth. */
 	uint64_t issued = 0, span = bufs / depth * depth;
 	int rc = k == NULL ? -ENOMEM : sink_open(k, r, slice, dest, span);
 	bool ring_up = false;
@@ -437,17 +438,17 @@ worker_ring(struct worker *w, uint8_t *slice, uint8_t *dest, uint64_t bufs)
 			continue;
 		}
 		if (res == -EINTR || res == -EAGAIN) {
-			ring_queue(&ring, r, slice, one);
+			ring_queue(&ring, r, slice, one); /* again, as it was */
 			continue;
 		}
 		if (res <= 0) {
-			rc = res < 0 ? res : -EIO;
+			rc = res < 0 ? res : -EIO; /* the file ended early */
 			inflight--;
 			continue;
 		}
 		one->done += (uint32_t)res;
 		if (one->done < r->io_bytes) {
-			ring_queue(&ring, r, slice, one);
+			ring_queue(&ring, r, slice, one); /* the rest of a short transfer */
 			continue;
 		}
 		if (!r->write) {
@@ -748,34 +749,28 @@ search_rounds(struct search *s, struct ceiling_sweep *sw, bool write, uint32_t *
 	return 0;
 }
 
+/* Where \p v is in \p set of \p n, into \p at; false (and \p at unchanged) where it is not. */
+static bool
+cand_index(const uint32_t *set, uint32_t n, uint32_t v, uint32_t *at)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		if (set[i] == v) {
+			*at = i;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* Where point \p p is in the search's candidates (files, threads, size, depth) into \p at;
  * false where it is not one of them (no point measured). */
 static bool
 point_index(const struct search *s, const struct ceiling_point *p, uint32_t *at)
 {
-	bool found[4] = {false, false, false, false};
-
-	for (uint32_t i = 0; i < s->nr_fil; i++) {
-		if (s->fil[i] == p->files) {
-			at[0] = i, found[0] = true;
-		}
-	}
-	for (uint32_t i = 0; i < s->nr_thr; i++) {
-		if (s->thr[i] == p->threads) {
-			at[1] = i, found[1] = true;
-		}
-	}
-	for (uint32_t i = 0; i < NR_SIZES; i++) {
-		if (io_sizes[i] == p->io_bytes) {
-			at[2] = i, found[2] = true;
-		}
-	}
-	for (uint32_t i = 0; i < s->nr_depths; i++) {
-		if (io_depths[i] == p->depth) {
-			at[3] = i, found[3] = true;
-		}
-	}
-	return found[0] && found[1] && found[2] && found[3];
+	return cand_index(s->fil, s->nr_fil, p->files, &at[0]) &&
+	       cand_index(s->thr, s->nr_thr, p->threads, &at[1]) &&
+	       cand_index(io_sizes, NR_SIZES, p->io_bytes, &at[2]) &&
+	       cand_index(io_depths, s->nr_depths, p->depth, &at[3]);
 }
 
 /* One direction: the search through mem_bytes, then, with \p staged, the staged one, then, with

@@ -327,55 +327,44 @@ io_threads_snap(struct io_threads *t)
 	}
 }
 
-/* Seconds the threads alive in \p end ran (\p waited: waited for a CPU) since \p start (or since
- * they began). */
+/* Seconds the threads of \p kind (IOT_ANY: all) alive in \p end ran (\p waited: waited for a
+ * CPU) since \p start (or since they began); \p ran, if not NULL, receives how many of them ran
+ * at all. */
+#define IOT_ANY 0xffu
+
 static double
-io_threads_time(const struct io_threads *start, const struct io_threads *end, bool waited)
+io_threads_sum(const struct io_threads *start, const struct io_threads *end, bool waited,
+               unsigned kind, uint32_t *ran)
 {
 	double s = 0;
+	uint32_t n = 0;
 
 	for (uint32_t i = 0; i < end->n; i++) {
 		unsigned long long before = 0, now = waited ? end->wait_ns[i] : end->ns[i];
 
+		if (kind != IOT_ANY && end->kind[i] != kind) {
+			continue;
+		}
 		for (uint32_t j = 0; j < start->n; j++) {
 			if (start->tid[j] == end->tid[i]) {
 				before = waited ? start->wait_ns[j] : start->ns[j];
 				break;
 			}
 		}
+		n += now > before;
 		s += (double)(now - before) / 1e9;
-	}
-	return s;
-}
-
-/* Seconds on a CPU of the threads of \p kind alive in \p end since \p start; \p ran, if not
- * NULL, receives how many of them ran at all. */
-static double
-io_threads_of_kind(const struct io_threads *start, const struct io_threads *end, uint8_t kind,
-                   uint32_t *ran)
-{
-	double s = 0;
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < end->n; i++) {
-		unsigned long long before = 0;
-
-		if (end->kind[i] != kind) {
-			continue;
-		}
-		for (uint32_t j = 0; j < start->n; j++) {
-			if (start->tid[j] == end->tid[i]) {
-				before = start->ns[j];
-				break;
-			}
-		}
-		n += end->ns[i] > before;
-		s += (double)(end->ns[i] - before) / 1e9;
 	}
 	if (ran != NULL) {
 		*ran = n;
 	}
 	return s;
+}
+
+/* Seconds all of them ran (\p waited: waited for a CPU) since \p start. */
+static double
+io_threads_time(const struct io_threads *start, const struct io_threads *end, bool waited)
+{
+	return io_threads_sum(start, end, waited, IOT_ANY, NULL);
 }
 
 /* ---- one context ---- */
@@ -1208,8 +1197,8 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 		lat.submits[i] = s1.io_submits - s0.io_submits;
 		lat.io_cpu_ms[i] = io_threads_time(load0, load1, false) * 1e3;
 		lat.io_wait_ms[i] = io_threads_time(load0, load1, true) * 1e3;
-		lat.sq_cpu_ms[i] = io_threads_of_kind(load0, load1, IOT_SQ, NULL) * 1e3;
-		io_threads_of_kind(load0, load1, IOT_WORKER, &lat.workers[i]);
+		lat.sq_cpu_ms[i] = io_threads_sum(load0, load1, false, IOT_SQ, NULL) * 1e3;
+		io_threads_sum(load0, load1, false, IOT_WORKER, &lat.workers[i]);
 		if (rc != x->chunks) {
 			fprintf(stderr, "%s load %u: %lld of %u chunks (first status %d)\n",
 			        path_names[path], i, (long long)rc, x->chunks, status[0]);
