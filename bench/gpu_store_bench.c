@@ -73,6 +73,7 @@
  *            [--staging-mib N] [--raw-gib N] [--ceiling-s X] [--model NAME] [--json FILE]
  *            [--kv gpu|host] [--latency N [--pause-ms X]] [--gpu-io-submit auto|sqpoll|host]
  *            [--idle-s X] [--trace] [--gpu-io-workers N] [--gpu-io-sms N]
+ *            [--posix-threads N]
  */
 #include <cuda_runtime.h>
 #include <dirent.h>
@@ -129,6 +130,7 @@ struct conf {
 	/* --gpu-io-workers, --gpu-io-sms: engine gpu-uring's kernel footprint (0: the store's
 	 * defaults) */
 	uint32_t gpu_io_workers, gpu_io_sms;
+	uint32_t posix_threads; /* --posix-threads: engine posix's threads (0: the store's default) */
 };
 
 struct phase {
@@ -136,6 +138,10 @@ struct phase {
 	double raw_gbps[MAX_REPEATS];
 	uint64_t submits, kernel_ns, block_ns; /* one round (the last) */
 	double wall_s;                         /* of that round */
+	/* Over all rounds: wall time, and what the caller of a uring or posix transfer of GPU KV
+	 * waited for (the storage, the GPU: tutti_stats' wave_*_wait_ns). */
+	double wall_sum_s;
+	uint64_t io_wait_ns, copy_wait_ns;
 	double idle_io_cores; /* --idle-s: I/O threads' CPU idle, on the retrieve row; < 0: none */
 };
 
@@ -644,6 +650,9 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 		o.gpu_io_workers = b->c.gpu_io_workers;
 	}
 	o.gpu_io_sms = b->c.gpu_io_sms;
+	if (b->c.posix_threads != 0) {
+		o.posix_threads = b->c.posix_threads;
+	}
 	/* One request and a few spare slots: each store round evicts the previous round. */
 	o.capacity_bytes = (uint64_t)(x->chunks + 4) * tutti_geometry_slot_bytes(&b->geo);
 	o.staging_bytes = b->c.staging_bytes;
@@ -716,8 +725,11 @@ meter_stop(const struct round_meter *m, struct ctx *x, struct tutti_store *st, s
 	ph->io_thread_s[r] = io_threads_time(&m->io0, &io1, false) / gb;
 	ph->gbps[r] = (double)x->bytes / (double)ns;
 	ph->wall_s = (double)ns / 1e9;
+	ph->wall_sum_s += (double)ns / 1e9;
 	if (st != NULL) {
 		tutti_store_get_stats(st, &s1);
+		ph->io_wait_ns += s1.wave_io_wait_ns - m->s0.wave_io_wait_ns;
+		ph->copy_wait_ns += s1.wave_copy_wait_ns - m->s0.wave_copy_wait_ns;
 		ph->submits = s1.io_submits - m->s0.io_submits;
 		ph->kernel_ns = s1.gpu_io_kernel_ns - m->s0.gpu_io_kernel_ns;
 		ph->block_ns = s1.gpu_io_block_ns - m->s0.gpu_io_block_ns;
@@ -821,6 +833,11 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	/* A row faster than its limit shows a sweep that missed the storage's best (cut by its
 	 * budget), not an engine beyond the machine: said on the row, never left as a ratio. */
 	bool above = limit > 0 && gbps > limit;
+	/* Engines uring and posix move GPU KV in waves: the share of the rounds' time their
+	 * caller waited for the storage and for the GPU says which one held them back. */
+	bool wait_known = b->c.gpu_kv && (path == P_URING || path == P_POSIX) && ph->wall_sum_s > 0;
+	double io_share = wait_known ? (double)ph->io_wait_ns / 1e9 / ph->wall_sum_s : 0;
+	double gpu_share = wait_known ? (double)ph->copy_wait_ns / 1e9 / ph->wall_sum_s : 0;
 
 	printf("%-9s %7llu tok %-8s %-9s %6.2f GB/s  x%.2f of limit %.2f  (one-ring raw %.2f)  "
 	       "cpu %.3f s/GB (io threads %.3f)  syscalls/layer %.1f  kernel %.1f ms  SM share "
@@ -834,6 +851,12 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 		       "(the best found of storage and PCIe at once)\n",
 		       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, op,
 		       path_names[path], gbps / through, through);
+	}
+	if (wait_known) {
+		printf("%-9s %7llu tok %-8s %-9s the caller waited %.0f%% of the time for the "
+		       "storage, %.0f%% for the GPU\n",
+		       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, op,
+		       path_names[path], 100 * io_share, 100 * gpu_share);
 	}
 	if (ph->idle_io_cores >= 0) {
 		printf("%-9s %7llu tok %-8s %-9s idle %.1f s after the rounds: io threads %.4f "
@@ -883,6 +906,13 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	if (ph->idle_io_cores >= 0) {
 		fprintf(b->json, ",\"idle_s\":%.1f,\"idle_io_thread_cores\":%.5f", b->c.idle_s,
 		        ph->idle_io_cores);
+	}
+	if (path == P_POSIX) {
+		fprintf(b->json, ",\"posix_threads\":%u", b->c.posix_threads);
+	}
+	if (wait_known) {
+		fprintf(b->json, ",\"io_wait_share\":%.3f,\"gpu_wait_share\":%.3f", io_share,
+		        gpu_share);
 	}
 	fprintf(b->json, "}\n");
 	fflush(b->json);
@@ -1271,7 +1301,9 @@ usage(void)
 	    "       [--kv gpu|host] [--latency N [--pause-ms X]] [--gpu-io-submit "
 	    "auto|sqpoll|host] [--idle-s X]"
 	    " [--trace]\n"
-	    "       [--gpu-io-workers N] [--gpu-io-sms N]\n"
+	    "       [--gpu-io-workers N] [--gpu-io-sms N] [--posix-threads N]\n"
+	    "  --posix-threads N   engine posix's threads (default the store's: one per I/O in "
+	    "flight)\n"
 	    "  --gpu-io-workers N, --gpu-io-sms N   engine gpu-uring's kernel workers and SMs "
 	    "(struct tutti_store_opts;\n"
 	    "                default and 0: the store's own; 0 in the JSON)\n"
@@ -1400,6 +1432,8 @@ parse(int argc, char **argv, struct conf *c)
 			c->gpu_io_workers = (uint32_t)number(a, v, 1, 64);
 		} else if (strcmp(a, "--gpu-io-sms") == 0) {
 			c->gpu_io_sms = (uint32_t)number(a, v, 1, 64);
+		} else if (strcmp(a, "--posix-threads") == 0) {
+			c->posix_threads = (uint32_t)number(a, v, 1, 1024);
 		} else if (strcmp(a, "--latency") == 0) {
 			c->latency_loads = (uint32_t)number(a, v, 1, 100000);
 		} else if (strcmp(a, "--pause-ms") == 0) {

@@ -22,7 +22,8 @@
 # with SERVE_ARGS), lmcache-micro (LMCache's store and retrieve beside tutti-gpu-store-bench,
 # bench/lmcache_micro.py with LMCACHE_MICRO_ARGS), ceiling (tutti ceiling: the limit every bench
 # divides by, emulated and disk, CEILING_ARGS), host-kv-emulated and host-kv-disk (tutti bench:
-# KV in host memory, engines uring and posix, HOST_KV_CONTEXTS and HOST_KV_ARGS); default: test
+# KV in host memory, engines uring and posix, HOST_KV_CONTEXTS and HOST_KV_ARGS), posix-threads
+# (engine posix into GPU KV by its thread count, POSIX_THREADS and POSIX_TURNS); default: test
 # mover.
 # BENCH_ARGS adds arguments to tutti-gpu-store-bench; STRIPE_ARGS to tutti-stripe-bench
 # (STRIPE_ENGINES, STRIPE_SHM_TOKENS and STRIPE_DISK_TOKENS change its defaults).
@@ -113,6 +114,26 @@ store-emulated | store-disk)
 		2> "$OUT/$step.err" | tee "$OUT/$step.txt" | tee -a "$OUT/summary.txt"
 	log "store bench exit ${PIPESTATUS[0]}"
 	tail -5 "$OUT/$step.err" >> "$OUT/summary.txt"
+	rm -rf "$dir"
+	;;
+posix-threads)
+	# Engine posix into GPU KV by its thread count: POSIX_THREADS (default 32 16 8; 32 is the
+	# store's default, one per I/O in flight), each POSIX_TURNS times (default 2) in turn, so
+	# that tmpfs's drift between runs falls on every count alike; one JSON object per row in
+	# $OUT/posix-threads.jsonl, each with the caller's waits (io_wait_share, gpu_wait_share).
+	dir=/dev/shm/tutti-posix-threads
+	for turn in $(seq "${POSIX_TURNS:-2}"); do
+		for n in ${POSIX_THREADS:-32 16 8}; do
+			rm -rf "$dir" && mkdir -p "$dir"
+			log "posix-threads: $n threads, turn $turn, in $dir: ${BENCH_ARGS:-defaults}"
+			# shellcheck disable=SC2086
+			timeout "${BENCH_TIMEOUT:-300}" build/gpu/tutti-gpu-store-bench --dir "$dir" \
+				--paths posix --posix-threads "$n" --json "$OUT/posix-threads.jsonl" \
+				${BENCH_ARGS:-} 2>> "$OUT/posix-threads.err" | tee -a "$OUT/posix-threads.txt" \
+				>> "$OUT/summary.txt"
+			log "posix-threads exit ${PIPESTATUS[0]}"
+		done
+	done
 	rm -rf "$dir"
 	;;
 stripe)

@@ -399,6 +399,13 @@ struct tutti_stats {
 	uint64_t recovery_ns;         /**< time recovery took at open */
 	uint64_t gpu_io_kernel_ns;    /**< engine gpu-uring: GPU time of its I/O kernels */
 	uint64_t gpu_io_block_ns; /**< the same times the CUDA blocks they held (SM occupancy) */
+	/** Engines uring and posix with KV in GPU memory: time the calling thread of a load or
+	 *  save waited for the storage (a wave's reads not all in, or its buffer not yet written
+	 *  out), and for the GPU (a wave's copy across PCIe not yet done, and at the end its
+	 *  checks and scatters). Beside load_ns and save_ns they say which side held a transfer
+	 *  back. */
+	uint64_t wave_io_wait_ns;
+	uint64_t wave_copy_wait_ns;
 };
 
 /**

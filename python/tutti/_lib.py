@@ -113,6 +113,8 @@ STATS_FIELDS = [
     "recovery_ns",
     "gpu_io_kernel_ns",
     "gpu_io_block_ns",
+    "wave_io_wait_ns",
+    "wave_copy_wait_ns",
 ]
 
 

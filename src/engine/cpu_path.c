@@ -1152,4 +1152,6 @@ tt_cpu_stats(struct tt_engine *e, struct tt_engine_stats *out)
 		out->io_submits += q != NULL ? q->nr_submits : 0;
 	}
 	out->staging_bytes = e->nr_staging * e->unit_bytes;
+	out->wave_io_wait_ns = e->wave_io_wait_ns;
+	out->wave_copy_wait_ns = e->wave_copy_wait_ns;
 }

@@ -139,6 +139,8 @@ struct tt_engine_stats {
 	uint64_t gpu_io_kernel_ns;
 	uint64_t gpu_io_block_ns;
 	uint64_t staging_bytes;
+	uint64_t wave_io_wait_ns;   /* waves (CPU engines, GPU KV): the caller waited for storage */
+	uint64_t wave_copy_wait_ns; /* ... and for the mover's copies */
 };
 
 /* The name of enum tutti_engine \p kind as tutti_engine_parse spells it, or NULL for none. */

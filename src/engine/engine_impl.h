@@ -262,6 +262,10 @@ struct tt_engine {
 	const struct tt_objmover_ops *stage_ops;
 	void *stage_ctx;
 	bool host_waves;
+	/* What the caller of a waves transfer waited for, summed over the engine's life: the
+	 * storage (a wave's reads not all in, a buffer not yet written out) and the mover (a
+	 * wave's copy across PCIe). Written by the one caller under the store's io_lock. */
+	uint64_t wave_io_wait_ns, wave_copy_wait_ns;
 	struct tt_objmover_twin *twin;
 	struct tt_list_mem twin_lists;
 	/* GPU KV: a context on its device and the staging pinned and mapped for it, made on first

@@ -162,10 +162,12 @@ publish(struct waves *w, uint32_t limit, bool abort)
 	pthread_mutex_unlock(&w->e->lanes->lock);
 }
 
-/* Wait until wave \p k's I/O is done; false when the batch was aborted. */
+/* Wait until wave \p k's I/O is done (the time counted as waiting for the storage); false
+ * when the batch was aborted. */
 static bool
 wait_wave(struct waves *w, uint32_t k)
 {
+	uint64_t t0 = tt_now_ns();
 	bool ok;
 
 	pthread_mutex_lock(&w->e->lanes->lock);
@@ -174,7 +176,20 @@ wait_wave(struct waves *w, uint32_t k)
 	}
 	ok = !w->abort;
 	pthread_mutex_unlock(&w->e->lanes->lock);
+	w->e->wave_io_wait_ns += tt_now_ns() - t0;
 	return ok;
+}
+
+/* Wait for buffer \p buf's copy (the time counted as waiting for the mover, as is the last
+ * sync on its checks and scatters). */
+static int
+wait_copy(struct waves *w, uint32_t buf)
+{
+	uint64_t t0 = tt_now_ns();
+	int rc = w->om->wait(w->ctx, buf);
+
+	w->e->wave_copy_wait_ns += tt_now_ns() - t0;
+	return rc;
 }
 
 /* Wave \p k's objects in one call, whatever layers they span: its slots are consecutive, and
@@ -209,7 +224,7 @@ run_load(struct waves *w)
 		}
 		/* The copy alone frees the host buffer for the wave nr_bufs later. */
 		if (rc == 0) {
-			rc = w->om->wait(w->ctx, buf);
+			rc = wait_copy(w, buf);
 		}
 		if (rc == 0) {
 			publish(w, (k + 1 + w->nr_bufs) * w->per_wave, false);
@@ -237,7 +252,7 @@ run_save(struct waves *w)
 			                 w->stage + slot_off(w, first), wave_size(w, k) * ob);
 		}
 		if (rc == 0) {
-			rc = w->om->wait(w->ctx, buf);
+			rc = wait_copy(w, buf);
 		}
 		if (rc == 0) {
 			publish(w, (k + 1) * w->per_wave, false);
@@ -296,6 +311,7 @@ tt_waves_transfer(struct tt_engine *e, struct tt_xfer *x, const struct tt_objmov
 	struct tt_batch *b = x->b;
 	uint32_t slots = (uint32_t)((uint64_t)e->nr_staging * e->unit_bytes / e->geo->object_bytes);
 	struct waves w = {.e = e, .b = b, .om = om, .write = b->kind == TT_BATCH_SAVE};
+	uint64_t t_sync;
 	int rc, rc_lanes;
 
 	for (uint32_t i = 0; i < b->nr_chunks; i++) {
@@ -333,9 +349,11 @@ tt_waves_transfer(struct tt_engine *e, struct tt_xfer *x, const struct tt_objmov
 	}
 	rc_lanes = tt_lanes_join(e);
 	/* Nothing may still run on either staging when the call returns. */
+	t_sync = tt_now_ns();
 	if (om->sync(ctx) < 0 && rc == 0) {
 		rc = -EIO;
 	}
+	e->wave_copy_wait_ns += tt_now_ns() - t_sync;
 	pthread_cond_destroy(&w.more);
 	pthread_cond_destroy(&w.progress);
 	tt_free(w.done);

@@ -512,6 +512,8 @@ tt_store_note_io(struct tutti_store *st)
 	st->stats.io_submits = es.io_submits;
 	st->stats.gpu_io_kernel_ns = es.gpu_io_kernel_ns;
 	st->stats.gpu_io_block_ns = es.gpu_io_block_ns;
+	st->stats.wave_io_wait_ns = es.wave_io_wait_ns;
+	st->stats.wave_copy_wait_ns = es.wave_copy_wait_ns;
 	pthread_mutex_unlock(&st->lock);
 }
 

@@ -93,6 +93,7 @@ round_trip(struct fixture *f, const char *name, enum t_layout layout, uint32_t s
 {
 	struct t_store_case tc = case_new(f, name, layout);
 	struct tutti_store *st = open_store(f, tc.dir, slots, true);
+	struct tutti_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
 
 	t_batch_save(&f->batch, st, tc.src);
 	/* The path ran: the twin and its staging exist. */
@@ -100,9 +101,17 @@ round_trip(struct fixture *f, const char *name, enum t_layout layout, uint32_t s
 	assert_true(st->engine->stage_ops == &tt_objmover_twin);
 	t_batch_assert_load(&f->batch, st, tc.src, tc.dst, 0, LAYERS, T_BATCH_NONE);
 	t_batch_assert_load(&f->batch, st, tc.src, tc.dst, 3, 7, T_BATCH_NONE);
-	/* What waves wrote, the lanes' path reads (same bytes, checksums and padding). */
+	/* The caller's waits were counted, within the calls' own time. */
+	tutti_store_get_stats(st, &s0);
+	assert_true(s0.wave_io_wait_ns > 0);
+	assert_true(s0.wave_io_wait_ns + s0.wave_copy_wait_ns <= s0.save_ns + s0.load_ns);
+	/* What waves wrote, the lanes' path reads (same bytes, checksums and padding); the lanes
+	 * have no waves to wait for. */
 	st->engine->host_waves = false;
 	t_batch_assert_load(&f->batch, st, tc.src, tc.dst, 0, LAYERS, T_BATCH_NONE);
+	tutti_store_get_stats(st, &s1);
+	assert_int_equal(s1.wave_io_wait_ns, s0.wave_io_wait_ns);
+	assert_int_equal(s1.wave_copy_wait_ns, s0.wave_copy_wait_ns);
 	assert_int_equal(f->rec.nr_err, 0);
 	tutti_store_close(st);
 	t_store_case_free(&tc);
