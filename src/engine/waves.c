@@ -1,17 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Waves: how the CPU-driven engines move KV that lives in a GPU's memory. A batch's objects,
- * layer by layer (src/engine/obj_lists.c), go through the staging in waves: the staging is cut
- * into nr_bufs buffers of per_wave object slots, wave k in buffer k mod nr_bufs, and the object
- * mover's staging likewise. Lanes (cpu_path.c) read each object into its slot, claiming them in
- * order as far as free buffers allow; once a wave is in, the calling thread queues on the mover
+ * Waves: how the CPU-driven engines move KV that lives in a GPU's memory. A batch's objects, layer
+ * by layer (src/engine/obj_lists.c), go through the staging in waves: the staging is cut into
+ * nr_bufs buffers of per_wave object slots, wave k in buffer k mod nr_bufs, and the object mover's
+ * staging likewise (four buffers as large as the staging allows; a small transfer goes in eight
+ * waves at least, tt_waves_cut). Lanes (cpu_path.c) read each object into its slot, claiming them
+ * in order as far as free buffers allow; once a wave is in, the calling thread queues on the mover
  * one copy of the whole wave across PCIe into its buffer and one check-and-scatter launch per
- * layer run of the wave, then waits for the copy alone (not the launches) to free the host
- * buffer for the wave nr_bufs later. The mover orders each buffer's steps and runs different
- * buffers' side by side, so the storage's I/O, one wave's copy and an earlier wave's kernels all
- * overlap, the host never waits per object or per layer, and every object is checked on the GPU
- * after it crossed PCIe. A save runs the other way: the mover gathers and hashes a wave into its
- * buffer and copies it back, and lanes write the wave out once that copy is done.
+ * layer run of the wave, then waits for the copy alone (not the launches) to free the host buffer
+ * for the wave nr_bufs later. The mover orders each buffer's steps and runs different buffers'
+ * side by side, so the storage's I/O, one wave's copy and an earlier wave's kernels all overlap,
+ * the host never waits per object or per layer, and every object is checked on the GPU after it
+ * crossed PCIe. A save runs the other way: the mover gathers and hashes a wave into its buffer and
+ * copies it back, and lanes write the wave out once that copy is done.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -24,6 +25,27 @@
 /* Staging buffers in flight: lanes read up to nr_bufs - 1 waves ahead of the one being copied. */
 #define WAVE_BUFS 4u
 _Static_assert(WAVE_BUFS <= TT_OBJMOVER_BUFS, "the mover orders this many buffers");
+/* A transfer smaller than this many full waves goes in this many waves at least (or one wave an
+ * object). */
+#define MIN_WAVES 8u
+
+void
+tt_waves_cut(uint32_t slots, uint32_t total, uint32_t *per_wave, uint32_t *nr_bufs)
+{
+	uint32_t bufs = TT_MIN(WAVE_BUFS, slots), per = slots / bufs;
+	uint32_t small = TT_MAX(1u, total / MIN_WAVES);
+
+	/* What the pipeline cannot overlap is the first wave's I/O before the first copy (a save:
+	 * the first wave's gather and copy before the first write) and the last wave's copy after
+	 * the last I/O: for a transfer of a few full waves or less (a small load) they are most of
+	 * its time, and they shrink with the wave. More, smaller buffers keep the read-ahead. */
+	if (small < per) {
+		per = small;
+		bufs = TT_MIN(TT_OBJMOVER_BUFS, slots / per);
+	}
+	*per_wave = per;
+	*nr_bufs = bufs;
+}
 
 struct waves {
 	struct tt_engine *e;
@@ -329,8 +351,7 @@ tt_waves_transfer(struct tt_engine *e, struct tt_xfer *x, const struct tt_objmov
 	w.ctx = ctx;
 	w.stage = e->stage;
 	w.total = w.lists.n * w.lists.nr_layers;
-	w.nr_bufs = TT_MIN(WAVE_BUFS, slots);
-	w.per_wave = slots / w.nr_bufs;
+	tt_waves_cut(slots, w.total, &w.per_wave, &w.nr_bufs);
 	w.nr_waves = (w.total + w.per_wave - 1) / w.per_wave;
 	w.done = tt_calloc(w.nr_waves, sizeof(*w.done));
 	if (w.done == NULL) {

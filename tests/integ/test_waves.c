@@ -126,6 +126,56 @@ test_waves_round_trip_bit_exact(void **state)
 	round_trip(f, "s8-kvfirst", T_LAYOUT_KV_FIRST, 8);
 	round_trip(f, "s2-split3", T_LAYOUT_SPLIT3, 2);
 	round_trip(f, "s1-cross", T_LAYOUT_CROSS_LAYER, 1);
+	/* Staging larger than the loads: every transfer is cut small, over up to eight buffers. */
+	round_trip(f, "s256-blocks", T_LAYOUT_BLOCKS_FIRST, 256);
+}
+
+/* The cut: four buffers of full waves for a transfer of several stagings; a small one in eight
+ * waves at least, over as many buffers as keep its read-ahead, never more than the mover
+ * orders nor slots than there are. */
+static void
+test_waves_cut_small_transfers_finer(void **state)
+{
+	uint32_t per, bufs;
+
+	(void)state;
+	tt_waves_cut(256, 4096, &per, &bufs);
+	assert_int_equal(per, 64);
+	assert_int_equal(bufs, 4);
+	tt_waves_cut(256, 512, &per, &bufs);
+	assert_int_equal(per, 64);
+	assert_int_equal(bufs, 4);
+	/* A 2K-token prefix of 32 layers (256 objects), one chunk (32). */
+	tt_waves_cut(256, 256, &per, &bufs);
+	assert_int_equal(per, 32);
+	assert_int_equal(bufs, 8);
+	tt_waves_cut(256, 32, &per, &bufs);
+	assert_int_equal(per, 4);
+	assert_int_equal(bufs, 8);
+	tt_waves_cut(256, 300, &per, &bufs);
+	assert_int_equal(per, 37);
+	assert_int_equal(bufs, 6);
+	tt_waves_cut(1, 5, &per, &bufs);
+	assert_int_equal(per, 1);
+	assert_int_equal(bufs, 1);
+	tt_waves_cut(8, 8, &per, &bufs);
+	assert_int_equal(per, 1);
+	assert_int_equal(bufs, 8);
+	for (uint32_t slots = 1; slots <= 300; slots++) {
+		uint32_t full = slots / (slots < 4 ? slots : 4);
+
+		for (uint32_t total = 1; total <= 3000; total += 7) {
+			tt_waves_cut(slots, total, &per, &bufs);
+			assert_true(per >= 1 && bufs >= 1 && bufs <= TT_OBJMOVER_BUFS);
+			assert_true((uint64_t)per * bufs <= slots);
+			if (total / 8 < full) {
+				assert_true((total + per - 1) / per >= (total < 8 ? total : 8));
+			} else {
+				assert_int_equal(per, full);
+				assert_int_equal(bufs, slots < 4 ? slots : 4);
+			}
+		}
+	}
 }
 
 static void
@@ -170,6 +220,7 @@ main(void)
 	    T(test_waves_round_trip_bit_exact),
 	    T(test_waves_read_what_the_lanes_wrote),
 	    T(test_waves_damaged_object_fails_its_chunk_alone),
+	    cmocka_unit_test(test_waves_cut_small_transfers_finer),
 	};
 
 	return t_run_per_engine("waves", tests, sizeof(tests) / sizeof(tests[0]), false, &g_engine);
