@@ -1047,6 +1047,9 @@ struct latency {
 	 * alone, and how many io-wq workers ran: a load whose copies fell to few workers shows
 	 * here. */
 	double *kernel_ms, *io_cpu_ms, *io_wait_ms, *sq_cpu_ms;
+	/* Time inside tutti_store_load, and of it what a uring or posix load of GPU KV waited for:
+	 * the storage, the GPU (tutti_stats' wave_*_wait_ns). */
+	double *call_ms, *storage_wait_ms, *gpu_wait_ms;
 	uint64_t *submits;
 	uint32_t *workers;
 	uint32_t loads;      /* timed and checked */
@@ -1063,6 +1066,22 @@ json_array(FILE *f, const char *name, const double *v, uint32_t n)
 		fprintf(f, "%s%.4f", i ? "," : "", v[i]);
 	}
 	fprintf(f, "]");
+}
+
+/* Median of \p n per-load values (more than bu_median takes). */
+static double
+loads_median(const double *v, uint32_t n)
+{
+	double *s = malloc(n * sizeof(*s)), m;
+
+	if (s == NULL) {
+		die("malloc", -ENOMEM);
+	}
+	memcpy(s, v, n * sizeof(*s));
+	bu_sort(s, n);
+	m = bu_percentile(s, n, 50);
+	free(s);
+	return m;
 }
 
 static void
@@ -1111,6 +1130,13 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 		    path_names[path], w, lat->ms[w], lat->kernel_ms[w], lat->io_cpu_ms[w],
 		    lat->sq_cpu_ms[w], lat->workers[w], lat->io_wait_ms[w],
 		    (unsigned long long)lat->submits[w]);
+		if (b->c.gpu_kv && (path == P_URING || path == P_POSIX)) {
+			printf("%-9s %7llu tok %-8s %-9s loads' medians: %.2f ms inside the call, of "
+			       "it %.2f ms waiting for the storage, %.2f ms for the GPU\n",
+			       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens,
+			       "latency", path_names[path], loads_median(lat->call_ms, n),
+			       loads_median(lat->storage_wait_ms, n), loads_median(lat->gpu_wait_ms, n));
+		}
 	}
 	fflush(stdout);
 	b->failed |= !exact;
@@ -1151,6 +1177,12 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 	json_array(b->json, "loads_io_wait_ms", lat->io_wait_ms, n);
 	fprintf(b->json, ",");
 	json_array(b->json, "loads_sq_cpu_ms", lat->sq_cpu_ms, n);
+	fprintf(b->json, ",");
+	json_array(b->json, "loads_call_ms", lat->call_ms, n);
+	fprintf(b->json, ",");
+	json_array(b->json, "loads_storage_wait_ms", lat->storage_wait_ms, n);
+	fprintf(b->json, ",");
+	json_array(b->json, "loads_gpu_wait_ms", lat->gpu_wait_ms, n);
 	fprintf(b->json, ",\"loads_submits\":[");
 	for (uint32_t i = 0; i < n; i++) {
 		fprintf(b->json, "%s%llu", i ? "," : "", (unsigned long long)lat->submits[i]);
@@ -1186,9 +1218,13 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 	lat.submits = calloc(lat.loads, sizeof(*lat.submits));
 	lat.sq_cpu_ms = calloc(lat.loads, sizeof(*lat.sq_cpu_ms));
 	lat.workers = calloc(lat.loads, sizeof(*lat.workers));
+	lat.call_ms = calloc(lat.loads, sizeof(*lat.call_ms));
+	lat.storage_wait_ms = calloc(lat.loads, sizeof(*lat.storage_wait_ms));
+	lat.gpu_wait_ms = calloc(lat.loads, sizeof(*lat.gpu_wait_ms));
 	if (status == NULL || lat.ms == NULL || lat.sorted == NULL || lat.kernel_ms == NULL ||
 	    lat.io_cpu_ms == NULL || lat.io_wait_ms == NULL || lat.submits == NULL ||
-	    lat.sq_cpu_ms == NULL || lat.workers == NULL || load0 == NULL) {
+	    lat.sq_cpu_ms == NULL || lat.workers == NULL || lat.call_ms == NULL ||
+	    lat.storage_wait_ms == NULL || lat.gpu_wait_ms == NULL || load0 == NULL) {
 		die("calloc", -ENOMEM);
 	}
 	st = open_store(x, path, dir, sizeof(dir));
@@ -1225,6 +1261,9 @@ run_latency_path(struct ctx *x, enum path path, const uint8_t *img, uint8_t *rea
 		tutti_store_get_stats(st, &s1);
 		lat.kernel_ms[i] = (double)(s1.gpu_io_kernel_ns - s0.gpu_io_kernel_ns) / 1e6;
 		lat.submits[i] = s1.io_submits - s0.io_submits;
+		lat.call_ms[i] = (double)(s1.load_ns - s0.load_ns) / 1e6;
+		lat.storage_wait_ms[i] = (double)(s1.wave_io_wait_ns - s0.wave_io_wait_ns) / 1e6;
+		lat.gpu_wait_ms[i] = (double)(s1.wave_copy_wait_ns - s0.wave_copy_wait_ns) / 1e6;
 		lat.io_cpu_ms[i] = io_threads_time(load0, load1, false) * 1e3;
 		lat.io_wait_ms[i] = io_threads_time(load0, load1, true) * 1e3;
 		lat.sq_cpu_ms[i] = io_threads_sum(load0, load1, false, IOT_SQ, NULL) * 1e3;
@@ -1258,6 +1297,9 @@ out:
 	free(lat.io_wait_ms);
 	free(lat.submits);
 	free(lat.sq_cpu_ms);
+	free(lat.call_ms);
+	free(lat.storage_wait_ms);
+	free(lat.gpu_wait_ms);
 	free(lat.workers);
 	free(load0);
 	free(status);

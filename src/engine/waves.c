@@ -214,6 +214,15 @@ wait_copy(struct waves *w, uint32_t buf)
 	return rc;
 }
 
+/* How many waves the host waits behind the last one queued: one, so that the next copy is
+ * queued while the host waits; none with a single buffer, which the lanes need back before they
+ * can read (write) the next wave. */
+static uint32_t
+wave_lag(const struct waves *w)
+{
+	return w->nr_bufs > 1 ? 1 : 0;
+}
+
 /* Wave \p k's objects in one call, whatever layers they span: its slots are consecutive, and
  * the layers' objects are checked side by side (one object a block), not layer after layer. */
 static int
@@ -226,6 +235,12 @@ wave_objs(struct waves *w, uint32_t k)
 	                   w->stage + slot_off(w, first), w->e->geo->object_bytes, w->write);
 }
 
+/*
+ * Each wave's copy is queued before the host waits for the previous wave's: the copy engine then
+ * goes from one wave to the next without a round trip through the host between them (a load
+ * whose storage keeps up is bound by these copies). The host buffer a copy frees is handed to
+ * the lanes once that copy is done, one wave behind: wave_lag.
+ */
 static int
 run_load(struct waves *w)
 {
@@ -233,51 +248,62 @@ run_load(struct waves *w)
 	int rc = 0;
 
 	publish(w, w->nr_bufs * w->per_wave, false);
-	for (uint32_t k = 0; rc == 0 && k < w->nr_waves; k++) {
-		uint32_t first = k * w->per_wave, buf = k % w->nr_bufs;
+	for (uint32_t k = 0; rc == 0 && k < w->nr_waves + wave_lag(w); k++) {
+		if (k < w->nr_waves) {
+			uint32_t first = k * w->per_wave;
 
-		if (!wait_wave(w, k)) {
-			return 0; /* a queue broke down: the lanes said so */
+			if (!wait_wave(w, k)) {
+				return 0; /* a queue broke down: the lanes said so */
+			}
+			rc = w->om->copy(w->ctx, k % w->nr_bufs, w->stage + slot_off(w, first),
+			                 w->e->staging + slot_off(w, first), wave_size(w, k) * ob);
+			if (rc == 0) {
+				rc = wave_objs(w, k);
+			}
 		}
-		rc = w->om->copy(w->ctx, buf, w->stage + slot_off(w, first),
-		                 w->e->staging + slot_off(w, first), wave_size(w, k) * ob);
-		if (rc == 0) {
-			rc = wave_objs(w, k);
-		}
-		/* The copy alone frees the host buffer for the wave nr_bufs later. */
-		if (rc == 0) {
-			rc = wait_copy(w, buf);
-		}
-		if (rc == 0) {
-			publish(w, (k + 1 + w->nr_bufs) * w->per_wave, false);
+		/* Wave j's copy alone frees its host buffer for the wave nr_bufs after it. */
+		if (rc == 0 && k >= wave_lag(w)) {
+			uint32_t j = k - wave_lag(w);
+
+			rc = wait_copy(w, j % w->nr_bufs);
+			if (rc == 0) {
+				publish(w, (j + 1 + w->nr_bufs) * w->per_wave, false);
+			}
 		}
 	}
 	return rc;
 }
 
+/* A save the other way, one wave behind likewise: wave k's gather and copy are queued before
+ * the host waits for wave k - 1's copy, whose buffer the lanes then write out. */
 static int
 run_save(struct waves *w)
 {
 	uint64_t ob = w->e->geo->object_bytes;
 	int rc = 0;
 
-	for (uint32_t k = 0; rc == 0 && k < w->nr_waves; k++) {
-		uint32_t first = k * w->per_wave, buf = k % w->nr_bufs;
+	for (uint32_t k = 0; rc == 0 && k < w->nr_waves + wave_lag(w); k++) {
+		if (k < w->nr_waves) {
+			uint32_t first = k * w->per_wave;
 
-		/* The host buffer is free once the wave nr_bufs earlier is written. */
-		if (k >= w->nr_bufs && !wait_wave(w, k - w->nr_bufs)) {
-			return 0;
+			/* The host buffer is free once the wave nr_bufs earlier is written. */
+			if (k >= w->nr_bufs && !wait_wave(w, k - w->nr_bufs)) {
+				return 0;
+			}
+			rc = wave_objs(w, k);
+			if (rc == 0) {
+				rc = w->om->copy(w->ctx, k % w->nr_bufs,
+				                 w->e->staging + slot_off(w, first),
+				                 w->stage + slot_off(w, first), wave_size(w, k) * ob);
+			}
 		}
-		rc = wave_objs(w, k);
-		if (rc == 0) {
-			rc = w->om->copy(w->ctx, buf, w->e->staging + slot_off(w, first),
-			                 w->stage + slot_off(w, first), wave_size(w, k) * ob);
-		}
-		if (rc == 0) {
-			rc = wait_copy(w, buf);
-		}
-		if (rc == 0) {
-			publish(w, (k + 1) * w->per_wave, false);
+		if (rc == 0 && k >= wave_lag(w)) {
+			uint32_t j = k - wave_lag(w);
+
+			rc = wait_copy(w, j % w->nr_bufs);
+			if (rc == 0) {
+				publish(w, (j + 1) * w->per_wave, false);
+			}
 		}
 	}
 	return rc;

@@ -88,6 +88,12 @@ for line in open(sys.argv[1]):
               "loads_submits", "loads_io_workers"):
         assert len(r[k]) == n and min(r[k]) >= 0, (k, r)
     assert all(isinstance(v, int) for v in r["loads_io_workers"]), r
+    # The time inside each call lies within its timed span; host KV goes through the lanes, not
+    # waves, so nothing waited for a wave (the wave waits are GPU KV's, through uring and posix).
+    for k in ("loads_call_ms", "loads_storage_wait_ms", "loads_gpu_wait_ms"):
+        assert len(r[k]) == n and min(r[k]) >= 0, (k, r)
+    assert all(0 < c <= t + 0.01 for c, t in zip(r["loads_call_ms"], r["loads_ms"])), r
+    assert max(r["loads_storage_wait_ms"]) == 0 and max(r["loads_gpu_wait_ms"]) == 0, r
     assert max(r["loads_kernel_ms"]) == 0, r
     if r["path"] in ("uring", "posix"):
         assert min(r["loads_submits"]) >= 1, r
@@ -118,6 +124,8 @@ grep -q '"context_tokens":64,"chunks":1,.*"bit_exact":true' "$dir/tiny.jsonl" ||
 for op in store retrieve; do
 	row=$(grep "\"op\":\"$op\",\"path\":\"uring\"" "$dir/bw.jsonl") || fail "no $op row: $(cat "$dir/bw.jsonl")"
 	[ "$(field "$row" kv)" = host ] && [ "$(field "$row" bit_exact)" = true ] || fail "$op: $row"
+	# The caller's wave waits are GPU KV's (uring and posix): not on a host KV row.
+	grep -q '"io_wait_share"' <<<"$row" && fail "$op: wave waits on host KV: $row"
 	awk -v l="$(field "$row" limit_gbps)" 'BEGIN { exit !(l > 0) }' || fail "$op limit: $row"
 	# A row above its limit says so, in the JSON and on its line; one below it does not.
 	above=$(awk -v g="$(field "$row" gbps)" -v l="$(field "$row" limit_gbps)" \
