@@ -125,7 +125,9 @@ struct tutti_store_opts {
 	uint64_t staging_bytes;
 	uint64_t max_io_bytes;  /**< largest single I/O; default 4 MiB; at least one object */
 	uint32_t queue_depth;   /**< most I/Os in flight; default 32 */
-	uint32_t posix_threads; /**< worker threads of the posix engine; default queue_depth */
+	/** Worker threads of the posix engine; default queue_depth, but on tmpfs (where each read
+	 *  or write is a copy by the thread itself) no more than the online CPUs. */
+	uint32_t posix_threads;
 	tutti_log_fn log_fn;    /**< where log lines go; NULL: nowhere */
 	void *log_arg;          /**< passed to log_fn */
 	uint32_t log_level;     /**< most verbose enum tutti_log_level passed on; default WARN */

@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "engine/engine_impl.h"
+#include "store/store_impl.h"
 #include "t_batch.h"
 #include "t_kv.h"
 #include "t_store.h"
@@ -102,7 +104,8 @@ tmpfs_base(const struct fixture *f)
 /* A store in \p dir whose staging holds \p staging_units I/Os of two objects each: fewer staging
  * buffers than lanes, so that lanes without one leave staged units to the others. */
 static struct tutti_store *
-open_store(struct fixture *f, const char *dir, uint32_t staging_units)
+open_store_threads(struct fixture *f, const char *dir, uint32_t staging_units,
+                   uint32_t posix_threads)
 {
 	const char *dirs[1] = {dir};
 	struct tutti_store_opts o;
@@ -112,9 +115,15 @@ open_store(struct fixture *f, const char *dir, uint32_t staging_units)
 	o.queue_depth = DEPTH;
 	o.max_io_bytes = 2 * tutti_geometry_object_bytes(&f->batch.geo);
 	o.staging_bytes = staging_units * o.max_io_bytes;
-	o.posix_threads = DEPTH;
+	o.posix_threads = posix_threads;
 	assert_int_equal(tutti_store_open(&f->batch.geo, &o, &st), 0);
 	return st;
+}
+
+static struct tutti_store *
+open_store(struct fixture *f, const char *dir, uint32_t staging_units)
+{
+	return open_store_threads(f, dir, staging_units, DEPTH);
 }
 
 /* The case of directory \p name in \p where, both KV in \p layout. */
@@ -255,6 +264,43 @@ test_other_files_take_whole_runs_of_objects(void **state)
 	t_store_case_free(&tc);
 }
 
+/* A round trip through engine posix with \p posix_threads (0: the store's default) in \p where,
+ * bit-exact, over \p lanes lanes (0: the calling thread alone). */
+static void
+expect_lanes(struct fixture *f, const char *where, const char *name, uint32_t posix_threads,
+             uint32_t lanes)
+{
+	struct t_store_case tc = case_new(f, where, name, T_LAYOUT_BLOCKS_FIRST);
+	struct tutti_store *st = open_store_threads(f, tc.dir, 4, posix_threads);
+
+	t_batch_save(&f->batch, st, tc.src);
+	t_batch_assert_load(&f->batch, st, tc.src, tc.dst, 0, LAYERS, T_BATCH_NONE);
+	assert_int_equal(st->engine->lanes != NULL ? st->engine->lanes->nr : 0, lanes);
+	tutti_store_close(st);
+	t_store_case_free(&tc);
+}
+
+/* Engine posix's lanes by default: one per unit slot, but on tmpfs, where every I/O is a copy by
+ * the lane's own thread, no more than the online CPUs; posix_threads set, that many. */
+static void
+test_posix_lanes_on_page_cache_no_more_than_cpus(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t cpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
+	uint32_t on_tmpfs = cpus < DEPTH ? cpus : DEPTH;
+
+	if (g_engine != TUTTI_ENGINE_POSIX) {
+		skip();
+	}
+	if (tmpfs_base(f) != NULL) {
+		expect_lanes(f, tmpfs_base(f), "cpus", 0, on_tmpfs < 2 ? 0 : on_tmpfs);
+		expect_lanes(f, tmpfs_base(f), "asked", DEPTH, DEPTH);
+	}
+	if (!f->tmp_is_tmpfs) {
+		expect_lanes(f, f->tmp, "files", 0, DEPTH);
+	}
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -266,6 +312,7 @@ main(void)
 	    T(test_a_damaged_object_fails_its_chunk_alone),
 	    T(test_page_cache_reads_are_one_object_each),
 	    T(test_other_files_take_whole_runs_of_objects),
+	    T(test_posix_lanes_on_page_cache_no_more_than_cpus),
 	};
 
 	return t_run_per_engine("lanes", tests, sizeof(tests) / sizeof(tests[0]), false, &g_engine);
