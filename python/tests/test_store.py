@@ -142,7 +142,12 @@ def test_auto_moves_host_kv_through_the_cpu_engine_and_says_so(tmp_path, caplog)
         assert st.load(dst_kv, [ChunkRequest(ks, [5, 6, 7, 8])]) == (2, [0, 0])
         for layer in range(GEO.nr_layers):
             assert np.array_equal(dst[layer][[5, 6, 7, 8]], src[layer][[1, 2, 3, 4]])
-        assert st.stats()["gpu_io_kernel_ns"] == 0
+        stats = st.stats()
+        assert stats["gpu_io_kernel_ns"] == 0
+        # Host KV goes through the lanes: no wave (GPU KV's way) was waited for. The fields sit
+        # at the end of the library's struct, so reading them checks the binding's layout.
+        assert stats["wave_io_wait_ns"] == 0 and stats["wave_copy_wait_ns"] == 0
+        assert stats["load_ns"] > 0 and stats["save_ns"] > 0
     # Host KV never tries gpu-uring, so there is no fallback to warn about.
     assert not [r for r in caplog.records if "gpu-uring" in r.getMessage()]
 
