@@ -130,7 +130,8 @@ struct conf {
 	/* --gpu-io-workers, --gpu-io-sms: engine gpu-uring's kernel footprint (0: the store's
 	 * defaults) */
 	uint32_t gpu_io_workers, gpu_io_sms;
-	uint32_t posix_threads; /* --posix-threads: engine posix's threads (0: the store's default) */
+	uint32_t
+	    posix_threads; /* --posix-threads: engine posix's threads (0: the store's default) */
 };
 
 struct phase {
@@ -1131,11 +1132,13 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 		    lat->sq_cpu_ms[w], lat->workers[w], lat->io_wait_ms[w],
 		    (unsigned long long)lat->submits[w]);
 		if (b->c.gpu_kv && (path == P_URING || path == P_POSIX)) {
-			printf("%-9s %7llu tok %-8s %-9s loads' medians: %.2f ms inside the call, of "
-			       "it %.2f ms waiting for the storage, %.2f ms for the GPU\n",
-			       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens,
-			       "latency", path_names[path], loads_median(lat->call_ms, n),
-			       loads_median(lat->storage_wait_ms, n), loads_median(lat->gpu_wait_ms, n));
+			printf(
+			    "%-9s %7llu tok %-8s %-9s loads' medians: %.2f ms inside the call, of "
+			    "it %.2f ms waiting for the storage, %.2f ms for the GPU\n",
+			    b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens,
+			    "latency", path_names[path], loads_median(lat->call_ms, n),
+			    loads_median(lat->storage_wait_ms, n),
+			    loads_median(lat->gpu_wait_ms, n));
 		}
 	}
 	fflush(stdout);

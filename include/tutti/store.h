@@ -123,15 +123,15 @@ struct tutti_store_opts {
 	 *  queue_depth x max_io_bytes is not allocated (the stats give what was). Engine gpu-uring
 	 *  uses it as bounce slots of one object each. */
 	uint64_t staging_bytes;
-	uint64_t max_io_bytes;  /**< largest single I/O; default 4 MiB; at least one object */
-	uint32_t queue_depth;   /**< most I/Os in flight; default 32 */
+	uint64_t max_io_bytes; /**< largest single I/O; default 4 MiB; at least one object */
+	uint32_t queue_depth;  /**< most I/Os in flight; default 32 */
 	/** Worker threads of the posix engine; default queue_depth, but on tmpfs (where each read
 	 *  or write is a copy by the thread itself) no more than the online CPUs. */
 	uint32_t posix_threads;
-	tutti_log_fn log_fn;    /**< where log lines go; NULL: nowhere */
-	void *log_arg;          /**< passed to log_fn */
-	uint32_t log_level;     /**< most verbose enum tutti_log_level passed on; default WARN */
-	uint32_t durability;    /**< enum tutti_durability; default TUTTI_DURABILITY_FAST */
+	tutti_log_fn log_fn; /**< where log lines go; NULL: nowhere */
+	void *log_arg;       /**< passed to log_fn */
+	uint32_t log_level;  /**< most verbose enum tutti_log_level passed on; default WARN */
+	uint32_t durability; /**< enum tutti_durability; default TUTTI_DURABILITY_FAST */
 	/** Engine gpu-uring with GPU KV: the workers of its I/O kernel (one launch covers a
 	 *  call's layers, or one layer of a layerwise step), each moving one object at a time out
 	 *  of its bounce slot (load) or into it (save); 1..64, default 29. More workers keep more

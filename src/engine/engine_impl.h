@@ -345,7 +345,7 @@ int tt_lanes_join(struct tt_engine *e);
 int tt_waves_transfer(struct tt_engine *e, struct tt_xfer *x, const struct tt_objmover_ops *om,
                       void *ctx);
 /* How a transfer of \p total objects goes through staging of \p slots object slots: waves of
- * *per_wave objects, in *nr_bufs buffers (at most TT_OBJMOVER_BUFS; per_wave x nr_bufs <= slots). */
+ * *per_wave objects in *nr_bufs buffers (at most TT_OBJMOVER_BUFS, per_wave x nr_bufs <= slots). */
 void tt_waves_cut(uint32_t slots, uint32_t total, uint32_t *per_wave, uint32_t *nr_bufs);
 /* Make the object mover's staging for \p om (\p ctx) now rather than at the first wave. */
 int tt_waves_prepare(struct tt_engine *e, const struct tt_objmover_ops *om, void *ctx);

@@ -292,9 +292,9 @@ run_save(struct waves *w)
 			}
 			rc = wave_objs(w, k);
 			if (rc == 0) {
-				rc = w->om->copy(w->ctx, k % w->nr_bufs,
-				                 w->e->staging + slot_off(w, first),
-				                 w->stage + slot_off(w, first), wave_size(w, k) * ob);
+				rc = w->om->copy(
+				    w->ctx, k % w->nr_bufs, w->e->staging + slot_off(w, first),
+				    w->stage + slot_off(w, first), wave_size(w, k) * ob);
 			}
 		}
 		if (rc == 0 && k >= wave_lag(w)) {
