@@ -1171,21 +1171,26 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 		    "\"pause_ms\":%.1f,\"io_thread_ms_per_load\":%.4f,\"io_thread_cores\":%.5f,",
 		    b->c.pause_ms, lat->io_thread_s * 1e3 / n, lat->io_thread_s / lat->loop_s);
 	}
-	json_array(b->json, "loads_ms", lat->ms, n);
-	fprintf(b->json, ",");
-	json_array(b->json, "loads_kernel_ms", lat->kernel_ms, n);
-	fprintf(b->json, ",");
-	json_array(b->json, "loads_io_cpu_ms", lat->io_cpu_ms, n);
-	fprintf(b->json, ",");
-	json_array(b->json, "loads_io_wait_ms", lat->io_wait_ms, n);
-	fprintf(b->json, ",");
-	json_array(b->json, "loads_sq_cpu_ms", lat->sq_cpu_ms, n);
-	fprintf(b->json, ",");
-	json_array(b->json, "loads_call_ms", lat->call_ms, n);
-	fprintf(b->json, ",");
-	json_array(b->json, "loads_storage_wait_ms", lat->storage_wait_ms, n);
-	fprintf(b->json, ",");
-	json_array(b->json, "loads_gpu_wait_ms", lat->gpu_wait_ms, n);
+	{
+		const struct {
+			const char *name;
+			const double *v;
+		} per_load[] = {
+		    {"loads_ms", lat->ms},
+		    {"loads_kernel_ms", lat->kernel_ms},
+		    {"loads_io_cpu_ms", lat->io_cpu_ms},
+		    {"loads_io_wait_ms", lat->io_wait_ms},
+		    {"loads_sq_cpu_ms", lat->sq_cpu_ms},
+		    {"loads_call_ms", lat->call_ms},
+		    {"loads_storage_wait_ms", lat->storage_wait_ms},
+		    {"loads_gpu_wait_ms", lat->gpu_wait_ms},
+		};
+
+		for (size_t k = 0; k < sizeof(per_load) / sizeof(per_load[0]); k++) {
+			fprintf(b->json, "%s", k ? "," : "");
+			json_array(b->json, per_load[k].name, per_load[k].v, n);
+		}
+	}
 	fprintf(b->json, ",\"loads_submits\":[");
 	for (uint32_t i = 0; i < n; i++) {
 		fprintf(b->json, "%s%llu", i ? "," : "", (unsigned long long)lat->submits[i]);

@@ -139,28 +139,18 @@ test_waves_cut_small_transfers_finer(void **state)
 	uint32_t per, bufs;
 
 	(void)state;
-	tt_waves_cut(256, 4096, &per, &bufs);
-	assert_int_equal(per, 64);
-	assert_int_equal(bufs, 4);
-	tt_waves_cut(256, 512, &per, &bufs);
-	assert_int_equal(per, 64);
-	assert_int_equal(bufs, 4);
-	/* A 2K-token prefix of 32 layers (256 objects), one chunk (32). */
-	tt_waves_cut(256, 256, &per, &bufs);
-	assert_int_equal(per, 32);
-	assert_int_equal(bufs, 8);
-	tt_waves_cut(256, 32, &per, &bufs);
-	assert_int_equal(per, 4);
-	assert_int_equal(bufs, 8);
-	tt_waves_cut(256, 300, &per, &bufs);
-	assert_int_equal(per, 37);
-	assert_int_equal(bufs, 6);
-	tt_waves_cut(1, 5, &per, &bufs);
-	assert_int_equal(per, 1);
-	assert_int_equal(bufs, 1);
-	tt_waves_cut(8, 8, &per, &bufs);
-	assert_int_equal(per, 1);
-	assert_int_equal(bufs, 8);
+	/* slots, total objects: per_wave, buffers. A 2K-token prefix of 32 layers is 256 objects,
+	 * one chunk 32. */
+	static const uint32_t cases[][4] = {
+	    {256, 4096, 64, 4}, {256, 512, 64, 4}, {256, 256, 32, 8}, {256, 32, 4, 8},
+	    {256, 300, 37, 6},  {1, 5, 1, 1},      {8, 8, 1, 8},
+	};
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		tt_waves_cut(cases[c][0], cases[c][1], &per, &bufs);
+		assert_int_equal(per, cases[c][2]);
+		assert_int_equal(bufs, cases[c][3]);
+	}
 	for (uint32_t slots = 1; slots <= 300; slots++) {
 		uint32_t full = slots / (slots < 4 ? slots : 4);
 
