@@ -786,7 +786,7 @@ serial_log(void *arg, int level, const char *msg)
  * (posix_threads; by default one per unit slot, but no more than the online CPUs on
  * page-cache-backed files, where every I/O is a copy by the lane's own thread, so that lanes
  * beyond the CPUs only wait for one: 32 lanes on 16 CPUs retrieved GPU KV from tmpfs at 0.6-0.9x
- * the speed of 16, docs/results.md E21); never more than the unit slots. */
+ * the speed of 16, docs/results.md E22); never more than the unit slots. */
 static uint32_t
 lane_count(const struct tt_engine *e)
 {
