@@ -130,8 +130,8 @@ struct conf {
 	/* --gpu-io-workers, --gpu-io-sms: engine gpu-uring's kernel footprint (0: the store's
 	 * defaults) */
 	uint32_t gpu_io_workers, gpu_io_sms;
-	uint32_t
-	    posix_threads; /* --posix-threads: engine posix's threads (0: the store's default) */
+	/* --posix-threads: engine posix's threads (0: the store's default) */
+	uint32_t posix_threads;
 };
 
 struct phase {
@@ -815,6 +815,14 @@ run_path(struct ctx *x, enum path path, struct phase *store, struct phase *retri
 	return true;
 }
 
+/* Whether \p path moves this bench's KV in waves, whose caller's waits the store counts: engines
+ * uring and posix with GPU KV. */
+static bool
+in_waves(const struct bench *b, enum path path)
+{
+	return b->c.gpu_kv && (path == P_URING || path == P_POSIX);
+}
+
 static void
 report(struct ctx *x, enum path path, const char *op, const struct phase *ph, uint64_t mismatches)
 {
@@ -836,7 +844,7 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	bool above = limit > 0 && gbps > limit;
 	/* Engines uring and posix move GPU KV in waves: the share of the rounds' time their
 	 * caller waited for the storage and for the GPU says which one held them back. */
-	bool wait_known = b->c.gpu_kv && (path == P_URING || path == P_POSIX) && ph->wall_sum_s > 0;
+	bool wait_known = in_waves(b, path) && ph->wall_sum_s > 0;
 	double io_share = wait_known ? (double)ph->io_wait_ns / 1e9 / ph->wall_sum_s : 0;
 	double gpu_share = wait_known ? (double)ph->copy_wait_ns / 1e9 / ph->wall_sum_s : 0;
 
@@ -1069,7 +1077,8 @@ json_array(FILE *f, const char *name, const double *v, uint32_t n)
 	fprintf(f, "]");
 }
 
-/* Median of \p n per-load values (more than bu_median takes). */
+/* The p50 of \p n per-load values by nearest rank, as the loads' own p50 (bu_median averages
+ * the middle two and takes at most BU_MAX_VALUES). */
 static double
 loads_median(const double *v, uint32_t n)
 {
@@ -1131,7 +1140,7 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 		    path_names[path], w, lat->ms[w], lat->kernel_ms[w], lat->io_cpu_ms[w],
 		    lat->sq_cpu_ms[w], lat->workers[w], lat->io_wait_ms[w],
 		    (unsigned long long)lat->submits[w]);
-		if (b->c.gpu_kv && (path == P_URING || path == P_POSIX)) {
+		if (in_waves(b, path)) {
 			printf(
 			    "%-9s %7llu tok %-8s %-9s loads' medians: %.2f ms inside the call, of "
 			    "it %.2f ms waiting for the storage, %.2f ms for the GPU\n",
@@ -1353,7 +1362,8 @@ usage(void)
 	    " [--trace]\n"
 	    "       [--gpu-io-workers N] [--gpu-io-sms N] [--posix-threads N]\n"
 	    "  --posix-threads N   engine posix's threads (default the store's: one per I/O in "
-	    "flight)\n"
+	    "flight, on tmpfs\n"
+	    "                at most the online CPUs)\n"
 	    "  --gpu-io-workers N, --gpu-io-sms N   engine gpu-uring's kernel workers and SMs "
 	    "(struct tutti_store_opts;\n"
 	    "                default and 0: the store's own; 0 in the JSON)\n"

@@ -7,8 +7,9 @@
  * waves at least, tt_waves_cut). Lanes (cpu_path.c) read each object into its slot, claiming them
  * in order as far as free buffers allow; once a wave is in, the calling thread queues on the mover
  * one copy of the whole wave across PCIe into its buffer and one check-and-scatter launch per
- * layer run of the wave, then waits for the copy alone (not the launches) to free the host buffer
- * for the wave nr_bufs later. The mover orders each buffer's steps and runs different buffers'
+ * layer run of the wave and then, one wave behind (so that the next copy is queued while it
+ * waits), waits for the previous wave's copy alone (not the launches) to free that host buffer
+ * for the wave nr_bufs after it. The mover orders each buffer's steps and runs different buffers'
  * side by side, so the storage's I/O, one wave's copy and an earlier wave's kernels all overlap,
  * the host never waits per object or per layer, and every object is checked on the GPU after it
  * crossed PCIe. A save runs the other way: the mover gathers and hashes a wave into its buffer and
@@ -223,6 +224,25 @@ wave_lag(const struct waves *w)
 	return w->nr_bufs > 1 ? 1 : 0;
 }
 
+/* Step \p k's second half: once the copy of wave k - wave_lag is done, hand its host buffer back
+ * to the lanes (a load: to read the wave nr_bufs after it into; a save: to write it out). */
+static int
+hand_back(struct waves *w, uint32_t k)
+{
+	uint32_t j;
+	int rc;
+
+	if (k < wave_lag(w)) {
+		return 0;
+	}
+	j = k - wave_lag(w);
+	rc = wait_copy(w, j % w->nr_bufs);
+	if (rc == 0) {
+		publish(w, (j + 1 + (w->write ? 0 : w->nr_bufs)) * w->per_wave, false);
+	}
+	return rc;
+}
+
 /* Wave \p k's objects in one call, whatever layers they span: its slots are consecutive, and
  * the layers' objects are checked side by side (one object a block), not layer after layer. */
 static int
@@ -261,14 +281,8 @@ run_load(struct waves *w)
 				rc = wave_objs(w, k);
 			}
 		}
-		/* Wave j's copy alone frees its host buffer for the wave nr_bufs after it. */
-		if (rc == 0 && k >= wave_lag(w)) {
-			uint32_t j = k - wave_lag(w);
-
-			rc = wait_copy(w, j % w->nr_bufs);
-			if (rc == 0) {
-				publish(w, (j + 1 + w->nr_bufs) * w->per_wave, false);
-			}
+		if (rc == 0) {
+			rc = hand_back(w, k);
 		}
 	}
 	return rc;
@@ -297,13 +311,8 @@ run_save(struct waves *w)
 				    w->stage + slot_off(w, first), wave_size(w, k) * ob);
 			}
 		}
-		if (rc == 0 && k >= wave_lag(w)) {
-			uint32_t j = k - wave_lag(w);
-
-			rc = wait_copy(w, j % w->nr_bufs);
-			if (rc == 0) {
-				publish(w, (j + 1) * w->per_wave, false);
-			}
+		if (rc == 0) {
+			rc = hand_back(w, k);
 		}
 	}
 	return rc;
