@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 uint64_t
 bu_now_ns(void)
@@ -26,6 +27,27 @@ bu_process_cpu_s(void)
 	getrusage(RUSAGE_SELF, &ru);
 	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
 	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+double
+bu_machine_busy_s(void)
+{
+	unsigned long long v[8] = {0};
+	FILE *f = fopen("/proc/stat", "r");
+	long hz = sysconf(_SC_CLK_TCK);
+	int n;
+
+	if (f == NULL) {
+		return -1;
+	}
+	/* cpu  user nice system idle iowait irq softirq steal */
+	n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+	           &v[4], &v[5], &v[6], &v[7]);
+	fclose(f);
+	if (n < 5 || hz <= 0) {
+		return -1;
+	}
+	return (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / (double)hz;
 }
 
 static int

@@ -15,6 +15,11 @@
 uint64_t bu_now_ns(void);
 /* User + system seconds of the whole process (every thread, io_uring's kernel threads too). */
 double bu_process_cpu_s(void);
+/* Seconds every CPU of the machine spent busy (/proc/stat: user, nice, system, irq
+ * and softirq; not idle, iowait or a hypervisor's steal), summed over
+ * the CPUs; -1 where it cannot be read. Differences over a span, divided by its wall time, give
+ * how many cores the whole machine kept busy, this process and every other. */
+double bu_machine_busy_s(void);
 /* Median of \p n (1..BU_MAX_VALUES) values; \p v is left as it was. */
 double bu_median(const double *v, uint32_t n);
 /* Sort \p n values in place, ascending. */

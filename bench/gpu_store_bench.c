@@ -144,6 +144,13 @@ struct phase {
 	double wall_sum_s;
 	uint64_t io_wait_ns, copy_wait_ns;
 	double idle_io_cores; /* --idle-s: I/O threads' CPU idle, on the retrieve row; < 0: none */
+	/* Where the CPU went, per round, in cores (CPU seconds per second of the round): the whole
+	 * machine's busy CPUs, this process, its io-wq workers (and how long they waited for a
+	 * CPU while runnable, and how many ran), its SQ thread. Says whether a path that the
+	 * CPU's copies bind had CPUs to spare. */
+	double cores_machine[MAX_REPEATS], cores_process[MAX_REPEATS];
+	double cores_iowq[MAX_REPEATS], cores_iowq_runnable[MAX_REPEATS], cores_sq[MAX_REPEATS];
+	double iowq_ran[MAX_REPEATS];
 };
 
 struct bench {
@@ -695,7 +702,7 @@ request(const struct ctx *x, const uint32_t *ids)
 
 struct round_meter {
 	uint64_t t0;
-	double cpu0;
+	double cpu0, machine0;
 	struct io_threads io0;
 	struct tutti_stats s0;
 };
@@ -708,6 +715,7 @@ meter_start(struct round_meter *m, struct tutti_store *st)
 		tutti_store_get_stats(st, &m->s0);
 	}
 	io_threads_snap(&m->io0);
+	m->machine0 = bu_machine_busy_s();
 	m->cpu0 = bu_process_cpu_s();
 	m->t0 = bu_now_ns();
 }
@@ -717,13 +725,22 @@ meter_stop(const struct round_meter *m, struct ctx *x, struct tutti_store *st, s
            uint32_t r)
 {
 	uint64_t ns = bu_now_ns() - m->t0;
-	double gb = (double)x->bytes / 1e9;
+	double gb = (double)x->bytes / 1e9, wall = (double)ns / 1e9;
+	double cpu = bu_process_cpu_s() - m->cpu0, machine = bu_machine_busy_s();
 	struct tutti_stats s1 = {.size = sizeof(s1)};
 	struct io_threads io1;
+	uint32_t ran = 0;
 
-	ph->cpu_s[r] = (bu_process_cpu_s() - m->cpu0) / gb;
+	ph->cpu_s[r] = cpu / gb;
 	io_threads_snap(&io1);
 	ph->io_thread_s[r] = io_threads_time(&m->io0, &io1, false) / gb;
+	ph->cores_process[r] = cpu / wall;
+	ph->cores_machine[r] =
+	    machine >= 0 && m->machine0 >= 0 ? (machine - m->machine0) / wall : -1;
+	ph->cores_iowq[r] = io_threads_sum(&m->io0, &io1, false, IOT_WORKER, &ran) / wall;
+	ph->iowq_ran[r] = ran;
+	ph->cores_iowq_runnable[r] = io_threads_sum(&m->io0, &io1, true, IOT_WORKER, NULL) / wall;
+	ph->cores_sq[r] = io_threads_sum(&m->io0, &io1, false, IOT_SQ, NULL) / wall;
 	ph->gbps[r] = (double)x->bytes / (double)ns;
 	ph->wall_s = (double)ns / 1e9;
 	ph->wall_sum_s += (double)ns / 1e9;
@@ -867,6 +884,13 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 		       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, op,
 		       path_names[path], 100 * io_share, 100 * gpu_share);
 	}
+	printf("%-9s %7llu tok %-8s %-9s cores busy: machine %.1f of %ld, process %.1f, io-wq %.1f "
+	       "(%.0f workers ran, runnable unrun %.1f), SQ thread %.2f\n",
+	       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, op,
+	       path_names[path], bu_median(ph->cores_machine, R), sysconf(_SC_NPROCESSORS_ONLN),
+	       bu_median(ph->cores_process, R), bu_median(ph->cores_iowq, R),
+	       bu_median(ph->iowq_ran, R), bu_median(ph->cores_iowq_runnable, R),
+	       bu_median(ph->cores_sq, R));
 	if (ph->idle_io_cores >= 0) {
 		printf("%-9s %7llu tok %-8s %-9s idle %.1f s after the rounds: io threads %.4f "
 		       "cores\n",
@@ -919,6 +943,14 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	if (path == P_POSIX) {
 		fprintf(b->json, ",\"posix_threads\":%u", b->c.posix_threads);
 	}
+	fprintf(b->json,
+	        ",\"online_cpus\":%ld,\"cores_machine\":%.2f,\"cores_process\":%.2f,"
+	        "\"cores_iowq\":%.2f,\"iowq_workers_ran\":%.0f,\"cores_iowq_runnable\":%.2f,"
+	        "\"cores_sq\":%.2f",
+	        sysconf(_SC_NPROCESSORS_ONLN), bu_median(ph->cores_machine, R),
+	        bu_median(ph->cores_process, R), bu_median(ph->cores_iowq, R),
+	        bu_median(ph->iowq_ran, R), bu_median(ph->cores_iowq_runnable, R),
+	        bu_median(ph->cores_sq, R));
 	if (wait_known) {
 		fprintf(b->json, ",\"io_wait_share\":%.3f,\"gpu_wait_share\":%.3f", io_share,
 		        gpu_share);

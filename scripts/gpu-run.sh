@@ -23,8 +23,8 @@
 # bench/lmcache_micro.py with LMCACHE_MICRO_ARGS), ceiling (tutti ceiling: the limit every bench
 # divides by, emulated and disk, CEILING_ARGS), host-kv-emulated and host-kv-disk (tutti bench:
 # KV in host memory, engines uring and posix, HOST_KV_CONTEXTS and HOST_KV_ARGS), posix-threads
-# (engine posix into GPU KV by its thread count, POSIX_THREADS and POSIX_TURNS); default: test
-# mover.
+# (engine posix into GPU KV by its thread count, POSIX_THREADS and POSIX_TURNS), variants
+# (tutti-gpu-store-bench once per variant of BENCH_VARIANTS, in turns); default: test mover.
 # BENCH_ARGS adds arguments to tutti-gpu-store-bench; STRIPE_ARGS to tutti-stripe-bench
 # (STRIPE_ENGINES, STRIPE_SHM_TOKENS and STRIPE_DISK_TOKENS change its defaults).
 set -uo pipefail
@@ -46,6 +46,26 @@ cmake -S . -B build/gpu -DTUTTI_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$OU
 rc=$?
 log "build exit $rc"
 [ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit 1; }
+
+# bench_turns NAME TURNS VARIANT...: tutti-gpu-store-bench on /dev/shm with BENCH_ARGS and each
+# VARIANT's options, the variants in turn TURNS times, each run on a fresh directory; rows to
+# $OUT/NAME.jsonl, the text to $OUT/NAME.txt.
+bench_turns() {
+	local name=$1 turns=$2 dir=/dev/shm/tutti-$1 turn v
+	shift 2
+	for turn in $(seq "$turns"); do
+		for v in "$@"; do
+			rm -rf "$dir" && mkdir -p "$dir"
+			log "$name: '$v', turn $turn, in $dir: ${BENCH_ARGS:-defaults}"
+			# shellcheck disable=SC2086
+			timeout "${BENCH_TIMEOUT:-300}" build/gpu/tutti-gpu-store-bench --dir "$dir" \
+				--json "$OUT/$name.jsonl" ${BENCH_ARGS:-} $v 2>> "$OUT/$name.err" |
+				tee -a "$OUT/$name.txt" >> "$OUT/summary.txt"
+			log "$name exit ${PIPESTATUS[0]}"
+		done
+	done
+	rm -rf "$dir"
+}
 
 steps=${*:-test mover}
 
@@ -121,20 +141,17 @@ posix-threads)
 	# store's default, one per I/O in flight), each POSIX_TURNS times (default 2) in turn, so
 	# that tmpfs's drift between runs falls on every count alike; one JSON object per row in
 	# $OUT/posix-threads.jsonl, each with the caller's waits (io_wait_share, gpu_wait_share).
-	dir=/dev/shm/tutti-posix-threads
-	for turn in $(seq "${POSIX_TURNS:-2}"); do
-		for n in ${POSIX_THREADS:-32 16 8}; do
-			rm -rf "$dir" && mkdir -p "$dir"
-			log "posix-threads: $n threads, turn $turn, in $dir: ${BENCH_ARGS:-defaults}"
-			# shellcheck disable=SC2086
-			timeout "${BENCH_TIMEOUT:-300}" build/gpu/tutti-gpu-store-bench --dir "$dir" \
-				--paths posix --posix-threads "$n" --json "$OUT/posix-threads.jsonl" \
-				${BENCH_ARGS:-} 2>> "$OUT/posix-threads.err" | tee -a "$OUT/posix-threads.txt" \
-				>> "$OUT/summary.txt"
-			log "posix-threads exit ${PIPESTATUS[0]}"
-		done
-	done
-	rm -rf "$dir"
+	variants=()
+	for n in ${POSIX_THREADS:-32 16 8}; do variants+=("--paths posix --posix-threads $n"); done
+	bench_turns posix-threads "${POSIX_TURNS:-2}" "${variants[@]}"
+	;;
+variants)
+	# tutti-gpu-store-bench on /dev/shm once per variant, the variants of BENCH_VARIANTS
+	# (separated by ';', each a set of options added to BENCH_ARGS; an empty one runs
+	# BENCH_ARGS alone) in turn, VARIANT_TURNS times (default 2), so that tmpfs's drift between
+	# runs falls on every variant alike; one JSON object per row in $OUT/variants.jsonl.
+	IFS=';' read -r -a variants <<< "${BENCH_VARIANTS:-}"
+	bench_turns variants "${VARIANT_TURNS:-2}" "${variants[@]}"
 	;;
 stripe)
 	# Retrieve bandwidth over 1, 2 and 4 directories (one data file each) against raw O_DIRECT
