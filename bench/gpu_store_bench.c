@@ -73,7 +73,7 @@
  *            [--staging-mib N] [--raw-gib N] [--ceiling-s X] [--model NAME] [--json FILE]
  *            [--kv gpu|host] [--latency N [--pause-ms X]] [--gpu-io-submit auto|sqpoll|host]
  *            [--idle-s X] [--trace] [--gpu-io-workers N] [--gpu-io-sms N]
- *            [--posix-threads N]
+ *            [--posix-threads N] [--queue-depth N]
  */
 #include <cuda_runtime.h>
 #include <dirent.h>
@@ -132,6 +132,9 @@ struct conf {
 	uint32_t gpu_io_workers, gpu_io_sms;
 	/* --posix-threads: engine posix's threads (0: the store's default) */
 	uint32_t posix_threads;
+	/* --queue-depth: the store's I/Os in flight (0: its default); with --staging-mib it sets
+	 * how much staging is allocated, and so gpu-uring's bounce slots */
+	uint32_t queue_depth;
 };
 
 struct phase {
@@ -664,6 +667,9 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 	/* One request and a few spare slots: each store round evicts the previous round. */
 	o.capacity_bytes = (uint64_t)(x->chunks + 4) * tutti_geometry_slot_bytes(&b->geo);
 	o.staging_bytes = b->c.staging_bytes;
+	if (b->c.queue_depth != 0) {
+		o.queue_depth = b->c.queue_depth;
+	}
 	o.key_bytes = KEY_BYTES;
 	o.log_fn = log_to_stderr; /* errors always, with their reason */
 	if (b->c.trace) {
@@ -1393,6 +1399,12 @@ usage(void)
 	    "auto|sqpoll|host] [--idle-s X]"
 	    " [--trace]\n"
 	    "       [--gpu-io-workers N] [--gpu-io-sms N] [--posix-threads N]\n"
+	    "       [--queue-depth N]\n"
+	    "  --queue-depth N     the store's I/Os in flight (default the store's, 32); the "
+	    "staging\n"
+	    "                allocated is at most N x its 4 MiB I/Os; gpu-uring cuts it into "
+	    "bounce slots\n"
+	    "                of one object\n"
 	    "  --posix-threads N   engine posix's threads (default the store's: one per I/O in "
 	    "flight, on tmpfs\n"
 	    "                at most the online CPUs)\n"
@@ -1524,6 +1536,8 @@ parse(int argc, char **argv, struct conf *c)
 			c->gpu_io_workers = (uint32_t)number(a, v, 1, 64);
 		} else if (strcmp(a, "--gpu-io-sms") == 0) {
 			c->gpu_io_sms = (uint32_t)number(a, v, 1, 64);
+		} else if (strcmp(a, "--queue-depth") == 0) {
+			c->queue_depth = (uint32_t)number(a, v, 1, 4096);
 		} else if (strcmp(a, "--posix-threads") == 0) {
 			c->posix_threads = (uint32_t)number(a, v, 1, 1024);
 		} else if (strcmp(a, "--latency") == 0) {
