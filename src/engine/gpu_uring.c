@@ -32,6 +32,13 @@
  * data files: issued inline, their copies would all run on the one SQ thread (inline writes
  * stored 3.3-3.4 GB/s over 16 files on the H200, docs/results.md, row E1). */
 #define RING_MAX_SLOTS 4096u
+/* On page-cache-backed files at most this much of the staging becomes bounce slots: each read
+ * is there a copy by an io-wq worker, and more reads in flight only start more workers that
+ * contend for the CPUs and the CPU's cache. On the H200, with 1 MiB objects, retrieve into GPU
+ * KV ran the same with 32 to 96 slots, lower with 128, and at 0.61-0.67x of the pinned copy with
+ * 256 (0.79-0.87x with 64), its io-wq workers waiting for a CPU 3-5 cores' worth of the time
+ * (docs/results.md, rows E24 and E25). */
+#define RING_PAGE_CACHE_BOUNCE_BYTES (64ull << 20)
 /* The SQ holds what the controller publishes in one batch, which the CQ credit bounds anyway. */
 #define RING_MAX_SQ_ENTRIES 1024u
 /* An idle SQ thread sleeps after this long; the host wakes it once per launch. */
@@ -117,13 +124,23 @@ auto_open(const struct tt_engine_conf *conf, struct tt_engine **out)
 	return open_as(&tt_engine_auto, conf, out);
 }
 
+uint32_t
+tt_gpu_uring_bounce_slots(uint64_t staging_bytes, uint64_t object_bytes, bool page_cache)
+{
+	uint64_t bytes =
+	    page_cache ? TT_MIN(staging_bytes, RING_PAGE_CACHE_BOUNCE_BYTES) : staging_bytes;
+	uint64_t slots = TT_MAX(bytes / object_bytes, 1);
+
+	return (uint32_t)TT_MIN(TT_MIN(slots, staging_bytes / object_bytes),
+	                        (uint64_t)RING_MAX_SLOTS);
+}
+
 /* The ring on the data files, with the staging as its bounce slots. Returns 0 or -errno, the
  * caller logging it. */
 static int
 ring_create(struct gpu_uring_engine *g)
 {
 	struct tt_engine *e = &g->base;
-	uint64_t slots = e->nr_staging * e->unit_bytes / e->geo->object_bytes;
 	/* Over several files (format 5 spreads a directory's slots over up to 16), punted writes
 	 * run side by side on io-wq; into one file they would only contend. */
 	bool punt_writes = e->page_cache && e->nr_fds > 1;
@@ -136,7 +153,10 @@ ring_create(struct gpu_uring_engine *g)
 	struct tt_gpu_uring_conf conf;
 	uint32_t cq;
 
-	g->slots = (uint32_t)TT_MIN(slots, (uint64_t)RING_MAX_SLOTS);
+	g->slots = tt_gpu_uring_bounce_slots(e->nr_staging * e->unit_bytes, e->geo->object_bytes,
+	                                     e->page_cache);
+	tt_log_debug(e->log, "gpu-uring: %u bounce slots of %llu bytes", g->slots,
+	             (unsigned long long)e->geo->object_bytes);
 	cq = 1;
 	while (cq < g->slots || cq < e->conf.queue_depth) {
 		cq <<= 1;

@@ -307,6 +307,42 @@ test_engine_kinds_and_names(void **state)
 	assert_int_equal(tutti_gpu_io_submit_parse(NULL), -EINVAL);
 }
 
+/* gpu-uring's bounce slots: all of the staging on a block device, at most 64 MiB of it on
+ * page-cache-backed files (more reads in flight there only start io-wq workers that contend),
+ * at least one object, at most 4096 slots. */
+static void
+test_gpu_uring_bounce_slots_cap_page_cache_staging(void **state)
+{
+	const uint64_t MiB = 1ull << 20;
+	static const struct {
+		uint64_t staging, object;
+		bool page_cache;
+		uint32_t slots;
+	} cases[] = {
+	    {128 << 20, 1 << 20, false, 128},  {128 << 20, 1 << 20, true, 64},
+	    {64 << 20, 1 << 20, true, 64},     {32 << 20, 1 << 20, true, 32},
+	    {512 << 20, 1 << 20, true, 64},    {512 << 20, 1 << 20, false, 512},
+	    {256 << 20, 64 << 10, true, 1024}, {256 << 20, 64 << 10, false, 4096},
+	    {96 << 20, 80 << 20, true, 1},     {96 << 20, 48 << 20, true, 1},
+	    {96 << 20, 48 << 20, false, 2},    {5 << 20, 5 << 20, true, 1},
+	};
+
+	(void)state;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		assert_int_equal(tt_gpu_uring_bounce_slots(cases[c].staging, cases[c].object,
+		                                           cases[c].page_cache),
+		                 cases[c].slots);
+	}
+	/* The cap is by bytes: whatever the object, no more than 64 MiB of slots on tmpfs. */
+	for (uint64_t object = 4096; object <= 64 * MiB; object *= 2) {
+		uint32_t n = tt_gpu_uring_bounce_slots(1024 * MiB, object, true);
+
+		assert_true(n >= 1);
+		assert_true((uint64_t)n * object <= 64 * MiB);
+		assert_true(n == 4096 || (uint64_t)(n + 1) * object > 64 * MiB);
+	}
+}
+
 int
 main(void)
 {
@@ -318,6 +354,7 @@ main(void)
 	    cmocka_unit_test(test_engine_submit_rejects_malformed_ios_without_queuing_any),
 	    cmocka_unit_test(test_io_state_advance_continues_a_vector_after_short_transfers),
 	    cmocka_unit_test(test_engine_kinds_and_names),
+	    cmocka_unit_test(test_gpu_uring_bounce_slots_cap_page_cache_staging),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
