@@ -949,6 +949,7 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	if (path == P_POSIX) {
 		fprintf(b->json, ",\"posix_threads\":%u", b->c.posix_threads);
 	}
+	fprintf(b->json, ",\"queue_depth\":%u", b->c.queue_depth);
 	fprintf(b->json,
 	        ",\"online_cpus\":%ld,\"cores_machine\":%.2f,\"cores_process\":%.2f,"
 	        "\"cores_iowq\":%.2f,\"iowq_workers_ran\":%.0f,\"cores_iowq_runnable\":%.2f,"

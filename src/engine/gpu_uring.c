@@ -35,9 +35,9 @@
 /* On page-cache-backed files at most this much of the staging becomes bounce slots: each read
  * is there a copy by an io-wq worker, and more reads in flight only start more workers that
  * contend for the CPUs and the CPU's cache. On the H200, with 1 MiB objects, retrieve into GPU
- * KV ran the same with 32 to 96 slots, lower with 128, and at 0.61-0.67x of the pinned copy with
- * 256 (0.79-0.87x with 64), its io-wq workers waiting for a CPU 3-5 cores' worth of the time
- * (docs/results.md, rows E24 and E25). */
+ * KV ran alike with 32 to 96 slots; with 128 it was 3-10% slower at 19-29% more CPU per GB and
+ * stores 13-34% slower than with 64; with 256 or 512 it fell to 0.53-0.67x of the pinned copy,
+ * its io-wq workers waiting for a CPU 3-16 cores' worth of the time (docs/results.md, E25). */
 #define RING_PAGE_CACHE_BOUNCE_BYTES (64ull << 20)
 /* The SQ holds what the controller publishes in one batch, which the CQ credit bounds anyway. */
 #define RING_MAX_SQ_ENTRIES 1024u
