@@ -4,8 +4,8 @@
 # (engine, size), every load bit-exact, its p50 / p99 / max the nearest ranks of the loads it
 # lists, its target 1.3 x bytes / limit + 1 ms from the limit of the run's own ceiling, and the
 # ratios and verdicts from those; the default sizes are 8 chunks and 1 chunk; the bandwidth rows
-# run on host KV too and record gpu-uring's kernel footprint; no files are left behind; bad
-# options exit 2.
+# run on host KV too, record gpu-uring's kernel footprint, the queue depth asked for and where the
+# CPU went; no files are left behind; bad options exit 2.
 set -euo pipefail
 bench=$1
 dir=$(mktemp -d "${TMPDIR:-/tmp}/tutti-latency.XXXXXX")
@@ -119,8 +119,10 @@ grep -q '"context_tokens":512,"chunks":8,.*"bit_exact":true' "$dir/tiny.jsonl" |
 grep -q '"context_tokens":64,"chunks":1,.*"bit_exact":true' "$dir/tiny.jsonl" || fail "1 chunk: $(cat "$dir/tiny.jsonl")"
 
 # The bandwidth rows on host KV: store and retrieve, bit-exact, each over its limit.
+# --queue-depth reaches the store and its row; every row says where the CPU went, in cores.
 "$bench" --dir "$dir/store" --kv host --contexts 512 --repeats 1 --raw-gib 1 --paths uring \
-	--ceiling-s 0.2 --json "$dir/bw.jsonl" >"$dir/bw.txt" || fail "bandwidth: $(cat "$dir/bw.txt")"
+	--ceiling-s 0.2 --queue-depth 8 --json "$dir/bw.jsonl" >"$dir/bw.txt" ||
+	fail "bandwidth: $(cat "$dir/bw.txt")"
 for op in store retrieve; do
 	row=$(grep "\"op\":\"$op\",\"path\":\"uring\"" "$dir/bw.jsonl") || fail "no $op row: $(cat "$dir/bw.jsonl")"
 	[ "$(field "$row" kv)" = host ] && [ "$(field "$row" bit_exact)" = true ] || fail "$op: $row"
@@ -137,6 +139,19 @@ for op in store retrieve; do
 		grep -q " $op .*above its limit" "$dir/bw.txt" && fail "$op: a note below the limit"
 	fi
 	[ "$(field "$row" staging_mib)" = 256 ] || fail "$op staging_mib: $row"
+	[ "$(field "$row" queue_depth)" = 8 ] || fail "$op queue_depth: $row"
+	[ "$(field "$row" online_cpus)" = "$(getconf _NPROCESSORS_ONLN)" ] || fail "$op cpus: $row"
+	# The process ran (it moved and checked the bytes); no figure is negative or beyond the
+	# machine; engine uring on host KV issues from its lanes, with no SQ thread.
+	awk -v n="$(field "$row" online_cpus)" -v m="$(field "$row" cores_machine)" \
+		-v p="$(field "$row" cores_process)" -v w="$(field "$row" cores_iowq)" \
+		-v r="$(field "$row" cores_iowq_runnable)" -v k="$(field "$row" iowq_workers_ran)" \
+		-v q="$(field "$row" cores_sq)" 'BEGIN {
+			exit !(p > 0 && p <= n + 0.5 && m >= 0 && m <= n + 0.5 && w >= 0 && w <= p + 0.05 &&
+				r >= 0 && k >= 0 && k == int(k) && q == 0)
+		}' || fail "$op cores: $row"
+	grep -qE "[0-9]+ tok $op +uring +cores busy: machine [0-9.]+ of [0-9]+, process [0-9.]+, io-wq [0-9.]+ \([0-9]+ workers ran, runnable unrun [0-9.]+\), SQ thread [0-9.]+$" \
+		"$dir/bw.txt" || fail "$op cores text: $(cat "$dir/bw.txt")"
 done
 [ -z "$(ls -A "$dir/store")" ] || fail "left behind: $(ls "$dir/store")"
 
@@ -174,5 +189,7 @@ set +e
 [ $? -eq 2 ] || fail "--gpu-io-workers 0 should exit 2"
 "$bench" --dir "$dir/store" --kv host --gpu-io-sms 65 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "--gpu-io-sms 65 should exit 2"
+"$bench" --dir "$dir/store" --kv host --queue-depth 0 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--queue-depth 0 should exit 2"
 set -e
 echo PASS
