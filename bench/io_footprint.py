@@ -10,7 +10,11 @@ Llama-3-8B-shaped model, a 32K-token prompt of which 30K are cached):
            for their reads: the cost of occupying SMs alone (no memory traffic)
   pull     the rate at which B blocks of T threads read pinned host memory across PCIe (the
            workers' copy out of their bounce slots: 16-byte cache-volatile loads, 8 in flight
-           per thread), alone and beside the prefill, with the prefill's time beside it
+           per thread), alone and beside the prefill, with the prefill's time beside it; with
+           --pull-kernels ldcv,bulk also Hopper's bulk copies (cp.async.bulk, the TMA: one
+           thread asks for a whole stage of host memory into shared memory, S stages of K KiB
+           in flight per block, --bulk-stages SxK), and the pinned copy engine's rate on the
+           same bytes in the same run
   host     the O_DIRECT read rate of a tmpfs file (the emulated storage's physical limit, as the
            bubble bench measures it) alone and while the GPU reads host memory at full rate: how
            much the storage and the GPU's reads share the host's memory
@@ -103,6 +107,81 @@ extern "C" __global__ void pull(const int4 *src, int4 *dst, unsigned long long o
 }
 """
 
+# Hopper's bulk copies (sm_90): compiled apart, for that architecture only.
+KERNELS_SM90 = r"""
+#define MAX_STAGES 8
+
+__device__ static inline void bulk_wait(unsigned addr, unsigned parity)
+{
+	unsigned ok = 0;
+
+	while (!ok) {
+		asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+		             "selp.u32 %0, 1, 0, p; }"
+		             : "=r"(ok)
+		             : "r"(addr), "r"(parity)
+		             : "memory");
+	}
+}
+
+/* As pull, but thread 0 asks the TMA for each stage_bytes piece of the block's objects (a bulk
+ * copy from pinned host memory into shared memory, stages of them in flight), and the block
+ * stores each landed piece to dst, then hands its stage back. */
+extern "C" __global__ void pull_bulk(const char *src, char *dst, unsigned long long objs,
+                                     unsigned long long obj_bytes, int rounds, unsigned stages,
+                                     unsigned stage_bytes)
+{
+	extern __shared__ __align__(128) int4 buf[];
+	__shared__ __align__(8) unsigned long long bar[MAX_STAGES];
+	unsigned long long mine =
+	    objs > blockIdx.x ? (objs - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+	unsigned long long pieces = obj_bytes / stage_bytes;
+	unsigned long long total = (unsigned long long)rounds * mine * pieces;
+	unsigned n16 = stage_bytes / 16;
+
+	if (threadIdx.x == 0) {
+		for (unsigned s = 0; s < stages; s++) {
+			asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(
+			    (unsigned)__cvta_generic_to_shared(&bar[s])));
+		}
+	}
+	__syncthreads();
+	/* Iteration k asks for piece k (into the stage piece k - stages left, consumed in the
+	 * iteration before) and consumes piece k + 1 - stages. */
+	for (unsigned long long k = 0; k < total + stages; k++) {
+		if (threadIdx.x == 0 && k < total) {
+			unsigned s = k % stages;
+			unsigned long long o = blockIdx.x + ((k / pieces) % mine) * gridDim.x;
+			unsigned b = (unsigned)__cvta_generic_to_shared(&bar[s]);
+
+			/* The block's plain reads of the stage before the TMA writes it again. */
+			asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+			asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b),
+			             "r"(stage_bytes)
+			             : "memory");
+			asm volatile(
+			    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+			    "%2, [%3];" ::"r"((unsigned)__cvta_generic_to_shared(buf + (size_t)s * n16)),
+			    "l"(src + o * obj_bytes + (k % pieces) * stage_bytes), "r"(stage_bytes), "r"(b)
+			    : "memory");
+		}
+		if (k + 1 >= stages && k + 1 - stages < total) {
+			unsigned long long j = k + 1 - stages;
+			unsigned s = j % stages;
+			unsigned long long o = blockIdx.x + ((j / pieces) % mine) * gridDim.x;
+			int4 *d = (int4 *)(dst + o * obj_bytes + (j % pieces) * stage_bytes);
+			const int4 *b = buf + (size_t)s * n16;
+
+			bulk_wait((unsigned)__cvta_generic_to_shared(&bar[s]), (unsigned)((j / stages) & 1));
+			for (unsigned i = threadIdx.x; i < n16; i += blockDim.x) {
+				d[i] = b[i];
+			}
+			__syncthreads();
+		}
+	}
+}
+"""
+
 OBJ = 1 << 20
 
 
@@ -121,6 +200,10 @@ class Kernels:
         mod = cupy.RawModule(code=KERNELS, options=("--std=c++17",))
         self.hold = mod.get_function("hold")
         self.pull = mod.get_function("pull")
+        self.pull_bulk = None
+        if torch.cuda.get_device_capability() >= (9, 0):
+            bulk = cupy.RawModule(code=KERNELS_SM90, options=("--std=c++17", "-arch=sm_90"))
+            self.pull_bulk = bulk.get_function("pull_bulk")
         self.release = cupy.zeros(1, dtype=cupy.int32)
         self.sink = cupy.zeros(1, dtype=cupy.uint32)
 
@@ -135,12 +218,22 @@ class Kernels:
         self.release.fill(1)  # on the null stream, which does not wait for the hold kernel
         stream.synchronize()
 
-    def pull_launch(self, stream, src, dst, blocks, threads, rounds=1):
+    def pull_launch(self, stream, src, dst, blocks, threads, rounds=1, bulk=None):
+        """bulk: None for the workers' loads, or (stages, KiB a stage) for the TMA's copies."""
         objs = src.numel() // OBJ
         with cupy.cuda.ExternalStream(stream.cuda_stream):
-            self.pull((blocks,), (threads,),
-                      (cupy.uint64(src.data_ptr()), cupy.uint64(dst.data_ptr()),
-                       cupy.uint64(objs), cupy.uint64(OBJ // 16), cupy.int32(rounds)))
+            if bulk is None:
+                self.pull((blocks,), (threads,),
+                          (cupy.uint64(src.data_ptr()), cupy.uint64(dst.data_ptr()),
+                           cupy.uint64(objs), cupy.uint64(OBJ // 16), cupy.int32(rounds)))
+                return
+            stages, kib = bulk
+            smem = stages * kib << 10
+            self.pull_bulk.max_dynamic_shared_size_bytes = smem
+            self.pull_bulk((blocks,), (threads,),
+                           (cupy.uint64(src.data_ptr()), cupy.uint64(dst.data_ptr()),
+                            cupy.uint64(objs), cupy.uint64(OBJ), cupy.int32(rounds),
+                            cupy.uint32(stages), cupy.uint32(kib << 10)), shared_mem=smem)
 
 
 def run_hold(args, k, model, cache, start, total, rows):
@@ -161,30 +254,58 @@ def run_hold(args, k, model, cache, start, total, rows):
         print(json.dumps(rows[-1]), flush=True)
 
 
+def copy_engine_gbps(src, dst, repeats):
+    """The pinned copy engine's rate on the same bytes (host to device), median of repeats."""
+    rates = []
+    for _ in range(repeats):
+        b, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        b.record()
+        dst.copy_(src, non_blocking=True)
+        e.record()
+        e.synchronize()
+        rates.append(src.numel() / (b.elapsed_time(e) / 1e3) / 1e9)
+    return statistics.median(rates)
+
+
 def run_pull(args, k, model, cache, start, total, rows):
     src = torch.empty(args.pull_mib << 20, dtype=torch.uint8, pin_memory=True)
     src.random_(0, 255)
     dst = torch.empty_like(src, device="cuda")
+    want = src.to("cuda")
     side = torch.cuda.Stream()
+    rows.append(dict(experiment="pull-copy-engine", bytes=src.numel(),
+                     copy_gbps=copy_engine_gbps(src, dst, args.repeats)))
+    print(json.dumps(rows[-1]), flush=True)
     alone_prefill = statistics.median(
         prefill_once(model, cache, start, total) for _ in range(args.repeats))
-    for blocks, threads in args.pull_configs:
+    runs = []
+    for kernel in args.pull_kernels:
+        if kernel == "ldcv":
+            runs += [("ldcv", None, c) for c in args.pull_configs]
+        elif k.pull_bulk is None:
+            print(json.dumps(dict(experiment="pull", kernel="bulk", skipped="needs sm_90")))
+        else:
+            runs += [("bulk", st, c) for st in args.bulk_stages for c in args.pull_configs]
+    for kernel, bulk, (blocks, threads) in runs:
         for beside in (False, True):
             rates, prefills = [], []
+            dst.zero_()
             for _ in range(args.repeats):
                 torch.cuda.synchronize()
                 b, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 b.record(side)
-                k.pull_launch(side, src, dst, blocks, threads)
+                k.pull_launch(side, src, dst, blocks, threads, bulk=bulk)
                 e.record(side)
                 if beside:
                     prefills.append(prefill_once(model, cache, start, total))
                 e.synchronize()
                 rates.append(src.numel() / (b.elapsed_time(e) / 1e3) / 1e9)
-            if not torch.equal(dst[: 1 << 20].cpu(), src[: 1 << 20]):
-                raise AssertionError("pull kernel copied wrong bytes")
-            row = dict(experiment="pull", blocks=blocks, threads=threads, beside_prefill=beside,
-                       pull_gbps=statistics.median(rates))
+            if not torch.equal(dst, want):
+                raise AssertionError(f"pull kernel {kernel} {bulk} copied wrong bytes")
+            row = dict(experiment="pull", kernel=kernel, blocks=blocks, threads=threads,
+                       beside_prefill=beside, pull_gbps=statistics.median(rates))
+            if bulk is not None:
+                row.update(stages=bulk[0], stage_kib=bulk[1])
             if beside:
                 row.update(prefill_s=statistics.median(prefills),
                            slowdown=statistics.median(prefills) / alone_prefill)
@@ -251,6 +372,10 @@ def main():
     ap.add_argument("--pull-configs", type=pairs,
                     default=pairs("1x256,1x768,2x768,3x768,4x768,8x256,32x256,11x768"))
     ap.add_argument("--pull-mib", type=int, default=4096)
+    ap.add_argument("--pull-kernels", type=lambda t: t.split(","), default=["ldcv"],
+                    help="ldcv (the workers' loads) and/or bulk (the TMA, sm_90)")
+    ap.add_argument("--bulk-stages", type=pairs, default=pairs("4x32,8x16,2x64"),
+                    help="the TMA's stages per block x KiB a stage")
     ap.add_argument("--shm-file", default="/dev/shm/tutti-io-footprint")
     ap.add_argument("--host-mib", type=int, default=4096)
     ap.add_argument("--host-threads", type=lambda s: [int(x) for x in s.split(",")],
