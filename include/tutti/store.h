@@ -145,7 +145,7 @@ struct tutti_store_opts {
 	 *  (the default) gives: 5 SMs for the default 29 workers. gpu_io_workers + 1 gives every
 	 *  worker an SM of its own. Every SM the I/O holds is one the compute's GEMMs cannot use
 	 *  while the step's loads last, and each costs a prefill beside it far more than its share
-	 *  of the GPU, while two already read host memory at the PCIe link's limit: hold as few
+	 *  of the GPU, while two already read host memory as fast as SMs can: hold as few
 	 *  as keep pace with the storage (docs/results.md, rows F1, F2 and L7). */
 	uint32_t gpu_io_sms;
 	/** Data files in each directory of a new store, 1..16; an existing store keeps the count
