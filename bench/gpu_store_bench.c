@@ -150,7 +150,9 @@ struct phase {
 	/* Where the CPU went, per round, in cores (CPU seconds per second of the round): the whole
 	 * machine's busy CPUs, this process, its io-wq workers (and how long they waited for a
 	 * CPU while runnable, and how many ran), its SQ thread. Says whether a path that the
-	 * CPU's copies bind had CPUs to spare. */
+	 * CPU's copies bind had CPUs to spare. The machine's figure counts in scheduler ticks
+	 * (10 ms per CPU): over a round of less than about 100 ms it is off by up to a few cores.
+	 */
 	double cores_machine[MAX_REPEATS], cores_process[MAX_REPEATS];
 	double cores_iowq[MAX_REPEATS], cores_iowq_runnable[MAX_REPEATS], cores_sq[MAX_REPEATS];
 	double iowq_ran[MAX_REPEATS];
@@ -175,7 +177,8 @@ struct bench {
 	struct base_thread *base;      /* c.threads */
 	FILE *json;
 	uint64_t nonce;
-	bool failed; /* a row was not bit-exact */
+	bool failed;          /* a row was not bit-exact */
+	uint32_t queue_depth; /* the stores' I/Os in flight, as opened (--queue-depth or default) */
 };
 
 static void
@@ -368,8 +371,12 @@ io_threads_sum(const struct io_threads *start, const struct io_threads *end, boo
 				break;
 			}
 		}
-		n += now > before;
-		s += (double)(now - before) / 1e9;
+		/* A reused thread id, or a clock that fell back to schedstat in one snapshot, can
+		 * read lower than before: no time, rather than an unsigned wrap. */
+		if (now > before) {
+			n++;
+			s += (double)(now - before) / 1e9;
+		}
 	}
 	if (ran != NULL) {
 		*ran = n;
@@ -670,6 +677,7 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 	if (b->c.queue_depth != 0) {
 		o.queue_depth = b->c.queue_depth;
 	}
+	b->queue_depth = o.queue_depth;
 	o.key_bytes = KEY_BYTES;
 	o.log_fn = log_to_stderr; /* errors always, with their reason */
 	if (b->c.trace) {
@@ -949,7 +957,9 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	if (path == P_POSIX) {
 		fprintf(b->json, ",\"posix_threads\":%u", b->c.posix_threads);
 	}
-	fprintf(b->json, ",\"queue_depth\":%u", b->c.queue_depth);
+	if (path != P_BASELINE) {
+		fprintf(b->json, ",\"queue_depth\":%u", b->queue_depth);
+	}
 	fprintf(b->json,
 	        ",\"online_cpus\":%ld,\"cores_machine\":%.2f,\"cores_process\":%.2f,"
 	        "\"cores_iowq\":%.2f,\"iowq_workers_ran\":%.0f,\"cores_iowq_runnable\":%.2f,"

@@ -202,7 +202,8 @@ class Kernels:
         self.pull = mod.get_function("pull")
         self.pull_bulk = None
         if torch.cuda.get_device_capability() >= (9, 0):
-            bulk = cupy.RawModule(code=KERNELS_SM90, options=("--std=c++17", "-arch=sm_90"))
+            # The device's own architecture (CuPy's default), which has the TMA from sm_90 on.
+            bulk = cupy.RawModule(code=KERNELS_SM90, options=("--std=c++17",))
             self.pull_bulk = bulk.get_function("pull_bulk")
         self.release = cupy.zeros(1, dtype=cupy.int32)
         self.sink = cupy.zeros(1, dtype=cupy.uint32)
@@ -362,6 +363,25 @@ def pairs(text):
     return [tuple(int(x) for x in p.split("x")) for p in text.split(",")]
 
 
+def pull_kernels(text):
+    names = text.split(",")
+    for n in names:
+        if n not in ("ldcv", "bulk"):
+            raise argparse.ArgumentTypeError(f"{n}: the kernels are ldcv and bulk")
+    return names
+
+
+def bulk_stages(text):
+    """STAGESxKIB pairs: at most the kernel's 8 stages, each a whole share of a 1 MiB object."""
+    out = pairs(text)
+    for stages, kib in out:
+        if not 1 <= stages <= 8 or kib < 1 or (OBJ >> 10) % kib or stages * kib > 224:
+            raise argparse.ArgumentTypeError(
+                f"{stages}x{kib}: 1 to 8 stages of a KiB count that divides {OBJ >> 10}, "
+                "224 KiB of shared memory at most")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -372,10 +392,10 @@ def main():
     ap.add_argument("--pull-configs", type=pairs,
                     default=pairs("1x256,1x768,2x768,3x768,4x768,8x256,32x256,11x768"))
     ap.add_argument("--pull-mib", type=int, default=4096)
-    ap.add_argument("--pull-kernels", type=lambda t: t.split(","), default=["ldcv"],
+    ap.add_argument("--pull-kernels", type=pull_kernels, default=["ldcv"],
                     help="ldcv (the workers' loads) and/or bulk (the TMA, sm_90)")
-    ap.add_argument("--bulk-stages", type=pairs, default=pairs("4x32,8x16,2x64"),
-                    help="the TMA's stages per block x KiB a stage")
+    ap.add_argument("--bulk-stages", type=bulk_stages, default=bulk_stages("4x32,8x16,2x64"),
+                    help="the TMA's stages per block (1-8) x KiB a stage (dividing 1024; 224 KiB in all)")
     ap.add_argument("--shm-file", default="/dev/shm/tutti-io-footprint")
     ap.add_argument("--host-mib", type=int, default=4096)
     ap.add_argument("--host-threads", type=lambda s: [int(x) for x in s.split(",")],

@@ -147,10 +147,13 @@ posix-threads)
 	;;
 variants)
 	# tutti-gpu-store-bench on /dev/shm once per variant, the variants of BENCH_VARIANTS
-	# (separated by ';', each a set of options added to BENCH_ARGS; an empty one runs
-	# BENCH_ARGS alone) in turn, VARIANT_TURNS times (default 2), so that tmpfs's drift between
-	# runs falls on every variant alike; one JSON object per row in $OUT/variants.jsonl.
-	IFS=';' read -r -a variants <<< "${BENCH_VARIANTS:-}"
+	# (separated by ';', each a set of options added to BENCH_ARGS, split at spaces, with no
+	# quoting; an empty one, or none, runs BENCH_ARGS alone) in turn, VARIANT_TURNS times
+	# (default 2), so that tmpfs's drift between runs falls on every variant alike; one JSON
+	# object per row in $OUT/variants.jsonl.
+	# The ';' appended keeps a trailing empty variant, which read would drop, and gives an
+	# empty BENCH_VARIANTS one empty variant.
+	IFS=';' read -r -a variants <<< "${BENCH_VARIANTS:-};"
 	bench_turns variants "${VARIANT_TURNS:-2}" "${variants[@]}"
 	;;
 stripe)

@@ -122,7 +122,8 @@ struct tutti_store_opts {
 	 *  one I/O (max_io_bytes of whole objects), at most queue_depth of them, so staging beyond
 	 *  queue_depth x max_io_bytes is not allocated (the stats give what was). Engine gpu-uring
 	 *  uses it as bounce slots of one object each, at most 64 MiB of it on page-cache-backed
-	 *  files (tmpfs), where more reads in flight only slow its copies. */
+	 *  files (tmpfs), where more reads in flight only slow its copies (the rest is then
+	 *  allocated but unused by that engine). */
 	uint64_t staging_bytes;
 	uint64_t max_io_bytes; /**< largest single I/O; default 4 MiB; at least one object */
 	uint32_t queue_depth;  /**< most I/Os in flight; default 32 */

@@ -32,12 +32,13 @@
  * data files: issued inline, their copies would all run on the one SQ thread (inline writes
  * stored 3.3-3.4 GB/s over 16 files on the H200, docs/results.md, row E1). */
 #define RING_MAX_SLOTS 4096u
-/* On page-cache-backed files at most this much of the staging becomes bounce slots: each read
- * is there a copy by an io-wq worker, and more reads in flight only start more workers that
- * contend for the CPUs and the CPU's cache. On the H200, with 1 MiB objects, retrieve into GPU
- * KV ran alike with 32 to 96 slots; with 128 it was 3-10% slower at 19-29% more CPU per GB and
- * stores 13-34% slower than with 64; with 256 or 512 it fell to 0.53-0.67x of the pinned copy,
- * its io-wq workers waiting for a CPU 3-16 cores' worth of the time (docs/results.md, E25). */
+/* On page-cache-backed files at most this much of the staging becomes bounce slots (the rest
+ * stays allocated, unused by this engine): each read is there a copy by an io-wq worker, and more
+ * reads in flight only start more workers that contend for the CPUs and the CPU's cache. On the
+ * H200's 16 vCPUs, with 1 MiB objects, retrieve into GPU KV ran alike with 32 to 96 slots; 64
+ * retrieved 3-10% faster than 128 at 19-29% less CPU per GB and stored 13-34% faster; with 256
+ * or 512 it fell to 0.53-0.67x of the pinned copy, its io-wq workers waiting for a CPU 3-16
+ * cores' worth of the time (docs/results.md, E25). */
 #define RING_PAGE_CACHE_BOUNCE_BYTES (64ull << 20)
 /* The SQ holds what the controller publishes in one batch, which the CQ credit bounds anyway. */
 #define RING_MAX_SQ_ENTRIES 1024u
