@@ -756,8 +756,8 @@ meter_stop(const struct round_meter *m, struct ctx *x, struct tutti_store *st, s
 	ph->cores_iowq_runnable[r] = io_threads_sum(&m->io0, &io1, true, IOT_WORKER, NULL) / wall;
 	ph->cores_sq[r] = io_threads_sum(&m->io0, &io1, false, IOT_SQ, NULL) / wall;
 	ph->gbps[r] = (double)x->bytes / (double)ns;
-	ph->wall_s = (double)ns / 1e9;
-	ph->wall_sum_s += (double)ns / 1e9;
+	ph->wall_s = wall;
+	ph->wall_sum_s += wall;
 	if (st != NULL) {
 		tutti_store_get_stats(st, &s1);
 		ph->io_wait_ns += s1.wave_io_wait_ns - m->s0.wave_io_wait_ns;
@@ -878,6 +878,11 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	bool wait_known = in_waves(b, path) && ph->wall_sum_s > 0;
 	double io_share = wait_known ? (double)ph->io_wait_ns / 1e9 / ph->wall_sum_s : 0;
 	double gpu_share = wait_known ? (double)ph->copy_wait_ns / 1e9 / ph->wall_sum_s : 0;
+	/* Where the CPU went, for the text line and the JSON alike. */
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	double machine = bu_median(ph->cores_machine, R), process = bu_median(ph->cores_process, R);
+	double iowq = bu_median(ph->cores_iowq, R), iowq_ran = bu_median(ph->iowq_ran, R);
+	double runnable = bu_median(ph->cores_iowq_runnable, R), sq = bu_median(ph->cores_sq, R);
 
 	printf("%-9s %7llu tok %-8s %-9s %6.2f GB/s  x%.2f of limit %.2f  (one-ring raw %.2f)  "
 	       "cpu %.3f s/GB (io threads %.3f)  syscalls/layer %.1f  kernel %.1f ms  SM share "
@@ -901,10 +906,7 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	printf("%-9s %7llu tok %-8s %-9s cores busy: machine %.1f of %ld, process %.1f, io-wq %.1f "
 	       "(%.0f workers ran, runnable unrun %.1f), SQ thread %.2f\n",
 	       b->emulated ? "emulated" : "disk", (unsigned long long)x->tokens, op,
-	       path_names[path], bu_median(ph->cores_machine, R), sysconf(_SC_NPROCESSORS_ONLN),
-	       bu_median(ph->cores_process, R), bu_median(ph->cores_iowq, R),
-	       bu_median(ph->iowq_ran, R), bu_median(ph->cores_iowq_runnable, R),
-	       bu_median(ph->cores_sq, R));
+	       path_names[path], machine, cpus, process, iowq, iowq_ran, runnable, sq);
 	if (ph->idle_io_cores >= 0) {
 		printf("%-9s %7llu tok %-8s %-9s idle %.1f s after the rounds: io threads %.4f "
 		       "cores\n",
@@ -964,10 +966,7 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	        ",\"online_cpus\":%ld,\"cores_machine\":%.2f,\"cores_process\":%.2f,"
 	        "\"cores_iowq\":%.2f,\"iowq_workers_ran\":%.0f,\"cores_iowq_runnable\":%.2f,"
 	        "\"cores_sq\":%.2f",
-	        sysconf(_SC_NPROCESSORS_ONLN), bu_median(ph->cores_machine, R),
-	        bu_median(ph->cores_process, R), bu_median(ph->cores_iowq, R),
-	        bu_median(ph->iowq_ran, R), bu_median(ph->cores_iowq_runnable, R),
-	        bu_median(ph->cores_sq, R));
+	        cpus, machine, process, iowq, iowq_ran, runnable, sq);
 	if (wait_known) {
 		fprintf(b->json, ",\"io_wait_share\":%.3f,\"gpu_wait_share\":%.3f", io_share,
 		        gpu_share);

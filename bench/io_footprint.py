@@ -395,7 +395,8 @@ def main():
     ap.add_argument("--pull-kernels", type=pull_kernels, default=["ldcv"],
                     help="ldcv (the workers' loads) and/or bulk (the TMA, sm_90)")
     ap.add_argument("--bulk-stages", type=bulk_stages, default=bulk_stages("4x32,8x16,2x64"),
-                    help="the TMA's stages per block (1-8) x KiB a stage (dividing 1024; 224 KiB in all)")
+                    help="the TMA's stages per block (1-8) x KiB a stage "
+                         "(dividing 1024; 224 KiB in all)")
     ap.add_argument("--shm-file", default="/dev/shm/tutti-io-footprint")
     ap.add_argument("--host-mib", type=int, default=4096)
     ap.add_argument("--host-threads", type=lambda s: [int(x) for x in s.split(",")],

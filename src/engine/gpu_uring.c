@@ -130,10 +130,10 @@ tt_gpu_uring_bounce_slots(uint64_t staging_bytes, uint64_t object_bytes, bool pa
 {
 	uint64_t bytes =
 	    page_cache ? TT_MIN(staging_bytes, RING_PAGE_CACHE_BOUNCE_BYTES) : staging_bytes;
+	/* One slot at least, for objects over the cap: the staging always holds one. */
 	uint64_t slots = TT_MAX(bytes / object_bytes, 1);
 
-	return (uint32_t)TT_MIN(TT_MIN(slots, staging_bytes / object_bytes),
-	                        (uint64_t)RING_MAX_SLOTS);
+	return (uint32_t)TT_MIN(slots, (uint64_t)RING_MAX_SLOTS);
 }
 
 /* The ring on the data files, with the staging as its bounce slots. Returns 0 or -errno, the
