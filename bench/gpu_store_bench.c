@@ -127,6 +127,7 @@ struct conf {
 	uint32_t latency_loads; /* --latency N: N timed loads per size; 0: bandwidth rounds */
 	double pause_ms;        /* --pause-ms: with --latency, this long between loads */
 	uint32_t gpu_io_submit; /* enum tutti_gpu_io_submit, for engine gpu-uring */
+	uint32_t gpu_io_copy;   /* enum tutti_gpu_io_copy, for engine gpu-uring */
 	/* --gpu-io-workers, --gpu-io-sms: engine gpu-uring's kernel footprint (0: the store's
 	 * defaults) */
 	uint32_t gpu_io_workers, gpu_io_sms;
@@ -664,6 +665,7 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 	o.nr_dirs = 1;
 	o.engine = path_engines[path];
 	o.gpu_io_submit = b->c.gpu_io_submit;
+	o.gpu_io_copy = b->c.gpu_io_copy;
 	if (b->c.gpu_io_workers != 0) {
 		o.gpu_io_workers = b->c.gpu_io_workers;
 	}
@@ -927,8 +929,8 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	}
 	fprintf(b->json,
 	        "{\"storage\":\"%s\",\"model\":\"%s\",\"kv\":\"%s\",\"context_tokens\":%llu,"
-	        "\"op\":\"%s\",\"path\":\"%s\",\"gpu_io_submit\":\"%s\",\"bytes\":%llu,\"repeats\":"
-	        "%u,\"gbps\":%.3f,"
+	        "\"op\":\"%s\",\"path\":\"%s\",\"gpu_io_submit\":\"%s\",\"gpu_io_copy\":\"%s\","
+	        "\"bytes\":%llu,\"repeats\":%u,\"gbps\":%.3f,"
 	        "\"limit_gbps\":%.3f,\"ratio_to_limit\":%.3f,\"raw_gbps\":%.3f,"
 	        "\"ratio_to_raw\":%.3f,\"raw_bs\":%u,\"raw_qd\":%u,\"cpu_s_per_gb\":%.4f,"
 	        "\"io_thread_cpu_s_per_gb\":%.4f,\"syscalls_per_layer\":%.2f,"
@@ -937,8 +939,8 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	        "\"bit_exact\":%s,\"rounds_gbps\":[",
 	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
 	        (unsigned long long)x->tokens, op, path_names[path],
-	        tutti_gpu_io_submit_name(b->c.gpu_io_submit), (unsigned long long)x->bytes, R, gbps,
-	        limit, limit > 0 ? gbps / limit : 0, raw, gbps / raw,
+	        tutti_gpu_io_submit_name(b->c.gpu_io_submit), tutti_gpu_io_copy_name(b->c.gpu_io_copy),
+	        (unsigned long long)x->bytes, R, gbps, limit, limit > 0 ? gbps / limit : 0, raw, gbps / raw,
 	        store ? b->raw_write.bs : b->raw_read.bs, store ? b->raw_write.qd : b->raw_read.qd,
 	        cpu, iot, (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
 	        b->c.gpu_io_workers, b->c.gpu_io_sms,
@@ -1406,7 +1408,7 @@ usage(void)
 	    "       [--repeats N] [--threads N] [--staging-mib N] [--raw-gib N] "
 	    "[--ceiling-s X] [--model NAME] [--json FILE]\n"
 	    "       [--kv gpu|host] [--latency N [--pause-ms X]] [--gpu-io-submit "
-	    "auto|sqpoll|host] [--idle-s X]"
+	    "auto|sqpoll|host] [--gpu-io-copy auto|sm|dma] [--idle-s X]"
 	    " [--trace]\n"
 	    "       [--gpu-io-workers N] [--gpu-io-sms N] [--posix-threads N]\n"
 	    "       [--queue-depth N]\n"
@@ -1424,6 +1426,8 @@ usage(void)
 	    "  --idle-s X    after each path's rounds, the I/O threads' CPU over X idle seconds\n"
 	    "  --gpu-io-submit   who issues engine gpu-uring's I/O (enum tutti_gpu_io_submit; "
 	    "default auto)\n"
+	    "  --gpu-io-copy     how engine gpu-uring's loads cross into HBM (enum "
+	    "tutti_gpu_io_copy; default auto)\n"
 	    "  --kv host     KV in host memory, no CUDA call (runs without a GPU); not with "
 	    "the baseline\n"
 	    "  --latency N   instead of bandwidth rounds: per engine path and size, store once, "
@@ -1567,6 +1571,15 @@ parse(int argc, char **argv, struct conf *c)
 				usage();
 			}
 			c->gpu_io_submit = (uint32_t)k;
+		} else if (strcmp(a, "--gpu-io-copy") == 0) {
+			int k = tutti_gpu_io_copy_parse(v);
+
+			if (k < 0) {
+				fprintf(stderr,
+				        "tutti-gpu-store-bench: --gpu-io-copy is auto, sm or dma\n");
+				usage();
+			}
+			c->gpu_io_copy = (uint32_t)k;
 		} else {
 			usage();
 		}

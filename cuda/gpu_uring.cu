@@ -26,6 +26,7 @@
  * All blocks must be resident at once (at most W + 1 blocks, W small next to the SM count). A
  * group synchronises on a named barrier of its own, never the whole block's.
  */
+#include <cuda.h> /* the driver's types for its stream memory operations, reached at run time */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,17 @@ struct tt_gpu_uring_dev {
 	 * may still be in flight into the bounce slots, so later launches (queued behind it on the
 	 * stream) must not touch the ring. */
 	int *failed;
+	/* Loads by the copy engine (proto.h), made on first use: the copy stream, the slots'
+	 * device staging, and two sequence numbers in device memory: the reads completed in
+	 * order (the controller's) and those copied (the copy stream's). The driver's stream
+	 * memory operations have no runtime API: their entry points are looked up once. */
+	int dma_supported; /* -1: not asked yet */
+	CUresult (*wait_value)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+	CUresult (*write_value)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+	cudaStream_t dma_stream;
+	uint8_t *dstage;
+	uint64_t dstage_bytes;
+	unsigned long long *counts; /* [0] in order, [1] copied */
 };
 
 struct seg_param {
@@ -113,6 +125,12 @@ struct job_param {
 	volatile uint64_t *trace;     /* mapped host memory or NULL */
 	unsigned *workers_left;       /* device counter: the last worker out stamps trace[4] */
 	unsigned long long *phase_ns; /* with a trace: per phase, the workers' summed time */
+	/* Loads by the copy engine (proto.h): the slots' device staging, the sequence number of
+	 * the reads completed in order (the controller publishes it) and of those copied into the
+	 * staging (the copy stream publishes it); dstage NULL otherwise. */
+	uint8_t *dstage;
+	unsigned long long *in_order;
+	const unsigned long long *copied;
 };
 
 /* ---- device helpers ---- */
@@ -139,6 +157,13 @@ __device__ static inline void
 st_release_gpu(unsigned long long *p, unsigned long long v)
 {
 	asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+/* A store the copy stream's wait (the GPU's front end, not an SM) must see: system scope. */
+__device__ static inline void
+st_release_sys(unsigned long long *p, unsigned long long v)
+{
+	asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 /* Loads each thread keeps in flight while copying: a load from host memory takes a microsecond
@@ -259,6 +284,9 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 	uint32_t pace_ns = param.write ? ring->write_pace_ns : ring->read_pace_ns;
 	unsigned back_off = 32;
 	bool published = false;
+	/* Loads by the copy engine: the reads completed in order, as published. */
+	bool dma = param.dstage != NULL && !param.write;
+	uint32_t in_order = 0;
 
 	if (param.trace != NULL) {
 		param.trace[0] = progress;
@@ -291,7 +319,11 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 				if (!param.write) {
 					st_release_gpu(&ready[slot], want);
 				}
-				st_release_gpu(&freed[slot], want);
+				/* By the copy engine its worker frees it once its group is copied,
+				 * as for every load: a slot is freed once. */
+				if (!dma) {
+					st_release_gpu(&freed[slot], want);
+				}
 				next++;
 				done++;
 				continue;
@@ -340,6 +372,18 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 			}
 			done++;
 		}
+		if (dma) {
+			/* The copy stream waits on this count: it copies a group once it passes
+			 * the group's end. */
+			uint32_t n = tt_gpu_uring_in_order(
+			    reinterpret_cast<const volatile uint64_t *>(ready), param.slots,
+			    param.epoch, in_order, next);
+
+			if (n != in_order) {
+				in_order = n;
+				st_release_sys(param.in_order, tt_gpu_uring_seq(param.epoch, n));
+			}
+		}
 		if (nr_ready > 0) {
 			tt_gpu_uring_cq_release(ring, head);
 			if (param.trace != NULL) {
@@ -356,6 +400,11 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 			back_off = 32;
 		} else if (now_ns() - progress > param.timeout_ns) {
 			atomicExch(failed, 1);
+			if (dma) {
+				/* Let the copy stream through: the launch has failed. */
+				st_release_sys(param.in_order,
+				               tt_gpu_uring_seq(param.epoch, param.nr));
+			}
 			return;
 		} else {
 			__nanosleep(back_off);
@@ -386,6 +435,71 @@ wait_flag(const team &t, group_shared *group_mem, const unsigned long long *flag
 	}
 	team_sync(t);
 	return group_mem->ok != 0;
+}
+
+/* Wait for the count at \p count to reach \p want (sequence numbers, which only grow); false on
+ * a timeout (or when another group failed). */
+__device__ static bool
+wait_count(const team &t, group_shared *group_mem, const unsigned long long *count,
+           unsigned long long want, uint64_t timeout_ns, int *failed)
+{
+	if (t.lane == 0) {
+		uint64_t start = now_ns();
+
+		group_mem->ok = 1;
+		while ((long long)(ld_acquire_gpu(count) - want) < 0) {
+			if (*(volatile int *)failed || now_ns() - start > timeout_ns) {
+				atomicExch(failed, 1);
+				group_mem->ok = 0;
+				break;
+			}
+			__nanosleep(256);
+		}
+	}
+	team_sync(t);
+	return group_mem->ok != 0;
+}
+
+/* Load object \p i by the copy engine: once the copy stream has copied its group into device
+ * staging, check and scatter it from there (HBM), then free its slot, which is also the staging's:
+ * the next read into the slot is submitted only after this. */
+__device__ static bool
+load_from_staging(const team &t, group_shared *group_mem, const job_param &param,
+                  struct tt_gpu_uring_obj *obj, uint32_t i, const uint32_t *ids,
+                  unsigned long long *freed, int *failed, phase_clock *clock)
+{
+	uint32_t slot = i % param.slots;
+	unsigned long long mine = tt_gpu_uring_seq(param.epoch, i + 1);
+	const uint8_t *staged = param.dstage + (uint64_t)slot * param.slot_bytes;
+	uint64_t stored = (uint64_t)obj->stored * param.layer_block_bytes;
+
+	/* The acquire by lane 0 (which invalidates this SM's L1) and the group's barrier after it
+	 * order the copy's bytes before the group's loads of them. */
+	if (!wait_count(t, group_mem, param.copied, mine, param.timeout_ns, failed)) {
+		return false;
+	}
+	lap(clock, t, TT_GPU_URING_PHASE_WAIT);
+	if (obj->status == 0) {
+		bool damaged = xxh3_64_block(staged, stored, &group_mem->xxh, t) != obj->csum;
+
+		lap(clock, t, TT_GPU_URING_PHASE_HASH);
+		if (damaged) {
+			if (t.lane == 0) {
+				obj->status = -EBADMSG; /* never scattered */
+			}
+		} else {
+			move_blocks(t, param, i, ids + obj->ids_off, obj->nr_moved,
+			            const_cast<uint8_t *>(staged) +
+			                (uint64_t)obj->skip * param.layer_block_bytes,
+			            false);
+		}
+	}
+	team_sync(t); /* every thread done with the staging before the slot goes */
+	lap(clock, t, TT_GPU_URING_PHASE_MOVE);
+	if (t.lane == 0) {
+		st_release_gpu(&freed[slot], mine);
+	}
+	return true;
 }
 
 __device__ static void
@@ -434,6 +548,13 @@ worker(const team &t, group_shared *group_mem, const job_param &param,
 			lap(clock, t, TT_GPU_URING_PHASE_SLOT);
 			if (t.lane == 0) {
 				st_release_gpu(&ready[slot], mine);
+			}
+			continue;
+		}
+		if (param.dstage != NULL) {
+			if (!load_from_staging(t, group_mem, param, obj, i, ids, freed, failed,
+			                       clock)) {
+				break;
 			}
 			continue;
 		}
@@ -492,6 +613,11 @@ __launch_bounds__(BLOCK_THREADS)
 	if (*(volatile int *)broken) {
 		if (group == 0 && t.lane == 0) {
 			atomicExch(failed, 1); /* reported as this layer's timeout too */
+			if (param.dstage != NULL && !param.write) {
+				/* Let the copy stream through: nothing will be read. */
+				st_release_sys(param.in_order,
+				               tt_gpu_uring_seq(param.epoch, param.nr));
+			}
 		}
 		return;
 	}
@@ -540,6 +666,12 @@ tt_gpu_uring_free(struct tt_gpu *g)
 	cudaFree(dev->ready);
 	cudaFree(dev->freed);
 	cudaFree(dev->failed);
+	if (dev->dma_stream != NULL) {
+		cudaStreamSynchronize(dev->dma_stream); /* its last count written */
+		cudaStreamDestroy(dev->dma_stream);
+	}
+	cudaFree(dev->dstage);
+	cudaFree(dev->counts);
 	if (dev->span_begin != NULL) {
 		cudaEventDestroy(dev->span_begin);
 	}
@@ -621,6 +753,7 @@ dev_open(struct tt_gpu *g)
 	if (dev == NULL) {
 		return -ENOMEM;
 	}
+	dev->dma_supported = -1;
 	g->uring = dev;
 	/* failed, the workers-left counter of the trace, the sticky broken word */
 	rc = check(g, cudaMalloc(&dev->failed, 3 * sizeof(int)), "cudaMalloc");
@@ -647,6 +780,146 @@ dev_open(struct tt_gpu *g)
 		tt_gpu_uring_free(g);
 	}
 	return rc;
+}
+
+/* Look the stream memory operations up and ask the device whether it takes 64-bit ones. */
+static int
+dma_probe(struct tt_gpu *g)
+{
+	struct tt_gpu_uring_dev *dev = g->uring;
+	CUresult (*get_device)(CUdevice *, int) = NULL;
+	CUresult (*get_attribute)(int *, CUdevice_attribute, CUdevice) = NULL;
+	cudaDriverEntryPointQueryResult q[4];
+	CUdevice device;
+	int on = 0;
+
+	if (check(g,
+	          cudaGetDriverEntryPointByVersion("cuDeviceGet",
+	                                           reinterpret_cast<void **>(&get_device), 12000,
+	                                           cudaEnableDefault, &q[0]),
+	          "cudaGetDriverEntryPointByVersion") < 0 ||
+	    check(g,
+	          cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute",
+	                                           reinterpret_cast<void **>(&get_attribute),
+	                                           12000, cudaEnableDefault, &q[1]),
+	          "cudaGetDriverEntryPointByVersion") < 0 ||
+	    check(g,
+	          cudaGetDriverEntryPointByVersion("cuStreamWaitValue64",
+	                                           reinterpret_cast<void **>(&dev->wait_value),
+	                                           12000, cudaEnableDefault, &q[2]),
+	          "cudaGetDriverEntryPointByVersion") < 0 ||
+	    check(g,
+	          cudaGetDriverEntryPointByVersion("cuStreamWriteValue64",
+	                                           reinterpret_cast<void **>(&dev->write_value),
+	                                           12000, cudaEnableDefault, &q[3]),
+	          "cudaGetDriverEntryPointByVersion") < 0) {
+		return -EIO;
+	}
+	for (int k = 0; k < 4; k++) {
+		if (q[k] != cudaDriverEntryPointSuccess) {
+			return 0; /* a driver without them */
+		}
+	}
+	if (get_device(&device, g->device) != CUDA_SUCCESS ||
+	    get_attribute(&on, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, device) !=
+	        CUDA_SUCCESS) {
+		return -EIO;
+	}
+	return on != 0;
+}
+
+extern "C" int
+tt_gpu_uring_dma_supported(struct tt_gpu *g)
+{
+	int rc;
+
+	if (g == NULL) {
+		return -EINVAL;
+	}
+	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
+	rc = rc == 0 ? dev_open(g) : rc;
+	if (rc < 0) {
+		return rc;
+	}
+	if (g->uring->dma_supported < 0) {
+		rc = dma_probe(g);
+		if (rc < 0) {
+			return rc;
+		}
+		g->uring->dma_supported = rc;
+	}
+	return g->uring->dma_supported;
+}
+
+/* What a load by the copy engine needs beyond the rest: the copy stream and the counts, made
+ * once, and device staging as large as the slots. */
+static int
+dma_prepare(struct tt_gpu *g, const struct tt_gpu_uring_job *job)
+{
+	struct tt_gpu_uring_dev *dev = g->uring;
+	int rc = tt_gpu_uring_dma_supported(g);
+
+	if (rc <= 0) {
+		return rc < 0 ? rc : -EOPNOTSUPP;
+	}
+	if (dev->counts == NULL) {
+		/* Zero, below every launch's numbers (epochs start at 1); set before any wait. */
+		rc = check(g, cudaMalloc(&dev->counts, 2 * sizeof(*dev->counts)), "cudaMalloc");
+		if (rc == 0) {
+			rc = check(g, cudaMemset(dev->counts, 0, 2 * sizeof(*dev->counts)),
+			           "cudaMemset");
+		}
+		if (rc < 0) {
+			cudaFree(dev->counts);
+			dev->counts = NULL;
+			return rc;
+		}
+	}
+	if (dev->dma_stream == NULL) {
+		rc = check(g, cudaStreamCreateWithFlags(&dev->dma_stream, cudaStreamNonBlocking),
+		           "cudaStreamCreateWithFlags");
+		if (rc < 0) {
+			dev->dma_stream = NULL;
+			return rc;
+		}
+	}
+	return reserve(g, (void **)&dev->dstage, &dev->dstage_bytes,
+	               (uint64_t)job->slots * job->slot_bytes);
+}
+
+/* After the launch: for each group of its reads, the copy stream waits until the controller
+ * has counted the group's reads in order, copies their slots into the staging in one copy, and
+ * counts them copied (proto.h). A failure here leaves the workers waiting for a count that
+ * never comes: the launch then fails by its timeout. */
+static int
+dma_enqueue(struct tt_gpu *g, const struct tt_gpu_uring_job *job, uint64_t epoch)
+{
+	struct tt_gpu_uring_dev *dev = g->uring;
+	uint32_t group = tt_gpu_uring_dma_group(job->slots, job->slot_bytes);
+	CUstream s = reinterpret_cast<CUstream>(dev->dma_stream);
+	CUdeviceptr in_order = reinterpret_cast<CUdeviceptr>(&dev->counts[0]),
+	            copied = reinterpret_cast<CUdeviceptr>(&dev->counts[1]);
+
+	for (uint32_t first = 0; first < job->nr; first += group) {
+		uint32_t n = job->nr - first < group ? job->nr - first : group;
+		uint64_t off = (uint64_t)(first % job->slots) * job->slot_bytes;
+		cuuint64_t end = tt_gpu_uring_seq(epoch, first + n);
+
+		if (dev->wait_value(s, in_order, end, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS ||
+		    check(g,
+		          cudaMemcpyAsync(dev->dstage + off, job->bounce + off,
+		                          (uint64_t)n * job->slot_bytes, cudaMemcpyHostToDevice,
+		                          dev->dma_stream),
+		          "cudaMemcpyAsync") < 0 ||
+		    dev->write_value(s, copied, end, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
+			tt_log_err(g->log,
+			           "gpu-uring: queuing the copy of reads %u..%u failed; the launch "
+			           "will time out",
+			           first, first + n - 1);
+			return -EIO;
+		}
+	}
+	return 0;
 }
 
 extern "C" int
@@ -746,6 +1019,7 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	struct tt_gpu_uring_dev *dev;
 	uint32_t workers, groups, blocks, per_block, group_threads;
 	job_param param;
+	bool dma;
 	int rc;
 
 	if (g == NULL || ring == NULL || job == NULL || kv == NULL || kv->mem != TUTTI_MEM_CUDA ||
@@ -769,9 +1043,13 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	}
 	blocks = (groups + per_block - 1) / per_block;
 	group_threads = per_block * GROUP <= BLOCK_THREADS ? GROUP : GROUP / 2;
+	dma = job->dma && !job->write;
 	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
 	if (rc == 0) {
 		rc = prepare_dev(g, job, workers);
+	}
+	if (rc == 0 && dma) {
+		rc = dma_prepare(g, job);
 	}
 	if (rc < 0) {
 		return rc;
@@ -792,6 +1070,11 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	param.write = job->write;
 	param.epoch = ++dev->epoch;
 	param.timeout_ns = (uint64_t)job->timeout_ms * 1000000ull;
+	if (dma) {
+		param.dstage = dev->dstage;
+		param.in_order = &dev->counts[0];
+		param.copied = &dev->counts[1];
+	}
 	rc = copy_segs(g, job);
 	if (rc == 0) {
 		rc = check(g,
@@ -840,6 +1123,9 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	g->launches++;
 	dev->span_blocks = dev->span_blocks > blocks ? dev->span_blocks : blocks;
 	rc = check(g, cudaGetLastError(), "gpu-uring kernel launch");
+	if (rc == 0 && dma) {
+		rc = dma_enqueue(g, job, param.epoch);
+	}
 	if (rc == 0) {
 		rc = check(g, cudaEventRecord(dev->span_end, g->stream), "cudaEventRecord");
 	}

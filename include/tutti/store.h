@@ -159,6 +159,9 @@ struct tutti_store_opts {
 	/** Engine gpu-uring: who issues the I/O that its driver (the GPU's I/O kernels, or the
 	 *  host thread standing in for them) queues; enum tutti_gpu_io_submit, default AUTO. */
 	uint32_t gpu_io_submit;
+	/** Engine gpu-uring with GPU KV: how a load's objects cross from their bounce slots in
+	 *  host memory into HBM; enum tutti_gpu_io_copy, default AUTO. */
+	uint32_t gpu_io_copy;
 };
 
 /** Who issues engine gpu-uring's I/O: the driver only writes submissions into the ring. */
@@ -176,6 +179,33 @@ enum tutti_gpu_io_submit {
 	 *  a poll period of latency per submission batch. */
 	TUTTI_GPU_IO_SUBMIT_HOST = 2,
 };
+
+/** How engine gpu-uring's loads bring each object across PCIe into HBM. */
+enum tutti_gpu_io_copy {
+	/** DMA where the device can order copies after the I/O kernel's completion count
+	 *  (64-bit stream memory operations), SM otherwise. */
+	TUTTI_GPU_IO_COPY_AUTO = 0,
+	/** The I/O kernel's workers read each object out of its bounce slot with loads across
+	 *  PCIe. SMs read host memory at about 0.92x of what the copy engine moves
+	 *  (docs/results.md, row F3), so this caps a load below the link. */
+	TUTTI_GPU_IO_COPY_SM = 1,
+	/** The copy engine: the I/O kernel publishes how many reads have completed in order, a
+	 *  copy stream waits on that count and copies each group of slots into device staging
+	 *  (one more bounce's worth of HBM), and the workers check and scatter from there. */
+	TUTTI_GPU_IO_COPY_DMA = 2,
+};
+
+/**
+ * Parse a gpu_io_copy name ("auto", "sm" or "dma").
+ * \return the enum tutti_gpu_io_copy value, or -EINVAL for an unknown name or NULL.
+ */
+TUTTI_API int tutti_gpu_io_copy_parse(const char *name);
+
+/**
+ * The name of \p copy (enum tutti_gpu_io_copy), as tutti_gpu_io_copy_parse() takes it.
+ * \return a static string, or NULL for an unknown value.
+ */
+TUTTI_API const char *tutti_gpu_io_copy_name(uint32_t copy);
 
 /**
  * Parse a gpu_io_submit name ("auto", "sqpoll" or "host").

@@ -158,14 +158,16 @@ def test_unknown_engine_and_issuer_are_refused_naming_the_library_s_choices(tmp_
     # The names come from the library's own name functions, in enum order.
     assert lib.engines() == {"uring": 0, "posix": 1, "gpu-uring": 2, "gds": 3, "auto": 4}
     assert lib.gpu_io_submits() == {"auto": 0, "sqpoll": 1, "host": 2}
+    assert lib.gpu_io_copies() == {"auto": 0, "sm": 1, "dma": 2}
     for bad, named in ({"engine": "io_uring"}, "uring, posix, gpu-uring, gds, auto"), \
-            ({"gpu_io_submit": "SQPOLL"}, "auto, sqpoll, host"):
+            ({"gpu_io_submit": "SQPOLL"}, "auto, sqpoll, host"), \
+            ({"gpu_io_copy": "copy-engine"}, "auto, sm, dma"):
         with pytest.raises(OSError) as e:
             Store([tmp_path / "s"], GEO, capacity_bytes=16 * GEO.slot_bytes, **bad)
         assert e.value.errno == errno.EINVAL and f"(one of {named})" in str(e.value)
     assert not (tmp_path / "s").exists()  # refused before anything was made
     with Store([tmp_path / "s"], GEO, capacity_bytes=16 * GEO.slot_bytes, engine="posix",
-               gpu_io_submit="host") as st:
+               gpu_io_submit="host", gpu_io_copy="dma") as st:
         assert st.engine_for(host_kv(GEO, NR_BLOCKS, 1)[1]) == "posix"
 
 

@@ -61,6 +61,7 @@ class StoreOpts(ctypes.Structure):
         ("gpu_io_sms", c_u32),
         ("data_files", c_u32),
         ("gpu_io_submit", c_u32),
+        ("gpu_io_copy", c_u32),
     ]
 
 
@@ -214,6 +215,11 @@ def gpu_io_submits() -> dict[str, int]:
     return _named_values(lib().tutti_gpu_io_submit_name)
 
 
+def gpu_io_copies() -> dict[str, int]:
+    """enum tutti_gpu_io_copy by name, as tutti_gpu_io_copy_parse() takes them."""
+    return _named_values(lib().tutti_gpu_io_copy_name)
+
+
 # ---- the remote tier (include/tutti/remote.h) ----
 
 _p = ctypes.POINTER
@@ -301,6 +307,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "tutti_engine_parse": (ctypes.c_int, [ctypes.c_char_p]),
         "tutti_engine_name": (ctypes.c_char_p, [c_u32]),
         "tutti_gpu_io_submit_name": (ctypes.c_char_p, [c_u32]),
+        "tutti_gpu_io_copy_name": (ctypes.c_char_p, [c_u32]),
         "tutti_store_opts_init": (None, [ctypes.c_void_p]),
         "tutti_store_open": (ctypes.c_int, [p(Geometry), p(StoreOpts), p(ctypes.c_void_p)]),
         "tutti_store_close": (None, [ctypes.c_void_p]),

@@ -199,13 +199,15 @@ class Store(_Handle):
                  staging_bytes: int = 0, queue_depth: int = 0, repair: bool = False,
                  gpu_io_workers: int = 0, gpu_io_sms: int | None = None, replace: bool = False,
                  log: logging.Logger | None = None, log_level: int = 1,
-                 data_files: int = 0, gpu_io_submit: str = "auto") -> None:
+                 data_files: int = 0, gpu_io_submit: str = "auto",
+                 gpu_io_copy: str = "auto") -> None:
         """``replace``: a store of another geometry, key size or namespace in ``dirs`` is
         replaced by an empty one (TUTTI_OPEN_REPLACE) instead of refused. ``data_files``: data
         files in each directory of a new store (``tutti_store_opts.data_files``, 1..16; 0, the
         default, for the library's: up to 16, fewer for a small store). ``gpu_io_submit``: who
         issues engine gpu-uring's I/O, "auto", "sqpoll" or "host" (``enum
-        tutti_gpu_io_submit``). The library's log
+        tutti_gpu_io_submit``). ``gpu_io_copy``: how its loads cross into HBM, "auto", "sm"
+        or "dma" (``enum tutti_gpu_io_copy``). The library's log
         lines up to ``log_level`` (0 errors, 1 warnings, 2 information) go to ``log`` (the
         ``tutti`` logger by default); an open that fails says in its exception what the
         library logged as errors."""
@@ -220,7 +222,7 @@ class Store(_Handle):
             (L.OPEN_REPLACE if replace else 0)
         o.dirs = ctypes.cast(self._dirs, ctypes.POINTER(ctypes.c_char_p))
         o.nr_dirs = len(dirs)
-        engines, submits = L.engines(), L.gpu_io_submits()
+        engines, submits, copies = L.engines(), L.gpu_io_submits(), L.gpu_io_copies()
         if engine not in engines:
             raise OSError(22, f"unknown engine {engine!r} (one of {', '.join(engines)})")
         if durability not in L.DURABILITY:
@@ -228,6 +230,9 @@ class Store(_Handle):
         if gpu_io_submit not in submits:
             raise OSError(22, f"unknown gpu_io_submit {gpu_io_submit!r} "
                               f"(one of {', '.join(submits)})")
+        if gpu_io_copy not in copies:
+            raise OSError(22, f"unknown gpu_io_copy {gpu_io_copy!r} "
+                              f"(one of {', '.join(copies)})")
         o.engine = engines[engine]
         o.capacity_bytes = int(capacity_bytes)
         o.ns = ctypes.addressof(self._ns)
@@ -244,6 +249,7 @@ class Store(_Handle):
             o.gpu_io_sms = int(gpu_io_sms)
         o.data_files = int(data_files)
         o.gpu_io_submit = submits[gpu_io_submit]
+        o.gpu_io_copy = copies[gpu_io_copy]
         # The library's log lines go to Python logging (kept referenced while the store lives);
         # the open's error lines are also kept for its exception. The callback holds no
         # reference to the store, which stays collectable without the cycle collector.

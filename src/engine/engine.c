@@ -80,6 +80,29 @@ tutti_gpu_io_submit_name(uint32_t submit)
 	return submit < TT_ARRAY_SIZE(gpu_io_submit_names) ? gpu_io_submit_names[submit] : NULL;
 }
 
+static const char *const gpu_io_copy_names[] = {
+    [TUTTI_GPU_IO_COPY_AUTO] = "auto",
+    [TUTTI_GPU_IO_COPY_SM] = "sm",
+    [TUTTI_GPU_IO_COPY_DMA] = "dma",
+};
+
+int
+tutti_gpu_io_copy_parse(const char *name)
+{
+	for (uint32_t k = 0; name != NULL && k < TT_ARRAY_SIZE(gpu_io_copy_names); k++) {
+		if (strcmp(gpu_io_copy_names[k], name) == 0) {
+			return (int)k;
+		}
+	}
+	return -EINVAL;
+}
+
+const char *
+tutti_gpu_io_copy_name(uint32_t copy)
+{
+	return copy < TT_ARRAY_SIZE(gpu_io_copy_names) ? gpu_io_copy_names[copy] : NULL;
+}
+
 /* ---- the part every engine has ---- */
 
 /* Launch descriptors of one GPU context: a launch moving more blocks is split. */

@@ -127,6 +127,7 @@ struct tt_engine_conf {
 	uint32_t gpu_io_sms;     /* gpu-uring: the blocks they are packed into (0: the fewest that
 	                          * hold them and the ring's driver) */
 	uint32_t gpu_io_submit;  /* gpu-uring: enum tutti_gpu_io_submit */
+	uint32_t gpu_io_copy;    /* gpu-uring: enum tutti_gpu_io_copy */
 	const struct tt_log *log;
 };
 

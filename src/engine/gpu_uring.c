@@ -406,6 +406,30 @@ out:
 
 /* ---- GPU KV: the layer kernels ---- */
 
+/* Whether loads into \p gpu's memory go by the copy engine (enum tutti_gpu_io_copy): DMA where
+ * asked for or, for AUTO, where the device can order copies after the kernel's count. Returns 1,
+ * 0, or -EOPNOTSUPP where DMA was asked for and the device cannot (said in the log). */
+static int
+loads_by_dma(struct gpu_uring_engine *g, struct tt_gpu *gpu)
+{
+	struct tt_engine *e = &g->base;
+	int on;
+
+	if (e->conf.gpu_io_copy == TUTTI_GPU_IO_COPY_SM) {
+		return 0;
+	}
+	on = tt_gpu_uring_dma_supported(gpu);
+	if (on < 0) {
+		return on;
+	}
+	if (on == 0 && e->conf.gpu_io_copy == TUTTI_GPU_IO_COPY_DMA) {
+		tt_log_err(e->log, "gpu-uring: gpu_io_copy dma: the device cannot order copies "
+		                   "after a count (no 64-bit stream memory operations)");
+		return -EOPNOTSUPP;
+	}
+	return on;
+}
+
 /* Launch layers \p l .. \p l + \p count - 1 (indices into the lists) of \p b's object lists
  * on \p gpu's stream, as one driver kernel; whether it failed lands in lists->failed[l]. */
 static int
@@ -433,6 +457,14 @@ gpu_layers(struct gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *
 	    .trace = trace,
 	};
 
+	if (!job.write) {
+		int dma = loads_by_dma(g, gpu);
+
+		if (dma < 0) {
+			return dma;
+		}
+		job.dma = dma != 0;
+	}
 	tt_gpu_uring_view(g->ring, &view);
 	tt_gpu_uring_kick(g->ring); /* at most one wake-up per launch */
 	return tt_gpu_uring_layers(gpu, &view, &job);

@@ -98,6 +98,10 @@ struct tt_gpu_uring_job {
 	uint32_t slots;      /* in-flight window, <= the ring's CQ entries */
 	uint64_t slot_bytes; /* one object, a multiple of 16 */
 	bool write;
+	/* A load by the copy engine (proto.h; tt_gpu_uring_dma_supported must be 1): a copy
+	 * stream moves each group of slots into device staging, from which the workers check and
+	 * scatter; unused for a save. */
+	bool dma;
 	uint32_t workers;    /* groups of threads moving objects (0: 16) */
 	uint32_t blocks;     /* CUDA blocks (SMs) the workers and the controller are packed into:
 	                      * 3 groups of 256 threads each, or up to 6 of 128; 0: one each */
@@ -130,11 +134,17 @@ enum tt_gpu_uring_phase {
  * computing (save) their checksums; asynchronous, results valid after tt_gpu_sync. Reads of a
  * later layer of the run are in flight while the objects of an earlier one are moved. Layer
  * blocks must exceed TT_XXH3_MIDSIZE_MAX bytes (format/format.h: the GPU hashes with XXH3's long
- * path only). Returns 0, -EINVAL, -ENOMEM or -EIO.
+ * path only). Returns 0, -EINVAL, -ENOMEM, -EOPNOTSUPP (a DMA load on a device that cannot
+ * order copies after a count, see below) or -EIO.
  */
 struct tt_gpu_uring_view;
 int tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
                         const struct tt_gpu_uring_job *job);
+
+/* Whether the context's device can run loads by the copy engine: a stream that waits for a 64-bit
+ * count in device memory (CUDA's stream memory operations). 1 or 0, or -EIO where the driver
+ * cannot be asked. */
+int tt_gpu_uring_dma_supported(struct tt_gpu *g);
 
 /* The GPU time of the driver kernels launched since the previous call (from the start of the
  * first to the end of the last; they run back to back), and the CUDA blocks they held (each

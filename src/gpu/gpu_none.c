@@ -135,6 +135,12 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 }
 
 int
+tt_gpu_uring_dma_supported(struct tt_gpu *g)
+{
+	return 0;
+}
+
+int
 tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
 {
 	*ns = 0;

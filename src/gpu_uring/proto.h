@@ -19,6 +19,8 @@
 
 #if defined(__CUDACC__)
 #define TT_GPU_URING_FN __device__ __forceinline__ static
+/* Pure arithmetic that the host side of the driver needs too. */
+#define TT_GPU_URING_HD __host__ __device__ __forceinline__ static
 
 TT_GPU_URING_FN uint32_t
 tt_ld_acquire(const uint32_t *p)
@@ -46,6 +48,7 @@ tt_ld_relaxed64(const uint64_t *p)
 }
 #else
 #define TT_GPU_URING_FN static inline
+#define TT_GPU_URING_HD static inline
 
 TT_GPU_URING_FN uint32_t
 tt_ld_acquire(const uint32_t *p)
@@ -181,6 +184,63 @@ TT_GPU_URING_FN void
 tt_gpu_uring_cq_release(const struct tt_gpu_uring_view *v, uint32_t head)
 {
 	tt_st_release(v->cq_head, head);
+}
+
+/* ---- loads by the copy engine (enum tutti_gpu_io_copy, DMA) ----
+ * SMs read host memory at 0.92x of what the copy engine moves (docs/results.md, row F3), so a
+ * load whose workers read each object out of its bounce slot cannot reach the link's rate. In
+ * this mode the driver publishes how many reads have completed in order, as a sequence number
+ * (the launch's epoch << 32 | count, so that it only grows from one launch to the next); a copy
+ * stream waits for each group of consecutive I/Os to be counted, copies their slots into device
+ * staging in one copy, and publishes the count it has copied; the workers check and scatter
+ * each object from device staging, and only then free its slot. A group's slots are
+ * consecutive because the slots are a multiple of the group. */
+
+/* Bytes one copy moves at most: enough that a copy's fixed cost (microseconds to start) is small
+ * next to its transfer (76 us for 4 MiB at 55 GB/s), few enough that the 64 MiB of slots on a
+ * page-cache-backed file hold 16 groups. */
+#define TT_GPU_URING_DMA_GROUP_BYTES (4ull << 20)
+
+/* Sequence number \p n of launch \p epoch. */
+TT_GPU_URING_HD uint64_t
+tt_gpu_uring_seq(uint64_t epoch, uint32_t n)
+{
+	return epoch << 32 | n;
+}
+
+/* I/Os per copy for \p slots slots of \p slot_bytes: at most TT_GPU_URING_DMA_GROUP_BYTES
+ * (one object at least), at most a quarter of the slots, so that reads go on into three
+ * quarters of them while one group waits for its last read, and a divisor of the slots. */
+TT_GPU_URING_HD uint32_t
+tt_gpu_uring_dma_group(uint32_t slots, uint64_t slot_bytes)
+{
+	uint64_t g = slot_bytes >= TT_GPU_URING_DMA_GROUP_BYTES
+	                 ? 1
+	                 : TT_GPU_URING_DMA_GROUP_BYTES / slot_bytes;
+
+	if (g > slots / 4) {
+		g = slots / 4;
+	}
+	if (g < 1) {
+		g = 1;
+	}
+	while (slots % g != 0) {
+		g--;
+	}
+	return (uint32_t)g;
+}
+
+/* How far the reads have completed in order: the first I/O from \p from (below \p to) not
+ * yet marked, where marks[i % slots] holds tt_gpu_uring_seq(epoch, i + 1) once I/O i has
+ * completed. Only the driver writes and reads the marks. */
+TT_GPU_URING_HD uint32_t
+tt_gpu_uring_in_order(const volatile uint64_t *marks, uint32_t slots, uint64_t epoch,
+                      uint32_t from, uint32_t to)
+{
+	while (from < to && marks[from % slots] == tt_gpu_uring_seq(epoch, from + 1)) {
+		from++;
+	}
+	return from;
 }
 
 #endif /* TT_GPU_URING_PROTO_H */

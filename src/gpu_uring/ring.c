@@ -516,34 +516,104 @@ io_result(const struct tt_gpu_uring_io *io, int32_t res)
 	return (uint32_t)res == io->len ? res : -EIO; /* short: the file ends inside the extent */
 }
 
+/* The twin's state of one program. */
+struct twin_state {
+	const struct tt_gpu_uring_program *p;
+	uint8_t *completed; /* per I/O: complete() called, its slot free */
+	/* Copy groups (p->copy_group): per slot, the arrival mark tt_gpu_uring_in_order reads,
+	 * and per I/O its result until its group is handed on. */
+	uint64_t *marks;
+	int32_t *res;
+	uint32_t in_order; /* I/Os completed in order */
+	uint32_t handed;   /* I/Os whose group was copied and completed */
+	uint32_t done;     /* complete() calls */
+};
+
+/* I/O \p i is over with result \p res: completed at once, or marked for its group. */
+static void
+twin_arrived(struct twin_state *t, uint32_t i, int32_t res)
+{
+	const struct tt_gpu_uring_program *p = t->p;
+
+	if (p->copy_group == 0) {
+		p->complete(p->arg, i, res);
+		t->completed[i] = 1;
+		t->done++;
+		return;
+	}
+	t->res[i] = res;
+	t->marks[i % p->window] = tt_gpu_uring_seq(1, i + 1);
+}
+
+/* Hand on every group whose I/Os have all arrived, and with \p flush (nothing more will be
+ * submitted) what arrived in order of the group after them, as the copy stream and then the
+ * workers do on the GPU. */
+static void
+twin_hand_on(struct twin_state *t, uint32_t submitted, bool flush)
+{
+	const struct tt_gpu_uring_program *p = t->p;
+
+	if (p->copy_group == 0) {
+		return;
+	}
+	t->in_order = tt_gpu_uring_in_order(t->marks, p->window, 1, t->in_order, submitted);
+	for (;;) {
+		/* Groups end at multiples of copy_group, so a partial one never wraps the slots. */
+		uint32_t end = TT_MIN((t->handed / p->copy_group + 1) * p->copy_group, p->nr);
+
+		if (end > t->in_order) {
+			if (!flush || t->handed >= t->in_order) {
+				return;
+			}
+			end = t->in_order;
+		}
+		if (end <= t->handed) {
+			return;
+		}
+		p->copy(p->arg, t->handed, end - t->handed);
+		for (; t->handed < end; t->handed++) {
+			p->complete(p->arg, t->handed, t->res[t->handed]);
+			t->completed[t->handed] = 1;
+			t->done++;
+		}
+	}
+}
+
 int
 tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program *p,
                       uint32_t timeout_ms)
 {
 	const struct tt_gpu_uring_view *v = &r->view;
 	uint32_t tail = tt_ld_acquire(v->sq_tail), head = tt_ld_acquire(v->cq_head);
-	uint32_t next = 0, done = 0, window = p->window;
-	uint8_t *completed; /* per I/O */
+	uint32_t next = 0, window = p->window;
 	uint64_t progress = now_ms(), published_ns = 0;
+	struct twin_state t = {.p = p};
 	bool cancelled = false;
 	int rc = 0;
 
-	if (window == 0 || window > v->cq_entries || p->complete == NULL) {
+	if (window == 0 || window > v->cq_entries || p->complete == NULL ||
+	    (p->copy_group != 0 && (p->copy == NULL || window % p->copy_group != 0))) {
 		return -EINVAL;
 	}
-	completed = tt_calloc(p->nr, 1);
-	if (completed == NULL) {
-		return -ENOMEM;
+	t.completed = tt_calloc(p->nr ? p->nr : 1, 1);
+	if (p->copy_group != 0) {
+		t.marks = tt_calloc(window, sizeof(*t.marks));
+		t.res = tt_calloc(p->nr ? p->nr : 1, sizeof(*t.res));
 	}
-	while (done < p->nr) {
+	if (t.completed == NULL || (p->copy_group != 0 && (t.marks == NULL || t.res == NULL))) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	while (t.done < p->nr) {
 		uint32_t queued = 0, ready;
+		uint32_t before = t.done;
 
 		cancelled = cancelled || (p->cancel != NULL &&
 		                          __atomic_load_n(p->cancel, __ATOMIC_ACQUIRE) != 0);
-		/* Submit what the window (I/O i reuses the slot of I/O i - window), the SQ and
-		 * the program allow. */
+		/* Submit what the window (I/O i reuses the slot of I/O i - window, free once
+		 * I/O i - window is completed), the SQ and the program allow. */
 		while (!cancelled && next < p->nr && tt_gpu_uring_sq_space(v, tail) > 0 &&
-		       (next < window || completed[next - window])) {
+		       (next < window || t.completed[next - window])) {
 			uint32_t pace = p->ios[next].write ? v->write_pace_ns : v->read_pace_ns;
 			int prc;
 
@@ -555,9 +625,7 @@ tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program 
 			prc = p->prepare != NULL ? p->prepare(p->arg, next) : 0;
 
 			if (prc < 0) {
-				p->complete(p->arg, next, prc);
-				completed[next++] = 1;
-				done++;
+				twin_arrived(&t, next++, prc);
 				continue;
 			}
 			tt_gpu_uring_put(v, tail++, &p->ios[next], next);
@@ -575,25 +643,27 @@ tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program 
 			int32_t res;
 
 			tt_gpu_uring_cqe(v, head, &tag, &res);
-			if (tag >= p->nr || completed[tag]) {
+			if (tag >= p->nr || tag >= next || t.completed[tag] ||
+			    (t.marks != NULL &&
+			     t.marks[tag % window] == tt_gpu_uring_seq(1, (uint32_t)tag + 1))) {
 				continue; /* not ours: a ring is used by one program at a time */
 			}
-			p->complete(p->arg, (uint32_t)tag, io_result(&p->ios[tag], res));
-			completed[tag] = 1;
-			done++;
+			twin_arrived(&t, (uint32_t)tag, io_result(&p->ios[tag], res));
 		}
 		if (ready > 0) {
 			tt_gpu_uring_cq_release(v, head);
 		}
-		if (cancelled && next == done) {
+		/* Cancelled, the groups end where the submissions did. */
+		twin_hand_on(&t, next, cancelled);
+		if (cancelled && next == t.done) {
 			/* Nothing in flight any more: what was never submitted is cancelled. */
-			for (; next < p->nr; next++, done++) {
+			for (; next < p->nr; next++, t.done++) {
 				p->complete(p->arg, next, -ECANCELED);
-				completed[next] = 1;
+				t.completed[next] = 1;
 			}
 			break;
 		}
-		if (queued > 0 || ready > 0) {
+		if (queued > 0 || ready > 0 || t.done != before) {
 			progress = now_ms();
 		} else if (now_ms() - progress > timeout_ms) {
 			tt_log_err(r->log, "gpu-uring: no completion for %u ms; giving up",
@@ -604,11 +674,14 @@ tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program 
 			sched_yield(); /* where a GPU would __nanosleep */
 		}
 	}
-	for (uint32_t i = 0; rc < 0 && i < p->nr; i++) {
-		if (!completed[i]) {
+	for (uint32_t i = 0; rc == -ETIMEDOUT && i < p->nr; i++) {
+		if (!t.completed[i]) {
 			p->complete(p->arg, i, rc);
 		}
 	}
-	tt_free(completed);
+out:
+	tt_free(t.completed);
+	tt_free(t.marks);
+	tt_free(t.res);
 	return rc;
 }

@@ -65,6 +65,11 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		           o->gpu_io_submit);
 		return -EINVAL;
 	}
+	if (o->gpu_io_copy > TUTTI_GPU_IO_COPY_DMA) {
+		tt_log_err(log, "store options: gpu_io_copy %u is not an enum tutti_gpu_io_copy",
+		           o->gpu_io_copy);
+		return -EINVAL;
+	}
 	for (uint32_t d = 0; d < o->nr_dirs; d++) {
 		if (o->dirs[d] == NULL || o->dirs[d][0] == '\0') {
 			tt_log_err(log, "store options: directory %u is empty", d);
@@ -280,6 +285,7 @@ open_engine(struct tutti_store *st, const struct tutti_store_opts *opts)
 	    .gpu_io_workers = opts->gpu_io_workers,
 	    .gpu_io_sms = opts->gpu_io_sms,
 	    .gpu_io_submit = opts->gpu_io_submit,
+	    .gpu_io_copy = opts->gpu_io_copy,
 	    .log = &st->log,
 	};
 

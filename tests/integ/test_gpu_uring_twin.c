@@ -695,6 +695,204 @@ test_ring_bad_configurations_are_einval(void **state)
 	tt_gpu_uring_destroy(NULL);
 }
 
+/* ---- the copy engine's protocol (proto.h): groups of reads handed on in order ---- */
+
+/* A load through W bounce slots (of f->buf) copied group by group into a device staging twin,
+ * checked as the GPU's workers would: in order, one group at a time, every byte that of the
+ * block its read named. */
+struct copy_run {
+	struct run run;
+	struct fixture *f;
+	uint32_t window, group;
+	const uint32_t *perm;
+	const uint8_t *file; /* the file's blocks as written */
+	uint8_t *staging;    /* window x IO_BYTES: the device staging's twin */
+	uint32_t copied;     /* I/Os copied so far: each copy starts where the last ended */
+	uint32_t completed;  /* complete() calls so far: each the next I/O */
+	uint32_t copies, partial, bad;
+};
+
+static void
+copy_group(void *arg, uint32_t first, uint32_t count)
+{
+	struct copy_run *c = arg;
+	uint32_t slot = first % c->window;
+
+	/* In order, within one group, never across the end of the slots. */
+	c->bad += first != c->copied || count == 0 || count > c->group ||
+	          first / c->group != (first + count - 1) / c->group || slot + count > c->window;
+	c->partial += count != c->group;
+	c->copies++;
+	c->copied = first + count;
+	memcpy(c->staging + (uint64_t)slot * IO_BYTES, c->f->buf + (uint64_t)slot * IO_BYTES,
+	       (size_t)count * IO_BYTES);
+}
+
+static void
+copy_complete(void *arg, uint32_t i, int32_t res)
+{
+	struct copy_run *c = arg;
+	const uint8_t *want = c->file + (uint64_t)(c->perm[i] % FILE_IOS) * IO_BYTES;
+
+	/* In order, and handed on after its group's copy unless it was never submitted. */
+	c->bad += i != c->completed || (res != -ECANCELED && i >= c->copied);
+	c->completed++;
+	if (res == IO_BYTES &&
+	    memcmp(c->staging + (uint64_t)(i % c->window) * IO_BYTES, want, IO_BYTES) != 0) {
+		c->bad++;
+	}
+	complete(&c->run, i, res);
+}
+
+/* Write every block of the file with fresh bytes (kept in *file), then make \p c a read of
+ * \p nr blocks in \p perm's order through \p window slots in groups of \p group. */
+static void
+copy_run_init(struct copy_run *c, struct fixture *f, struct tt_gpu_uring *r, uint32_t nr,
+              const uint32_t *perm, uint32_t window, uint32_t group, uint8_t **file)
+{
+	struct run *w = make_run(FILE_IOS);
+	uint32_t order[FILE_IOS];
+
+	for (uint32_t i = 0; i < FILE_IOS; i++) {
+		order[i] = i;
+	}
+	*file = malloc((size_t)FILE_IOS * IO_BYTES);
+	assert_non_null(*file);
+	t_rng_fill(&f->rng, f->buf, (size_t)FILE_IOS * IO_BYTES);
+	memcpy(*file, f->buf, (size_t)FILE_IOS * IO_BYTES);
+	program(f, w, order, true);
+	timed_run(r, w);
+	free_run(w);
+
+	*c = (struct copy_run){.f = f, .window = window, .group = group, .perm = perm,
+	                       .file = *file};
+	w = make_run(nr);
+	c->run = *w; /* the arrays move into c; the shell goes */
+	free(w);
+	c->staging = malloc((size_t)window * IO_BYTES);
+	assert_non_null(c->staging);
+	memset(f->buf, 0xa5, (size_t)FILE_IOS * IO_BYTES);
+	for (uint32_t i = 0; i < nr; i++) {
+		c->run.ios[i] = (struct tt_gpu_uring_io){
+		    .off = (uint64_t)(perm[i] % FILE_IOS) * IO_BYTES,
+		    .buf = (uint64_t)(uintptr_t)(f->buf + (uint64_t)(i % window) * IO_BYTES),
+		    .len = IO_BYTES,
+		};
+	}
+}
+
+static int
+copy_run_go(struct tt_gpu_uring *r, struct copy_run *c)
+{
+	struct tt_gpu_uring_program p = {
+	    .ios = c->run.ios,
+	    .nr = c->run.nr,
+	    .window = c->window,
+	    .prepare = prepare,
+	    .complete = copy_complete,
+	    .arg = c,
+	    .cancel = &c->run.cancel,
+	    .copy_group = c->group,
+	    .copy = copy_group,
+	};
+
+	return tt_gpu_uring_twin_run(r, &p, 5000);
+}
+
+static void
+copy_run_free(struct copy_run *c, uint8_t *file)
+{
+	free(c->run.ios);
+	free(c->run.res);
+	free(c->run.calls);
+	free(c->staging);
+	free(file);
+}
+
+static void
+test_ring_copy_groups_hand_reads_on_in_order(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gpu_uring *r = ring(f, 16, 64, 100);
+	/* 1998 reads of random blocks through 16 slots in groups of 4: the slots wrap 124 times,
+	 * and the last group holds 2 reads. */
+	uint32_t nr = 1998, *perm = malloc(nr * sizeof(*perm));
+	struct copy_run c;
+	uint8_t *file;
+
+	assert_non_null(perm);
+	for (uint32_t i = 0; i < nr; i++) {
+		perm[i] = t_rng_below(&f->rng, FILE_IOS);
+	}
+	copy_run_init(&c, f, r, nr, perm, 16, 4, &file);
+	assert_int_equal(copy_run_go(r, &c), 0);
+	assert_each_completed_once(&c.run);
+	for (uint32_t i = 0; i < nr; i++) {
+		assert_int_equal(c.run.res[i], IO_BYTES);
+	}
+	assert_int_equal(c.bad, 0);
+	assert_int_equal(c.completed, nr);
+	assert_int_equal(c.copies, (nr + 3) / 4);
+	assert_int_equal(c.partial, 1); /* the last: 2 reads */
+	copy_run_free(&c, file);
+	free(perm);
+	tt_gpu_uring_destroy(r);
+}
+
+static void
+test_ring_copy_groups_carry_errors_and_cancel_once(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gpu_uring *r = ring(f, 16, 64, 100);
+	uint32_t nr = 400, *perm = malloc(nr * sizeof(*perm));
+	uint32_t ok = 0, cancelled = 0;
+	struct copy_run c;
+	uint8_t *file;
+
+	assert_non_null(perm);
+	for (uint32_t i = 0; i < nr; i++) {
+		perm[i] = i;
+	}
+	copy_run_init(&c, f, r, nr, perm, 8, 8, &file);
+	c.run.ios[5].off = (uint64_t)FILE_IOS * IO_BYTES; /* past the end: its group goes on */
+	c.run.cancel_at = 101; /* cancelled inside a group: it ends where submissions did */
+	assert_int_equal(copy_run_go(r, &c), 0);
+	assert_each_completed_once(&c.run);
+	assert_true(c.run.res[5] < 0);
+	for (uint32_t i = 0; i < nr; i++) {
+		ok += c.run.res[i] == IO_BYTES;
+		cancelled += c.run.res[i] == -ECANCELED;
+	}
+	assert_int_equal(ok + cancelled + 1, nr);
+	assert_true(ok >= 100);
+	assert_true(cancelled > 0);
+	assert_int_equal(c.bad, 0);
+	copy_run_free(&c, file);
+	free(perm);
+	tt_gpu_uring_destroy(r);
+}
+
+static void
+test_ring_copy_groups_that_do_not_divide_the_window_are_einval(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gpu_uring *r = ring(f, 16, 32, 100);
+	struct run *run = make_run(8);
+	struct tt_gpu_uring_program p = {
+	    .ios = run->ios, .nr = 8, .window = 16, .complete = complete, .arg = run,
+	    .copy_group = 3, .copy = copy_group};
+
+	assert_int_equal(tt_gpu_uring_twin_run(r, &p, 1000), -EINVAL);
+	p.copy_group = 4;
+	p.copy = NULL;
+	assert_int_equal(tt_gpu_uring_twin_run(r, &p, 1000), -EINVAL);
+	for (uint32_t i = 0; i < 8; i++) {
+		assert_int_equal(run->calls[i], 0); /* refused before any I/O */
+	}
+	free_run(run);
+	tt_gpu_uring_destroy(r);
+}
+
 static int
 host_group_setup(void **state)
 {
@@ -732,7 +930,11 @@ main(void)
 	                                    setup, teardown),                                      \
 	    cmocka_unit_test_setup_teardown(test_ring_quiet_helper_polls_rarely, setup, teardown), \
 	    cmocka_unit_test_setup_teardown(test_ring_settled_helper_idles_at_once, setup,         \
-	                                    teardown)
+	                                    teardown),                                             \
+	    cmocka_unit_test_setup_teardown(test_ring_copy_groups_hand_reads_on_in_order, setup,   \
+	                                    teardown),                                             \
+	    cmocka_unit_test_setup_teardown(test_ring_copy_groups_carry_errors_and_cancel_once,    \
+	                                    setup, teardown)
 	const struct CMUnitTest host_tests[] = {EITHER_ISSUER_TESTS};
 	const struct CMUnitTest tests[] = {
 	    EITHER_ISSUER_TESTS,
@@ -744,6 +946,8 @@ main(void)
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_ring_bad_configurations_are_einval, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(
+	        test_ring_copy_groups_that_do_not_divide_the_window_are_einval, setup, teardown),
 	};
 	struct tt_gpu_uring_conf probe_conf;
 	struct tt_gpu_uring *probe = NULL;
