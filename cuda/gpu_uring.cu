@@ -96,10 +96,11 @@ struct tt_gpu_uring_dev {
 	int dma_supported; /* -1: not asked yet */
 	CUresult (*wait_value)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 	CUresult (*write_value)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
-	cudaStream_t dma_stream;
+	cudaStream_t dma_streams[TT_GPU_URING_DMA_STREAMS];
 	uint8_t *dstage;
 	uint64_t dstage_bytes;
-	unsigned long long *counts; /* [0] in order, [1] copied */
+	/* 3 x TT_GPU_URING_MAX_GROUP_WORDS: the words arrived, copied and the controller's tally */
+	unsigned long long *counts;
 };
 
 struct seg_param {
@@ -129,8 +130,15 @@ struct job_param {
 	 * the reads completed in order (the controller publishes it) and of those copied into the
 	 * staging (the copy stream publishes it); dstage NULL otherwise. */
 	uint8_t *dstage;
-	unsigned long long *in_order;
-	const unsigned long long *copied;
+	unsigned long long *arrived;      /* per group word: the controller's "all read" */
+	const unsigned long long *copied; /* per group word: the copy stream's "copied" */
+	unsigned long long *tally;        /* per group word: the controller's reads so far */
+	uint32_t group;                   /* I/Os per group */
+	uint32_t group_words;             /* slots / group: groups whose bounce slots exist */
+	/* The staging's slots, TT_GPU_URING_DMA_STAGING x the bounce slots: a bounce slot is
+	 * free once its group is copied, a staging slot once its worker has scattered it, so
+	 * reads go on while the workers check and scatter (freed[] is indexed by staging slot). */
+	uint32_t dslots;
 };
 
 /* ---- device helpers ---- */
@@ -270,6 +278,30 @@ lap(phase_clock *c, const team &t, unsigned k)
 
 /* ---- the controller ---- */
 
+/* Read \p i of a load by the copy engine is over: the last of its group lets the group's copy
+ * go (its word is waited on by one of the copy streams). Groups go out of order: a slow read
+ * holds back its own group only. */
+__device__ static void
+dma_arrived(const job_param &param, uint32_t i)
+{
+	uint32_t k = i / param.group, w = k % param.group_words;
+	uint32_t size = tt_gpu_uring_group_size(k, param.group, param.nr);
+
+	if (++param.tally[w] == size) {
+		param.tally[w] = 0;
+		st_release_sys(&param.arrived[w], tt_gpu_uring_seq(param.epoch, k + 1));
+	}
+}
+
+/* Let every copy of a failed launch through (its workers stop on the failure). */
+__device__ static void
+dma_release_all(const job_param &param)
+{
+	for (uint32_t w = 0; w < param.group_words; w++) {
+		st_release_sys(&param.arrived[w], tt_gpu_uring_seq(param.epoch, UINT32_MAX));
+	}
+}
+
 __device__ static void
 controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long long *ready,
            unsigned long long *freed, int *failed)
@@ -284,9 +316,14 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 	uint32_t pace_ns = param.write ? ring->write_pace_ns : ring->read_pace_ns;
 	unsigned back_off = 32;
 	bool published = false;
-	/* Loads by the copy engine: the reads completed in order, as published. */
+	/* Loads by the copy engine: group words, counted per read. */
 	bool dma = param.dstage != NULL && !param.write;
-	uint32_t in_order = 0;
+
+	if (dma) {
+		for (uint32_t k = 0; k < param.group_words; k++) {
+			param.tally[k] = 0; /* a failed launch may have left counts behind */
+		}
+	}
 
 	if (param.trace != NULL) {
 		param.trace[0] = progress;
@@ -304,9 +341,23 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 			if (pace_ns != 0 && (queued > 0 || now_ns() - published_ns < pace_ns)) {
 				break;
 			}
-			if (next >= param.slots &&
-			    ld_acquire_gpu(&freed[slot]) !=
-			        (param.epoch << 32 | (next - param.slots + 1))) {
+			if (dma) {
+				/* The bounce slot once its copy is done, the staging slot once
+				 * its worker is done. */
+				uint32_t prior = (next - param.slots) / param.group;
+
+				if ((next >= param.slots &&
+				     (long long)(ld_acquire_gpu(
+				                     &param.copied[prior % param.group_words]) -
+				                 tt_gpu_uring_seq(param.epoch, prior + 1)) < 0) ||
+				    (next >= param.dslots &&
+				     ld_acquire_gpu(&freed[next % param.dslots]) !=
+				         tt_gpu_uring_seq(param.epoch, next - param.dslots + 1))) {
+					break;
+				}
+			} else if (next >= param.slots &&
+			           ld_acquire_gpu(&freed[slot]) !=
+			               (param.epoch << 32 | (next - param.slots + 1))) {
 				break;
 			}
 			/* A save's data must be in the slot: its worker says so through ready. */
@@ -316,7 +367,9 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 			if (objs[next].status != 0) {
 				/* Nothing to write for a failed gather: its completion is its
 				 * status. */
-				if (!param.write) {
+				if (dma) {
+					dma_arrived(param, next);
+				} else if (!param.write) {
 					st_release_gpu(&ready[slot], want);
 				}
 				/* By the copy engine its worker frees it once its group is copied,
@@ -366,23 +419,13 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 				/* The write is done: the slot is free for I/O tag + S. */
 				st_release_gpu(&freed[tag % param.slots],
 				               param.epoch << 32 | (unsigned long long)(tag + 1));
+			} else if (dma) {
+				dma_arrived(param, (uint32_t)tag);
 			} else {
 				st_release_gpu(&ready[tag % param.slots],
 				               param.epoch << 32 | (unsigned long long)(tag + 1));
 			}
 			done++;
-		}
-		if (dma) {
-			/* The copy stream waits on this count: it copies a group once it passes
-			 * the group's end. */
-			uint32_t n = tt_gpu_uring_in_order(
-			    reinterpret_cast<const volatile uint64_t *>(ready), param.slots,
-			    param.epoch, in_order, next);
-
-			if (n != in_order) {
-				in_order = n;
-				st_release_sys(param.in_order, tt_gpu_uring_seq(param.epoch, n));
-			}
 		}
 		if (nr_ready > 0) {
 			tt_gpu_uring_cq_release(ring, head);
@@ -401,9 +444,7 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 		} else if (now_ns() - progress > param.timeout_ns) {
 			atomicExch(failed, 1);
 			if (dma) {
-				/* Let the copy stream through: the launch has failed. */
-				st_release_sys(param.in_order,
-				               tt_gpu_uring_seq(param.epoch, param.nr));
+				dma_release_all(param); /* the launch has failed */
 			}
 			return;
 		} else {
@@ -461,21 +502,24 @@ wait_count(const team &t, group_shared *group_mem, const unsigned long long *cou
 }
 
 /* Load object \p i by the copy engine: once the copy stream has copied its group into device
- * staging, check and scatter it from there (HBM), then free its slot, which is also the staging's:
- * the next read into the slot is submitted only after this. */
+ * staging, check and scatter it from there (HBM), then free its staging slot: a read into it is
+ * submitted only after this. */
 __device__ static bool
 load_from_staging(const team &t, group_shared *group_mem, const job_param &param,
                   struct tt_gpu_uring_obj *obj, uint32_t i, const uint32_t *ids,
                   unsigned long long *freed, int *failed, phase_clock *clock)
 {
-	uint32_t slot = i % param.slots;
+	uint32_t slot = i % param.dslots;
 	unsigned long long mine = tt_gpu_uring_seq(param.epoch, i + 1);
 	const uint8_t *staged = param.dstage + (uint64_t)slot * param.slot_bytes;
 	uint64_t stored = (uint64_t)obj->stored * param.layer_block_bytes;
 
 	/* The acquire by lane 0 (which invalidates this SM's L1) and the group's barrier after it
 	 * order the copy's bytes before the group's loads of them. */
-	if (!wait_count(t, group_mem, param.copied, mine, param.timeout_ns, failed)) {
+	uint32_t k = i / param.group;
+
+	if (!wait_count(t, group_mem, &param.copied[k % param.group_words],
+	                tt_gpu_uring_seq(param.epoch, k + 1), param.timeout_ns, failed)) {
 		return false;
 	}
 	lap(clock, t, TT_GPU_URING_PHASE_WAIT);
@@ -614,9 +658,7 @@ __launch_bounds__(BLOCK_THREADS)
 		if (group == 0 && t.lane == 0) {
 			atomicExch(failed, 1); /* reported as this layer's timeout too */
 			if (param.dstage != NULL && !param.write) {
-				/* Let the copy stream through: nothing will be read. */
-				st_release_sys(param.in_order,
-				               tt_gpu_uring_seq(param.epoch, param.nr));
+				dma_release_all(param); /* nothing will be read */
 			}
 		}
 		return;
@@ -666,9 +708,11 @@ tt_gpu_uring_free(struct tt_gpu *g)
 	cudaFree(dev->ready);
 	cudaFree(dev->freed);
 	cudaFree(dev->failed);
-	if (dev->dma_stream != NULL) {
-		cudaStreamSynchronize(dev->dma_stream); /* its last count written */
-		cudaStreamDestroy(dev->dma_stream);
+	for (unsigned k = 0; k < TT_GPU_URING_DMA_STREAMS; k++) {
+		if (dev->dma_streams[k] != NULL) {
+			cudaStreamSynchronize(dev->dma_streams[k]); /* its last word written */
+			cudaStreamDestroy(dev->dma_streams[k]);
+		}
 	}
 	cudaFree(dev->dstage);
 	cudaFree(dev->counts);
@@ -863,11 +907,12 @@ dma_prepare(struct tt_gpu *g, const struct tt_gpu_uring_job *job)
 		return rc < 0 ? rc : -EOPNOTSUPP;
 	}
 	if (dev->counts == NULL) {
+		uint64_t bytes = 3ull * TT_GPU_URING_MAX_GROUP_WORDS * sizeof(*dev->counts);
+
 		/* Zero, below every launch's numbers (epochs start at 1); set before any wait. */
-		rc = check(g, cudaMalloc(&dev->counts, 2 * sizeof(*dev->counts)), "cudaMalloc");
+		rc = check(g, cudaMalloc(&dev->counts, bytes), "cudaMalloc");
 		if (rc == 0) {
-			rc = check(g, cudaMemset(dev->counts, 0, 2 * sizeof(*dev->counts)),
-			           "cudaMemset");
+			rc = check(g, cudaMemset(dev->counts, 0, bytes), "cudaMemset");
 		}
 		if (rc < 0) {
 			cudaFree(dev->counts);
@@ -875,43 +920,54 @@ dma_prepare(struct tt_gpu *g, const struct tt_gpu_uring_job *job)
 			return rc;
 		}
 	}
-	if (dev->dma_stream == NULL) {
-		rc = check(g, cudaStreamCreateWithFlags(&dev->dma_stream, cudaStreamNonBlocking),
-		           "cudaStreamCreateWithFlags");
-		if (rc < 0) {
-			dev->dma_stream = NULL;
-			return rc;
+	for (unsigned k = 0; k < TT_GPU_URING_DMA_STREAMS; k++) {
+		if (dev->dma_streams[k] == NULL) {
+			rc = check(g,
+			           cudaStreamCreateWithFlags(&dev->dma_streams[k],
+			                                     cudaStreamNonBlocking),
+			           "cudaStreamCreateWithFlags");
+			if (rc < 0) {
+				dev->dma_streams[k] = NULL;
+				return rc;
+			}
 		}
 	}
 	return reserve(g, (void **)&dev->dstage, &dev->dstage_bytes,
-	               (uint64_t)job->slots * job->slot_bytes);
+	               (uint64_t)job->slots * TT_GPU_URING_DMA_STAGING * job->slot_bytes);
 }
 
-/* After the launch: for each group of its reads, the copy stream waits until the controller
- * has counted the group's reads in order, copies their slots into the staging in one copy, and
- * counts them copied (proto.h). A failure here leaves the workers waiting for a count that
- * never comes: the launch then fails by its timeout. */
+/* After the launch: for each group of its reads, one of the copy streams (in turn) waits until
+ * the controller has counted every read of the group, copies their slots into the staging in
+ * one copy, and marks the group copied (proto.h). Several streams, so that a group whose last
+ * read is slow holds back only the groups queued behind it on its own stream. A failure here
+ * leaves the workers waiting for a word that never comes: the launch then fails by its
+ * timeout. */
 static int
 dma_enqueue(struct tt_gpu *g, const struct tt_gpu_uring_job *job, uint64_t epoch)
 {
 	struct tt_gpu_uring_dev *dev = g->uring;
 	uint32_t group = tt_gpu_uring_dma_group(job->slots, job->slot_bytes);
-	CUstream s = reinterpret_cast<CUstream>(dev->dma_stream);
-	CUdeviceptr in_order = reinterpret_cast<CUdeviceptr>(&dev->counts[0]),
-	            copied = reinterpret_cast<CUdeviceptr>(&dev->counts[1]);
+	uint32_t words = job->slots / group, dslots = job->slots * TT_GPU_URING_DMA_STAGING;
+	unsigned long long *arrived = dev->counts,
+	                   *copied = dev->counts + TT_GPU_URING_MAX_GROUP_WORDS;
 
-	for (uint32_t first = 0; first < job->nr; first += group) {
-		uint32_t n = job->nr - first < group ? job->nr - first : group;
-		uint64_t off = (uint64_t)(first % job->slots) * job->slot_bytes;
-		cuuint64_t end = tt_gpu_uring_seq(epoch, first + n);
+	for (uint32_t k = 0; k * group < job->nr; k++) {
+		uint32_t first = k * group, n = tt_gpu_uring_group_size(k, group, job->nr);
+		cudaStream_t stream = dev->dma_streams[k % TT_GPU_URING_DMA_STREAMS];
+		CUstream s = reinterpret_cast<CUstream>(stream);
+		uint64_t from = (uint64_t)(first % job->slots) * job->slot_bytes,
+		         to = (uint64_t)(first % dslots) * job->slot_bytes;
+		cuuint64_t seq = tt_gpu_uring_seq(epoch, k + 1);
 
-		if (dev->wait_value(s, in_order, end, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS ||
+		if (dev->wait_value(s, reinterpret_cast<CUdeviceptr>(&arrived[k % words]), seq,
+		                    CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS ||
 		    check(g,
-		          cudaMemcpyAsync(dev->dstage + off, job->bounce + off,
+		          cudaMemcpyAsync(dev->dstage + to, job->bounce + from,
 		                          (uint64_t)n * job->slot_bytes, cudaMemcpyHostToDevice,
-		                          dev->dma_stream),
+		                          stream),
 		          "cudaMemcpyAsync") < 0 ||
-		    dev->write_value(s, copied, end, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
+		    dev->write_value(s, reinterpret_cast<CUdeviceptr>(&copied[k % words]), seq,
+		                     CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
 			tt_log_err(g->log,
 			           "gpu-uring: queuing the copy of reads %u..%u failed; the launch "
 			           "will time out",
@@ -949,6 +1005,8 @@ prepare_dev(struct tt_gpu *g, const struct tt_gpu_uring_job *job, uint32_t worke
 	struct tt_gpu_uring_dev *dev;
 	uint64_t caps[6];
 	uint32_t nr_segs = job->nr_layers * job->kv->segs_per_layer;
+	/* Flags for every staging slot a load by the copy engine may use (a few bytes each). */
+	uint32_t flags = job->slots * TT_GPU_URING_DMA_STAGING;
 	int rc;
 
 	rc = dev_open(g);
@@ -968,17 +1026,15 @@ prepare_dev(struct tt_gpu *g, const struct tt_gpu_uring_job *job, uint32_t worke
 	    reserve(g, (void **)&dev->segs, &caps[5], (uint64_t)nr_segs * sizeof(*dev->segs)) < 0) {
 		return -ENOMEM;
 	}
-	if (caps[3] < (uint64_t)job->slots * sizeof(*dev->ready)) {
+	if (caps[3] < (uint64_t)flags * sizeof(*dev->ready)) {
 		/* Flags start at zero: epochs start at 1, so no old value ever matches. */
-		if (reserve(g, (void **)&dev->ready, &caps[3], job->slots * sizeof(*dev->ready)) <
-		        0 ||
-		    reserve(g, (void **)&dev->freed, &caps[4], job->slots * sizeof(*dev->freed)) <
-		        0 ||
+		if (reserve(g, (void **)&dev->ready, &caps[3], flags * sizeof(*dev->ready)) < 0 ||
+		    reserve(g, (void **)&dev->freed, &caps[4], flags * sizeof(*dev->freed)) < 0 ||
 		    cudaMemsetAsync(dev->ready, 0, caps[3], g->stream) != cudaSuccess ||
 		    cudaMemsetAsync(dev->freed, 0, caps[4], g->stream) != cudaSuccess) {
 			return -ENOMEM;
 		}
-		dev->nr_slots_cap = job->slots;
+		dev->nr_slots_cap = flags;
 	}
 	dev->nr_objs_cap = (uint32_t)(caps[0] / sizeof(*dev->objs));
 	dev->nr_ids_cap = (uint32_t)(caps[1] / sizeof(*dev->ids));
@@ -1044,6 +1100,9 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	blocks = (groups + per_block - 1) / per_block;
 	group_threads = per_block * GROUP <= BLOCK_THREADS ? GROUP : GROUP / 2;
 	dma = job->dma && !job->write;
+	if (dma && job->slots > TT_GPU_URING_MAX_GROUP_WORDS) {
+		return -EINVAL; /* more groups than words (a group is one slot at least) */
+	}
 	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
 	if (rc == 0) {
 		rc = prepare_dev(g, job, workers);
@@ -1064,6 +1123,7 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	param.bounce = job->bounce;
 	param.slot_bytes = job->slot_bytes;
 	param.slots = job->slots;
+	param.dslots = job->slots * TT_GPU_URING_DMA_STAGING;
 	param.nr = job->nr;
 	param.workers = workers;
 	param.group_threads = group_threads;
@@ -1072,8 +1132,11 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	param.timeout_ns = (uint64_t)job->timeout_ms * 1000000ull;
 	if (dma) {
 		param.dstage = dev->dstage;
-		param.in_order = &dev->counts[0];
-		param.copied = &dev->counts[1];
+		param.group = tt_gpu_uring_dma_group(job->slots, job->slot_bytes);
+		param.group_words = job->slots / param.group;
+		param.arrived = dev->counts;
+		param.copied = dev->counts + TT_GPU_URING_MAX_GROUP_WORDS;
+		param.tally = dev->counts + 2 * TT_GPU_URING_MAX_GROUP_WORDS;
 	}
 	rc = copy_segs(g, job);
 	if (rc == 0) {

@@ -103,9 +103,10 @@ struct tt_gpu_uring_program {
 	void *arg;
 	const uint32_t *cancel; /* if not NULL and set, submit no more: -ECANCELED for the rest */
 	/* The copy engine's protocol (proto.h, "loads by the copy engine"); 0: off. Results are
-	 * handed on in groups of this many consecutive I/Os, a divisor of the window, once every
-	 * I/O up to a group's end has completed: copy() for the group, then complete() for each
-	 * of its I/Os in order, and only then are their slots free. */
+	 * handed on in groups of this many consecutive I/Os (from I/O 0; a divisor of the
+	 * window), each once all of its I/Os are over, in whatever order the groups complete:
+	 * copy() for the group, then complete() for each of its I/Os in order, and only then are
+	 * their slots free. */
 	uint32_t copy_group;
 	void (*copy)(void *arg, uint32_t first, uint32_t count);
 };

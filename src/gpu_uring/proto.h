@@ -189,17 +189,30 @@ tt_gpu_uring_cq_release(const struct tt_gpu_uring_view *v, uint32_t head)
 /* ---- loads by the copy engine (enum tutti_gpu_io_copy, DMA) ----
  * SMs read host memory at 0.92x of what the copy engine moves (docs/results.md, row F3), so a
  * load whose workers read each object out of its bounce slot cannot reach the link's rate. In
- * this mode the driver publishes how many reads have completed in order, as a sequence number
- * (the launch's epoch << 32 | count, so that it only grows from one launch to the next); a copy
- * stream waits for each group of consecutive I/Os to be counted, copies their slots into device
- * staging in one copy, and publishes the count it has copied; the workers check and scatter
- * each object from device staging, and only then free its slot. A group's slots are
- * consecutive because the slots are a multiple of the group. */
+ * this mode the I/Os go in groups of consecutive ones. Once every read of a group has completed,
+ * the driver marks the group's word "arrived" with a sequence number (the launch's epoch << 32 |
+ * group + 1, so that a word only grows from one launch to the next); a copy stream waiting on
+ * that word copies the group's slots into device staging in one copy and marks it "copied",
+ * which frees the bounce slots; the workers check and scatter each object from device staging,
+ * and then free its staging slot. Groups complete in any order. A group's slots are consecutive
+ * because the slots are a multiple of the group. */
 
 /* Bytes one copy moves at most: enough that a copy's fixed cost (microseconds to start) is small
  * next to its transfer (76 us for 4 MiB at 55 GB/s), few enough that the 64 MiB of slots on a
  * page-cache-backed file hold 16 groups. */
 #define TT_GPU_URING_DMA_GROUP_BYTES (4ull << 20)
+
+/* The device staging holds this many times the bounce slots: a bounce slot is free again once
+ * its group is copied, a staging slot once its worker has checked and scattered it, so reads
+ * keep going into the bounce slots while the workers catch up. */
+#define TT_GPU_URING_DMA_STAGING 2u
+
+/* Copy streams a load by the copy engine spreads its groups over, in turn. */
+#define TT_GPU_URING_DMA_STREAMS 4u
+
+/* The most groups a window of slots holds (one slot a group at least): the words the driver and
+ * the copy streams signal through, one per group, reused every window. */
+#define TT_GPU_URING_MAX_GROUP_WORDS 4096u
 
 /* Sequence number \p n of launch \p epoch. */
 TT_GPU_URING_HD uint64_t
@@ -230,17 +243,13 @@ tt_gpu_uring_dma_group(uint32_t slots, uint64_t slot_bytes)
 	return (uint32_t)g;
 }
 
-/* How far the reads have completed in order: the first I/O from \p from (below \p to) not
- * yet marked, where marks[i % slots] holds tt_gpu_uring_seq(epoch, i + 1) once I/O i has
- * completed. Only the driver writes and reads the marks. */
+/* I/Os in group \p k of \p nr I/Os in groups of \p group: the last one may be short. */
 TT_GPU_URING_HD uint32_t
-tt_gpu_uring_in_order(const volatile uint64_t *marks, uint32_t slots, uint64_t epoch,
-                      uint32_t from, uint32_t to)
+tt_gpu_uring_group_size(uint32_t k, uint32_t group, uint32_t nr)
 {
-	while (from < to && marks[from % slots] == tt_gpu_uring_seq(epoch, from + 1)) {
-		from++;
-	}
-	return from;
+	uint64_t first = (uint64_t)k * group;
+
+	return first >= nr ? 0 : (nr - first < group ? (uint32_t)(nr - first) : group);
 }
 
 #endif /* TT_GPU_URING_PROTO_H */

@@ -520,20 +520,39 @@ io_result(const struct tt_gpu_uring_io *io, int32_t res)
 struct twin_state {
 	const struct tt_gpu_uring_program *p;
 	uint8_t *completed; /* per I/O: complete() called, its slot free */
-	/* Copy groups (p->copy_group): per slot, the arrival mark tt_gpu_uring_in_order reads,
-	 * and per I/O its result until its group is handed on. */
-	uint64_t *marks;
+	/* Copy groups (p->copy_group): per group word (window / copy_group of them, group k's
+	 * is k % words), the reads of the group over so far; per I/O its result until its group
+	 * is handed on. */
+	uint32_t *tally;
+	uint32_t words;
 	int32_t *res;
-	uint32_t in_order; /* I/Os completed in order */
-	uint32_t handed;   /* I/Os whose group was copied and completed */
-	uint32_t done;     /* complete() calls */
+	uint32_t arrived; /* I/Os over (copy groups) */
+	uint32_t done;    /* complete() calls */
 };
 
-/* I/O \p i is over with result \p res: completed at once, or marked for its group. */
+/* Group \p k's first \p n I/Os are over: copied, then completed in order, as the copy stream and
+ * then the workers do on the GPU. */
+static void
+twin_hand_on(struct twin_state *t, uint32_t k, uint32_t n)
+{
+	const struct tt_gpu_uring_program *p = t->p;
+	uint32_t first = k * p->copy_group;
+
+	p->copy(p->arg, first, n);
+	for (uint32_t i = first; i < first + n; i++) {
+		p->complete(p->arg, i, t->res[i]);
+		t->completed[i] = 1;
+		t->done++;
+	}
+}
+
+/* I/O \p i is over with result \p res: completed at once, or counted in its group, which is
+ * handed on when it is whole. Groups go in any order, as on the GPU. */
 static void
 twin_arrived(struct twin_state *t, uint32_t i, int32_t res)
 {
 	const struct tt_gpu_uring_program *p = t->p;
+	uint32_t k, w;
 
 	if (p->copy_group == 0) {
 		p->complete(p->arg, i, res);
@@ -541,41 +560,31 @@ twin_arrived(struct twin_state *t, uint32_t i, int32_t res)
 		t->done++;
 		return;
 	}
+	k = i / p->copy_group;
+	w = k % t->words;
 	t->res[i] = res;
-	t->marks[i % p->window] = tt_gpu_uring_seq(1, i + 1);
+	t->arrived++;
+	if (++t->tally[w] == tt_gpu_uring_group_size(k, p->copy_group, p->nr)) {
+		t->tally[w] = 0;
+		twin_hand_on(t, k, tt_gpu_uring_group_size(k, p->copy_group, p->nr));
+	}
 }
 
-/* Hand on every group whose I/Os have all arrived, and with \p flush (nothing more will be
- * submitted) what arrived in order of the group after them, as the copy stream and then the
- * workers do on the GPU. */
+/* Cancelled with nothing in flight: the last group submitted may be partial; hand on what of it
+ * was submitted. */
 static void
-twin_hand_on(struct twin_state *t, uint32_t submitted, bool flush)
+twin_flush(struct twin_state *t, uint32_t submitted)
 {
 	const struct tt_gpu_uring_program *p = t->p;
+	uint32_t k;
 
-	if (p->copy_group == 0) {
+	if (p->copy_group == 0 || submitted == 0 || t->arrived != submitted) {
 		return;
 	}
-	t->in_order = tt_gpu_uring_in_order(t->marks, p->window, 1, t->in_order, submitted);
-	for (;;) {
-		/* Groups end at multiples of copy_group, so a partial one never wraps the slots. */
-		uint32_t end = TT_MIN((t->handed / p->copy_group + 1) * p->copy_group, p->nr);
-
-		if (end > t->in_order) {
-			if (!flush || t->handed >= t->in_order) {
-				return;
-			}
-			end = t->in_order;
-		}
-		if (end <= t->handed) {
-			return;
-		}
-		p->copy(p->arg, t->handed, end - t->handed);
-		for (; t->handed < end; t->handed++) {
-			p->complete(p->arg, t->handed, t->res[t->handed]);
-			t->completed[t->handed] = 1;
-			t->done++;
-		}
+	k = (submitted - 1) / p->copy_group;
+	if (t->tally[k % t->words] != 0) {
+		t->tally[k % t->words] = 0;
+		twin_hand_on(t, k, submitted - k * p->copy_group);
 	}
 }
 
@@ -597,10 +606,11 @@ tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program 
 	}
 	t.completed = tt_calloc(p->nr ? p->nr : 1, 1);
 	if (p->copy_group != 0) {
-		t.marks = tt_calloc(window, sizeof(*t.marks));
+		t.words = window / p->copy_group;
+		t.tally = tt_calloc(t.words, sizeof(*t.tally));
 		t.res = tt_calloc(p->nr ? p->nr : 1, sizeof(*t.res));
 	}
-	if (t.completed == NULL || (p->copy_group != 0 && (t.marks == NULL || t.res == NULL))) {
+	if (t.completed == NULL || (p->copy_group != 0 && (t.tally == NULL || t.res == NULL))) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -644,8 +654,7 @@ tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program 
 
 			tt_gpu_uring_cqe(v, head, &tag, &res);
 			if (tag >= p->nr || tag >= next || t.completed[tag] ||
-			    (t.marks != NULL &&
-			     t.marks[tag % window] == tt_gpu_uring_seq(1, (uint32_t)tag + 1))) {
+			    (t.res != NULL && t.res[tag] != 0)) {
 				continue; /* not ours: a ring is used by one program at a time */
 			}
 			twin_arrived(&t, (uint32_t)tag, io_result(&p->ios[tag], res));
@@ -653,8 +662,9 @@ tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program 
 		if (ready > 0) {
 			tt_gpu_uring_cq_release(v, head);
 		}
-		/* Cancelled, the groups end where the submissions did. */
-		twin_hand_on(&t, next, cancelled);
+		if (cancelled) {
+			twin_flush(&t, next); /* the groups end where the submissions did */
+		}
 		if (cancelled && next == t.done) {
 			/* Nothing in flight any more: what was never submitted is cancelled. */
 			for (; next < p->nr; next++, t.done++) {
@@ -681,7 +691,7 @@ tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program 
 	}
 out:
 	tt_free(t.completed);
-	tt_free(t.marks);
+	tt_free(t.tally);
 	tt_free(t.res);
 	return rc;
 }
