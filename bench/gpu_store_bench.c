@@ -939,8 +939,9 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	        "\"bit_exact\":%s,\"rounds_gbps\":[",
 	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
 	        (unsigned long long)x->tokens, op, path_names[path],
-	        tutti_gpu_io_submit_name(b->c.gpu_io_submit), tutti_gpu_io_copy_name(b->c.gpu_io_copy),
-	        (unsigned long long)x->bytes, R, gbps, limit, limit > 0 ? gbps / limit : 0, raw, gbps / raw,
+	        tutti_gpu_io_submit_name(b->c.gpu_io_submit),
+	        tutti_gpu_io_copy_name(b->c.gpu_io_copy), (unsigned long long)x->bytes, R, gbps,
+	        limit, limit > 0 ? gbps / limit : 0, raw, gbps / raw,
 	        store ? b->raw_write.bs : b->raw_read.bs, store ? b->raw_write.qd : b->raw_read.qd,
 	        cpu, iot, (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
 	        b->c.gpu_io_workers, b->c.gpu_io_sms,
@@ -1575,8 +1576,9 @@ parse(int argc, char **argv, struct conf *c)
 			int k = tutti_gpu_io_copy_parse(v);
 
 			if (k < 0) {
-				fprintf(stderr,
-				        "tutti-gpu-store-bench: --gpu-io-copy is auto, sm or dma\n");
+				fprintf(
+				    stderr,
+				    "tutti-gpu-store-bench: --gpu-io-copy is auto, sm or dma\n");
 				usage();
 			}
 			c->gpu_io_copy = (uint32_t)k;

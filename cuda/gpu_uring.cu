@@ -844,8 +844,8 @@ dma_probe(struct tt_gpu *g)
 	          "cudaGetDriverEntryPointByVersion") < 0 ||
 	    check(g,
 	          cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute",
-	                                           reinterpret_cast<void **>(&get_attribute),
-	                                           12000, cudaEnableDefault, &q[1]),
+	                                           reinterpret_cast<void **>(&get_attribute), 12000,
+	                                           cudaEnableDefault, &q[1]),
 	          "cudaGetDriverEntryPointByVersion") < 0 ||
 	    check(g,
 	          cudaGetDriverEntryPointByVersion("cuStreamWaitValue64",
@@ -922,10 +922,10 @@ dma_prepare(struct tt_gpu *g, const struct tt_gpu_uring_job *job)
 	}
 	for (unsigned k = 0; k < TT_GPU_URING_DMA_STREAMS; k++) {
 		if (dev->dma_streams[k] == NULL) {
-			rc = check(g,
-			           cudaStreamCreateWithFlags(&dev->dma_streams[k],
-			                                     cudaStreamNonBlocking),
-			           "cudaStreamCreateWithFlags");
+			rc = check(
+			    g,
+			    cudaStreamCreateWithFlags(&dev->dma_streams[k], cudaStreamNonBlocking),
+			    "cudaStreamCreateWithFlags");
 			if (rc < 0) {
 				dev->dma_streams[k] = NULL;
 				return rc;

@@ -182,16 +182,20 @@ enum tutti_gpu_io_submit {
 
 /** How engine gpu-uring's loads bring each object across PCIe into HBM. */
 enum tutti_gpu_io_copy {
-	/** DMA where the device can order copies after the I/O kernel's completion count
-	 *  (64-bit stream memory operations), SM otherwise. */
+	/** SM: on emulated NVMe the copy engine's loads were the slower (docs/results.md, row
+	 *  E27). */
 	TUTTI_GPU_IO_COPY_AUTO = 0,
 	/** The I/O kernel's workers read each object out of its bounce slot with loads across
 	 *  PCIe. SMs read host memory at about 0.92x of what the copy engine moves
 	 *  (docs/results.md, row F3), so this caps a load below the link. */
 	TUTTI_GPU_IO_COPY_SM = 1,
-	/** The copy engine: the I/O kernel publishes how many reads have completed in order, a
-	 *  copy stream waits on that count and copies each group of slots into device staging
-	 *  (one more bounce's worth of HBM), and the workers check and scatter from there. */
+	/** The copy engine: the I/O kernel marks each group of consecutive reads (4 MiB) once
+	 *  all of them are in, one of four copy streams waiting on that mark copies the group's
+	 *  slots into device staging (twice the bounce slots' size in HBM), and the workers check
+	 *  and scatter from there. Needs 64-bit stream memory operations (the load fails with
+	 *  -EOPNOTSUPP without them), and the I/O kernel and the copy streams running at once:
+	 *  where the GPU's work is serialised (CUDA_LAUNCH_BLOCKING, compute-sanitizer) a load
+	 *  stalls until its timeout. Measured slower than SM on emulated NVMe (row E27). */
 	TUTTI_GPU_IO_COPY_DMA = 2,
 };
 

@@ -406,23 +406,24 @@ out:
 
 /* ---- GPU KV: the layer kernels ---- */
 
-/* Whether loads into \p gpu's memory go by the copy engine (enum tutti_gpu_io_copy): DMA where
- * asked for or, for AUTO, where the device can order copies after the kernel's count. Returns 1,
- * 0, or -EOPNOTSUPP where DMA was asked for and the device cannot (said in the log). */
+/* Whether loads into \p gpu's memory go by the copy engine (enum tutti_gpu_io_copy): only where
+ * asked for. AUTO is SM: on emulated NVMe the copy engine's loads measured 0.75-0.85x of the SM
+ * path's in the same runs (docs/results.md, row E27). Returns 1, 0, or -EOPNOTSUPP where DMA was
+ * asked for and the device cannot (said in the log). */
 static int
 loads_by_dma(struct gpu_uring_engine *g, struct tt_gpu *gpu)
 {
 	struct tt_engine *e = &g->base;
 	int on;
 
-	if (e->conf.gpu_io_copy == TUTTI_GPU_IO_COPY_SM) {
+	if (e->conf.gpu_io_copy != TUTTI_GPU_IO_COPY_DMA) {
 		return 0;
 	}
 	on = tt_gpu_uring_dma_supported(gpu);
 	if (on < 0) {
 		return on;
 	}
-	if (on == 0 && e->conf.gpu_io_copy == TUTTI_GPU_IO_COPY_DMA) {
+	if (on == 0) {
 		tt_log_err(e->log, "gpu-uring: gpu_io_copy dma: the device cannot order copies "
 		                   "after a count (no 64-bit stream memory operations)");
 		return -EOPNOTSUPP;

@@ -303,6 +303,12 @@ gpu_io_sms_too_few(struct fixture *f, struct tutti_store_opts *o)
 }
 
 static void
+unknown_gpu_io_copy(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->gpu_io_copy = TUTTI_GPU_IO_COPY_DMA + 1;
+}
+
+static void
 unknown_flag(struct fixture *f, struct tutti_store_opts *o)
 {
 	o->flags |= 0x80u;
@@ -345,6 +351,7 @@ test_open_invalid_options_are_einval_and_create_nothing(void **state)
 	    {"gpu_io_workers 65", gpu_io_workers_65, true},
 	    {"gpu_io_sms 65", gpu_io_sms_65, true},
 	    {"gpu_io_sms 5 for 32 workers", gpu_io_sms_too_few, true},
+	    {"gpu_io_copy 3", unknown_gpu_io_copy, true},
 	    {"unknown flag", unknown_flag, true},
 	    {"invalid geometry", invalid_geometry, true},
 	};

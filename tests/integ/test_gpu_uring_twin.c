@@ -769,8 +769,8 @@ copy_run_init(struct copy_run *c, struct fixture *f, struct tt_gpu_uring *r, uin
 	timed_run(r, w);
 	free_run(w);
 
-	*c = (struct copy_run){.f = f, .window = window, .group = group, .perm = perm,
-	                       .file = *file};
+	*c = (struct copy_run){
+	    .f = f, .window = window, .group = group, .perm = perm, .file = *file};
 	w = make_run(nr);
 	c->run = *w; /* the arrays move into c; the shell goes */
 	free(w);
@@ -885,9 +885,13 @@ test_ring_copy_groups_that_do_not_divide_the_window_are_einval(void **state)
 	struct fixture *f = *state;
 	struct tt_gpu_uring *r = ring(f, 16, 32, 100);
 	struct run *run = make_run(8);
-	struct tt_gpu_uring_program p = {
-	    .ios = run->ios, .nr = 8, .window = 16, .complete = complete, .arg = run,
-	    .copy_group = 3, .copy = copy_group};
+	struct tt_gpu_uring_program p = {.ios = run->ios,
+	                                 .nr = 8,
+	                                 .window = 16,
+	                                 .complete = complete,
+	                                 .arg = run,
+	                                 .copy_group = 3,
+	                                 .copy = copy_group};
 
 	assert_int_equal(tt_gpu_uring_twin_run(r, &p, 1000), -EINVAL);
 	p.copy_group = 4;

@@ -305,6 +305,14 @@ test_engine_kinds_and_names(void **state)
 	assert_null(tutti_gpu_io_submit_name(UINT32_MAX));
 	assert_int_equal(tutti_gpu_io_submit_parse("SQPOLL"), -EINVAL);
 	assert_int_equal(tutti_gpu_io_submit_parse(NULL), -EINVAL);
+	for (uint32_t k = 0; k <= TUTTI_GPU_IO_COPY_DMA; k++) {
+		assert_non_null(tutti_gpu_io_copy_name(k));
+		assert_int_equal(tutti_gpu_io_copy_parse(tutti_gpu_io_copy_name(k)), (int)k);
+	}
+	assert_string_equal(tutti_gpu_io_copy_name(TUTTI_GPU_IO_COPY_DMA), "dma");
+	assert_null(tutti_gpu_io_copy_name(TUTTI_GPU_IO_COPY_DMA + 1));
+	assert_int_equal(tutti_gpu_io_copy_parse("DMA"), -EINVAL);
+	assert_int_equal(tutti_gpu_io_copy_parse(NULL), -EINVAL);
 }
 
 /* gpu-uring's bounce slots: all of the staging on a block device, at most 64 MiB of it on
