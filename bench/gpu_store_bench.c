@@ -73,7 +73,7 @@
  *            [--staging-mib N] [--raw-gib N] [--ceiling-s X] [--model NAME] [--json FILE]
  *            [--kv gpu|host] [--latency N [--pause-ms X]] [--gpu-io-submit auto|sqpoll|host]
  *            [--idle-s X] [--trace] [--gpu-io-workers N] [--gpu-io-sms N]
- *            [--posix-threads N] [--queue-depth N]
+ *            [--posix-threads N] [--queue-depth N] [--gpu-io-copy auto|sm|dma]
  */
 #include <cuda_runtime.h>
 #include <dirent.h>
