@@ -456,39 +456,22 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 
 /* ---- the workers ---- */
 
-/* Wait for \p flag to reach \p want; false on a timeout (or when another group failed). */
+/* Wait for \p flag to reach \p want (with \p at_least, a sequence number, which only grows, to
+ * reach it or pass it); false on a timeout (or when another group failed). */
 __device__ static bool
 wait_flag(const team &t, group_shared *group_mem, const unsigned long long *flag,
-          unsigned long long want, uint64_t timeout_ns, int *failed)
+          unsigned long long want, uint64_t timeout_ns, int *failed, bool at_least = false)
 {
 	if (t.lane == 0) {
 		uint64_t start = now_ns();
 
 		group_mem->ok = 1;
-		while (ld_acquire_gpu(flag) != want) {
-			if (*(volatile int *)failed || now_ns() - start > timeout_ns) {
-				atomicExch(failed, 1);
-				group_mem->ok = 0;
+		for (;;) {
+			unsigned long long v = ld_acquire_gpu(flag);
+
+			if (at_least ? (long long)(v - want) >= 0 : v == want) {
 				break;
 			}
-			__nanosleep(256);
-		}
-	}
-	team_sync(t);
-	return group_mem->ok != 0;
-}
-
-/* Wait for the count at \p count to reach \p want (sequence numbers, which only grow); false on
- * a timeout (or when another group failed). */
-__device__ static bool
-wait_count(const team &t, group_shared *group_mem, const unsigned long long *count,
-           unsigned long long want, uint64_t timeout_ns, int *failed)
-{
-	if (t.lane == 0) {
-		uint64_t start = now_ns();
-
-		group_mem->ok = 1;
-		while ((long long)(ld_acquire_gpu(count) - want) < 0) {
 			if (*(volatile int *)failed || now_ns() - start > timeout_ns) {
 				atomicExch(failed, 1);
 				group_mem->ok = 0;
@@ -518,8 +501,8 @@ load_from_staging(const team &t, group_shared *group_mem, const job_param &param
 	 * order the copy's bytes before the group's loads of them. */
 	uint32_t k = i / param.group;
 
-	if (!wait_count(t, group_mem, &param.copied[k % param.group_words],
-	                tt_gpu_uring_seq(param.epoch, k + 1), param.timeout_ns, failed)) {
+	if (!wait_flag(t, group_mem, &param.copied[k % param.group_words],
+	               tt_gpu_uring_seq(param.epoch, k + 1), param.timeout_ns, failed, true)) {
 		return false;
 	}
 	lap(clock, t, TT_GPU_URING_PHASE_WAIT);
