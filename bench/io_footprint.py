@@ -15,6 +15,10 @@ Llama-3-8B-shaped model, a 32K-token prompt of which 30K are cached):
            thread asks for a whole stage of host memory into shared memory, S stages of K KiB
            in flight per block, --bulk-stages SxK), and the pinned copy engine's rate on the
            same bytes in the same run
+  copies   the copy engine's rate from pinned host memory into HBM by the size of each copy and
+           the streams they are spread over (--copy-shapes MIBxSTREAMS), alone and while
+           --host-threads[0] threads read a tmpfs file with O_DIRECT, as io-wq's workers copy
+           into gpu-uring's bounce slots: what its loads by the copy engine can move
   host     the O_DIRECT read rate of a tmpfs file (the emulated storage's physical limit, as the
            bubble bench measures it) alone and while the GPU reads host memory at full rate: how
            much the storage and the GPU's reads share the host's memory
@@ -359,6 +363,66 @@ def run_host(args, k, rows):
         path.unlink(missing_ok=True)
 
 
+def copies_gbps(src, dst, mib, streams):
+    """Host-to-device copies of MIB each, in turn over STREAMS streams; GB/s of the whole."""
+    n = mib << 20
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for s in streams:
+        s.wait_event(begin)
+    for i, off in enumerate(range(0, src.numel(), n)):
+        with torch.cuda.stream(streams[i % len(streams)]):
+            dst[off:off + n].copy_(src[off:off + n], non_blocking=True)
+    for s in streams:
+        torch.cuda.current_stream().wait_stream(s)
+    end.record()
+    end.synchronize()
+    return src.numel() / (begin.elapsed_time(end) / 1e3) / 1e9
+
+
+def run_copies(args, rows):
+    path = Path(args.shm_file)
+    nbytes = args.host_mib << 20
+    with open(path, "wb") as f:
+        chunk = os.urandom(64 << 20)
+        for _ in range(nbytes // len(chunk)):
+            f.write(chunk)
+    src = torch.empty(args.pull_mib << 20, dtype=torch.uint8, pin_memory=True)
+    src.random_(0, 255)
+    dst = torch.empty_like(src, device="cuda")
+    want = src.to("cuda")
+    try:
+        for mib, nr_streams in args.copy_shapes:
+            streams = [torch.cuda.Stream() for _ in range(nr_streams)]
+            for readers in (0, args.host_threads[0]):
+                stop, read = threading.Event(), []
+
+                def reader():
+                    while not stop.is_set():
+                        read.append(raw_read_gbps(str(path), nbytes, threads=readers))
+                th = threading.Thread(target=reader) if readers else None
+                if th:
+                    th.start()
+                    time.sleep(0.2)
+                dst.zero_()
+                rates = [copies_gbps(src, dst, mib, streams) for _ in range(args.repeats)]
+                if th:
+                    stop.set()
+                    th.join()
+                if not torch.equal(dst, want):
+                    raise AssertionError(f"copies of {mib} MiB on {nr_streams} streams: "
+                                         "wrong bytes")
+                row = dict(experiment="copies", copy_mib=mib, streams=nr_streams,
+                           read_threads=readers, copy_gbps=statistics.median(rates),
+                           copy_gbps_all=[round(r, 2) for r in rates])
+                if read:
+                    row["raw_gbps"] = statistics.median(read)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        path.unlink(missing_ok=True)
+
+
 def pairs(text):
     return [tuple(int(x) for x in p.split("x")) for p in text.split(",")]
 
@@ -401,6 +465,8 @@ def main():
     ap.add_argument("--host-mib", type=int, default=4096)
     ap.add_argument("--host-threads", type=lambda s: [int(x) for x in s.split(",")],
                     default=[16, 8])
+    ap.add_argument("--copy-shapes", type=pairs, default=pairs("1x1,4x1,4x4,16x4,64x1"),
+                    help="MiB a copy x streams, for the copies experiment")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -425,6 +491,8 @@ def main():
             run_pull(args, k, model, cache, start, total, rows)
         if "host" in todo:
             run_host(args, k, rows)
+        if "copies" in todo:
+            run_copies(args, rows)
     finally:
         with open(out / "io-footprint.jsonl", "w") as f:
             for r in rows:

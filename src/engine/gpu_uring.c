@@ -154,8 +154,11 @@ ring_create(struct gpu_uring_engine *g)
 	struct tt_gpu_uring_conf conf;
 	uint32_t cq;
 
+	/* The cap was measured for loads by SM (E25), which hold a slot until a worker has read
+	 * it; loads by the copy engine free theirs at the copy and take the whole staging. */
 	g->slots = tt_gpu_uring_bounce_slots(e->nr_staging * e->unit_bytes, e->geo->object_bytes,
-	                                     e->page_cache);
+	                                     e->page_cache &&
+	                                         e->conf.gpu_io_copy != TUTTI_GPU_IO_COPY_DMA);
 	tt_log_debug(e->log, "gpu-uring: %u bounce slots of %llu bytes", g->slots,
 	             (unsigned long long)e->geo->object_bytes);
 	cq = 1;
