@@ -197,10 +197,11 @@ tt_gpu_uring_cq_release(const struct tt_gpu_uring_view *v, uint32_t head)
  * and then free its staging slot. Groups complete in any order. A group's slots are consecutive
  * because the slots are a multiple of the group. */
 
-/* Bytes one copy moves at most: enough that a copy's fixed cost (microseconds to start) is small
- * next to its transfer (76 us for 4 MiB at 55 GB/s), few enough that the 64 MiB of slots on a
- * page-cache-backed file hold 16 groups. */
-#define TT_GPU_URING_DMA_GROUP_BYTES (4ull << 20)
+/* Bytes one copy moves at most. While io-wq's workers keep the CPUs busy, copies of 1 or 4 MiB
+ * queued ahead moved 5.8 and 19-24 GB/s, and copies of 16 or 64 MiB 52 GB/s, against 48-55
+ * alone (docs/results.md, row F4): the fewer the copies, the less the host's queuing of them
+ * competes for a CPU. */
+#define TT_GPU_URING_DMA_GROUP_BYTES (16ull << 20)
 
 /* The device staging holds this many times the bounce slots: a bounce slot is free again once
  * its group is copied, a staging slot once its worker has checked and scattered it, so reads
