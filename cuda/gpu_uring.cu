@@ -933,6 +933,7 @@ dma_enqueue(struct tt_gpu *g, const struct tt_gpu_uring_job *job, uint64_t epoch
 	uint32_t words = job->slots / group, dslots = job->slots * TT_GPU_URING_DMA_STAGING;
 	unsigned long long *arrived = dev->counts,
 	                   *copied = dev->counts + TT_GPU_URING_MAX_GROUP_WORDS;
+	uint64_t t0 = tt_now_ns();
 
 	for (uint32_t k = 0; k * group < job->nr; k++) {
 		uint32_t first = k * group, n = tt_gpu_uring_group_size(k, group, job->nr);
@@ -958,6 +959,9 @@ dma_enqueue(struct tt_gpu *g, const struct tt_gpu_uring_job *job, uint64_t epoch
 			return -EIO;
 		}
 	}
+	/* Queuing blocks once a stream's queue is full: then it lasts as long as the copies. */
+	tt_log_debug(g->log, "gpu-uring: queued the copies of %u groups of %u reads in %.3f ms",
+	             (job->nr + group - 1) / group, group, (double)(tt_now_ns() - t0) / 1e6);
 	return 0;
 }
 
