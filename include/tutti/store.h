@@ -123,7 +123,7 @@ struct tutti_store_opts {
 	 *  queue_depth x max_io_bytes is not allocated (the stats give what was). Engine gpu-uring
 	 *  uses it as bounce slots of one object each, at most 64 MiB of it on page-cache-backed
 	 *  files (tmpfs), where more reads in flight only slow its copies (the rest is then
-	 *  allocated but unused by that engine). */
+	 *  allocated but unused by that engine), unless gpu_io_copy is DMA. */
 	uint64_t staging_bytes;
 	uint64_t max_io_bytes; /**< largest single I/O; default 4 MiB; at least one object */
 	uint32_t queue_depth;  /**< most I/Os in flight; default 32 */
@@ -189,10 +189,11 @@ enum tutti_gpu_io_copy {
 	 *  PCIe. SMs read host memory at about 0.92x of what the copy engine moves
 	 *  (docs/results.md, row F3), so this caps a load below the link. */
 	TUTTI_GPU_IO_COPY_SM = 1,
-	/** The copy engine: the I/O kernel marks each group of consecutive reads (4 MiB) once
-	 *  all of them are in, one of four copy streams waiting on that mark copies the group's
-	 *  slots into device staging (twice the bounce slots' size in HBM), and the workers check
-	 *  and scatter from there. Needs 64-bit stream memory operations (the load fails with
+	/** The copy engine: the I/O kernel marks each group of consecutive reads (up to 16 MiB)
+	 *  once all of them are in, one of four copy streams waiting on that mark copies the
+	 *  group's slots into device staging (twice the bounce slots' size in HBM), and the
+	 *  workers check and scatter from there. The whole staging becomes bounce slots, on
+	 *  page-cache-backed files too. Needs 64-bit stream memory operations (the load fails with
 	 *  -EOPNOTSUPP without them), and the I/O kernel and the copy streams running at once:
 	 *  where the GPU's work is serialised (CUDA_LAUNCH_BLOCKING, compute-sanitizer) a load
 	 *  stalls until its timeout. Measured slower than SM on emulated NVMe (row E27). */

@@ -209,8 +209,9 @@ tt_gpu_uring_cq_release(const struct tt_gpu_uring_view *v, uint32_t head)
 #define TT_GPU_URING_DMA_STAGING 2u
 
 /* Copy streams a load by the copy engine spreads its groups over, in turn: a group whose last
- * read is late holds back only the groups behind it on its stream. */
-#define TT_GPU_URING_DMA_STREAMS 16u
+ * read is late holds back only the groups behind it on its stream. Sixteen measured no faster
+ * than four (docs/results.md, row E27). */
+#define TT_GPU_URING_DMA_STREAMS 4u
 
 /* The most groups a window of slots holds (one slot a group at least): the words the driver and
  * the copy streams signal through, one per group, reused every window. */

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "engine/engine_impl.h"
+#include "gpu_uring/proto.h"
 #include "tutti/store.h"
 
 /* A fake engine: completes everything submitted, in order, when reaped. */
@@ -351,6 +352,41 @@ test_gpu_uring_bounce_slots_cap_page_cache_staging(void **state)
 	}
 }
 
+/* Loads by the copy engine go in groups of at most 16 MiB, at most a quarter of the slots, a
+ * divisor of the slots (so a group's slots never wrap), one object at least; the last group of
+ * a launch may be short. */
+static void
+test_gpu_uring_dma_groups_divide_the_slots(void **state)
+{
+	static const struct {
+		uint32_t slots;
+		uint64_t slot_bytes;
+		uint32_t group;
+	} cases[] = {
+	    {64, 1 << 20, 16}, {256, 1 << 20, 16}, {128, 4 << 20, 4},  {64, 32 << 20, 1},
+	    {6, 1 << 20, 1},   {100, 1 << 20, 10}, {4096, 4096, 1024}, {1, 1 << 20, 1},
+	    {3, 64 << 10, 1},  {60, 1 << 20, 15},  {97, 1 << 20, 1},   {64, 17 << 20, 1},
+	};
+
+	(void)state;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		uint32_t g = tt_gpu_uring_dma_group(cases[c].slots, cases[c].slot_bytes);
+
+		assert_int_equal(g, cases[c].group);
+		assert_int_equal(cases[c].slots % g, 0);
+	}
+	for (uint32_t slots = 1; slots <= 512; slots++) {
+		uint32_t g = tt_gpu_uring_dma_group(slots, 1 << 20);
+
+		assert_true(g >= 1 && slots % g == 0 && (g == 1 || g <= slots / 4) && g <= 16);
+	}
+	assert_int_equal(tt_gpu_uring_group_size(0, 16, 100), 16);
+	assert_int_equal(tt_gpu_uring_group_size(6, 16, 100), 4);
+	assert_int_equal(tt_gpu_uring_group_size(7, 16, 100), 0);
+	assert_int_equal(tt_gpu_uring_group_size(UINT32_MAX, 16, 100), 0);
+	assert_true(tt_gpu_uring_seq(2, 0) > tt_gpu_uring_seq(1, UINT32_MAX));
+}
+
 int
 main(void)
 {
@@ -363,6 +399,7 @@ main(void)
 	    cmocka_unit_test(test_io_state_advance_continues_a_vector_after_short_transfers),
 	    cmocka_unit_test(test_engine_kinds_and_names),
 	    cmocka_unit_test(test_gpu_uring_bounce_slots_cap_page_cache_staging),
+	    cmocka_unit_test(test_gpu_uring_dma_groups_divide_the_slots),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
