@@ -17,7 +17,9 @@
  * Groups 1..W are workers: worker w handles I/Os w-1, w-1+W, ... in order. A load worker copies
  * the object from its bounce slot (mapped host memory, read across PCIe in 16-byte vectors) into
  * its own device scratch, frees the slot at once (so the next read can start), checks the
- * checksum there and scatters into the paged blocks. A save worker gathers the blocks into its
+ * checksum there and scatters into the paged blocks; in a load by the copy engine (gpu_io_copy
+ * dma, proto.h) copy streams bring each group of slots into device staging instead, and the
+ * worker checks and scatters from there. A save worker gathers the blocks into its
  * scratch, hashes them, copies them into the bounce slot and marks it ready to write. At most
  * S = slots I/Os are in flight (I/O i reuses the slot of I/O i - S), never more than the CQ
  * holds. Every wait has a deadline (%globaltimer): a stalled ring fails the layer with
@@ -89,10 +91,9 @@ struct tt_gpu_uring_dev {
 	 * may still be in flight into the bounce slots, so later launches (queued behind it on the
 	 * stream) must not touch the ring. */
 	int *failed;
-	/* Loads by the copy engine (proto.h), made on first use: the copy stream, the slots'
-	 * device staging, and two sequence numbers in device memory: the reads completed in
-	 * order (the controller's) and those copied (the copy stream's). The driver's stream
-	 * memory operations have no runtime API: their entry points are looked up once. */
+	/* Loads by the copy engine (proto.h), made on first use: the copy streams, the device
+	 * staging, and the group words in device memory. The driver's stream memory operations
+	 * have no runtime API: their entry points are looked up once. */
 	int dma_supported; /* -1: not asked yet */
 	CUresult (*wait_value)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 	CUresult (*write_value)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
@@ -126,9 +127,8 @@ struct job_param {
 	volatile uint64_t *trace;     /* mapped host memory or NULL */
 	unsigned *workers_left;       /* device counter: the last worker out stamps trace[4] */
 	unsigned long long *phase_ns; /* with a trace: per phase, the workers' summed time */
-	/* Loads by the copy engine (proto.h): the slots' device staging, the sequence number of
-	 * the reads completed in order (the controller publishes it) and of those copied into the
-	 * staging (the copy stream publishes it); dstage NULL otherwise. */
+	/* Loads by the copy engine (proto.h): the device staging and the group words, whose
+	 * values are sequence numbers; dstage NULL otherwise. */
 	uint8_t *dstage;
 	unsigned long long *arrived;      /* per group word: the controller's "all read" */
 	const unsigned long long *copied; /* per group word: the copy stream's "copied" */
