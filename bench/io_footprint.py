@@ -318,13 +318,19 @@ def run_pull(args, k, model, cache, start, total, rows):
             print(json.dumps(row), flush=True)
 
 
-def run_host(args, k, rows):
+def shm_file(args):
+    """The emulated storage's file of --host-mib random bytes in tmpfs: its path and size."""
     path = Path(args.shm_file)
     nbytes = args.host_mib << 20
     with open(path, "wb") as f:
         chunk = os.urandom(64 << 20)
         for _ in range(nbytes // len(chunk)):
             f.write(chunk)
+    return path, nbytes
+
+
+def run_host(args, k, rows):
+    path, nbytes = shm_file(args)
     src = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True)
     dst = torch.empty_like(src, device="cuda")
     side = torch.cuda.Stream()
@@ -381,12 +387,7 @@ def copies_gbps(src, dst, mib, streams):
 
 
 def run_copies(args, rows):
-    path = Path(args.shm_file)
-    nbytes = args.host_mib << 20
-    with open(path, "wb") as f:
-        chunk = os.urandom(64 << 20)
-        for _ in range(nbytes // len(chunk)):
-            f.write(chunk)
+    path, nbytes = shm_file(args)
     src = torch.empty(args.pull_mib << 20, dtype=torch.uint8, pin_memory=True)
     src.random_(0, 255)
     dst = torch.empty_like(src, device="cuda")
