@@ -492,15 +492,13 @@ load_from_staging(const team &t, group_shared *group_mem, const job_param &param
                   struct tt_gpu_uring_obj *obj, uint32_t i, const uint32_t *ids,
                   unsigned long long *freed, int *failed, phase_clock *clock)
 {
-	uint32_t slot = i % param.dslots;
+	uint32_t slot = i % param.dslots, k = i / param.group;
 	unsigned long long mine = tt_gpu_uring_seq(param.epoch, i + 1);
 	const uint8_t *staged = param.dstage + (uint64_t)slot * param.slot_bytes;
 	uint64_t stored = (uint64_t)obj->stored * param.layer_block_bytes;
 
 	/* The acquire by lane 0 (which invalidates this SM's L1) and the group's barrier after it
 	 * order the copy's bytes before the group's loads of them. */
-	uint32_t k = i / param.group;
-
 	if (!wait_flag(t, group_mem, &param.copied[k % param.group_words],
 	               tt_gpu_uring_seq(param.epoch, k + 1), param.timeout_ns, failed, true)) {
 		return false;
@@ -816,34 +814,28 @@ dma_probe(struct tt_gpu *g)
 	struct tt_gpu_uring_dev *dev = g->uring;
 	CUresult (*get_device)(CUdevice *, int) = NULL;
 	CUresult (*get_attribute)(int *, CUdevice_attribute, CUdevice) = NULL;
-	cudaDriverEntryPointQueryResult q[4];
+	const struct {
+		const char *name;
+		void **fn;
+	} entries[] = {
+	    {"cuDeviceGet", reinterpret_cast<void **>(&get_device)},
+	    {"cuDeviceGetAttribute", reinterpret_cast<void **>(&get_attribute)},
+	    {"cuStreamWaitValue64", reinterpret_cast<void **>(&dev->wait_value)},
+	    {"cuStreamWriteValue64", reinterpret_cast<void **>(&dev->write_value)},
+	};
 	CUdevice device;
 	int on = 0;
 
-	if (check(g,
-	          cudaGetDriverEntryPointByVersion("cuDeviceGet",
-	                                           reinterpret_cast<void **>(&get_device), 12000,
-	                                           cudaEnableDefault, &q[0]),
-	          "cudaGetDriverEntryPointByVersion") < 0 ||
-	    check(g,
-	          cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute",
-	                                           reinterpret_cast<void **>(&get_attribute), 12000,
-	                                           cudaEnableDefault, &q[1]),
-	          "cudaGetDriverEntryPointByVersion") < 0 ||
-	    check(g,
-	          cudaGetDriverEntryPointByVersion("cuStreamWaitValue64",
-	                                           reinterpret_cast<void **>(&dev->wait_value),
-	                                           12000, cudaEnableDefault, &q[2]),
-	          "cudaGetDriverEntryPointByVersion") < 0 ||
-	    check(g,
-	          cudaGetDriverEntryPointByVersion("cuStreamWriteValue64",
-	                                           reinterpret_cast<void **>(&dev->write_value),
-	                                           12000, cudaEnableDefault, &q[3]),
-	          "cudaGetDriverEntryPointByVersion") < 0) {
-		return -EIO;
-	}
-	for (int k = 0; k < 4; k++) {
-		if (q[k] != cudaDriverEntryPointSuccess) {
+	for (const auto &e : entries) {
+		cudaDriverEntryPointQueryResult q;
+
+		if (check(g,
+		          cudaGetDriverEntryPointByVersion(e.name, e.fn, 12000, cudaEnableDefault,
+		                                           &q),
+		          "cudaGetDriverEntryPointByVersion") < 0) {
+			return -EIO;
+		}
+		if (q != cudaDriverEntryPointSuccess) {
 			return 0; /* a driver without them */
 		}
 	}
@@ -926,13 +918,10 @@ dma_prepare(struct tt_gpu *g, const struct tt_gpu_uring_job *job)
  * leaves the workers waiting for a word that never comes: the launch then fails by its
  * timeout. */
 static int
-dma_enqueue(struct tt_gpu *g, const struct tt_gpu_uring_job *job, uint64_t epoch)
+dma_enqueue(struct tt_gpu *g, const struct tt_gpu_uring_job *job, const job_param &param)
 {
 	struct tt_gpu_uring_dev *dev = g->uring;
-	uint32_t group = tt_gpu_uring_dma_group(job->slots, job->slot_bytes);
-	uint32_t words = job->slots / group, dslots = job->slots * TT_GPU_URING_DMA_STAGING;
-	unsigned long long *arrived = dev->counts,
-	                   *copied = dev->counts + TT_GPU_URING_MAX_GROUP_WORDS;
+	uint32_t group = param.group, words = param.group_words;
 	uint64_t t0 = tt_now_ns();
 
 	for (uint32_t k = 0; k * group < job->nr; k++) {
@@ -940,18 +929,18 @@ dma_enqueue(struct tt_gpu *g, const struct tt_gpu_uring_job *job, uint64_t epoch
 		cudaStream_t stream = dev->dma_streams[k % TT_GPU_URING_DMA_STREAMS];
 		CUstream s = reinterpret_cast<CUstream>(stream);
 		uint64_t from = (uint64_t)(first % job->slots) * job->slot_bytes,
-		         to = (uint64_t)(first % dslots) * job->slot_bytes;
-		cuuint64_t seq = tt_gpu_uring_seq(epoch, k + 1);
+		         to = (uint64_t)(first % param.dslots) * job->slot_bytes;
+		cuuint64_t seq = tt_gpu_uring_seq(param.epoch, k + 1);
 
-		if (dev->wait_value(s, reinterpret_cast<CUdeviceptr>(&arrived[k % words]), seq,
-		                    CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS ||
+		if (dev->wait_value(s, reinterpret_cast<CUdeviceptr>(&param.arrived[k % words]),
+		                    seq, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS ||
 		    check(g,
 		          cudaMemcpyAsync(dev->dstage + to, job->bounce + from,
 		                          (uint64_t)n * job->slot_bytes, cudaMemcpyHostToDevice,
 		                          stream),
 		          "cudaMemcpyAsync") < 0 ||
-		    dev->write_value(s, reinterpret_cast<CUdeviceptr>(&copied[k % words]), seq,
-		                     CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
+		    dev->write_value(s, reinterpret_cast<CUdeviceptr>(&param.copied[k % words]),
+		                     seq, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
 			tt_log_err(g->log,
 			           "gpu-uring: queuing the copy of reads %u..%u failed; the launch "
 			           "will time out",
@@ -1174,7 +1163,7 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	dev->span_blocks = dev->span_blocks > blocks ? dev->span_blocks : blocks;
 	rc = check(g, cudaGetLastError(), "gpu-uring kernel launch");
 	if (rc == 0 && dma) {
-		rc = dma_enqueue(g, job, param.epoch);
+		rc = dma_enqueue(g, job, param);
 	}
 	if (rc == 0) {
 		rc = check(g, cudaEventRecord(dev->span_end, g->stream), "cudaEventRecord");

@@ -57,6 +57,18 @@ tutti_engine_parse(const char *name)
 	return -EINVAL;
 }
 
+/* The index of \p name in \p names (\p n of them), or -EINVAL; NULL is no name. */
+static int
+name_index(const char *const *names, uint32_t n, const char *name)
+{
+	for (uint32_t k = 0; name != NULL && k < n; k++) {
+		if (strcmp(names[k], name) == 0) {
+			return (int)k;
+		}
+	}
+	return -EINVAL;
+}
+
 static const char *const gpu_io_submit_names[] = {
     [TUTTI_GPU_IO_SUBMIT_AUTO] = "auto",
     [TUTTI_GPU_IO_SUBMIT_SQPOLL] = "sqpoll",
@@ -66,12 +78,7 @@ static const char *const gpu_io_submit_names[] = {
 int
 tutti_gpu_io_submit_parse(const char *name)
 {
-	for (uint32_t k = 0; name != NULL && k < TT_ARRAY_SIZE(gpu_io_submit_names); k++) {
-		if (strcmp(gpu_io_submit_names[k], name) == 0) {
-			return (int)k;
-		}
-	}
-	return -EINVAL;
+	return name_index(gpu_io_submit_names, TT_ARRAY_SIZE(gpu_io_submit_names), name);
 }
 
 const char *
@@ -89,12 +96,7 @@ static const char *const gpu_io_copy_names[] = {
 int
 tutti_gpu_io_copy_parse(const char *name)
 {
-	for (uint32_t k = 0; name != NULL && k < TT_ARRAY_SIZE(gpu_io_copy_names); k++) {
-		if (strcmp(gpu_io_copy_names[k], name) == 0) {
-			return (int)k;
-		}
-	}
-	return -EINVAL;
+	return name_index(gpu_io_copy_names, TT_ARRAY_SIZE(gpu_io_copy_names), name);
 }
 
 const char *

@@ -410,7 +410,7 @@ out:
 /* ---- GPU KV: the layer kernels ---- */
 
 /* Whether loads into \p gpu's memory go by the copy engine (enum tutti_gpu_io_copy): only where
- * asked for. AUTO is SM: on emulated NVMe the copy engine's loads measured 0.77-0.86x of the SM
+ * asked for. AUTO is SM: on emulated NVMe the copy engine's loads measured 0.76-0.89x of the SM
  * path's in the same run (docs/results.md, row E27). Returns 1, 0, or -EOPNOTSUPP where DMA was
  * asked for and the device cannot (said in the log). */
 static int
@@ -431,7 +431,7 @@ loads_by_dma(struct gpu_uring_engine *g, struct tt_gpu *gpu)
 		                   "after a count (no 64-bit stream memory operations)");
 		return -EOPNOTSUPP;
 	}
-	return on;
+	return 1;
 }
 
 /* Launch layers \p l .. \p l + \p count - 1 (indices into the lists) of \p b's object lists

@@ -199,8 +199,8 @@ tt_gpu_uring_cq_release(const struct tt_gpu_uring_view *v, uint32_t head)
 
 /* Bytes one copy moves at most. While io-wq's workers keep the CPUs busy, copies of 1 or 4 MiB
  * queued ahead moved 5.8 and 19-24 GB/s, and copies of 16 or 64 MiB 52 GB/s, against 48-55
- * alone (docs/results.md, row F4): the fewer the copies, the less the host's queuing of them
- * competes for a CPU. */
+ * alone (docs/results.md, row F4); our reading, not measured apart, is that the fewer the
+ * copies, the less the host's queuing of them competes for a CPU. */
 #define TT_GPU_URING_DMA_GROUP_BYTES (16ull << 20)
 
 /* The device staging holds this many times the bounce slots: a bounce slot is free again once
@@ -209,8 +209,7 @@ tt_gpu_uring_cq_release(const struct tt_gpu_uring_view *v, uint32_t head)
 #define TT_GPU_URING_DMA_STAGING 2u
 
 /* Copy streams a load by the copy engine spreads its groups over, in turn: a group whose last
- * read is late holds back only the groups behind it on its stream. Sixteen measured no faster
- * than four (docs/results.md, row E27). */
+ * read is late holds back only the groups behind it on its stream. */
 #define TT_GPU_URING_DMA_STREAMS 4u
 
 /* The most groups a window of slots holds (one slot a group at least): the words the driver and

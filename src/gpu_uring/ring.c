@@ -530,6 +530,15 @@ struct twin_state {
 	uint32_t done;    /* complete() calls */
 };
 
+/* I/O \p i's one complete() call: its slot is free after it. */
+static void
+twin_complete(struct twin_state *t, uint32_t i, int32_t res)
+{
+	t->p->complete(t->p->arg, i, res);
+	t->completed[i] = 1;
+	t->done++;
+}
+
 /* Group \p k's first \p n I/Os are over: copied, then completed in order, as the copy stream and
  * then the workers do on the GPU. */
 static void
@@ -540,9 +549,7 @@ twin_hand_on(struct twin_state *t, uint32_t k, uint32_t n)
 
 	p->copy(p->arg, first, n);
 	for (uint32_t i = first; i < first + n; i++) {
-		p->complete(p->arg, i, t->res[i]);
-		t->completed[i] = 1;
-		t->done++;
+		twin_complete(t, i, t->res[i]);
 	}
 }
 
@@ -552,21 +559,20 @@ static void
 twin_arrived(struct twin_state *t, uint32_t i, int32_t res)
 {
 	const struct tt_gpu_uring_program *p = t->p;
-	uint32_t k, w;
+	uint32_t k, w, size;
 
 	if (p->copy_group == 0) {
-		p->complete(p->arg, i, res);
-		t->completed[i] = 1;
-		t->done++;
+		twin_complete(t, i, res);
 		return;
 	}
 	k = i / p->copy_group;
 	w = k % t->words;
+	size = tt_gpu_uring_group_size(k, p->copy_group, p->nr);
 	t->res[i] = res;
 	t->arrived++;
-	if (++t->tally[w] == tt_gpu_uring_group_size(k, p->copy_group, p->nr)) {
+	if (++t->tally[w] == size) {
 		t->tally[w] = 0;
-		twin_hand_on(t, k, tt_gpu_uring_group_size(k, p->copy_group, p->nr));
+		twin_hand_on(t, k, size);
 	}
 }
 
@@ -667,9 +673,8 @@ tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program 
 		}
 		if (cancelled && next == t.done) {
 			/* Nothing in flight any more: what was never submitted is cancelled. */
-			for (; next < p->nr; next++, t.done++) {
-				p->complete(p->arg, next, -ECANCELED);
-				t.completed[next] = 1;
+			for (; next < p->nr; next++) {
+				twin_complete(&t, next, -ECANCELED);
 			}
 			break;
 		}
