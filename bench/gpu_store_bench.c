@@ -142,6 +142,9 @@ struct phase {
 	double gbps[MAX_REPEATS], cpu_s[MAX_REPEATS], io_thread_s[MAX_REPEATS];
 	double raw_gbps[MAX_REPEATS];
 	uint64_t submits, kernel_ns, block_ns; /* one round (the last) */
+	/* The staging the store allocated: --staging-mib, cut to the queue depth's worth of I/O
+	 * units (0: no store) */
+	uint64_t staging_bytes;
 	double wall_s;                         /* of that round */
 	/* Over all rounds: wall time, and what the caller of a uring or posix transfer of GPU KV
 	 * waited for (the storage, the GPU: tutti_stats' wave_*_wait_ns). */
@@ -767,6 +770,7 @@ meter_stop(const struct round_meter *m, struct ctx *x, struct tutti_store *st, s
 		ph->submits = s1.io_submits - m->s0.io_submits;
 		ph->kernel_ns = s1.gpu_io_kernel_ns - m->s0.gpu_io_kernel_ns;
 		ph->block_ns = s1.gpu_io_block_ns - m->s0.gpu_io_block_ns;
+		ph->staging_bytes = s1.staging_bytes;
 	}
 }
 
@@ -935,7 +939,8 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	        "\"ratio_to_raw\":%.3f,\"raw_bs\":%u,\"raw_qd\":%u,\"cpu_s_per_gb\":%.4f,"
 	        "\"io_thread_cpu_s_per_gb\":%.4f,\"syscalls_per_layer\":%.2f,"
 	        "\"io_kernel_ms\":%.3f,\"io_kernel_sm_share\":%.4f,\"gpu_io_workers\":%u,"
-	        "\"gpu_io_sms\":%u,\"staging_mib\":%llu,\"above_limit\":%s,\"wall_s\":%.4f,"
+	        "\"gpu_io_sms\":%u,\"staging_mib\":%llu,\"store_staging_mib\":%llu,"
+	        "\"above_limit\":%s,\"wall_s\":%.4f,"
 	        "\"bit_exact\":%s,\"rounds_gbps\":[",
 	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
 	        (unsigned long long)x->tokens, op, path_names[path],
@@ -945,7 +950,8 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	        store ? b->raw_write.bs : b->raw_read.bs, store ? b->raw_write.qd : b->raw_read.qd,
 	        cpu, iot, (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
 	        b->c.gpu_io_workers, b->c.gpu_io_sms,
-	        (unsigned long long)(b->c.staging_bytes >> 20), above ? "true" : "false",
+	        (unsigned long long)(b->c.staging_bytes >> 20),
+	        (unsigned long long)(ph->staging_bytes >> 20), above ? "true" : "false",
 	        ph->wall_s, mismatches == 0 ? "true" : "false");
 	for (uint32_t r = 0; r < R; r++) {
 		fprintf(b->json, "%s%.3f", r ? "," : "", ph->gbps[r]);

@@ -118,6 +118,7 @@ struct job_param {
 	uint8_t *bounce; /* slots, mapped host memory (host address = device address) */
 	uint64_t slot_bytes;
 	uint32_t slots;
+	uint32_t in_flight; /* the most I/Os submitted and not yet reaped */
 	uint32_t nr;
 	uint32_t workers;
 	uint32_t group_threads; /* GROUP or GROUP / 2 */
@@ -339,6 +340,9 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 			struct tt_gpu_uring_io io;
 
 			if (pace_ns != 0 && (queued > 0 || now_ns() - published_ns < pace_ns)) {
+				break;
+			}
+			if (next - done >= param.in_flight) {
 				break;
 			}
 			if (dma) {
@@ -1058,7 +1062,8 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	    kv->device != g->device || job->nr_layers == 0 || job->nr % job->nr_layers != 0 ||
 	    job->layer >= kv->geo.g.nr_layers ||
 	    job->nr_layers > kv->geo.g.nr_layers - job->layer || job->slots == 0 ||
-	    job->slots > ring->cq_entries || job->slot_bytes > UINT32_MAX ||
+	    job->slots > ring->cq_entries || job->in_flight > job->slots ||
+	    job->slot_bytes > UINT32_MAX ||
 	    job->slot_bytes % 16 != 0 || kv->geo.layer_block_bytes <= TT_XXH3_MIDSIZE_MAX) {
 		return -EINVAL;
 	}
@@ -1099,6 +1104,7 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	param.bounce = job->bounce;
 	param.slot_bytes = job->slot_bytes;
 	param.slots = job->slots;
+	param.in_flight = job->in_flight != 0 ? job->in_flight : job->slots;
 	param.dslots = job->slots * TT_GPU_URING_DMA_STAGING;
 	param.nr = job->nr;
 	param.workers = workers;

@@ -352,10 +352,10 @@ int tt_waves_prepare(struct tt_engine *e, const struct tt_objmover_ops *om, void
 
 /* ---- gpu-uring (gpu_uring.c) ---- */
 
-/* The bounce slots engine gpu-uring cuts from \p staging_bytes of staging for objects of
+/* Object-sized I/Os engine gpu-uring keeps in \p staging_bytes of staging for objects of
  * \p object_bytes (at most staging_bytes / object_bytes, which the store makes at least 1): all of
  * it, but on page-cache-backed files (\p page_cache) no more than 64 MiB of it, and never more
- * than the ring's 4096. */
+ * than the ring's 4096. With page_cache it is also the most I/Os in flight on such files. */
 uint32_t tt_gpu_uring_bounce_slots(uint64_t staging_bytes, uint64_t object_bytes, bool page_cache);
 
 /* ---- object lists (obj_lists.c), for the engines whose GPU moves whole objects ---- */

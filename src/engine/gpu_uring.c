@@ -32,8 +32,9 @@
  * data files: issued inline, their copies would all run on the one SQ thread (inline writes
  * stored 3.3-3.4 GB/s over 16 files on the H200, docs/results.md, row E1). */
 #define RING_MAX_SLOTS 4096u
-/* On page-cache-backed files at most this much of the staging becomes bounce slots (the rest
- * stays allocated, unused by this engine): each read is there a copy by an io-wq worker, and more
+/* On page-cache-backed files at most this much I/O is in flight, and loads by SM, which hold a
+ * slot per I/O in flight, get no more of the staging as bounce slots (the rest stays allocated,
+ * unused by this engine): each read is there a copy by an io-wq worker, and more
  * reads in flight only start more workers that contend for the CPUs and the CPU's cache. On the
  * H200's 16 vCPUs, with 1 MiB objects, retrieve into GPU KV ran alike with 32 to 96 slots; 64
  * retrieved 3-10% faster than 128 at 19-29% less CPU per GB and stored 13-34% faster; with 256
@@ -62,6 +63,7 @@ struct gpu_uring_engine {
 	struct tt_gpu_uring *ring;
 	bool ring_mapped; /* the ring's memory is pinned and mapped for the GPU */
 	uint32_t slots;   /* object-sized bounce slots of the staging: the in-flight window */
+	uint32_t in_flight; /* the most I/Os in flight, <= slots */
 	bool broken;      /* a ring-level failure: refuse further batches */
 	uint64_t ios;     /* I/Os driven through the ring */
 	uint64_t kernel_ns, block_ns;
@@ -154,13 +156,18 @@ ring_create(struct gpu_uring_engine *g)
 	struct tt_gpu_uring_conf conf;
 	uint32_t cq;
 
-	/* The cap was measured for loads by SM (E25), which hold a slot until a worker has read
-	 * it; loads by the copy engine free theirs at the copy and take the whole staging. */
-	g->slots = tt_gpu_uring_bounce_slots(e->nr_staging * e->unit_bytes, e->geo->object_bytes,
-	                                     e->page_cache &&
-	                                         e->conf.gpu_io_copy != TUTTI_GPU_IO_COPY_DMA);
-	tt_log_debug(e->log, "gpu-uring: %u bounce slots of %llu bytes", g->slots,
-	             (unsigned long long)e->geo->object_bytes);
+	/* The cap on page-cache-backed files holds the I/Os in flight (E25). Loads by SM hold a
+	 * slot per read until a worker has read it, so their slots are those in flight; loads by
+	 * the copy engine hold a group's slots until its last read is in and it is copied, so
+	 * they take the whole staging as slots, that reads go on while groups wait. */
+	g->in_flight = tt_gpu_uring_bounce_slots(e->nr_staging * e->unit_bytes,
+	                                         e->geo->object_bytes, e->page_cache);
+	g->slots = e->conf.gpu_io_copy == TUTTI_GPU_IO_COPY_DMA
+	               ? tt_gpu_uring_bounce_slots(e->nr_staging * e->unit_bytes,
+	                                           e->geo->object_bytes, false)
+	               : g->in_flight;
+	tt_log_debug(e->log, "gpu-uring: %u bounce slots of %llu bytes, %u I/Os in flight at most",
+	             g->slots, (unsigned long long)e->geo->object_bytes, g->in_flight);
 	cq = 1;
 	while (cq < g->slots || cq < e->conf.queue_depth) {
 		cq <<= 1;
@@ -385,6 +392,7 @@ twin_transfer(struct gpu_uring_engine *g, struct tt_xfer *x)
 	    .ios = j.ios,
 	    .nr = build_program(&j),
 	    .window = j.slots,
+	    .in_flight = g->in_flight,
 	    .prepare = prepare,
 	    .complete = complete,
 	    .arg = &j,
@@ -452,6 +460,7 @@ gpu_layers(struct gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *
 	    .nr_ids = lists->nr_ids,
 	    .bounce = e->staging,
 	    .slots = g->slots,
+	    .in_flight = g->in_flight,
 	    .slot_bytes = e->geo->object_bytes,
 	    .write = b->kind == TT_BATCH_SAVE,
 	    .workers = e->conf.gpu_io_workers,

@@ -96,6 +96,10 @@ struct tt_gpu_uring_job {
 	uint32_t nr_ids;
 	uint8_t *bounce;     /* slots of slot_bytes, mapped for the GPU, registered in the ring */
 	uint32_t slots;      /* in-flight window, <= the ring's CQ entries */
+	/* The most I/Os in flight at once, <= slots (0: slots). Fewer than the slots where each
+	 * I/O is a copy by an io-wq worker: the slots then only let a load by the copy engine
+	 * read on while groups wait for their copies. */
+	uint32_t in_flight;
 	uint64_t slot_bytes; /* one object, a multiple of 16 */
 	bool write;
 	/* A load by the copy engine (proto.h; tt_gpu_uring_dma_supported must be 1): a copy

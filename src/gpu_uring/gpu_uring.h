@@ -95,7 +95,8 @@ uint64_t tt_gpu_uring_helper_polls(const struct tt_gpu_uring *r, uint64_t *idle)
 struct tt_gpu_uring_program {
 	const struct tt_gpu_uring_io *ios;
 	uint32_t nr;
-	uint32_t window; /* most I/Os in flight (bounce slots); <= cq_entries */
+	uint32_t window; /* bounce slots: I/O i reuses the slot of I/O i - window; <= cq_entries */
+	uint32_t in_flight; /* most I/Os submitted and not yet over, <= window (0: window) */
 	/* Called before I/O i is submitted (a save fills its slot); a negative return fails it. */
 	int (*prepare)(void *arg, uint32_t i);
 	/* Called once per I/O, in completion order, with its result (length or -errno). */
@@ -112,8 +113,9 @@ struct tt_gpu_uring_program {
 };
 
 /*
- * Run a program: I/O i is submitted once I/O i - window has completed (its slot is free), reads
- * no sooner than read_pace_ns after the previous submission, and every I/O gets exactly one
+ * Run a program: I/O i is submitted once I/O i - window has completed (its slot is free) and
+ * fewer than in_flight I/Os are submitted and not yet over, reads no sooner than read_pace_ns
+ * after the previous submission, and every I/O gets exactly one
  * complete() call. Returns 0, or -ETIMEDOUT when the ring made no progress for \p timeout_ms
  * (every unfinished I/O is then completed with -ETIMEDOUT and the ring must be destroyed).
  */

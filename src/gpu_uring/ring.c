@@ -527,6 +527,7 @@ struct twin_state {
 	uint32_t words;
 	int32_t *res;
 	uint32_t arrived; /* I/Os over (copy groups) */
+	uint32_t over;    /* I/Os over, handed on or not: those no longer in flight */
 	uint32_t done;    /* complete() calls */
 };
 
@@ -561,6 +562,7 @@ twin_arrived(struct twin_state *t, uint32_t i, int32_t res)
 	const struct tt_gpu_uring_program *p = t->p;
 	uint32_t k, w, size;
 
+	t->over++;
 	if (p->copy_group == 0) {
 		twin_complete(t, i, res);
 		return;
@@ -600,13 +602,13 @@ tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program 
 {
 	const struct tt_gpu_uring_view *v = &r->view;
 	uint32_t tail = tt_ld_acquire(v->sq_tail), head = tt_ld_acquire(v->cq_head);
-	uint32_t next = 0, window = p->window;
+	uint32_t next = 0, window = p->window, in_flight = p->in_flight ? p->in_flight : window;
 	uint64_t progress = now_ms(), published_ns = 0;
 	struct twin_state t = {.p = p};
 	bool cancelled = false;
 	int rc = 0;
 
-	if (window == 0 || window > v->cq_entries || p->complete == NULL ||
+	if (window == 0 || window > v->cq_entries || in_flight > window || p->complete == NULL ||
 	    (p->copy_group != 0 && (p->copy == NULL || window % p->copy_group != 0))) {
 		return -EINVAL;
 	}
@@ -627,9 +629,10 @@ tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program 
 		cancelled = cancelled || (p->cancel != NULL &&
 		                          __atomic_load_n(p->cancel, __ATOMIC_ACQUIRE) != 0);
 		/* Submit what the window (I/O i reuses the slot of I/O i - window, free once
-		 * I/O i - window is completed), the SQ and the program allow. */
+		 * I/O i - window is completed), the I/Os in flight, the SQ and the program
+		 * allow. */
 		while (!cancelled && next < p->nr && tt_gpu_uring_sq_space(v, tail) > 0 &&
-		       (next < window || t.completed[next - window])) {
+		       (next < window || t.completed[next - window]) && next - t.over < in_flight) {
 			uint32_t pace = p->ios[next].write ? v->write_pace_ns : v->read_pace_ns;
 			int prc;
 

@@ -49,6 +49,9 @@ struct run {
 	uint32_t *calls; /* complete() calls per I/O */
 	uint32_t cancel; /* set from prepare after cancel_at I/Os */
 	uint32_t cancel_at;
+	/* prepare() and complete() calls so far, and the most I/Os prepared and not yet
+	 * completed that prepare() saw (counting its own) */
+	uint32_t prepared, completed, most_open;
 };
 
 static int
@@ -116,6 +119,10 @@ prepare(void *arg, uint32_t i)
 	if (run->cancel_at != 0 && i == run->cancel_at) {
 		__atomic_store_n(&run->cancel, 1, __ATOMIC_RELEASE);
 	}
+	run->prepared++;
+	if (run->prepared - run->completed > run->most_open) {
+		run->most_open = run->prepared - run->completed;
+	}
 	return 0;
 }
 
@@ -126,6 +133,7 @@ complete(void *arg, uint32_t i, int32_t res)
 
 	run->res[i] = res;
 	run->calls[i]++;
+	run->completed++;
 }
 
 static struct run *
@@ -671,6 +679,46 @@ test_ring_quiet_helper_polls_rarely(void **state)
 	tt_gpu_uring_destroy(r);
 }
 
+/* in_flight bounds the I/Os submitted and not yet over, below the window: reads of 4096
+ * blocks through 64 slots, at most 5 in flight, reach 5 (the first batch takes them) and never
+ * more; more in flight than the window is refused before any I/O. */
+static void
+test_ring_in_flight_bounds_the_ios_submitted_and_not_over(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gpu_uring *r = ring(f, 64, 64, 100);
+	uint32_t nr = 4096, *perm = malloc(nr * sizeof(*perm));
+	struct run *run = make_run(nr);
+	struct tt_gpu_uring_program p = {.ios = run->ios,
+	                                 .nr = nr,
+	                                 .window = 64,
+	                                 .in_flight = 5,
+	                                 .prepare = prepare,
+	                                 .complete = complete,
+	                                 .arg = run};
+
+	assert_non_null(perm);
+	for (uint32_t i = 0; i < nr; i++) {
+		perm[i] = t_rng_below(&f->rng, FILE_IOS);
+	}
+	program(f, run, perm, false);
+	assert_int_equal(tt_gpu_uring_twin_run(r, &p, 5000), 0);
+	assert_each_completed_once(run);
+	for (uint32_t i = 0; i < nr; i++) {
+		assert_int_equal(run->res[i], IO_BYTES);
+	}
+	assert_int_equal(run->most_open, 5);
+
+	memset(run->calls, 0, nr * sizeof(*run->calls));
+	run->prepared = run->completed = 0;
+	p.in_flight = 65;
+	assert_int_equal(tt_gpu_uring_twin_run(r, &p, 1000), -EINVAL);
+	assert_int_equal(run->prepared, 0);
+	free_run(run);
+	free(perm);
+	tt_gpu_uring_destroy(r);
+}
+
 static void
 test_ring_bad_configurations_are_einval(void **state)
 {
@@ -704,6 +752,7 @@ struct copy_run {
 	struct run run;
 	struct fixture *f;
 	uint32_t window, group;
+	uint32_t in_flight; /* the program's (0: the window) */
 	const uint32_t *perm;
 	const uint8_t *file; /* the file's blocks as written */
 	uint8_t *staging;    /* window x IO_BYTES: the device staging's twin */
@@ -795,6 +844,7 @@ copy_run_go(struct tt_gpu_uring *r, struct copy_run *c)
 	    .ios = c->run.ios,
 	    .nr = c->run.nr,
 	    .window = c->window,
+	    .in_flight = c->in_flight,
 	    .prepare = prepare,
 	    .complete = copy_complete,
 	    .arg = c,
@@ -841,6 +891,36 @@ test_ring_copy_groups_hand_reads_on_in_order(void **state)
 	assert_int_equal(c.bad, 0);
 	assert_int_equal(c.copies, (nr + 3) / 4);
 	assert_int_equal(c.partial, 1); /* the last: 2 reads */
+	copy_run_free(&c, file);
+	free(perm);
+	tt_gpu_uring_destroy(r);
+}
+
+/* Fewer I/Os in flight than slots, as loads by the copy engine run on page-cache-backed files:
+ * groups still complete, whole and in order, and every byte is right. 6 in flight is no
+ * multiple of the group, so that groups are often part submitted. */
+static void
+test_ring_copy_groups_with_fewer_ios_in_flight_than_slots(void **state)
+{
+	struct fixture *f = *state;
+	struct tt_gpu_uring *r = ring(f, 16, 64, 100);
+	uint32_t nr = 1000, *perm = malloc(nr * sizeof(*perm));
+	struct copy_run c;
+	uint8_t *file;
+
+	assert_non_null(perm);
+	for (uint32_t i = 0; i < nr; i++) {
+		perm[i] = t_rng_below(&f->rng, FILE_IOS);
+	}
+	copy_run_init(&c, f, r, nr, perm, 32, 8, &file);
+	c.in_flight = 6;
+	assert_int_equal(copy_run_go(r, &c), 0);
+	assert_each_completed_once(&c.run);
+	for (uint32_t i = 0; i < nr; i++) {
+		assert_int_equal(c.run.res[i], IO_BYTES);
+	}
+	assert_int_equal(c.bad, 0);
+	assert_int_equal(c.copies, nr / 8);
 	copy_run_free(&c, file);
 	free(perm);
 	tt_gpu_uring_destroy(r);
@@ -945,7 +1025,11 @@ main(void)
 	    cmocka_unit_test_setup_teardown(test_ring_copy_groups_hand_reads_on_in_order, setup,   \
 	                                    teardown),                                             \
 	    cmocka_unit_test_setup_teardown(test_ring_copy_groups_carry_errors_and_cancel_once,    \
-	                                    setup, teardown)
+	                                    setup, teardown),                                      \
+	    cmocka_unit_test_setup_teardown(                                                       \
+	        test_ring_copy_groups_with_fewer_ios_in_flight_than_slots, setup, teardown),       \
+	    cmocka_unit_test_setup_teardown(                                                       \
+	        test_ring_in_flight_bounds_the_ios_submitted_and_not_over, setup, teardown)
 	const struct CMUnitTest host_tests[] = {EITHER_ISSUER_TESTS};
 	const struct CMUnitTest tests[] = {
 	    EITHER_ISSUER_TESTS,

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <cmocka.h>
 
 #include "t_kv.h"
@@ -1195,6 +1197,54 @@ test_store_concurrent_callers_on_one_handle(void **state)
 	t_kv_free(src);
 }
 
+/* Engine gpu-uring on tmpfs with loads by the copy engine: the whole staging becomes bounce
+ * slots while the I/Os in flight keep the cap of page-cache-backed files (64 MiB), and KV moves
+ * bit for bit through more I/Os than either (with host KV the twin drives the ring). */
+static void
+test_store_gpu_uring_dma_on_tmpfs_keeps_the_cap_on_ios_in_flight(void **state)
+{
+	struct fixture *f = *state;
+	struct tutti_geometry g;
+	char shm[] = "/dev/shm/tutti-test.XXXXXX";
+	char *dir;
+	const char *dirs[1];
+	struct tutti_store_opts o;
+	struct tutti_store *st = NULL;
+	struct t_kv *src, *dst;
+	struct statfs sfs;
+
+	if (g_engine != TUTTI_ENGINE_GPU_URING) {
+		skip();
+	}
+	if (statfs("/dev/shm", &sfs) != 0 || sfs.f_type != TMPFS_MAGIC || mkdtemp(shm) == NULL) {
+		skip(); /* no tmpfs to test on */
+	}
+	/* Objects of 1 MiB: 8 layers of 16 blocks of 64 KiB a chunk. */
+	tutti_geometry_init(&g);
+	g.nr_layers = 8;
+	g.nr_kv_heads = 8;
+	g.head_dim = 128;
+	dir = t_path_join(shm, "dma");
+	dirs[0] = dir;
+	t_store_opts(&o, &g, dirs, 1, 20, (uint32_t)g_engine, &f->rec);
+	o.gpu_io_copy = TUTTI_GPU_IO_COPY_DMA;
+	o.staging_bytes = 96ull << 20;
+	o.log_level = TUTTI_LOG_DEBUG;
+	t_log_reset(&f->rec);
+	assert_int_equal(tutti_store_open(&g, &o, &st), 0);
+	src = t_kv_new(&g, T_LAYOUT_BLOCKS_FIRST, NR_BLOCKS, &f->r);
+	dst = t_kv_new(&g, T_LAYOUT_KV_FIRST, NR_BLOCKS, NULL);
+	/* 16 chunks: 128 reads, through 96 slots, 64 in flight at most. */
+	round_trip(f, st, src, dst, NR_BLOCKS / 16, NR_BLOCKS);
+	assert_true(t_log_contains(&f->rec, "96 bounce slots of 1048576 bytes, 64 I/Os in flight"));
+	assert_int_equal(f->rec.nr_err, 0);
+	tutti_store_close(st);
+	t_kv_free(src);
+	t_kv_free(dst);
+	free(dir);
+	t_tmpdir_remove(strdup(shm));
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int
@@ -1222,6 +1272,7 @@ main(void)
 	    T(test_store_two_stores_in_one_process_are_independent),
 	    T(test_store_reopens_and_works_after_close),
 	    T(test_store_concurrent_callers_on_one_handle),
+	    T(test_store_gpu_uring_dma_on_tmpfs_keeps_the_cap_on_ios_in_flight),
 	};
 
 	return t_run_per_engine("store", tests, sizeof(tests) / sizeof(tests[0]), true, &g_engine);
