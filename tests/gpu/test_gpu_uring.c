@@ -5,7 +5,8 @@
  * loads are bit-exact for every layout, several geometries, batches with shared prefixes,
  * partial chunks, skipped leading blocks and layer ranges, into poisoned KV; a damaged object is
  * caught on the GPU (-EBADMSG) and never scattered; host system calls per layer do not grow
- * with the number of objects. Engine auto picks gpu-uring for GPU KV (the same tests pass
+ * with the number of objects; the same with loads by the copy engine, also on tmpfs with fewer
+ * reads in flight than bounce slots. Engine auto picks gpu-uring for GPU KV (the same tests pass
  * through it) and uring for host KV. Exits 77 without a GPU or a usable ring.
  */
 #include <dlfcn.h>
@@ -18,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 
 #include <cmocka.h>
 
@@ -87,6 +90,8 @@ log_to_output(void *arg, int level, const char *msg)
 static uint32_t g_engine = TUTTI_ENGINE_GPU_URING;
 /* The I/O kernel's workers and the SMs they are packed into (0: the store's defaults). */
 static uint32_t g_io_workers, g_io_sms;
+/* How loads cross PCIe (enum tutti_gpu_io_copy): SM, then the copy engine. */
+static uint32_t g_gpu_io_copy = TUTTI_GPU_IO_COPY_AUTO;
 
 struct world {
 	char *dir;
@@ -123,6 +128,7 @@ world_open(struct world *w, const struct tutti_geometry *geo, enum t_layout layo
 	o.dirs = dirs;
 	o.nr_dirs = 1;
 	o.engine = g_engine;
+	o.gpu_io_copy = g_gpu_io_copy;
 	o.capacity_bytes = 64 * tutti_geometry_slot_bytes(geo);
 	o.staging_bytes = slots * tutti_geometry_object_bytes(geo);
 	o.key_bytes = KEY_BYTES;
@@ -403,6 +409,39 @@ test_gpu_uring_any_packing_of_workers_is_bit_exact_and_holds_its_sms(void **stat
 
 /* Engine auto on a GPU machine: GPU KV goes through gpu-uring and host KV through uring, with no
  * fallback to log. */
+/* Loads by the copy engine where every read is a copy by io-wq (tmpfs at /dev/shm; skipped
+ * without one): 96 bounce slots, at most 64 reads in flight (the cap of page-cache-backed
+ * files), 128 objects of 1 MiB in a load, bit for bit. */
+static void
+test_gpu_uring_dma_loads_on_tmpfs_read_fewer_in_flight_than_slots(void **state)
+{
+	struct tutti_geometry geo;
+	struct world w;
+	struct chain a;
+	uint32_t src_ids[128], dst_ids[128];
+	struct tutti_request req;
+	int32_t status[8];
+	const char *tmp = getenv("TMPDIR");
+	char *saved = tmp != NULL ? strdup(tmp) : NULL;
+	struct statfs sfs;
+
+	if (statfs("/dev/shm", &sfs) != 0 || sfs.f_type != TMPFS_MAGIC) {
+		free(saved);
+		skip();
+	}
+	geo_init(&geo, 16, 8, 128, 256); /* 64 KiB layer blocks, 1 MiB objects */
+	/* The world's directory on tmpfs (world_open makes it under TMPDIR). */
+	assert_int_equal(setenv("TMPDIR", "/dev/shm", 1), 0);
+	world_with_chain(&w, &a, &geo, T_LAYOUT_KV_FIRST, 128, 96, 8, src_ids, dst_ids);
+	assert_int_equal(saved != NULL ? setenv("TMPDIR", saved, 1) : unsetenv("TMPDIR"), 0);
+	free(saved);
+	assert_int_equal(tt_gpu_fill(w.ddst.mem, 0xa5, w.dst->mem_bytes), 0);
+	req = req_of(&a, a.dst_ids, 0, 0, a.nr_blocks);
+	assert_int_equal(tutti_store_load(w.st, w.ddst.kv, &req, 1, 0, geo.nr_layers, status), 8);
+	assert_loaded(&w, &a, 0, a.nr_blocks, 0, geo.nr_layers);
+	world_close(&w);
+}
+
 static void
 test_auto_picks_gpu_uring_for_gpu_kv_and_uring_for_host_kv(void **state)
 {
@@ -465,6 +504,12 @@ main(void)
 	    cmocka_unit_test(test_gpu_uring_damaged_object_is_caught_on_the_gpu),
 	    cmocka_unit_test(test_gpu_uring_system_calls_per_layer_do_not_grow_with_objects),
 	};
+	/* gpu-uring with its loads by the copy engine. */
+	const struct CMUnitTest dma_tests[] = {
+	    cmocka_unit_test(test_gpu_uring_round_trips_are_bit_exact_for_every_layout),
+	    cmocka_unit_test(test_gpu_uring_damaged_object_is_caught_on_the_gpu),
+	    cmocka_unit_test(test_gpu_uring_dma_loads_on_tmpfs_read_fewer_in_flight_than_slots),
+	};
 	/* The same round trips and damage through engine gds (cuFile into device staging). */
 	const struct CMUnitTest gds_tests[] = {
 	    cmocka_unit_test(test_gpu_uring_round_trips_are_bit_exact_for_every_layout),
@@ -477,6 +522,9 @@ main(void)
 		return 77; /* no GPU here, built without CUDA, or no O_DIRECT */
 	}
 	rc = cmocka_run_group_tests_name("gpu-uring", tests, NULL, NULL);
+	g_gpu_io_copy = TUTTI_GPU_IO_COPY_DMA;
+	rc |= cmocka_run_group_tests_name("gpu-uring-dma", dma_tests, NULL, NULL);
+	g_gpu_io_copy = TUTTI_GPU_IO_COPY_AUTO;
 	g_engine = TUTTI_ENGINE_AUTO;
 	rc |= cmocka_run_group_tests_name("auto", auto_tests, NULL, NULL);
 	cufile = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
