@@ -142,10 +142,10 @@ struct phase {
 	double gbps[MAX_REPEATS], cpu_s[MAX_REPEATS], io_thread_s[MAX_REPEATS];
 	double raw_gbps[MAX_REPEATS];
 	uint64_t submits, kernel_ns, block_ns; /* one round (the last) */
+	double wall_s;                         /* of that round */
 	/* The staging the store allocated: --staging-mib, cut to the queue depth's worth of I/O
 	 * units (0: no store) */
 	uint64_t staging_bytes;
-	double wall_s;                         /* of that round */
 	/* Over all rounds: wall time, and what the caller of a uring or posix transfer of GPU KV
 	 * waited for (the storage, the GPU: tutti_stats' wave_*_wait_ns). */
 	double wall_sum_s;
@@ -951,8 +951,8 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	        cpu, iot, (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
 	        b->c.gpu_io_workers, b->c.gpu_io_sms,
 	        (unsigned long long)(b->c.staging_bytes >> 20),
-	        (unsigned long long)(ph->staging_bytes >> 20), above ? "true" : "false",
-	        ph->wall_s, mismatches == 0 ? "true" : "false");
+	        (unsigned long long)(ph->staging_bytes >> 20), above ? "true" : "false", ph->wall_s,
+	        mismatches == 0 ? "true" : "false");
 	for (uint32_t r = 0; r < R; r++) {
 		fprintf(b->json, "%s%.3f", r ? "," : "", ph->gbps[r]);
 	}

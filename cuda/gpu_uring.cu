@@ -1063,8 +1063,8 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	    job->layer >= kv->geo.g.nr_layers ||
 	    job->nr_layers > kv->geo.g.nr_layers - job->layer || job->slots == 0 ||
 	    job->slots > ring->cq_entries || job->in_flight > job->slots ||
-	    job->slot_bytes > UINT32_MAX ||
-	    job->slot_bytes % 16 != 0 || kv->geo.layer_block_bytes <= TT_XXH3_MIDSIZE_MAX) {
+	    job->slot_bytes > UINT32_MAX || job->slot_bytes % 16 != 0 ||
+	    kv->geo.layer_block_bytes <= TT_XXH3_MIDSIZE_MAX) {
 		return -EINVAL;
 	}
 	if (job->nr == 0) {

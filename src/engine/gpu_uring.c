@@ -61,11 +61,11 @@ struct gpu_uring_engine {
 	struct tt_engine base;
 	enum auto_state auto_state;
 	struct tt_gpu_uring *ring;
-	bool ring_mapped; /* the ring's memory is pinned and mapped for the GPU */
-	uint32_t slots;   /* object-sized bounce slots of the staging: the in-flight window */
+	bool ring_mapped;   /* the ring's memory is pinned and mapped for the GPU */
+	uint32_t slots;     /* object-sized bounce slots of the staging: the in-flight window */
 	uint32_t in_flight; /* the most I/Os in flight, <= slots */
-	bool broken;      /* a ring-level failure: refuse further batches */
-	uint64_t ios;     /* I/Os driven through the ring */
+	bool broken;        /* a ring-level failure: refuse further batches */
+	uint64_t ios;       /* I/Os driven through the ring */
 	uint64_t kernel_ns, block_ns;
 	/* Layer kernels of a launched load may still be running on the GPU context's stream,
 	 * using the staging's bounce slots: quiesce waits for them, then reads their per-layer

@@ -94,8 +94,8 @@ struct tt_gpu_uring_job {
 	uint32_t nr;
 	const uint32_t *ids; /* block ids of every object */
 	uint32_t nr_ids;
-	uint8_t *bounce;     /* slots of slot_bytes, mapped for the GPU, registered in the ring */
-	uint32_t slots;      /* in-flight window, <= the ring's CQ entries */
+	uint8_t *bounce; /* slots of slot_bytes, mapped for the GPU, registered in the ring */
+	uint32_t slots;  /* I/O i reuses the slot of I/O i - slots; <= the ring's CQ entries */
 	/* The most I/Os in flight at once, <= slots (0: slots). Fewer than the slots where each
 	 * I/O is a copy by an io-wq worker: the slots then only let a load by the copy engine
 	 * read on while groups wait for their copies. */
