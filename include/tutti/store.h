@@ -182,8 +182,8 @@ enum tutti_gpu_io_submit {
 
 /** How engine gpu-uring's loads bring each object across PCIe into HBM. */
 enum tutti_gpu_io_copy {
-	/** SM: on emulated NVMe the copy engine's loads were the slower (docs/results.md, row
-	 *  E27). */
+	/** SM: on emulated NVMe the copy engine's loads were the slower (docs/results.md, rows
+	 *  E27, E28). */
 	TUTTI_GPU_IO_COPY_AUTO = 0,
 	/** The I/O kernel's workers read each object out of its bounce slot with loads across
 	 *  PCIe. SMs read host memory at about 0.92x of what the copy engine moves
@@ -193,10 +193,12 @@ enum tutti_gpu_io_copy {
 	 *  once all of them are in, one of four copy streams waiting on that mark copies the
 	 *  group's slots into device staging (twice the bounce slots' size in HBM), and the
 	 *  workers check and scatter from there. The whole staging becomes bounce slots, on
-	 *  page-cache-backed files too. Needs 64-bit stream memory operations (the load fails with
+	 *  page-cache-backed files too, with no more reads in flight there than SM loads have.
+	 *  Needs 64-bit stream memory operations (the load fails with
 	 *  -EOPNOTSUPP without them), and the I/O kernel and the copy streams running at once:
 	 *  where the GPU's work is serialised (CUDA_LAUNCH_BLOCKING, compute-sanitizer) a load
-	 *  stalls until its timeout. Measured slower than SM on emulated NVMe (row E27). */
+	 *  stalls until its timeout. Measured slower than SM on emulated NVMe, the more so the
+	 *  more staging it has there (rows E27, E28). */
 	TUTTI_GPU_IO_COPY_DMA = 2,
 };
 

@@ -34,12 +34,13 @@
 #define RING_MAX_SLOTS 4096u
 /* On page-cache-backed files at most this much I/O is in flight, and loads by SM, which hold a
  * slot per I/O in flight, get no more of the staging as bounce slots (the rest stays allocated,
- * unused by this engine): each read is there a copy by an io-wq worker, and more
- * reads in flight only start more workers that contend for the CPUs and the CPU's cache. On the
- * H200's 16 vCPUs, with 1 MiB objects, retrieve into GPU KV ran alike with 32 to 96 slots; 64
- * retrieved 3-10% faster than 128 at 19-29% less CPU per GB and stored 13-34% faster; with 256
- * or 512 it fell to 0.53-0.67x of the pinned copy, its io-wq workers waiting for a CPU 3-16
- * cores' worth of the time (docs/results.md, E25). */
+ * unused by them): each read is there a copy by an io-wq worker into its slot, and both more
+ * reads in flight and more memory to land them in cost. On the H200's 16 vCPUs, with 1 MiB
+ * objects, retrieve into GPU KV ran alike with 32 to 96 slots; 64 retrieved 3-10% faster than
+ * 128 at 19-29% less CPU per GB and stored 13-34% faster; with 256 or 512 it fell to
+ * 0.53-0.67x of the pinned copy, its io-wq workers waiting for a CPU 3-16 cores' worth of the
+ * time (docs/results.md, E25). With 64 in flight, loads by the copy engine still slowed as their
+ * slots grew from 128 to 512 (E28): tmpfs reads into 128 MiB run at 0.77x of 64 MiB (C8). */
 #define RING_PAGE_CACHE_BOUNCE_BYTES (64ull << 20)
 /* The SQ holds what the controller publishes in one batch, which the CQ credit bounds anyway. */
 #define RING_MAX_SQ_ENTRIES 1024u
@@ -418,9 +419,9 @@ out:
 /* ---- GPU KV: the layer kernels ---- */
 
 /* Whether loads into \p gpu's memory go by the copy engine (enum tutti_gpu_io_copy): only where
- * asked for. AUTO is SM: on emulated NVMe the copy engine's loads measured 0.76-0.89x of the SM
- * path's in the same run (docs/results.md, row E27). Returns 1, 0, or -EOPNOTSUPP where DMA was
- * asked for and the device cannot (said in the log). */
+ * asked for. AUTO is SM: on emulated NVMe the copy engine's loads measured 0.65-0.89x of the SM
+ * path's in the same run (docs/results.md, rows E27, E28). Returns 1, 0, or -EOPNOTSUPP where
+ * DMA was asked for and the device cannot (said in the log). */
 static int
 loads_by_dma(struct gpu_uring_engine *g, struct tt_gpu *gpu)
 {
