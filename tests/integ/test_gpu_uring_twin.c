@@ -867,14 +867,16 @@ copy_run_free(struct copy_run *c, uint8_t *file)
 	free(file);
 }
 
-static void
-test_ring_copy_groups_hand_reads_on_in_order(void **state)
+/* \p nr reads of random blocks through \p window slots in groups of \p group, at most
+ * \p in_flight of them at once (0: the window): every read completes once and whole, and each
+ * group is copied whole and once and handed on in order with every byte right (copy_complete).
+ * Returns the copies; *partial, those of fewer than \p group reads. */
+static uint32_t
+random_reads_in_groups(struct fixture *f, uint32_t nr, uint32_t window, uint32_t group,
+                       uint32_t in_flight, uint32_t *partial)
 {
-	struct fixture *f = *state;
 	struct tt_gpu_uring *r = ring(f, 16, 64, 100);
-	/* 1998 reads of random blocks through 16 slots in groups of 4: the slots wrap 124 times,
-	 * and the last group holds 2 reads. */
-	uint32_t nr = 1998, *perm = malloc(nr * sizeof(*perm));
+	uint32_t *perm = malloc(nr * sizeof(*perm)), copies;
 	struct copy_run c;
 	uint8_t *file;
 
@@ -882,18 +884,31 @@ test_ring_copy_groups_hand_reads_on_in_order(void **state)
 	for (uint32_t i = 0; i < nr; i++) {
 		perm[i] = t_rng_below(&f->rng, FILE_IOS);
 	}
-	copy_run_init(&c, f, r, nr, perm, 16, 4, &file);
+	copy_run_init(&c, f, r, nr, perm, window, group, &file);
+	c.in_flight = in_flight;
 	assert_int_equal(copy_run_go(r, &c), 0);
 	assert_each_completed_once(&c.run);
 	for (uint32_t i = 0; i < nr; i++) {
 		assert_int_equal(c.run.res[i], IO_BYTES);
 	}
 	assert_int_equal(c.bad, 0);
-	assert_int_equal(c.copies, (nr + 3) / 4);
-	assert_int_equal(c.partial, 1); /* the last: 2 reads */
+	copies = c.copies;
+	*partial = c.partial;
 	copy_run_free(&c, file);
 	free(perm);
 	tt_gpu_uring_destroy(r);
+	return copies;
+}
+
+/* 1998 reads through 16 slots in groups of 4: the slots wrap 124 times, and the last group
+ * holds 2 reads. */
+static void
+test_ring_copy_groups_hand_reads_on_in_order(void **state)
+{
+	uint32_t partial;
+
+	assert_int_equal(random_reads_in_groups(*state, 1998, 16, 4, 0, &partial), (1998 + 3) / 4);
+	assert_int_equal(partial, 1); /* the last: 2 reads */
 }
 
 /* Fewer I/Os in flight than slots, as loads by the copy engine run on page-cache-backed files:
@@ -902,28 +917,10 @@ test_ring_copy_groups_hand_reads_on_in_order(void **state)
 static void
 test_ring_copy_groups_with_fewer_ios_in_flight_than_slots(void **state)
 {
-	struct fixture *f = *state;
-	struct tt_gpu_uring *r = ring(f, 16, 64, 100);
-	uint32_t nr = 1000, *perm = malloc(nr * sizeof(*perm));
-	struct copy_run c;
-	uint8_t *file;
+	uint32_t partial;
 
-	assert_non_null(perm);
-	for (uint32_t i = 0; i < nr; i++) {
-		perm[i] = t_rng_below(&f->rng, FILE_IOS);
-	}
-	copy_run_init(&c, f, r, nr, perm, 32, 8, &file);
-	c.in_flight = 6;
-	assert_int_equal(copy_run_go(r, &c), 0);
-	assert_each_completed_once(&c.run);
-	for (uint32_t i = 0; i < nr; i++) {
-		assert_int_equal(c.run.res[i], IO_BYTES);
-	}
-	assert_int_equal(c.bad, 0);
-	assert_int_equal(c.copies, nr / 8);
-	copy_run_free(&c, file);
-	free(perm);
-	tt_gpu_uring_destroy(r);
+	assert_int_equal(random_reads_in_groups(*state, 1000, 32, 8, 6, &partial), 1000 / 8);
+	assert_int_equal(partial, 0);
 }
 
 static void
