@@ -129,7 +129,7 @@ struct job_param {
 	unsigned *workers_left;       /* device counter: the last worker out stamps trace[4] */
 	unsigned long long *phase_ns; /* with a trace: per phase, the workers' summed time */
 	/* Loads by the copy engine (proto.h): the device staging and the group words, whose
-	 * values are sequence numbers; dstage NULL otherwise. */
+	 * values are sequence numbers; dstage NULL otherwise (every save included). */
 	uint8_t *dstage;
 	unsigned long long *arrived;      /* per group word: the controller's "all read" */
 	const unsigned long long *copied; /* per group word: the copy stream's "copied" */
@@ -317,8 +317,8 @@ controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long 
 	uint32_t pace_ns = param.write ? ring->write_pace_ns : ring->read_pace_ns;
 	unsigned back_off = 32;
 	bool published = false;
-	/* Loads by the copy engine: group words, counted per read. */
-	bool dma = param.dstage != NULL && !param.write;
+	/* Loads by the copy engine (dstage set for them alone): group words, counted per read. */
+	bool dma = param.dstage != NULL;
 
 	if (dma) {
 		for (uint32_t k = 0; k < param.group_words; k++) {
@@ -642,7 +642,7 @@ __launch_bounds__(BLOCK_THREADS)
 	if (*(volatile int *)broken) {
 		if (group == 0 && t.lane == 0) {
 			atomicExch(failed, 1); /* reported as this layer's timeout too */
-			if (param.dstage != NULL && !param.write) {
+			if (param.dstage != NULL) {
 				dma_release_all(param); /* nothing will be read */
 			}
 		}
@@ -874,7 +874,7 @@ tt_gpu_uring_dma_supported(struct tt_gpu *g)
 	return g->uring->dma_supported;
 }
 
-/* What a load by the copy engine needs beyond the rest: the copy stream and the counts, made
+/* What a load by the copy engine needs beyond the rest: the copy streams and the counts, made
  * once, and device staging as large as the slots. */
 static int
 dma_prepare(struct tt_gpu *g, const struct tt_gpu_uring_job *job)

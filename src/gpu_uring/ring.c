@@ -526,9 +526,8 @@ struct twin_state {
 	uint32_t *tally;
 	uint32_t words;
 	int32_t *res;
-	uint32_t arrived; /* I/Os over (copy groups) */
-	uint32_t over;    /* I/Os over, handed on or not: those no longer in flight */
-	uint32_t done;    /* complete() calls */
+	uint32_t over; /* I/Os over, handed on or not: those no longer in flight */
+	uint32_t done; /* complete() calls */
 };
 
 /* I/O \p i's one complete() call: its slot is free after it. */
@@ -571,7 +570,6 @@ twin_arrived(struct twin_state *t, uint32_t i, int32_t res)
 	w = k % t->words;
 	size = tt_gpu_uring_group_size(k, p->copy_group, p->nr);
 	t->res[i] = res;
-	t->arrived++;
 	if (++t->tally[w] == size) {
 		t->tally[w] = 0;
 		twin_hand_on(t, k, size);
@@ -586,7 +584,7 @@ twin_flush(struct twin_state *t, uint32_t submitted)
 	const struct tt_gpu_uring_program *p = t->p;
 	uint32_t k;
 
-	if (p->copy_group == 0 || submitted == 0 || t->arrived != submitted) {
+	if (p->copy_group == 0 || submitted == 0 || t->over != submitted) {
 		return;
 	}
 	k = (submitted - 1) / p->copy_group;
