@@ -115,4 +115,6 @@ else
 	report "ruff and mypy are missing from $venv: run bash scripts/setup-vllm-venv.sh (make style does)"
 fi
 
+# Every result file a claim cites exists, and every file in bench/results/ backs a current claim.
+bash scripts/check_results.sh || report "results: see the findings above (HACKING.md, \"Benchmarks\")"
 exit $fail
