@@ -17,9 +17,11 @@ then times, each ``--repeats`` times (medians reported):
 
 Each row gives the least share of the files' pages that was in the page cache before a timed
 call (``resident``, by mincore) and the machine's load average after them (``loadavg``: the
-machine may be shared). Then, on the first checkpoint, the full fingerprint's warm rate per
-thread count and per read size (``--read-sizes``); the hashes of hashlib on one buffer per
-thread (``--hashes``); and a restart over many small files (``--restart-files``): a restart
+machine may be shared), and the process's CPU time (``cpu_s``, all threads), which moves less
+than the wall time when other work shares the CPUs. Then, on the first checkpoint, the full
+fingerprint's warm time per thread count and per read size (``--read-sizes``), in turn within
+each round; the hashes of hashlib on one buffer per thread (``--hashes``), per wall and per
+CPU second; and a restart over many small files (``--restart-files``): a restart
 costs a stat per file, whatever the files' sizes. Each checkpoint is deleted after its rows.
 
 Usage (from the repository root; DIR on the disk to measure, with room for 17 GB):
@@ -223,33 +225,44 @@ def read_all(files: list[Path], threads: int) -> None:
             os.close(fd)
 
 
-def hash_rates(seconds: float, threads: int, names: list[str]) -> list[dict]:
-    """GB/s of each hashlib hash over one READ_BYTES buffer per thread, for ``seconds``."""
+def hash_rates(seconds: float, rounds: int, threads: int, names: list[str]) -> list[dict]:
+    """Each hashlib hash over one READ_BYTES buffer per thread, ``seconds`` a round, the hashes
+    taken in turn in each of ``rounds``: GB per second of wall time and per CPU second of the
+    hashing threads (the latter barely moves when other work shares the CPUs); medians."""
+    runs: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for _ in range(rounds):
+        for name in names:
+            for t in sorted({1, threads}):
+                counts, cpu = [0] * t, [0.0] * t
+                stop = time.perf_counter() + seconds
+                t0 = time.perf_counter()
+                ts = [threading.Thread(target=hash_for, args=(name, stop, counts, cpu, k))
+                      for k in range(t)]
+                for th in ts:
+                    th.start()
+                for th in ts:
+                    th.join()
+                wall = time.perf_counter() - t0
+                runs.setdefault((name, t), []).append((sum(counts) / wall / 1e9,
+                                                       sum(counts) / sum(cpu) / 1e9))
     rows = []
-    for name in names:
-        for t in sorted({1, threads}):
-            counts = [0] * t
-            stop = time.perf_counter() + seconds
-            t0 = time.perf_counter()
-            ts = [threading.Thread(target=hash_for, args=(name, stop, counts, k))
-                  for k in range(t)]
-            for th in ts:
-                th.start()
-            for th in ts:
-                th.join()
-            rows.append({"kind": "hash", "hash": name, "threads": t,
-                         "gb_per_s": round(sum(counts) / (time.perf_counter() - t0) / 1e9, 3),
-                         "loadavg": round(os.getloadavg()[0], 2)})
-            print(rows[-1], flush=True)
+    for (name, t), r in runs.items():
+        rows.append({"kind": "hash", "hash": name, "threads": t,
+                     "gb_per_s": round(statistics.median(x for x, _ in r), 3),
+                     "gb_per_cpu_s": round(statistics.median(y for _, y in r), 3),
+                     "rounds": len(r), "loadavg": round(os.getloadavg()[0], 2)})
+        print(rows[-1], flush=True)
     return rows
 
 
-def hash_for(name: str, stop: float, counts: list[int], k: int) -> None:
+def hash_for(name: str, stop: float, counts: list[int], cpu: list[float], k: int) -> None:
     buf = memoryview(os.urandom(fp.READ_BYTES))
     h = hashlib.new(name)
+    c0 = time.thread_time()
     while time.perf_counter() < stop:
         h.update(buf)
         counts[k] += len(buf)
+    cpu[k] = time.thread_time() - c0
 
 
 class Model:
@@ -268,21 +281,27 @@ class Model:
     def run(self, kind: str, fn: Callable[[], object], cold: bool, **kw: object) -> None:
         """``repeats`` timed calls of ``fn``, each after the files were dropped from the page
         cache (``cold``) or read into it."""
-        times, res = [], []
+        times, cpu, res = [], [], []
         for _ in range(self.repeats):
             if cold:
                 drop(self.files)
             else:
                 warm(self.files)
             res.append(resident(self.files))
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn()
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+        self.add(kind, times, cpu, min(res), **kw)
+
+    def add(self, kind: str, times: list[float], cpu: list[float], res: float,
+            **kw: object) -> None:
         med = statistics.median(times)
         self.rows.append(dict(self.base, kind=kind, median_s=round(med, 4),
                               runs_s=[round(x, 4) for x in times],
                               gb_per_s=round(self.size / med / 1e9, 3),
-                              resident=round(min(res), 3),
+                              cpu_s=round(statistics.median(cpu), 4),
+                              resident=round(res, 3),
                               loadavg=round(os.getloadavg()[0], 2), **kw))
         print(self.rows[-1], flush=True)
 
@@ -299,19 +318,29 @@ class Model:
         self.run("sampled-warm", lambda: fp.fingerprint_dir(work, mode="sampled"), False)
 
     def sweep(self, th: int, read_sizes: list[int]) -> None:
-        """The full fingerprint, warm, per thread count and per read size."""
+        """The full fingerprint, warm, per thread count and per read size, the variants taken
+        in turn within each round so that a shared machine's drift falls on all of them."""
         work = self.work
-        for t in sorted({1, th}):
-            self.run("full-warm-threads", lambda t=t: fp.fingerprint_dir(work, threads=t),
-                     False, threads=t)
+        variants = [("full-warm-threads", t, fp.READ_BYTES) for t in sorted({1, th})]
+        variants += [("full-warm-read-size", th, rs) for rs in read_sizes]
+        times: dict[int, list[float]] = {k: [] for k in range(len(variants))}
+        cpu: dict[int, list[float]] = {k: [] for k in range(len(variants))}
+        res: dict[int, list[float]] = {k: [] for k in range(len(variants))}
         real = fp.READ_BYTES
         try:
-            for rs in read_sizes:
-                fp.READ_BYTES = rs
-                self.run("full-warm-read-size", lambda: fp.fingerprint_dir(work, threads=th),
-                         False, threads=th, read_bytes=rs)
+            for _ in range(self.repeats):
+                for k, (_, t, rs) in enumerate(variants):
+                    fp.READ_BYTES = rs
+                    warm(self.files)
+                    res[k].append(resident(self.files))
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    fp.fingerprint_dir(work, threads=t)
+                    times[k].append(time.perf_counter() - t0)
+                    cpu[k].append(time.process_time() - c0)
         finally:
             fp.READ_BYTES = real
+        for k, (kind, t, rs) in enumerate(variants):
+            self.add(kind, times[k], cpu[k], min(res[k]), threads=t, read_bytes=rs)
 
 
 def restart_files(n: int, where: str, repeats: int) -> dict:
@@ -368,7 +397,7 @@ def main() -> int:
                 m.sweep(args.threads, [int(x) for x in args.read_sizes.split(",") if x])
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    rows += hash_rates(1.5, args.threads, [h for h in args.hashes.split(",") if h])
+    rows += hash_rates(0.5, 5, args.threads, [h for h in args.hashes.split(",") if h])
     for n in (int(x) for x in args.restart_files.split(",") if x):
         rows.append(restart_files(n, args.dir, args.repeats))
         print(rows[-1], flush=True)

@@ -35,9 +35,9 @@ Why hashing every byte costs little at start-up:
   buffers both release the GIL). A file's digest is SHA-256 over its pieces' digests in order,
   so the result depends on the bytes alone, not on the number of threads. No mmap: a file
   truncated while mapped would kill the process with SIGBUS.
-* Which hash. SHA-256: the fastest cryptographic hash in hashlib on CPUs with SHA extensions
-  (x86's SHA-NI, Arm's SHA2), about 2.6x blake2b on the machine of WF1 (docs/results.md), and
-  its strength is not in doubt. Non-cryptographic hashes (XXH3) are faster still but would need
+* Which hash. SHA-256: the fastest unbroken hash in hashlib on CPUs with SHA extensions (x86's
+  SHA-NI, Arm's SHA2), over twice blake2b's rate per CPU second (WF1, docs/results.md); SHA-1
+  is barely faster and broken. Non-cryptographic hashes (XXH3) are faster still but would need
   a dependency. The checkpoint's own hashes are no help: the Hugging Face cache names a blob by
   the SHA-256 it was downloaded with and never checks it again, so an edit in place keeps the
   name.
@@ -83,7 +83,7 @@ MAX_HEADER_BYTES = 100 << 20  # safetensors caps its header at 100 MB
 
 FINGERPRINT_MODES = ("full", "sampled")  # the "fingerprint" key's choices
 PIECE_BYTES = 64 << 20  # a unit of parallel work; part of what a file's digest means
-READ_BYTES = 1 << 20  # one read: small enough that the hash finds it in the CPU's cache (WF1)
+READ_BYTES = 1 << 20  # one read; 256 KiB to 16 MiB cost the same CPU time (WF1)
 MAX_THREADS = 16
 PIECE_HASH = f"sha256/{PIECE_BYTES}"  # a cache entry's hash scheme
 CACHE_NAME = "tutti.digests"
@@ -171,7 +171,7 @@ def fingerprint_dir(path: Path, weights: bool = True, mode: str = "full",
     files = _files(path, weights)
     rels = [f.relative_to(path).as_posix() for f in files]
     full = weights and mode == "full"
-    digests: dict[str, bytes] = {}
+    digests: dict[str, tuple[int, bytes]] = {}
     if full:
         big = [f for f, rel in zip(files, rels, strict=True) if rel.endswith(WEIGHT_SUFFIXES)]
         for f, d in zip(big, file_digests(big, cache_dir, threads), strict=True):
@@ -180,13 +180,15 @@ def fingerprint_dir(path: Path, weights: bool = True, mode: str = "full",
     if full:
         h.update(b"full\0")  # never equal to a sampled fingerprint of the same files
     for f, rel in zip(files, rels, strict=True):
+        if rel in digests:
+            size, digest = digests[rel]
+            h.update(f"{rel}\0{size}\0".encode() + digest)
+            continue
         with open(f, "rb") as fh:
             fd = fh.fileno()
             size = os.fstat(fd).st_size
             h.update(f"{rel}\0{size}\0".encode())
-            if rel in digests:
-                h.update(digests[rel])
-            elif not rel.endswith(WEIGHT_SUFFIXES):
+            if not rel.endswith(WEIGHT_SUFFIXES):
                 h.update(fh.read())
             elif not (rel.endswith(".safetensors") and _hash_safetensors(fd, size, h)):
                 _hash_other(fd, size, h)
@@ -330,9 +332,10 @@ def _hash_files(fds: list[int], sizes: list[int], threads: int) -> list[bytes]:
 
 
 def file_digests(files: list[Path], cache_dir: str | os.PathLike[str] | None = None,
-                 threads: int | None = None) -> list[bytes]:
-    """The digest of every byte of each file (SHA-256 over its pieces' SHA-256), from the cache
-    in ``cache_dir`` where an entry matches the file's identity, computed otherwise."""
+                 threads: int | None = None) -> list[tuple[int, bytes]]:
+    """The size and the digest of every byte of each file (SHA-256 over its pieces' SHA-256),
+    the digest from the cache in ``cache_dir`` where an entry matches the file's identity,
+    computed otherwise."""
     threads = default_threads() if threads is None else threads
     with _locked_cache(cache_dir) as cache:
         entries: dict[tuple[int, int], dict[str, Any]] = {}
@@ -362,7 +365,7 @@ def file_digests(files: list[Path], cache_dir: str | os.PathLike[str] | None = N
             mine = [entries[k] for k in dict.fromkeys((b["dev"], b["ino"]) for b in before)
                     if k in entries]
             _write_cache(cache[1], mine)
-    return [d for d in found if d is not None]  # every one found or computed
+    return [(b["size"], d) for b, d in zip(before, found, strict=True) if d is not None]
 
 
 def weights_fingerprint(model: str, revision: str | None, load_format: str,
