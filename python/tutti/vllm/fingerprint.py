@@ -341,7 +341,7 @@ def file_digests(files: list[Path], cache_dir: str | os.PathLike[str] | None = N
         entries: dict[tuple[int, int], dict[str, Any]] = {}
         if cache is not None:
             with suppress(OSError):
-                entries = _read_entries(os.pread(cache[0], 64 << 20, 0))
+                entries = _read_entries(os.pread(cache[0], os.fstat(cache[0]).st_size, 0))
         fds = [os.open(f, os.O_RDONLY | os.O_CLOEXEC) for f in files]
         try:
             before = [_identity(os.fstat(fd)) for fd in fds]
