@@ -16,7 +16,7 @@ from vllm.v1.kv_cache_interface import AttentionSpec
 
 from tutti.store import Geometry
 from tutti.vllm import compat, ranks, remote_tier
-from tutti.vllm.fingerprint import overrides_digest, weights_fingerprint
+from tutti.vllm.fingerprint import FINGERPRINT_MODES, overrides_digest, weights_fingerprint
 from tutti.vllm.log import log
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 KNOWN_KEYS = frozenset({
     "dirs", "dir", "capacity_gb", "capacity_bytes", "chunk_tokens", "engine", "durability",
     "staging_mb", "gpu_io_workers", "gpu_io_sms", "namespace", "async_load", "async_save",
-    "layerwise", "remote", "load_policy", "share_loads",
+    "layerwise", "remote", "load_policy", "share_loads", "fingerprint",
 })
 
 
@@ -64,6 +64,9 @@ class TuttiConfig:
     # loading waits for that load to land in vLLM's prefix cache instead of reading the same
     # chunks again (tutti/vllm/scheduler.py).
     share_loads: bool = True
+    # How much of the weights the namespace covers: "full", every byte; "sampled", windows of
+    # each tensor (tutti/vllm/fingerprint.py says what each sees).
+    fingerprint: str = "full"
     capacity_key: str = "capacity_gb"  # the key the capacity was given with
 
     @classmethod
@@ -121,6 +124,8 @@ class TuttiConfig:
         load_policy = parse_choice(extra.get("load_policy", "auto"), "load_policy",
                                    LOAD_POLICIES)
         share_loads = parse_flag(extra.get("share_loads", True), "share_loads")
+        fingerprint = parse_choice(extra.get("fingerprint", "full"), "fingerprint",
+                                   FINGERPRINT_MODES)
         io = {}
         for k in ("gpu_io_workers", "gpu_io_sms"):
             v = extra.get(k, 0)
@@ -134,7 +139,7 @@ class TuttiConfig:
                    engine=engine, durability=durability,
                    staging_bytes=int(staging_mb * 2**20), namespace=namespace,
                    async_load=async_load, async_save=async_save, layerwise=layerwise,
-                   load_policy=load_policy, share_loads=share_loads,
+                   load_policy=load_policy, share_loads=share_loads, fingerprint=fingerprint,
                    remote=remote_tier.RemoteConfig.from_extra(extra.get("remote")))
 
 
@@ -273,10 +278,13 @@ class ConnectorContext:
         self._check_capacity(vllm_config.model_config.max_model_len)
         mc, lc = vllm_config.model_config, vllm_config.load_config
         t0 = time.perf_counter()
+        # Its digests are kept in rank 0's first store directory, which every process of the
+        # deployment (each rank, the scheduler) finds.
         self.weights = weights_fingerprint(mc.model, mc.revision, str(lc.load_format),
-                                           lc.download_dir)
-        log.debug("tutti: weights fingerprint %s in %.1f ms", self.weights,
-                  (time.perf_counter() - t0) * 1e3)
+                                           lc.download_dir, mode=self.cfg.fingerprint,
+                                           cache_dir=ranks.rank_dirs(self.cfg.dirs, 0)[0])
+        log.info("tutti: weights fingerprint %s (%s) in %.2f s", self.weights,
+                 self.cfg.fingerprint, time.perf_counter() - t0)
         self.ns = self.namespace()
         self.num_blocks: int = kv_cache_config.num_blocks
         self.layer_names: list[str] = list(kv_cache_config.kv_cache_groups[0].layer_names)
