@@ -38,7 +38,7 @@
 
 #include "engine/engine_impl.h"
 #include "format/format.h"
-#include "tutti/store.h"
+#include "tutti/engine.h"
 
 /* ---- the engines that are this path alone: uring and posix ---- */
 

@@ -11,7 +11,7 @@
 
 #include "engine/engine_impl.h"
 #include "gpu/gpu.h"
-#include "tutti/store.h"
+#include "tutti/engine.h"
 
 _Static_assert(TT_GPU_IO_GROUPS_PER_SM == TT_GPU_URING_GROUPS_PER_BLOCK,
                "the default of gpu_io_workers packs groups as the layer kernel does");

@@ -22,7 +22,7 @@
 #include "engine/engine_impl.h"
 #include "cufile/cufile.h"
 #include "format/format.h"
-#include "tutti/store.h"
+#include "tutti/engine.h"
 
 /* Objects in a wave (a batch handle's entries), at most: half the staging's objects otherwise. */
 #define GDS_MAX_BATCH 128u

@@ -25,7 +25,7 @@
 #include "engine/engine_impl.h"
 #include "format/format.h"
 #include "gpu_uring/gpu_uring.h"
-#include "tutti/store.h"
+#include "tutti/engine.h"
 
 /* The ring: one bounce slot per object of staging, up to the CQ credit. Reads of
  * page-cache-backed files (tmpfs) get IOSQE_ASYNC, and so do writes when the store has several

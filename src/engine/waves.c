@@ -21,7 +21,7 @@
 
 #include "engine/engine_impl.h"
 #include "format/format.h"
-#include "tutti/store.h"
+#include "tutti/engine.h"
 
 /* Staging buffers in flight: lanes read up to nr_bufs - 1 waves ahead of the one being copied. */
 #define WAVE_BUFS 4u

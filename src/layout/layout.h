@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "tutti/store.h"
+#include "tutti/kv.h"
 
 #define TT_MAX_SEGS_PER_LAYER 8u
 

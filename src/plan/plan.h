@@ -18,7 +18,7 @@
 
 #include "common/common.h"
 #include "layout/layout.h"
-#include "tutti/store.h"
+#include "tutti/kv.h"
 
 /* One chunk a call moves. */
 struct tt_chunk_plan {
