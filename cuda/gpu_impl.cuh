@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "gpu/gpu.h"
+#include "kv/kv.h"
 }
 
 struct tt_gpu {

@@ -1291,7 +1291,7 @@ tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, uint32_
 	int rc;
 
 	if (g == NULL || kv == NULL || kv->mem != TUTTI_MEM_CUDA || kv->device != g->device ||
-	    !tt_gpu_objs_run_fits(kv, layer, per_layer, skip, nr) || slot_bytes % 16 != 0 ||
+	    !tt_kv_run_fits(kv, layer, per_layer, skip, nr) || slot_bytes % 16 != 0 ||
 	    kv->geo.layer_block_bytes <= TT_XXH3_MIDSIZE_MAX ||
 	    (nr > 0 && (objs == NULL || mem == NULL || ids == NULL))) {
 		return -EINVAL;

@@ -64,12 +64,12 @@ done
 
 # The GPU layer (src/gpu/gpu.h) is called by the engines, the movers and the GPU layer itself,
 # and outside them only where HACKING.md names why: the pipeline's stream hooks
-# (src/pipeline/stream.c), KV registration asking where memory lives (src/layout/layout.c), and
+# (src/pipeline/stream.c), KV registration asking where memory lives (src/kv/kv.c), and
 # the remote tier's transfer buffers (src/remote/).
 gpu_calls=$(grep -oE '\btt_gpu_[a-z0-9_]+\(' src/gpu/gpu.h | tr -d '(' | sort -u | paste -sd'|')
 if [ -n "$gpu_calls" ] &&
 	grep -rnE "\b($gpu_calls)\(" src --include='*.c' |
-	grep -vE '^src/(gpu|engine|mover|remote)/|^src/pipeline/stream\.c:|^src/layout/layout\.c:' |
+	grep -vE '^src/(gpu|engine|mover|remote)/|^src/pipeline/stream\.c:|^src/kv/kv\.c:' |
 	head -5 | grep . >&2; then
 	report "GPU layer calls outside the engines, movers and named hooks (see HACKING.md)"
 fi

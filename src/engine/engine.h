@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
-#include "layout/layout.h"
+#include "kv/kv.h"
 
 #include <sys/uio.h>
 

@@ -19,6 +19,7 @@
 
 #include "common/common.h"
 #include "layout/layout.h"
+#include "tutti/kv.h"
 
 struct tt_gpu;
 
@@ -166,16 +167,8 @@ int tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks);
  * padding. \p objs and \p ids must be readable by the device (mapped host memory, say); results
  * land in \p objs. Layer blocks must exceed TT_XXH3_MIDSIZE_MAX bytes. One launch per 16
  * layers of the run, their objects side by side, asynchronous on the context's stream.
- * Returns 0, -EINVAL or -EIO.
+ * Returns 0, -EINVAL (tt_kv_run_fits fails, bad arguments) or -EIO.
  */
-/* Whether such a run is well formed and ends within \p kv's layers. */
-static inline bool
-tt_gpu_objs_run_fits(const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer, uint32_t skip,
-                     uint32_t nr)
-{
-	return per_layer != 0 && skip < per_layer && layer < kv->geo.g.nr_layers &&
-	       (nr == 0 || ((uint64_t)skip + nr - 1) / per_layer < kv->geo.g.nr_layers - layer);
-}
 int tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer,
                 uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids,
                 uint8_t *mem, uint64_t slot_bytes, bool write);

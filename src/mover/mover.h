@@ -13,6 +13,7 @@
 
 #include "common/common.h"
 #include "gpu/gpu.h"
+#include "kv/kv.h"
 #include "layout/layout.h"
 
 struct tt_mover_ops {

@@ -206,7 +206,7 @@ twin_objs(void *ctx, unsigned buf, const struct tutti_kv *kv, uint32_t layer, ui
 	int rc;
 
 	if (buf >= TT_OBJMOVER_BUFS || kv == NULL ||
-	    !tt_gpu_objs_run_fits(kv, layer, per_layer, skip, nr) ||
+	    !tt_kv_run_fits(kv, layer, per_layer, skip, nr) ||
 	    (nr > 0 && (objs == NULL || mem == NULL))) {
 		return -EINVAL;
 	}

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
-#include "layout/layout.h"
+#include "kv/kv.h"
 #include "tutti/kv.h"
 
 /* One chunk a call moves. */

@@ -13,7 +13,7 @@
 
 #include "common/common.h"
 #include "engine/engine.h"
-#include "layout/layout.h"
+#include "kv/kv.h"
 #include "tutti/store.h"
 
 const struct tt_geo *tt_store_geo(const struct tutti_store *st);
