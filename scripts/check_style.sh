@@ -41,12 +41,15 @@ done
 # open to all. Exceptions, each with its reason:
 #   gpu_uring/proto.h in cuda/: the ring's protocol, which the GPU's driver speaks;
 #   format/le.h in src/remote/: the byte-order helpers of every on-disk encoder.
+module_of() { # file: its module (cuda/ is the GPU layer's CUDA side, a module of its own)
+	case "$1" in
+	cuda/*) echo cuda ;;
+	*) echo "$1" | cut -d/ -f2 ;;
+	esac
+}
 include_allowed() { # file, included path
 	local file=$1 inc=$2 mod other
-	case "$file" in
-	cuda/*) mod=cuda ;;
-	*) mod=$(echo "$file" | cut -d/ -f2) ;;
-	esac
+	mod=$(module_of "$file")
 	other=${inc%%/*}
 	[ "$other" = tutti ] || [ "$other" = "$mod" ] || [ "$inc" = "$other/$other.h" ] && return 0
 	case "$mod:$inc" in
@@ -61,6 +64,47 @@ for f in "${c_files[@]}"; do
 			report "$f includes $inc: other modules include only src/<module>/<module>.h"
 	done < <(sed -nE 's/^#include "([a-z0-9_]+\/[a-z0-9_]+\.h)".*/\1/p' "$f")
 done
+
+# Layers: the store's API (tutti/store.h, and the public headers that include it) is for the
+# store and the pipeline above it. The modules below the store call no tutti_store_* function;
+# they name the KV types (tutti/kv.h) and the engines (tutti/engine.h) from their own headers.
+store_api=(tutti/store.h)
+while :; do
+	n=${#store_api[@]}
+	pat=$(printf '%s\n' "${store_api[@]}" | sed 's/\./\\./g' | paste -sd'|')
+	mapfile -t store_api < <({
+		printf '%s\n' "${store_api[@]}"
+		grep -lE "^#include \"($pat)\"" include/tutti/*.h | sed 's|^include/||'
+	} | sort -u)
+	[ "${#store_api[@]}" = "$n" ] && break
+done
+pat=$(printf '%s\n' "${store_api[@]}" | sed 's/\./\\./g' | paste -sd'|')
+for f in "${c_files[@]}"; do
+	case "$f" in src/store/* | src/pipeline/*) continue ;; src/*/* | cuda/*) ;; *) continue ;; esac
+	grep -nE "^#include \"($pat)\"" "$f" | head -1 | grep . >&2 &&
+		report "$f: below the store, include tutti/kv.h or tutti/engine.h, not the store's API"
+done
+
+# No module includes another that includes it back, directly or round a longer loop: the
+# modules form layers (tsort finds any loop in the graph of their includes).
+module_edges() {
+	local f mod other
+	for f in "${c_files[@]}"; do
+		case "$f" in src/*/* | cuda/*) ;; *) continue ;; esac
+		mod=$(module_of "$f")
+		sed -nE 's/^#include "([a-z0-9_]+)\/[a-z0-9_/]+\.(h|cuh)".*/\1/p' "$f" | sort -u |
+			while read -r other; do
+				[ "$other" = "$mod" ] || [ "$other" = tutti ] || echo "$mod $other"
+			done
+	done | sort -u
+}
+edges=$(module_edges)
+if ! echo "$edges" | tsort >/dev/null 2>&1; then
+	echo "$edges" | tsort 2>&1 >/dev/null | sed 's/^/  /' >&2
+	echo "$edges" | awk '{e[$1 " " $2] = 1} END {for (k in e) {split(k, m, " ");
+		if ((m[2] " " m[1]) in e && m[1] < m[2]) print "  " m[1] " <-> " m[2]}}' >&2
+	report "modules include each other (above: the loop); move what both need into one of them"
+fi
 
 # The GPU layer (src/gpu/gpu.h) is called by the engines, the movers and the GPU layer itself,
 # and outside them only where HACKING.md names why: the pipeline's stream hooks
