@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CPU path every engine has: a batch through the engine's I/O queue, the store's records
- * (slot headers) and flushes. It is the whole of engines uring and posix.
+ * (slot headers) and flushes. It is the whole of engines uring and posix (their folders hold
+ * only their table entries).
  *
  * A batch's chunks are cut into units: runs of up to unit_layers consecutive objects of one
  * slot, one I/O each. A lane keeps its unit slots busy: it claims units for all its free ones
@@ -40,11 +41,11 @@
 #include "format/format.h"
 #include "tutti/engine.h"
 
-/* ---- the engines that are this path alone: uring and posix ---- */
+/* ---- the engines that are this path alone (src/engine/uring/, src/engine/posix/) ---- */
 
-static int
-cpu_open(const struct tt_engine_ops *ops, const struct tt_ioq_ops *ioq,
-         const struct tt_engine_conf *conf, struct tt_engine **out)
+int
+tt_cpu_engine_open(const struct tt_engine_ops *ops, const struct tt_ioq_ops *ioq,
+                   const struct tt_engine_conf *conf, struct tt_engine **out)
 {
 	struct tt_engine *e = tt_calloc(1, sizeof(*e));
 	int rc;
@@ -62,46 +63,12 @@ cpu_open(const struct tt_engine_ops *ops, const struct tt_ioq_ops *ioq,
 	return 0;
 }
 
-static int
-uring_open(const struct tt_engine_conf *conf, struct tt_engine **out)
-{
-	return cpu_open(&tt_engine_uring, &tt_ioq_uring, conf, out);
-}
-
-static int
-posix_open(const struct tt_engine_conf *conf, struct tt_engine **out)
-{
-	return cpu_open(&tt_engine_posix, &tt_ioq_posix, conf, out);
-}
-
-static void
-cpu_close(struct tt_engine *e)
+void
+tt_cpu_engine_close(struct tt_engine *e)
 {
 	tt_engine_fini(e);
 	tt_free(e);
 }
-
-const struct tt_engine_ops tt_engine_uring = {
-    .name = "uring",
-    .kind = TUTTI_ENGINE_URING,
-    .kv_mems = TT_KV_MEM(TUTTI_MEM_HOST) | TT_KV_MEM(TUTTI_MEM_CUDA),
-    .open = uring_open,
-    .close = cpu_close,
-    .transfer = tt_cpu_transfer,
-    .flush = tt_cpu_flush,
-    .stats = tt_cpu_stats,
-};
-
-const struct tt_engine_ops tt_engine_posix = {
-    .name = "posix",
-    .kind = TUTTI_ENGINE_POSIX,
-    .kv_mems = TT_KV_MEM(TUTTI_MEM_HOST) | TT_KV_MEM(TUTTI_MEM_CUDA),
-    .open = posix_open,
-    .close = cpu_close,
-    .transfer = tt_cpu_transfer,
-    .flush = tt_cpu_flush,
-    .stats = tt_cpu_stats,
-};
 
 /* ---- starting a batch ---- */
 

@@ -306,6 +306,10 @@ struct tt_xfer {
 /* The start of every path: every chunk fails with -EIO when the path broke down (\p broken),
  * else the mover is chosen by where the KV lives (opening the GPU context on first use). */
 int tt_xfer_start(struct tt_xfer *x, struct tt_engine *e, struct tt_batch *b, bool broken);
+/* An engine that is the CPU path alone (uring, posix) on queue \p ioq, and its close. */
+int tt_cpu_engine_open(const struct tt_engine_ops *ops, const struct tt_ioq_ops *ioq,
+                       const struct tt_engine_conf *conf, struct tt_engine **out);
+void tt_cpu_engine_close(struct tt_engine *e);
 /* The batch through the queue, staged or direct; see cpu_path.c. */
 int tt_cpu_transfer(struct tt_engine *e, struct tt_batch *b);
 /* Whether the CPU path moves KV that \p mover copies in waves (tt_waves_transfer). */

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "engine/engine_impl.h"
-#include "cufile/cufile.h"
+#include "engine/gds/cufile.h"
 #include "format/format.h"
 #include "tutti/engine.h"
 
