@@ -35,11 +35,13 @@ for h in include/tutti/*.h; do
 	grep -nE '#include <(cuda|liburing|Python)' "$h" && report "$h: public headers include only libc headers"
 done
 
-# Modules (HACKING.md, "Rules"): a file of src/<m>/ (or cuda/, the GPU layer's implementation)
+# Modules (HACKING.md, "Rules"): a file of src/<m>/ (or cuda/, the GPU layer's CUDA side)
 # includes of another module only its interface, src/<other>/<other>.h; a module's own files
-# share src/<m>/<m>_impl.h, which no other module includes. The public API (include/tutti/) is
-# open to all. Exceptions, each with its reason:
-#   gpu_uring/proto.h in cuda/: the ring's protocol, which the GPU's driver speaks;
+# (in src/<m>/ and its folders, such as src/engine/<name>/) share src/<m>/<m>_impl.h and their
+# own headers, which no other module includes. The public API (include/tutti/) is open to all.
+# Exceptions, each with its reason:
+#   cuda/*.cuh in any .cu file: the GPU layer's interface for CUDA code (its context, the
+#     device helpers and the checksum), on which engines build kernels of their own;
 #   format/le.h in src/remote/: the byte-order helpers of every on-disk encoder.
 module_of() { # file: its module (cuda/ is the GPU layer's CUDA side, a module of its own)
 	case "$1" in
@@ -52,8 +54,11 @@ include_allowed() { # file, included path
 	mod=$(module_of "$file")
 	other=${inc%%/*}
 	[ "$other" = tutti ] || [ "$other" = "$mod" ] || [ "$inc" = "$other/$other.h" ] && return 0
+	case "$file:$inc" in
+	*.cu:cuda/*.cuh) return 0 ;;
+	esac
 	case "$mod:$inc" in
-	cuda:gpu_uring/proto.h | remote:format/le.h) return 0 ;;
+	remote:format/le.h) return 0 ;;
 	esac
 	return 1
 }
@@ -62,7 +67,7 @@ for f in "${c_files[@]}"; do
 	while read -r inc; do
 		include_allowed "$f" "$inc" ||
 			report "$f includes $inc: other modules include only src/<module>/<module>.h"
-	done < <(sed -nE 's/^#include "([a-z0-9_]+\/[a-z0-9_]+\.h)".*/\1/p' "$f")
+	done < <(sed -nE 's/^#include "([a-z0-9_]+\/[a-z0-9_/]+\.(h|cuh))".*/\1/p' "$f")
 done
 
 # Layers: the store's API (tutti/store.h, and the public headers that include it) is for the
@@ -118,8 +123,10 @@ if [ -n "$gpu_calls" ] &&
 	report "GPU layer calls outside the engines, movers and named hooks (see HACKING.md)"
 fi
 
-# CUDA stays in cuda/: the C library and its public headers name no CUDA type.
-grep -rnE 'cuda_runtime|cudaStream_t' src include >/dev/null && report "CUDA identifiers outside cuda/"
+# CUDA lives in .cu and .cuh files (cuda/, and an engine's kernels beside its C files): the C
+# files of the library and its public headers name no CUDA type.
+grep -rnE 'cuda_runtime|cudaStream_t' src include --include='*.c' --include='*.h' | head -3 | grep . >&2 &&
+	report "CUDA identifiers in C files or headers (they live in .cu/.cuh files)"
 
 # Every exported symbol is a tutti_ function declared in a public header.
 lib=$(ls build/*/libtutti.so 2>/dev/null | head -n 1)

@@ -13,9 +13,6 @@
 #include "gpu/gpu.h"
 #include "tutti/engine.h"
 
-_Static_assert(TT_GPU_IO_GROUPS_PER_SM == TT_GPU_URING_GROUPS_PER_BLOCK,
-               "the default of gpu_io_workers packs groups as the layer kernel does");
-
 /* Indexed by enum tutti_engine. A new engine is a file of its own and one entry here. */
 static const struct tt_engine_ops *const engines[] = {
     [TUTTI_ENGINE_URING] = &tt_engine_uring,         [TUTTI_ENGINE_POSIX] = &tt_engine_posix,
@@ -391,6 +388,9 @@ tt_engine_prepare(struct tt_engine *e, const struct tutti_kv *kv)
 	if (rc == 0 && (kind == TUTTI_ENGINE_URING || kind == TUTTI_ENGINE_POSIX) &&
 	    tt_cpu_waves_take(e, &tt_mover_cuda)) {
 		rc = tt_waves_prepare(e, &tt_objmover_cuda, g);
+	}
+	if (rc == 0 && e->ops->prepare != NULL) {
+		rc = e->ops->prepare(e, kv, g);
 	}
 	if (rc == 0) {
 		rc = tt_list_mem_reserve(&e->lists, kv);

@@ -128,6 +128,10 @@ struct tt_engine_ops {
 	/* Optional: the engine that moves batches of \p kv (one the table entry takes), when not
 	 * this one; see tt_engine_moved_by(). */
 	uint32_t (*moved_by)(struct tt_engine *e, const struct tutti_kv *kv);
+	/* Optional: make now, for GPU KV \p kv on context \p gpu, what the engine's own GPU path
+	 * would make at its first batch beyond the GPU layer's (tt_gpu_prepare); see
+	 * tt_engine_prepare(). */
+	int (*prepare)(struct tt_engine *e, const struct tutti_kv *kv, struct tt_gpu *gpu);
 	/* Optional: layerwise loads launched on the GPU; see tt_engine_launch_open(). */
 	int (*launch_open)(struct tt_engine *e, struct tt_batch *b, struct tt_list_mem *mem,
 	                   struct tt_launch **out);
@@ -354,14 +358,6 @@ void tt_waves_cut(uint32_t slots, uint32_t total, uint32_t *per_wave, uint32_t *
 /* Make the object mover's staging for \p om (\p ctx) now rather than at the first wave. */
 int tt_waves_prepare(struct tt_engine *e, const struct tt_objmover_ops *om, void *ctx);
 
-/* ---- gpu-uring (gpu_uring.c) ---- */
-
-/* Object-sized I/Os engine gpu-uring keeps in \p staging_bytes of staging for objects of
- * \p object_bytes (at most staging_bytes / object_bytes, which the store makes at least 1): all of
- * it, but on page-cache-backed files (\p page_cache) no more than 64 MiB of it, and never more
- * than the ring's 4096. With page_cache it is also the most I/Os in flight on such files. */
-uint32_t tt_gpu_uring_bounce_slots(uint64_t staging_bytes, uint64_t object_bytes, bool page_cache);
-
 /* ---- object lists (obj_lists.c), for the engines whose GPU moves whole objects ---- */
 
 /*
@@ -371,7 +367,7 @@ uint32_t tt_gpu_uring_bounce_slots(uint64_t staging_bytes, uint64_t object_bytes
  * same memory).
  */
 struct tt_obj_lists {
-	struct tt_gpu_uring_obj *objs;
+	struct tt_gpu_obj *objs;
 	uint32_t *ids;
 	int *failed;
 	uint32_t n, nr_ids, nr_layers;

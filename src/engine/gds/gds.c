@@ -74,7 +74,7 @@ wave_submit(struct gds_engine *gd, struct tt_obj_lists *lists, struct gds_wave *
 
 	w->submitted = 0;
 	for (uint32_t i = w->first; i < w->first + w->nr; i++) {
-		struct tt_gpu_uring_obj *o = &lists->objs[i];
+		struct tt_gpu_obj *o = &lists->objs[i];
 		ssize_t r;
 
 		if (o->status != 0) {

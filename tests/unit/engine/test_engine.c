@@ -15,7 +15,8 @@
 #include <cmocka.h>
 
 #include "engine/engine_impl.h"
-#include "gpu_uring/proto.h"
+#include "engine/gpu_uring/gpu_uring.h"
+#include "engine/gpu_uring/proto.h"
 #include "tutti/store.h"
 
 /* A fake engine: completes everything submitted, in order, when reaped. */

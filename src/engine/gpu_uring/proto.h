@@ -12,8 +12,8 @@
  * mapped host memory, and a weak load of it may be served stale from L1. The GPU cannot do
  * atomic read-modify-writes on host memory, and needs none: each index has one writer.
  */
-#ifndef TT_GPU_URING_PROTO_H
-#define TT_GPU_URING_PROTO_H
+#ifndef TT_ENGINE_GPU_URING_PROTO_H
+#define TT_ENGINE_GPU_URING_PROTO_H
 
 #include <stdint.h>
 
@@ -254,4 +254,4 @@ tt_gpu_uring_group_size(uint32_t k, uint32_t group, uint32_t nr)
 	return first >= nr ? 0 : (nr - first < group ? (uint32_t)(nr - first) : group);
 }
 
-#endif /* TT_GPU_URING_PROTO_H */
+#endif /* TT_ENGINE_GPU_URING_PROTO_H */
