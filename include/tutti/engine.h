@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /** \file
- * The I/O engines that move a store's objects between its files and paged KV memory, by name.
- * A store is opened with one of them (tutti_store_opts.engine).
+ * The I/O engines that move a store's objects between its files and paged KV memory: their names,
+ * and the options each takes. A store is opened with one of them (tutti_store_opts.engine) and
+ * its options (tutti_store_opts.engine_opts). Callers such as a command line or a language
+ * binding list them from here rather than keeping lists of their own.
  */
 #ifndef TUTTI_ENGINE_H
 #define TUTTI_ENGINE_H
@@ -18,7 +20,7 @@ enum tutti_engine {
 	    0, /**< io_uring through liburing: batched submission, registered buffers */
 	TUTTI_ENGINE_POSIX = 1, /**< a thread pool issuing pread/pwrite */
 	/** A GPU-drivable io_uring (NO_MMAP; SQPOLL or a host thread issues what is queued, see
-	 *  enum tutti_gpu_io_submit) whose submissions and completions are
+	 *  its option submit) whose submissions and completions are
 	 *  produced by a driver, not by system calls: a CUDA kernel for GPU KV, a host thread
 	 *  following the same protocol otherwise. Objects move through object-sized bounce slots of
 	 *  the staging memory. Recovery, headers and flushes use the uring engine. */
@@ -32,8 +34,8 @@ enum tutti_engine {
 	/** The engine for where the KV lives: gpu-uring for GPU KV, the CPU-driven uring for host
 	 *  KV (posix where io_uring is refused). gpu-uring is set up at the first call with GPU KV;
 	 *  where it cannot be (no CUDA device, layer blocks of at most 240 bytes, a GPU with no
-	 *  more SMs than gpu_io_sms, no such io_uring, memory that cannot be mapped for the GPU)
-	 *  GPU KV moves through the CPU-driven engine too, and one line of the log (level WARN)
+	 *  more SMs than its option sms, no such io_uring, memory that cannot be mapped for the
+	 * GPU) GPU KV moves through the CPU-driven engine too, and one line of the log (level WARN)
 	 *  says why. tutti_store_engine() tells which engine moves a kv. */
 	TUTTI_ENGINE_AUTO = 4,
 };
@@ -50,67 +52,65 @@ TUTTI_API int tutti_engine_parse(const char *name);
  */
 TUTTI_API const char *tutti_engine_name(uint32_t engine);
 
-/** Who issues engine gpu-uring's I/O: the driver only writes submissions into the ring. */
-enum tutti_gpu_io_submit {
-	/** HOST where the store's files are reached by O_DIRECT on a block device, SQPOLL where
-	 *  they are page-cache backed (tmpfs). */
-	TUTTI_GPU_IO_SUBMIT_AUTO = 0,
-	/** The kernel's SQPOLL thread: it picks submissions up as they are written, and spins a
-	 *  core for as long as I/O flows, whatever the storage's speed. On page-cache-backed
-	 *  files it keeps the copies of inline I/O off the host's threads. */
-	TUTTI_GPU_IO_SUBMIT_SQPOLL = 1,
-	/** A host thread hands the queued submissions to the kernel every 50 us and sleeps
-	 *  between (every millisecond once no I/O has moved for 100 ms, until the next launch):
-	 *  no SQ thread, and no SQPOLL privilege needed. Costs a few percent of a core and up to
-	 *  a poll period of latency per submission batch. */
-	TUTTI_GPU_IO_SUBMIT_HOST = 2,
-};
+/**
+ * How many engines there are: the values of enum tutti_engine are 0 .. tutti_engine_count() - 1,
+ * in the order tutti_engine_info() lists them. This function can't fail.
+ */
+TUTTI_API uint32_t tutti_engine_count(void);
 
-/** How engine gpu-uring's loads bring each object across PCIe into HBM. */
-enum tutti_gpu_io_copy {
-	/** SM: on emulated NVMe the copy engine's loads were the slower (docs/results.md, rows
-	 *  E27, E28). */
-	TUTTI_GPU_IO_COPY_AUTO = 0,
-	/** The I/O kernel's workers read each object out of its bounce slot with loads across
-	 *  PCIe. SMs read host memory at about 0.92x of what the copy engine moves
-	 *  (docs/results.md, row F3), so this caps a load below the link. */
-	TUTTI_GPU_IO_COPY_SM = 1,
-	/** The copy engine: the I/O kernel marks each group of consecutive reads (up to 16 MiB)
-	 *  once all of them are in, one of four copy streams waiting on that mark copies the
-	 *  group's slots into device staging (twice the bounce slots' size in HBM), and the
-	 *  workers check and scatter from there. The whole staging becomes bounce slots, on
-	 *  page-cache-backed files too, with no more reads in flight there than SM loads have.
-	 *  Needs 64-bit stream memory operations (the load fails with
-	 *  -EOPNOTSUPP without them), and the I/O kernel and the copy streams running at once:
-	 *  where the GPU's work is serialised (CUDA_LAUNCH_BLOCKING, compute-sanitizer) a load
-	 *  stalls until its timeout. Measured slower than SM on emulated NVMe, the more so the
-	 *  more staging it has there (rows E27, E28). */
-	TUTTI_GPU_IO_COPY_DMA = 2,
+/** One engine, as tutti_engine_info() describes it. */
+struct tutti_engine_info {
+	uint32_t size;           /**< = sizeof(struct tutti_engine_info), set by the caller */
+	uint32_t engine;         /**< enum tutti_engine */
+	const char *name;        /**< as tutti_engine_parse() takes it; static */
+	const char *description; /**< one line; static */
+	uint32_t nr_options;     /**< the keys it takes in engine_opts (tutti_engine_option()) */
+	uint32_t reserved;       /**< 0 */
 };
 
 /**
- * Parse a gpu_io_copy name ("auto", "sm" or "dma").
- * \return the enum tutti_gpu_io_copy value, or -EINVAL for an unknown name or NULL.
+ * Describe engine \p engine (enum tutti_engine): its name, one line on what it is, and how many
+ * options it takes.
+ * \return 0, -EINVAL (\p out NULL, or out->size not sizeof(struct tutti_engine_info)) or -ENOENT
+ *         (no such engine: \p engine >= tutti_engine_count()).
  */
-TUTTI_API int tutti_gpu_io_copy_parse(const char *name);
+TUTTI_API int tutti_engine_info(uint32_t engine, struct tutti_engine_info *out);
+
+/** What the value of an engine option is. */
+enum tutti_engine_option_kind {
+	TUTTI_ENGINE_OPTION_INT = 0,    /**< a whole number in decimal, from min to max */
+	TUTTI_ENGINE_OPTION_CHOICE = 1, /**< one of nr_choices names */
+};
 
 /**
- * The name of \p copy (enum tutti_gpu_io_copy), as tutti_gpu_io_copy_parse() takes it.
- * \return a static string, or NULL for an unknown value.
+ * One option of an engine: a key of tutti_store_opts.engine_opts.
+ *
+ * engine_opts is a string of key=value pairs separated by commas, such as
+ * "workers=29,sms=5,submit=host" for gpu-uring or "threads=8" for posix; a key not given takes
+ * its default, and NULL or "" takes every default. The engine a store opens with checks its own
+ * options: an unknown key, a pair that is not key=value, a key given twice or a value outside
+ * its range or choices fails tutti_store_open() with -EINVAL, and one line of the log names the
+ * engine, the key, the value and what is allowed.
  */
-TUTTI_API const char *tutti_gpu_io_copy_name(uint32_t copy);
+struct tutti_engine_option {
+	uint32_t size;              /**< = sizeof(struct tutti_engine_option), set by the caller */
+	uint32_t kind;              /**< enum tutti_engine_option_kind */
+	const char *name;           /**< the key; static */
+	const char *help;           /**< one line; static */
+	uint64_t min;               /**< INT: the smallest value accepted; CHOICE: 0 */
+	uint64_t max;               /**< INT: the largest value accepted; CHOICE: nr_choices - 1 */
+	uint64_t def;               /**< the default: INT the value, CHOICE the index of its name */
+	const char *const *choices; /**< CHOICE: nr_choices static names; INT: NULL */
+	uint32_t nr_choices;        /**< CHOICE: the names; INT: 0 */
+	uint32_t reserved;          /**< 0 */
+};
 
 /**
- * Parse a gpu_io_submit name ("auto", "sqpoll" or "host").
- * \return the enum tutti_gpu_io_submit value, or -EINVAL for an unknown name or NULL.
+ * Describe option \p index (0 .. nr_options - 1 of tutti_engine_info()) of engine \p engine.
+ * \return 0, -EINVAL (\p out NULL, or out->size not sizeof(struct tutti_engine_option)) or
+ *         -ENOENT (no such engine, or no such option of it).
  */
-TUTTI_API int tutti_gpu_io_submit_parse(const char *name);
-
-/**
- * The name of \p submit (enum tutti_gpu_io_submit), as tutti_gpu_io_submit_parse() takes it.
- * \return a static string, or NULL for an unknown value.
- */
-TUTTI_API const char *tutti_gpu_io_submit_name(uint32_t submit);
+TUTTI_API int tutti_engine_option(uint32_t engine, uint32_t index, struct tutti_engine_option *out);
 
 #ifdef __cplusplus
 }

@@ -76,6 +76,11 @@ struct tutti_store_opts {
 	const char *const *dirs; /**< store directories, one per disk; not retained after open */
 	uint32_t nr_dirs;        /**< 1..64 */
 	uint32_t engine;         /**< enum tutti_engine; default TUTTI_ENGINE_URING */
+	/** The engine's options: key=value pairs separated by commas ("workers=29,sms=5" for
+	 *  gpu-uring, "threads=8" for posix); NULL or "" for its defaults. The keys, their ranges
+	 *  and defaults are the engine's own (tutti_engine_option() in engine.h); an unknown key
+	 *  or a bad value fails the open with -EINVAL and one log line. Not retained. */
+	const char *engine_opts;
 	uint64_t
 	    capacity_bytes; /**< total store size over all directories, split evenly; required */
 	const void *ns;     /**< namespace bytes (model, dtype, layout, rank); not retained */
@@ -86,32 +91,14 @@ struct tutti_store_opts {
 	 *  queue_depth x max_io_bytes is not allocated (the stats give what was). Engine gpu-uring
 	 *  uses it as bounce slots of one object each, at most 64 MiB of it on page-cache-backed
 	 *  files (tmpfs), where more reads in flight only slow its copies (the rest is then
-	 *  allocated but unused by that engine), unless gpu_io_copy is DMA. */
+	 *  allocated but unused by that engine), unless its option copy is dma. */
 	uint64_t staging_bytes;
 	uint64_t max_io_bytes; /**< largest single I/O; default 4 MiB; at least one object */
 	uint32_t queue_depth;  /**< most I/Os in flight; default 32 */
-	/** Worker threads of the posix engine; default queue_depth, but on tmpfs (where each read
-	 *  or write is a copy by the thread itself) no more than the online CPUs. */
-	uint32_t posix_threads;
-	tutti_log_fn log_fn; /**< where log lines go; NULL: nowhere */
-	void *log_arg;       /**< passed to log_fn */
-	uint32_t log_level;  /**< most verbose enum tutti_log_level passed on; default WARN */
-	uint32_t durability; /**< enum tutti_durability; default TUTTI_DURABILITY_FAST */
-	/** Engine gpu-uring with GPU KV: the workers of its I/O kernel (one launch covers a
-	 *  call's layers, or one layer of a layerwise step), each moving one object at a time out
-	 *  of its bounce slot (load) or into it (save); 1..64, default 29. More workers keep more
-	 *  objects in flight. The kernels run on a stream of the greatest priority. */
-	uint32_t gpu_io_workers;
-	/** Engine gpu-uring with GPU KV: the SMs (CUDA blocks) each I/O kernel holds,
-	 *  0..64. The workers and the group that drives the ring are packed into them as groups
-	 *  of 256 threads, 3 to an SM, or of 128 threads, up to 6 to an SM, when more must share
-	 *  one; so this must be at least (gpu_io_workers + 1) / 6 rounded up, which is what 0
-	 *  (the default) gives: 5 SMs for the default 29 workers. gpu_io_workers + 1 gives every
-	 *  worker an SM of its own. Every SM the I/O holds is one the compute's GEMMs cannot use
-	 *  while the step's loads last, and each costs a prefill beside it far more than its share
-	 *  of the GPU, while two already read host memory as fast as SMs can: hold as few
-	 *  as keep pace with the storage (docs/results.md, rows F1, F2 and L7). */
-	uint32_t gpu_io_sms;
+	tutti_log_fn log_fn;   /**< where log lines go; NULL: nowhere */
+	void *log_arg;         /**< passed to log_fn */
+	uint32_t log_level;    /**< most verbose enum tutti_log_level passed on; default WARN */
+	uint32_t durability;   /**< enum tutti_durability; default TUTTI_DURABILITY_FAST */
 	/** Data files in each directory of a new store, 1..16; an existing store keeps the count
 	 *  it was made with. Consecutive chunks of a directory go to consecutive files, so that
 	 *  concurrent writes meet in one file only when there are more of them than files: a
@@ -119,12 +106,6 @@ struct tutti_store_opts {
 	 *  side by side. 0 (the default): 16, fewer when 64 files over all directories or the
 	 *  store's slots per directory allow fewer. */
 	uint32_t data_files;
-	/** Engine gpu-uring: who issues the I/O that its driver (the GPU's I/O kernels, or the
-	 *  host thread standing in for them) queues; enum tutti_gpu_io_submit, default AUTO. */
-	uint32_t gpu_io_submit;
-	/** Engine gpu-uring with GPU KV: how a load's objects cross from their bounce slots in
-	 *  host memory into HBM; enum tutti_gpu_io_copy, default AUTO. */
-	uint32_t gpu_io_copy;
 };
 
 /** Fill \p opts with defaults and set opts->size. This function can't fail. */
@@ -270,7 +251,7 @@ struct tutti_stats {
 	                            *   for gpu-uring, wakeups of the kernel's SQ thread, which
 	                            *   follow how often it fell asleep, not the I/O count, and
 	                            *   the host's submission calls, one per poll with I/O queued,
-	                            *   with TUTTI_GPU_IO_SUBMIT_HOST) */
+	                            *   with its option submit=host) */
 	uint64_t staging_bytes;    /**< staging memory owned by the store */
 	uint64_t load_corrupt;     /**< chunks whose objects failed their checksum (dropped) */
 	uint64_t flushes;          /**< device flushes issued (durable mode) */

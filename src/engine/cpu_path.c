@@ -750,7 +750,7 @@ serial_log(void *arg, int level, const char *msg)
 }
 
 /* How many lanes: for io_uring one per online CPU; for the posix engine its threads
- * (posix_threads; by default one per unit slot, but no more than the online CPUs on
+ * (option threads; by default one per unit slot, but no more than the online CPUs on
  * page-cache-backed files, where every I/O is a copy by the lane's own thread, so that lanes
  * beyond the CPUs only wait for one: 32 lanes on 16 CPUs retrieved GPU KV from tmpfs at 0.6-0.9x
  * the speed of 16, docs/results.md E22); never more than the unit slots. */
@@ -762,8 +762,8 @@ lane_count(const struct tt_engine *e)
 
 	if (e->ioq_ops != &tt_ioq_posix) {
 		n = cpus;
-	} else if (e->conf.posix_threads != 0) {
-		n = e->conf.posix_threads;
+	} else if (e->ioq_threads != 0) {
+		n = e->ioq_threads;
 	} else {
 		n = e->page_cache ? TT_MIN(e->nr_units, cpus) : e->nr_units;
 	}

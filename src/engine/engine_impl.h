@@ -109,9 +109,42 @@ bool tt_io_state_advance(struct tt_io_state *st, uint32_t bytes);
 /* The bit of enum tutti_mem \p mem in an engine's kv_mems. */
 #define TT_KV_MEM(mem) (1u << (mem))
 
+struct tt_engine_ops;
+
+/*
+ * One option an engine takes in engine_opts (include/tutti/engine.h, struct tutti_engine_option).
+ * An engine's table entry lists its options; tt_engine_open checks the string against them with
+ * one parser (options.c), so that every engine refuses alike and says why alike.
+ */
+struct tt_engine_opt {
+	const char *name;
+	uint32_t kind;     /* enum tutti_engine_option_kind */
+	uint32_t min, max; /* TUTTI_ENGINE_OPTION_INT: the values accepted, inclusive */
+	uint32_t def;      /* the default: the number, or the index of its choice */
+	/* TUTTI_ENGINE_OPTION_CHOICE: the names, NULL-terminated; a value is its name's index */
+	const char *const *choices;
+	const char *help; /* one line */
+};
+
+/* Parse \p text (key=value pairs separated by commas; NULL or "": every default) against the
+ * options of \p ops into vals[] (one per option, in the table's order; defaults where not given).
+ * Returns 0, or -EINVAL with one line of the log that names the engine, the key, the value and
+ * what is allowed: an unknown key, a pair that is not key=value, a key given twice, a value
+ * outside the option's range or choices. */
+int tt_engine_opts_parse(const struct tt_engine_ops *ops, const char *text,
+                         const struct tt_log *log, uint32_t *vals);
+
+/* Engine posix's option threads, which auto takes too for the thread pool it falls back on. */
+extern const struct tt_engine_opt tt_engine_opt_threads;
+
 struct tt_engine_ops {
-	const char *name; /* as tutti_engine_parse spells it */
-	uint32_t kind;    /* enum tutti_engine */
+	const char *name;        /* as tutti_engine_parse spells it */
+	uint32_t kind;           /* enum tutti_engine */
+	const char *description; /* one line (tutti_engine_info) */
+	/* The options it takes (tutti_store_opts.engine_opts), in the order of conf->opt[]: at
+	 * most TT_ENGINE_MAX_OPTS. */
+	const struct tt_engine_opt *const *opts;
+	uint32_t nr_opts;
 	/* The KV memories (TT_KV_MEM bits) whose batches the engine's transfer takes; batches of
 	 * other KV, and fsck's, go through its CPU path (tt_cpu_transfer). */
 	uint32_t kv_mems;
@@ -235,6 +268,9 @@ struct tt_engine {
 	/* The queue: uring, or posix (the posix engine, or auto where io_uring is unavailable). */
 	const struct tt_ioq_ops *ioq_ops;
 	bool ioq_fallback; /* auto: fall back to posix where io_uring is refused */
+	/* The posix queue's threads, set by the engines that may keep one (posix, auto) from their
+	 * option threads; 0: one per unit slot (fewer lanes on page-cache-backed files). */
+	uint32_t ioq_threads;
 	struct tt_ioq *ioq;
 	uint32_t cpu_kind;    /* enum tutti_engine of the queue: what tt_engine_moved_by() says */
 	bool ioq_broken;      /* a queue-level failure: refuse further I/O */

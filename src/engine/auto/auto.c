@@ -27,6 +27,16 @@ to_auto(struct tt_engine *e)
 	return (struct auto_engine *)e;
 }
 
+/* Its options: gpu-uring's, for GPU KV, then the threads of the posix queue it falls back on. */
+static const struct tt_engine_opt *const opts[] = {
+    &tt_gpu_uring_opts[TT_GPU_URING_OPT_WORKERS],
+    &tt_gpu_uring_opts[TT_GPU_URING_OPT_SMS],
+    &tt_gpu_uring_opts[TT_GPU_URING_OPT_SUBMIT],
+    &tt_gpu_uring_opts[TT_GPU_URING_OPT_COPY],
+    &tt_engine_opt_threads,
+};
+#define OPT_THREADS TT_GPU_URING_NR_OPTS
+
 static int
 auto_open(const struct tt_engine_conf *conf, struct tt_engine **out)
 {
@@ -35,6 +45,7 @@ auto_open(const struct tt_engine_conf *conf, struct tt_engine **out)
 	/* Host KV goes on a thread pool where io_uring is refused. */
 	if (rc == 0) {
 		(*out)->ioq_fallback = true;
+		(*out)->ioq_threads = conf->opt[OPT_THREADS];
 	}
 	return rc;
 }
@@ -88,6 +99,10 @@ auto_launch_open(struct tt_engine *e, struct tt_batch *b, struct tt_list_mem *me
 const struct tt_engine_ops tt_engine_auto = {
     .name = "auto",
     .kind = TUTTI_ENGINE_AUTO,
+    .description = "gpu-uring for GPU KV where it can be set up, else the CPU path on io_uring "
+                   "(posix threads where io_uring is refused)",
+    .opts = opts,
+    .nr_opts = TT_ARRAY_SIZE(opts),
     .kv_mems = TT_KV_MEM(TUTTI_MEM_CUDA),
     .open = auto_open,
     .close = tt_gpu_uring_close,

@@ -473,6 +473,8 @@ gds_stats(struct tt_engine *e, struct tt_engine_stats *out)
 const struct tt_engine_ops tt_engine_gds = {
     .name = "gds",
     .kind = TUTTI_ENGINE_GDS,
+    .description = "NVIDIA cuFile (GPUDirect Storage), loaded at run time, for GPU KV; host "
+                   "KV moves by the CPU path on io_uring",
     .kv_mems = TT_KV_MEM(TUTTI_MEM_CUDA),
     .open = gds_open,
     .attach = gds_attach,

@@ -25,7 +25,7 @@
 #include "tutti/engine.h"
 
 _Static_assert(TT_GPU_IO_GROUPS_PER_SM == TT_GPU_URING_GROUPS_PER_BLOCK,
-               "the default of gpu_io_workers packs groups as the layer kernel does");
+               "the default of workers packs groups as the layer kernel does");
 
 /* The ring: one bounce slot per object of staging, up to the CQ credit. Reads of
  * page-cache-backed files (tmpfs) get IOSQE_ASYNC, and so do writes when the store has several
@@ -66,6 +66,94 @@ to_gu(struct tt_engine *e)
 	return (struct tt_gpu_uring_engine *)e;
 }
 
+/* ---- options ---- */
+
+static const char *const submit_names[] = {
+    [TT_GPU_URING_SUBMIT_AUTO] = "auto",
+    [TT_GPU_URING_SUBMIT_SQPOLL] = "sqpoll",
+    [TT_GPU_URING_SUBMIT_HOST] = "host",
+    NULL,
+};
+
+static const char *const copy_names[] = {
+    [TT_GPU_URING_COPY_AUTO] = "auto",
+    [TT_GPU_URING_COPY_SM] = "sm",
+    [TT_GPU_URING_COPY_DMA] = "dma",
+    NULL,
+};
+
+/* Every SM the I/O kernels hold is one a prefill's GEMMs cannot use while the step's loads last,
+ * and each costs a prefill beside it far more than its share of the GPU, while two already read
+ * host memory as fast as SMs can: hold as few as keep pace with the storage (docs/results.md,
+ * rows F1, F2 and L7). The kernels run on a stream of the greatest priority. */
+const struct tt_engine_opt tt_gpu_uring_opts[TT_GPU_URING_NR_OPTS] = {
+    [TT_GPU_URING_OPT_WORKERS] =
+        {
+            .name = "workers",
+            .kind = TUTTI_ENGINE_OPTION_INT,
+            .min = 1,
+            .max = TT_GPU_IO_MAX,
+            .def = TT_GPU_IO_WORKERS_DEFAULT,
+            .help = "GPU KV: workers of its I/O kernel, each moving one object at a time in "
+                    "or out of its bounce slot; more keep more objects in flight",
+        },
+    [TT_GPU_URING_OPT_SMS] =
+        {
+            .name = "sms",
+            .kind = TUTTI_ENGINE_OPTION_INT,
+            .min = 0,
+            .max = TT_GPU_IO_MAX,
+            .def = 0,
+            .help = "GPU KV: SMs its I/O kernel holds, packed 3 groups of 256 threads or up "
+                    "to 6 of 128 to an SM; at least (workers + 1) / 6 rounded up, which 0 "
+                    "gives (5 for 29 workers); workers + 1 gives each worker an SM",
+        },
+    [TT_GPU_URING_OPT_SUBMIT] =
+        {
+            .name = "submit",
+            .kind = TUTTI_ENGINE_OPTION_CHOICE,
+            .def = TT_GPU_URING_SUBMIT_AUTO,
+            .choices = submit_names,
+            .help = "who issues its I/O: sqpoll (the kernel's SQ thread, spinning a core "
+                    "while I/O flows), host (a host thread every 50 us), auto (host on a "
+                    "block device, sqpoll on page-cache-backed files)",
+        },
+    [TT_GPU_URING_OPT_COPY] =
+        {
+            .name = "copy",
+            .kind = TUTTI_ENGINE_OPTION_CHOICE,
+            .def = TT_GPU_URING_COPY_AUTO,
+            .choices = copy_names,
+            .help = "how GPU KV loads cross into HBM: sm (the I/O kernel's loads across "
+                    "PCIe), dma (the copy engine, through device staging; needs 64-bit "
+                    "stream memory operations), auto (sm)",
+        },
+};
+
+/* The options in conf->opt[] into \p g, checked against each other. */
+static int
+take_opts(struct tt_gpu_uring_engine *g, const struct tt_engine_ops *ops,
+          const struct tt_engine_conf *conf)
+{
+	g->workers = conf->opt[TT_GPU_URING_OPT_WORKERS];
+	g->sms = conf->opt[TT_GPU_URING_OPT_SMS];
+	g->submit = conf->opt[TT_GPU_URING_OPT_SUBMIT];
+	g->copy = conf->opt[TT_GPU_URING_OPT_COPY];
+	if (g->sms != 0 && g->sms * TT_GPU_IO_GROUPS_PER_SM < g->workers + 1) {
+		tt_log_err(
+		    conf->log,
+		    "engine %s: sms=%u cannot hold %u workers and the ring's driver (at most "
+		    "%u to an SM)",
+		    ops->name, g->sms, g->workers, TT_GPU_IO_GROUPS_PER_SM);
+		return -EINVAL;
+	}
+	/* 0: the fewest SMs that hold the workers and the ring's driver. */
+	if (g->sms == 0) {
+		g->sms = (g->workers + TT_GPU_IO_GROUPS_PER_SM) / TT_GPU_IO_GROUPS_PER_SM;
+	}
+	return 0;
+}
+
 /* ---- open and close ---- */
 
 int
@@ -77,6 +165,11 @@ tt_gpu_uring_open_as(const struct tt_engine_ops *ops, const struct tt_engine_con
 
 	if (g == NULL) {
 		return -ENOMEM;
+	}
+	rc = take_opts(g, ops, conf);
+	if (rc < 0) {
+		tt_free(g);
+		return rc;
 	}
 	/* The uring queue carries control I/O (recovery, headers, flushes) and fsck. */
 	rc = tt_engine_init(&g->base, ops, conf, &tt_ioq_uring);
@@ -119,8 +212,8 @@ ring_create(struct tt_gpu_uring_engine *g)
 	 * microseconds, where an SQ thread would spin a core however slow the device (0.45 CPU
 	 * s/GB at 2.3 GB/s on the H200's disk, docs/results.md, row E4); on page-cache-backed
 	 * files the SQ thread keeps inline copies off the host's threads. */
-	bool host_submits = e->conf.gpu_io_submit == TUTTI_GPU_IO_SUBMIT_HOST ||
-	                    (e->conf.gpu_io_submit == TUTTI_GPU_IO_SUBMIT_AUTO && !e->page_cache);
+	bool host_submits = g->submit == TT_GPU_URING_SUBMIT_HOST ||
+	                    (g->submit == TT_GPU_URING_SUBMIT_AUTO && !e->page_cache);
 	struct tt_gpu_uring_conf conf;
 	uint32_t cq;
 
@@ -130,7 +223,7 @@ ring_create(struct tt_gpu_uring_engine *g)
 	 * they take the whole staging as slots, that reads go on while groups wait. */
 	g->in_flight = tt_gpu_uring_bounce_slots(e->nr_staging * e->unit_bytes,
 	                                         e->geo->object_bytes, e->page_cache);
-	g->slots = e->conf.gpu_io_copy == TUTTI_GPU_IO_COPY_DMA
+	g->slots = g->copy == TT_GPU_URING_COPY_DMA
 	               ? tt_gpu_uring_bounce_slots(e->nr_staging * e->unit_bytes,
 	                                           e->geo->object_bytes, false)
 	               : g->in_flight;
@@ -386,7 +479,7 @@ out:
 
 /* ---- GPU KV: the layer kernels ---- */
 
-/* Whether loads into \p gpu's memory go by the copy engine (enum tutti_gpu_io_copy): only where
+/* Whether loads into GPU memory go by the copy engine (option copy): only where
  * asked for. AUTO is SM: on emulated NVMe the copy engine's loads measured 0.65-0.89x of the SM
  * path's in the same run (docs/results.md, rows E27, E28). Returns 1, 0, or -EOPNOTSUPP where
  * DMA was asked for and the device cannot (said in the log). */
@@ -396,7 +489,7 @@ loads_by_dma(struct tt_gpu_uring_engine *g)
 	struct tt_engine *e = &g->base;
 	int on;
 
-	if (e->conf.gpu_io_copy != TUTTI_GPU_IO_COPY_DMA) {
+	if (g->copy != TT_GPU_URING_COPY_DMA) {
 		return 0;
 	}
 	on = tt_gpu_uring_dma_supported(g->dev);
@@ -404,7 +497,7 @@ loads_by_dma(struct tt_gpu_uring_engine *g)
 		return on;
 	}
 	if (on == 0) {
-		tt_log_err(e->log, "gpu-uring: gpu_io_copy dma: the device cannot order copies "
+		tt_log_err(e->log, "gpu-uring: copy=dma: the device cannot order copies "
 		                   "after a count (no 64-bit stream memory operations)");
 		return -EOPNOTSUPP;
 	}
@@ -440,8 +533,8 @@ gpu_layers(struct tt_gpu_uring_engine *g, const struct tt_batch *b, struct tt_gp
 	    .in_flight = g->in_flight,
 	    .slot_bytes = e->geo->object_bytes,
 	    .write = b->kind == TT_BATCH_SAVE,
-	    .workers = e->conf.gpu_io_workers,
-	    .blocks = e->conf.gpu_io_sms,
+	    .workers = g->workers,
+	    .blocks = g->sms,
 	    .timeout_ms = TT_ENGINE_STALL_MS,
 	    .failed = &lists->failed[l],
 	    .trace = trace,
@@ -785,11 +878,11 @@ tt_gpu_uring_setup(struct tt_gpu_uring_engine *g, int device, char *why, size_t 
 	/* A layer kernel's blocks wait on each other, so all must be resident at once; and the
 	 * compute beside the loads needs an SM at least. */
 	n = tt_gpu_sms(gpu);
-	if (n >= 0 && (uint32_t)n <= e->conf.gpu_io_sms) {
+	if (n >= 0 && (uint32_t)n <= g->sms) {
 		snprintf(why, len,
 		         "GPU %d has %d SMs: the layer kernel holds %u at once, and compute needs "
 		         "more",
-		         device, n, e->conf.gpu_io_sms);
+		         device, n, g->sms);
 		return -ENODEV;
 	}
 	rc = ring_create(g);
@@ -810,9 +903,20 @@ tt_gpu_uring_setup(struct tt_gpu_uring_engine *g, int device, char *why, size_t 
 	return rc;
 }
 
+static const struct tt_engine_opt *const opts[] = {
+    &tt_gpu_uring_opts[TT_GPU_URING_OPT_WORKERS],
+    &tt_gpu_uring_opts[TT_GPU_URING_OPT_SMS],
+    &tt_gpu_uring_opts[TT_GPU_URING_OPT_SUBMIT],
+    &tt_gpu_uring_opts[TT_GPU_URING_OPT_COPY],
+};
+
 const struct tt_engine_ops tt_engine_gpu_uring = {
     .name = "gpu-uring",
     .kind = TUTTI_ENGINE_GPU_URING,
+    .description = "an io_uring whose I/O a CUDA kernel submits and reaps itself, with no "
+                   "system call per I/O (a host thread stands in for it with host KV)",
+    .opts = opts,
+    .nr_opts = TT_ARRAY_SIZE(opts),
     /* Host KV too: the twin drives the same ring. */
     .kv_mems = TT_KV_MEM(TUTTI_MEM_HOST) | TT_KV_MEM(TUTTI_MEM_CUDA),
     .open = gpu_uring_open,

@@ -15,8 +15,69 @@
 #include "engine/gpu_uring/kernel.h"
 #include "engine/gpu_uring/ring.h"
 
+/* Its options (engine_opts), in the order of its table (tt_gpu_uring_opts), which auto takes
+ * first in its own. */
+enum tt_gpu_uring_opt {
+	TT_GPU_URING_OPT_WORKERS, /* workers of a layer kernel, 1..TT_GPU_IO_MAX */
+	TT_GPU_URING_OPT_SMS,     /* the SMs they are packed into, 0 for the fewest */
+	TT_GPU_URING_OPT_SUBMIT,  /* enum tt_gpu_uring_submit */
+	TT_GPU_URING_OPT_COPY,    /* enum tt_gpu_uring_copy */
+	TT_GPU_URING_NR_OPTS
+};
+extern const struct tt_engine_opt tt_gpu_uring_opts[TT_GPU_URING_NR_OPTS];
+
+/* The layer kernels' footprint. The default of workers is the most that share
+ * TT_GPU_IO_SMS_DEFAULT SMs with the ring's driver, TT_GPU_IO_GROUPS_PER_SM groups to an SM (the
+ * kernel's count, kernel.h; gpu_uring.c asserts that they agree). */
+#define TT_GPU_IO_SMS_DEFAULT 5u
+#define TT_GPU_IO_GROUPS_PER_SM 6u
+#define TT_GPU_IO_WORKERS_DEFAULT (TT_GPU_IO_SMS_DEFAULT * TT_GPU_IO_GROUPS_PER_SM - 1u)
+#define TT_GPU_IO_MAX 64u /* most workers, and most SMs, of a layer kernel */
+
+/* Who issues the I/O that the driver (the GPU's layer kernels, or the twin standing in for
+ * them) writes into the ring: the driver only writes submissions. */
+enum tt_gpu_uring_submit {
+	/* HOST where the store's files are reached by O_DIRECT on a block device, SQPOLL where
+	 * they are page-cache backed (tmpfs). */
+	TT_GPU_URING_SUBMIT_AUTO,
+	/* The kernel's SQPOLL thread: it picks submissions up as they are written, and spins a
+	 * core for as long as I/O flows, whatever the storage's speed. On page-cache-backed files
+	 * it keeps the copies of inline I/O off the host's threads. */
+	TT_GPU_URING_SUBMIT_SQPOLL,
+	/* A host thread hands the queued submissions to the kernel every 50 us and sleeps between
+	 * (every millisecond once no I/O has moved for 100 ms, until the next launch): no SQ
+	 * thread, and no SQPOLL privilege needed. Costs a few percent of a core and up to a poll
+	 * period of latency per submission batch. */
+	TT_GPU_URING_SUBMIT_HOST,
+};
+
+/* How a load of GPU KV brings each object across PCIe into HBM. */
+enum tt_gpu_uring_copy {
+	/* SM: on emulated NVMe the copy engine's loads were the slower (docs/results.md, rows
+	 * E27, E28). */
+	TT_GPU_URING_COPY_AUTO,
+	/* The I/O kernel's workers read each object out of its bounce slot with loads across
+	 * PCIe. SMs read host memory below what the copy engine moves (docs/results.md, row F3),
+	 * so this caps a load below the link. */
+	TT_GPU_URING_COPY_SM,
+	/* The copy engine: the I/O kernel marks each group of consecutive reads (up to 16 MiB)
+	 * once all of them are in, one of four copy streams waiting on that mark copies the
+	 * group's slots into device staging (twice the bounce slots' size in HBM), and the
+	 * workers check and scatter from there. The whole staging becomes bounce slots, on
+	 * page-cache-backed files too, with no more reads in flight there than SM loads have.
+	 * Needs 64-bit stream memory operations (the load fails with -EOPNOTSUPP without them),
+	 * and the I/O kernel and the copy streams running at once: where the GPU's work is
+	 * serialised (CUDA_LAUNCH_BLOCKING, compute-sanitizer) a load stalls until its timeout.
+	 * Measured slower than SM on emulated NVMe, the more so the more staging it has there
+	 * (rows E27, E28). */
+	TT_GPU_URING_COPY_DMA,
+};
+
 struct tt_gpu_uring_engine {
 	struct tt_engine base;
+	/* Its options: workers and SMs of a layer kernel (sms never 0 here: the fewest that hold
+	 * the workers and the ring's driver), enum tt_gpu_uring_submit, enum tt_gpu_uring_copy. */
+	uint32_t workers, sms, submit, copy;
 	struct tt_gpu_uring *ring;
 	bool ring_mapped;   /* the ring's memory is pinned and mapped for the GPU */
 	uint32_t slots;     /* object-sized bounce slots of the staging: the in-flight window */
@@ -34,9 +95,11 @@ struct tt_gpu_uring_engine {
 	uint32_t op_launched;
 };
 
-/* Open the engine for table entry \p ops (gpu-uring's, or that of an engine built on it):
- * \p bytes (at least the struct's; 0 for the struct alone) are allocated and zeroed, so that the
- * caller's own struct may embed it first. Returns 0, -EINVAL or -ENOMEM. */
+/* Open the engine for table entry \p ops (gpu-uring's, or that of an engine built on it, whose
+ * options start with gpu-uring's, TT_GPU_URING_NR_OPTS of them in conf->opt[]): \p bytes (at
+ * least the struct's; 0 for the struct alone) are allocated and zeroed, so that the caller's own
+ * struct may embed it first. Returns 0, -EINVAL (sms cannot hold the workers: the log says so;
+ * staging below one object) or -ENOMEM. */
 int tt_gpu_uring_open_as(const struct tt_engine_ops *ops, const struct tt_engine_conf *conf,
                          size_t bytes, struct tt_engine **out);
 /* Set the ring up for GPU KV on \p device after open (the attach of an engine that does not

@@ -17,8 +17,8 @@
  * Groups 1..W are workers: worker w handles I/Os w-1, w-1+W, ... in order. A load worker copies
  * the object from its bounce slot (mapped host memory, read across PCIe in 16-byte vectors) into
  * its own device scratch, frees the slot at once (so the next read can start), checks the
- * checksum there and scatters into the paged blocks; in a load by the copy engine (gpu_io_copy
- * dma, proto.h) copy streams bring each group of slots into device staging instead, and the
+ * checksum there and scatters into the paged blocks; in a load by the copy engine (option
+ * copy=dma, proto.h) copy streams bring each group of slots into device staging instead, and the
  * worker checks and scatters from there. A save worker gathers the blocks into its
  * scratch, hashes them, copies them into the bounce slot and marks it ready to write. At most
  * S = slots I/Os are in flight (I/O i reuses the slot of I/O i - S), never more than the CQ

@@ -186,7 +186,7 @@ tt_gpu_uring_cq_release(const struct tt_gpu_uring_view *v, uint32_t head)
 	tt_st_release(v->cq_head, head);
 }
 
-/* ---- loads by the copy engine (enum tutti_gpu_io_copy, DMA) ----
+/* ---- loads by the copy engine (option copy=dma) ----
  * SMs read host memory at 0.92x of what the copy engine moves (docs/results.md, row F3), so a
  * load whose workers read each object out of its bounce slot cannot reach the link's rate. In
  * this mode the I/Os go in groups of consecutive ones. Once every read of a group has completed,

@@ -14,6 +14,8 @@ uring_open(const struct tt_engine_conf *conf, struct tt_engine **out)
 const struct tt_engine_ops tt_engine_uring = {
     .name = "uring",
     .kind = TUTTI_ENGINE_URING,
+    .description = "io_uring (liburing): batched submission, registered files and staging; "
+                   "host or GPU KV; the default",
     .kv_mems = TT_KV_MEM(TUTTI_MEM_HOST) | TT_KV_MEM(TUTTI_MEM_CUDA),
     .open = uring_open,
     .close = tt_cpu_engine_close,
