@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import vllm
 from vllm.v1.kv_cache_interface import AttentionSpec
 
-from tutti.store import Geometry, engine_opts_text
+from tutti.store import Geometry, engine_opts_text, engines
 from tutti.vllm import compat, ranks, remote_tier
 from tutti.vllm.fingerprint import overrides_digest, weights_fingerprint
 from tutti.vllm.log import log
@@ -104,7 +104,7 @@ class TuttiConfig:
         if chunk <= 0 or chunk % block_size:
             raise ValueError(f"TuttiConnector: \"chunk_tokens\" {chunk} must be a positive "
                              f"multiple of vLLM's block size {block_size}")
-        engine = parse_choice(extra.get("engine", "auto"), "engine", ENGINES)
+        engine = parse_choice(extra.get("engine", "auto"), "engine", tuple(engines()))
         durability = parse_choice(extra.get("durability", "fast"), "durability", DURABILITY)
         staging_mb = parse_number(extra.get("staging_mb", 0), "staging_mb")
         if staging_mb < 0:
@@ -136,7 +136,6 @@ class TuttiConfig:
                    remote=remote_tier.RemoteConfig.from_extra(extra.get("remote")))
 
 
-ENGINES = ("auto", "uring", "posix", "gpu-uring", "gds")
 DURABILITY = ("fast", "durable")
 LOAD_POLICIES = ("auto", "always")
 
