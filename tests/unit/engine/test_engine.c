@@ -365,6 +365,7 @@ test_engine_info_lists_every_engine_and_its_options(void **state)
 	assert_int_equal(tutti_engine_count(), 5);
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		char names[128] = "";
+		size_t used = 0;
 
 		assert_int_equal(tutti_engine_info(want[i].engine, &info), 0);
 		assert_int_equal(info.size, sizeof(info));
@@ -384,8 +385,8 @@ test_engine_info_lists_every_engine_and_its_options(void **state)
 				assert_int_equal(o.max, o.nr_choices - 1);
 				assert_null(o.choices[o.nr_choices]);
 			}
-			strcat(names, k > 0 ? " " : "");
-			strcat(names, o.name);
+			used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
+			                         k > 0 ? " " : "", o.name);
 		}
 		assert_string_equal(names, want[i].options);
 		assert_int_equal(tutti_engine_option(want[i].engine, info.nr_options, &o), -ENOENT);
