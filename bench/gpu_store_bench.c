@@ -126,12 +126,12 @@ struct conf {
 	bool contexts_given, paths_given;
 	uint32_t latency_loads; /* --latency N: N timed loads per size; 0: bandwidth rounds */
 	double pause_ms;        /* --pause-ms: with --latency, this long between loads */
-	uint32_t gpu_io_submit; /* enum tutti_gpu_io_submit, for engine gpu-uring */
-	uint32_t gpu_io_copy;   /* enum tutti_gpu_io_copy, for engine gpu-uring */
-	/* --gpu-io-workers, --gpu-io-sms: engine gpu-uring's kernel footprint (0: the store's
-	 * defaults) */
+	/* The engines' options (tutti_store_opts.engine_opts) these flags set, each given to the
+	 * engine that takes it: --gpu-io-submit and --gpu-io-copy, gpu-uring's submit and copy (a
+	 * name of its choices); --gpu-io-workers and --gpu-io-sms, its workers and sms (0: its
+	 * defaults); --posix-threads, posix's threads (0: its default). */
+	const char *gpu_io_submit, *gpu_io_copy;
 	uint32_t gpu_io_workers, gpu_io_sms;
-	/* --posix-threads: engine posix's threads (0: the store's default) */
 	uint32_t posix_threads;
 	/* --queue-depth: the store's I/Os in flight (0: its default); with --staging-mib it sets
 	 * how much staging is allocated, and so gpu-uring's bounce slots */
@@ -313,7 +313,7 @@ io_threads_snap(struct io_threads *t)
 		}
 		fclose(f);
 		/* io_uring's kernel threads, and the gpu-uring ring's helper, which issues the
-		 * I/O where the host submits it (enum tutti_gpu_io_submit). */
+		 * I/O where the host submits it (gpu-uring's option submit). */
 		if (strncmp(comm, "iou-", 4) != 0 && strncmp(comm, "tt-ring-io", 10) != 0) {
 			continue;
 		}
@@ -655,6 +655,7 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 	struct tutti_store_opts o;
 	struct tutti_store *st = NULL;
 	const char *dirs[1] = {dir};
+	char opts[128] = "";
 	int rc;
 
 	snprintf(dir, dir_len, "%s/%s", b->c.dir, path_names[path]);
@@ -667,15 +668,21 @@ open_store(struct ctx *x, enum path path, char *dir, size_t dir_len)
 	o.dirs = dirs;
 	o.nr_dirs = 1;
 	o.engine = path_engines[path];
-	o.gpu_io_submit = b->c.gpu_io_submit;
-	o.gpu_io_copy = b->c.gpu_io_copy;
-	if (b->c.gpu_io_workers != 0) {
-		o.gpu_io_workers = b->c.gpu_io_workers;
+	if (path == P_GPU_URING) {
+		int n = snprintf(opts, sizeof(opts), "submit=%s,copy=%s", b->c.gpu_io_submit,
+		                 b->c.gpu_io_copy);
+
+		if (b->c.gpu_io_workers != 0) {
+			n += snprintf(opts + n, sizeof(opts) - (size_t)n, ",workers=%u",
+			              b->c.gpu_io_workers);
+		}
+		if (b->c.gpu_io_sms != 0) {
+			snprintf(opts + n, sizeof(opts) - (size_t)n, ",sms=%u", b->c.gpu_io_sms);
+		}
+	} else if (path == P_POSIX && b->c.posix_threads != 0) {
+		snprintf(opts, sizeof(opts), "threads=%u", b->c.posix_threads);
 	}
-	o.gpu_io_sms = b->c.gpu_io_sms;
-	if (b->c.posix_threads != 0) {
-		o.posix_threads = b->c.posix_threads;
-	}
+	o.engine_opts = opts;
 	/* One request and a few spare slots: each store round evicts the previous round. */
 	o.capacity_bytes = (uint64_t)(x->chunks + 4) * tutti_geometry_slot_bytes(&b->geo);
 	o.staging_bytes = b->c.staging_bytes;
@@ -943,10 +950,9 @@ report(struct ctx *x, enum path path, const char *op, const struct phase *ph, ui
 	        "\"above_limit\":%s,\"wall_s\":%.4f,"
 	        "\"bit_exact\":%s,\"rounds_gbps\":[",
 	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
-	        (unsigned long long)x->tokens, op, path_names[path],
-	        tutti_gpu_io_submit_name(b->c.gpu_io_submit),
-	        tutti_gpu_io_copy_name(b->c.gpu_io_copy), (unsigned long long)x->bytes, R, gbps,
-	        limit, limit > 0 ? gbps / limit : 0, raw, gbps / raw,
+	        (unsigned long long)x->tokens, op, path_names[path], b->c.gpu_io_submit,
+	        b->c.gpu_io_copy, (unsigned long long)x->bytes, R, gbps, limit,
+	        limit > 0 ? gbps / limit : 0, raw, gbps / raw,
 	        store ? b->raw_write.bs : b->raw_read.bs, store ? b->raw_write.qd : b->raw_read.qd,
 	        cpu, iot, (double)ph->submits / b->L, (double)ph->kernel_ns / 1e6, sm_share,
 	        b->c.gpu_io_workers, b->c.gpu_io_sms,
@@ -1223,9 +1229,8 @@ report_latency(struct ctx *x, enum path path, struct latency *lat)
 	        "\"p99_within_target\":%s,\"verified_loads\":%u,\"mismatched_loads\":%u,"
 	        "\"mismatched_blocks\":%llu,\"bit_exact\":%s,",
 	        b->emulated ? "emulated-tmpfs" : "disk", b->c.model, b->c.gpu_kv ? "gpu" : "host",
-	        (unsigned long long)x->tokens, x->chunks, path_names[path],
-	        tutti_gpu_io_submit_name(b->c.gpu_io_submit), (unsigned long long)x->bytes, n, p50,
-	        p99, max, lat->sorted[0], mean, lat->ms[0],
+	        (unsigned long long)x->tokens, x->chunks, path_names[path], b->c.gpu_io_submit,
+	        (unsigned long long)x->bytes, n, p50, p99, max, lat->sorted[0], mean, lat->ms[0],
 	        p50 > 0 ? (double)x->bytes / (p50 * 1e6) : 0, limit, ideal_ms, target_ms,
 	        target_ms > 0 ? p50 / target_ms : 0, target_ms > 0 ? p99 / target_ms : 0,
 	        target_ms > 0 && p50 <= target_ms ? "true" : "false",
@@ -1428,13 +1433,13 @@ usage(void)
 	    "flight, on tmpfs\n"
 	    "                at most the online CPUs)\n"
 	    "  --gpu-io-workers N, --gpu-io-sms N   engine gpu-uring's kernel workers and SMs "
-	    "(struct tutti_store_opts;\n"
-	    "                default and 0: the store's own; 0 in the JSON)\n"
+	    "(its options\n"
+	    "                workers and sms; default and 0: its own; 0 in the JSON)\n"
 	    "  --idle-s X    after each path's rounds, the I/O threads' CPU over X idle seconds\n"
-	    "  --gpu-io-submit   who issues engine gpu-uring's I/O (enum tutti_gpu_io_submit; "
+	    "  --gpu-io-submit   who issues engine gpu-uring's I/O (its option submit; "
 	    "default auto)\n"
-	    "  --gpu-io-copy     how engine gpu-uring's loads cross into HBM (enum "
-	    "tutti_gpu_io_copy; default auto)\n"
+	    "  --gpu-io-copy     how engine gpu-uring's loads cross into HBM (its option copy; "
+	    "default auto)\n"
 	    "  --kv host     KV in host memory, no CUDA call (runs without a GPU); not with "
 	    "the baseline\n"
 	    "  --latency N   instead of bandwidth rounds: per engine path and size, store once, "
@@ -1493,6 +1498,37 @@ parse_list(const char *s, struct conf *c, bool contexts)
 	free(copy);
 }
 
+/* \p v, when it is one of the choices of gpu-uring's option \p key (the library lists them);
+ * otherwise the usage. */
+static const char *
+gpu_uring_choice(const char *flag, const char *key, const char *v)
+{
+	struct tutti_engine_info info = {.size = sizeof(info)};
+
+	if (tutti_engine_info(TUTTI_ENGINE_GPU_URING, &info) == 0) {
+		for (uint32_t i = 0; i < info.nr_options; i++) {
+			struct tutti_engine_option o = {.size = sizeof(o)};
+
+			if (tutti_engine_option(TUTTI_ENGINE_GPU_URING, i, &o) < 0 ||
+			    strcmp(o.name, key) != 0) {
+				continue;
+			}
+			for (uint32_t k = 0; k < o.nr_choices; k++) {
+				if (strcmp(o.choices[k], v) == 0) {
+					return o.choices[k];
+				}
+			}
+			fprintf(stderr, "tutti-gpu-store-bench: %s is one of", flag);
+			for (uint32_t k = 0; k < o.nr_choices; k++) {
+				fprintf(stderr, " %s", o.choices[k]);
+			}
+			fprintf(stderr, "\n");
+		}
+	}
+	usage();
+	return NULL;
+}
+
 static void
 parse(int argc, char **argv, struct conf *c)
 {
@@ -1507,6 +1543,8 @@ parse(int argc, char **argv, struct conf *c)
 	    .raw_bytes = 4ull << 30,
 	    .ceiling_s = 24,
 	    .gpu_kv = true,
+	    .gpu_io_submit = "auto",
+	    .gpu_io_copy = "auto",
 	};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1569,25 +1607,9 @@ parse(int argc, char **argv, struct conf *c)
 				usage();
 			}
 		} else if (strcmp(a, "--gpu-io-submit") == 0) {
-			int k = tutti_gpu_io_submit_parse(v);
-
-			if (k < 0) {
-				fprintf(stderr,
-				        "tutti-gpu-store-bench: --gpu-io-submit is auto, sqpoll "
-				        "or host\n");
-				usage();
-			}
-			c->gpu_io_submit = (uint32_t)k;
+			c->gpu_io_submit = gpu_uring_choice(a, "submit", v);
 		} else if (strcmp(a, "--gpu-io-copy") == 0) {
-			int k = tutti_gpu_io_copy_parse(v);
-
-			if (k < 0) {
-				fprintf(
-				    stderr,
-				    "tutti-gpu-store-bench: --gpu-io-copy is auto, sm or dma\n");
-				usage();
-			}
-			c->gpu_io_copy = (uint32_t)k;
+			c->gpu_io_copy = gpu_uring_choice(a, "copy", v);
 		} else {
 			usage();
 		}

@@ -5,7 +5,7 @@
  * are copies run by io-wq workers, and io-wq wakes one idle worker per enqueued read but counts
  * a woken worker as free until it runs: reads enqueued in one batch wake one or two workers,
  * which then copy the whole batch alone. This is why the gpu-uring engine publishes reads of
- * tmpfs files a few microseconds apart (src/gpu_uring/proto.h).
+ * tmpfs files a few microseconds apart (src/engine/gpu_uring/proto.h).
  *
  * Each layer is L object reads of 1 MiB, at most W in flight (read i reuses the buffer of read
  * i - W); with L <= W a layer is one batch. The reads are published in batches (gap 0) or one at

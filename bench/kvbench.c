@@ -782,7 +782,7 @@ open_store(struct bench *b, uint64_t unique_chunks)
 	o.dirs = c->dirs;
 	o.nr_dirs = c->nr_dirs;
 	o.engine = c->engine;
-	o.gpu_io_submit = c->gpu_io_submit;
+	o.engine_opts = c->engine_opts;
 	/* Room for one round of the workload plus striping slack in every directory. */
 	o.capacity_bytes = (unique_chunks + 2ull * c->nr_dirs) * slot;
 	o.key_bytes = KEY_BYTES;

@@ -30,7 +30,7 @@ struct kvbench_conf {
 	const char *dirs[KVBENCH_MAX_DIRS];
 	uint32_t nr_dirs;
 	uint32_t engine;         /* enum tutti_engine */
-	uint32_t gpu_io_submit;  /* enum tutti_gpu_io_submit */
+	const char *engine_opts; /* its options (tutti_store_opts.engine_opts), or NULL */
 	uint32_t layout;         /* enum kvbench_layout */
 	uint32_t durability;     /* enum tutti_durability */
 	uint32_t save_chunks;    /* chunks per save call; 0: a whole request per call */

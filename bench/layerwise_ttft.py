@@ -289,10 +289,21 @@ def find_build_file(name):
     raise FileNotFoundError(name)
 
 
+def gpu_uring_opts(args):
+    """--gpu-io-workers and --gpu-io-sms as engine gpu-uring's options workers and sms (0 and
+    unset: its defaults)."""
+    opts = {}
+    if args.gpu_io_workers:
+        opts["workers"] = args.gpu_io_workers
+    if args.gpu_io_sms is not None:
+        opts["sms"] = args.gpu_io_sms
+    return opts
+
+
 class TuttiTier:
     def __init__(self, directory, shape, prefix_tokens, cache, engine="gpu-uring",
-                 save_staging=0, profile=None, wait_timeout_ms=30000, gpu_io_workers=0,
-                 gpu_io_sms=None, readahead=0, staging_mib=64):
+                 save_staging=0, profile=None, wait_timeout_ms=30000, engine_opts="",
+                 readahead=0, staging_mib=64):
         self.geo = geometry(shape)
         self.dir = Path(directory)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -300,8 +311,7 @@ class TuttiTier:
         chunks = prefix_tokens // CHUNK
         self.store = Store([self.dir], self.geo,
                            capacity_bytes=(chunks + 64) * self.geo.slot_bytes, engine=engine,
-                           staging_bytes=staging_mib << 20, gpu_io_workers=gpu_io_workers,
-                           gpu_io_sms=gpu_io_sms)
+                           staging_bytes=staging_mib << 20, engine_opts=engine_opts)
         self.kv = cache.kv(self.geo)
         self.keys = chain_keys(chunks)
         self.pipe = Pipeline(self.store, self.kv, readahead_layers=readahead,
@@ -589,9 +599,10 @@ def main():
                     help="time budget of each storage's ceiling sweep (tutti ceiling)")
     ap.add_argument("--wait-timeout-ms", type=int, default=30000)
     ap.add_argument("--gpu-io-workers", type=int, default=0,
-                    help="workers of a gpu-uring layer kernel (0: the store's default)")
+                    help="workers of a gpu-uring layer kernel (its option workers; 0: its "
+                         "default)")
     ap.add_argument("--gpu-io-sms", type=int, default=None,
-                    help="SMs the workers are packed into (default: the store's)")
+                    help="SMs the workers are packed into (its option sms; default: its own)")
     ap.add_argument("--staging-mib", type=int, default=64,
                     help="the store's staging (its bounce slots: reads in flight), MiB")
     ap.add_argument("--readahead", type=int, default=0,
@@ -643,8 +654,7 @@ def main():
             if m.startswith("tutti-"):
                 tiers[m] = TuttiTier(Path(dirs[storage]) / "tutti", shape, max_prefix, cache,
                                      wait_timeout_ms=args.wait_timeout_ms,
-                                     gpu_io_workers=args.gpu_io_workers,
-                                     gpu_io_sms=args.gpu_io_sms,
+                                     engine_opts=gpu_uring_opts(args),
                                      readahead=args.readahead, staging_mib=args.staging_mib)
                 tiers[m].fill(cache, prefix.max_blocks)
                 # The storage's limit in this run, in the store's directory.

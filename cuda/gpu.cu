@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_impl.cuh"
+#include "cuda/gpu.cuh"
 
 #define THREADS 256
 #define UNROLL 4
@@ -156,6 +156,24 @@ tt_cuda_load_move_kernels(const struct tt_gpu *g)
 	return tt_cuda_load_funcs(g, funcs, sizeof(funcs) / sizeof(funcs[0]));
 }
 
+extern "C" int
+tt_gpu_prepare(struct tt_gpu *g)
+{
+	int rc;
+
+	if (g == NULL) {
+		return -EINVAL;
+	}
+	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
+	if (rc == 0) {
+		rc = tt_cuda_load_move_kernels(g);
+	}
+	if (rc == 0) {
+		rc = tt_cuda_load_signal_kernels(g);
+	}
+	return rc < 0 ? rc : tt_cuda_prepare_objs(g);
+}
+
 /* ---- context ---- */
 
 extern "C" int
@@ -210,7 +228,6 @@ tt_gpu_close(struct tt_gpu *g)
 	}
 	cudaFree(g->d_obj);
 	cudaFree(g->d_ids);
-	tt_gpu_uring_free(g);
 	free(g);
 }
 
@@ -398,7 +415,7 @@ tt_gpu_buf_copy(struct tt_gpu *g, unsigned buf, void *dst, const void *src, size
 
 extern "C" int
 tt_gpu_buf_objs(struct tt_gpu *g, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
-                uint32_t per_layer, uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr,
+                uint32_t per_layer, uint32_t skip, struct tt_gpu_obj *objs, uint32_t nr,
                 const uint32_t *ids, uint8_t *mem, uint64_t slot_bytes, bool write)
 {
 	int rc;

@@ -14,10 +14,23 @@
 #include <errno.h>
 #include <time.h>
 
-#include "gpu_impl.cuh"
+#include "cuda/gpu.cuh"
 
-extern "C" {
-#include "gpu_uring/proto.h"
+/* A system-scope acquire load and release store of a word in mapped host memory: the GPU cannot
+ * do atomics on host memory and needs none (one writer each). */
+__device__ static inline uint32_t
+ld_acquire_sys(const uint32_t *p)
+{
+	uint32_t v;
+
+	asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ static inline void
+st_release_sys(uint32_t *p, uint32_t v)
+{
+	asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 __device__ static unsigned long long
@@ -38,7 +51,7 @@ wait_kernel(const uint32_t *word, uint32_t value, unsigned long long timeout_ns,
 	unsigned long long start = globaltimer_ns(), now = start, flag = 0;
 	unsigned sleep = 32;
 
-	while ((int32_t)(tt_ld_acquire(word) - value) < 0) {
+	while ((int32_t)(ld_acquire_sys(word) - value) < 0) {
 		now = globaltimer_ns();
 		if (now - start > timeout_ns) {
 			flag = 1ull << 63;
@@ -61,7 +74,7 @@ signal_kernel(uint32_t *word, uint32_t value, unsigned long long *time)
 	if (time != NULL) {
 		*(volatile unsigned long long *)time = globaltimer_ns();
 	}
-	tt_st_release(word, value);
+	st_release_sys(word, value);
 }
 
 /* Launch on \p stream's device, leaving the calling thread's current device as it was. */

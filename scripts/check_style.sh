@@ -35,22 +35,30 @@ for h in include/tutti/*.h; do
 	grep -nE '#include <(cuda|liburing|Python)' "$h" && report "$h: public headers include only libc headers"
 done
 
-# Modules (HACKING.md, "Rules"): a file of src/<m>/ (or cuda/, the GPU layer's implementation)
+# Modules (HACKING.md, "Rules"): a file of src/<m>/ (or cuda/, the GPU layer's CUDA side)
 # includes of another module only its interface, src/<other>/<other>.h; a module's own files
-# share src/<m>/<m>_impl.h, which no other module includes. The public API (include/tutti/) is
-# open to all. Exceptions, each with its reason:
-#   gpu_uring/proto.h in cuda/: the ring's protocol, which the GPU's driver speaks;
+# (in src/<m>/ and its folders, such as src/engine/<name>/) share src/<m>/<m>_impl.h and their
+# own headers, which no other module includes. The public API (include/tutti/) is open to all.
+# Exceptions, each with its reason:
+#   cuda/*.cuh in any .cu file: the GPU layer's interface for CUDA code (its context, the
+#     device helpers and the checksum), on which engines build kernels of their own;
 #   format/le.h in src/remote/: the byte-order helpers of every on-disk encoder.
+module_of() { # file: its module (cuda/ is the GPU layer's CUDA side, a module of its own)
+	case "$1" in
+	cuda/*) echo cuda ;;
+	*) echo "$1" | cut -d/ -f2 ;;
+	esac
+}
 include_allowed() { # file, included path
 	local file=$1 inc=$2 mod other
-	case "$file" in
-	cuda/*) mod=cuda ;;
-	*) mod=$(echo "$file" | cut -d/ -f2) ;;
-	esac
+	mod=$(module_of "$file")
 	other=${inc%%/*}
 	[ "$other" = tutti ] || [ "$other" = "$mod" ] || [ "$inc" = "$other/$other.h" ] && return 0
+	case "$file:$inc" in
+	*.cu:cuda/*.cuh) return 0 ;;
+	esac
 	case "$mod:$inc" in
-	cuda:gpu_uring/proto.h | remote:format/le.h) return 0 ;;
+	remote:format/le.h) return 0 ;;
 	esac
 	return 1
 }
@@ -59,23 +67,66 @@ for f in "${c_files[@]}"; do
 	while read -r inc; do
 		include_allowed "$f" "$inc" ||
 			report "$f includes $inc: other modules include only src/<module>/<module>.h"
-	done < <(sed -nE 's/^#include "([a-z0-9_]+\/[a-z0-9_]+\.h)".*/\1/p' "$f")
+	done < <(sed -nE 's/^#include "([a-z0-9_]+\/[a-z0-9_/]+\.(h|cuh))".*/\1/p' "$f")
 done
+
+# Layers: the store's API (tutti/store.h, and the public headers that include it) is for the
+# store and the pipeline above it. The modules below the store call no tutti_store_* function;
+# they name the KV types (tutti/kv.h) and the engines (tutti/engine.h) from their own headers.
+store_api=(tutti/store.h)
+while :; do
+	n=${#store_api[@]}
+	pat=$(printf '%s\n' "${store_api[@]}" | sed 's/\./\\./g' | paste -sd'|')
+	mapfile -t store_api < <({
+		printf '%s\n' "${store_api[@]}"
+		grep -lE "^#include \"($pat)\"" include/tutti/*.h | sed 's|^include/||'
+	} | sort -u)
+	[ "${#store_api[@]}" = "$n" ] && break
+done
+pat=$(printf '%s\n' "${store_api[@]}" | sed 's/\./\\./g' | paste -sd'|')
+for f in "${c_files[@]}"; do
+	case "$f" in src/store/* | src/pipeline/*) continue ;; src/*/* | cuda/*) ;; *) continue ;; esac
+	grep -nE "^#include \"($pat)\"" "$f" | head -1 | grep . >&2 &&
+		report "$f: below the store, include tutti/kv.h or tutti/engine.h, not the store's API"
+done
+
+# No module includes another that includes it back, directly or round a longer loop: the
+# modules form layers (tsort finds any loop in the graph of their includes).
+module_edges() {
+	local f mod other
+	for f in "${c_files[@]}"; do
+		case "$f" in src/*/* | cuda/*) ;; *) continue ;; esac
+		mod=$(module_of "$f")
+		sed -nE 's/^#include "([a-z0-9_]+)\/[a-z0-9_/]+\.(h|cuh)".*/\1/p' "$f" | sort -u |
+			while read -r other; do
+				[ "$other" = "$mod" ] || [ "$other" = tutti ] || echo "$mod $other"
+			done
+	done | sort -u
+}
+edges=$(module_edges)
+if ! echo "$edges" | tsort >/dev/null 2>&1; then
+	echo "$edges" | tsort 2>&1 >/dev/null | sed 's/^/  /' >&2
+	echo "$edges" | awk '{e[$1 " " $2] = 1} END {for (k in e) {split(k, m, " ");
+		if ((m[2] " " m[1]) in e && m[1] < m[2]) print "  " m[1] " <-> " m[2]}}' >&2
+	report "modules include each other (above: the loop); move what both need into one of them"
+fi
 
 # The GPU layer (src/gpu/gpu.h) is called by the engines, the movers and the GPU layer itself,
 # and outside them only where HACKING.md names why: the pipeline's stream hooks
-# (src/pipeline/stream.c), KV registration asking where memory lives (src/layout/layout.c), and
+# (src/pipeline/stream.c), KV registration asking where memory lives (src/kv/kv.c), and
 # the remote tier's transfer buffers (src/remote/).
 gpu_calls=$(grep -oE '\btt_gpu_[a-z0-9_]+\(' src/gpu/gpu.h | tr -d '(' | sort -u | paste -sd'|')
 if [ -n "$gpu_calls" ] &&
 	grep -rnE "\b($gpu_calls)\(" src --include='*.c' |
-	grep -vE '^src/(gpu|engine|mover|remote)/|^src/pipeline/stream\.c:|^src/layout/layout\.c:' |
+	grep -vE '^src/(gpu|engine|mover|remote)/|^src/pipeline/stream\.c:|^src/kv/kv\.c:' |
 	head -5 | grep . >&2; then
 	report "GPU layer calls outside the engines, movers and named hooks (see HACKING.md)"
 fi
 
-# CUDA stays in cuda/: the C library and its public headers name no CUDA type.
-grep -rnE 'cuda_runtime|cudaStream_t' src include >/dev/null && report "CUDA identifiers outside cuda/"
+# CUDA lives in .cu and .cuh files (cuda/, and an engine's kernels beside its C files): the C
+# files of the library and its public headers name no CUDA type.
+grep -rnE 'cuda_runtime|cudaStream_t' src include --include='*.c' --include='*.h' | head -3 | grep . >&2 &&
+	report "CUDA identifiers in C files or headers (they live in .cu/.cuh files)"
 
 # Every exported symbol is a tutti_ function declared in a public header.
 lib=$(ls build/*/libtutti.so 2>/dev/null | head -n 1)

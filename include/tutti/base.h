@@ -18,7 +18,7 @@ extern "C" {
 #define TUTTI_API __attribute__((visibility("default")))
 
 #define TUTTI_VERSION_MAJOR 0
-#define TUTTI_VERSION_MINOR 2
+#define TUTTI_VERSION_MINOR 3
 #define TUTTI_VERSION_PATCH 0
 
 /**

@@ -29,7 +29,7 @@
 
 #include "tutti/base.h"
 #include "tutti/geometry.h"
-#include "tutti/store.h"
+#include "tutti/kv.h"
 
 #ifdef __cplusplus
 extern "C" {

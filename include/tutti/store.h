@@ -16,52 +16,15 @@
 #define TUTTI_STORE_H
 
 #include "tutti/base.h"
+#include "tutti/engine.h"
 #include "tutti/geometry.h"
+#include "tutti/kv.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 struct tutti_store; /* opaque; thread-safe */
-struct tutti_kv;    /* opaque; immutable registration of paged KV memory */
-
-/** I/O engines. */
-enum tutti_engine {
-	TUTTI_ENGINE_URING =
-	    0, /**< io_uring through liburing: batched submission, registered buffers */
-	TUTTI_ENGINE_POSIX = 1, /**< a thread pool issuing pread/pwrite */
-	/** A GPU-drivable io_uring (NO_MMAP; SQPOLL or a host thread issues what is queued, see
-	 *  enum tutti_gpu_io_submit) whose submissions and completions are
-	 *  produced by a driver, not by system calls: a CUDA kernel for GPU KV, a host thread
-	 *  following the same protocol otherwise. Objects move through object-sized bounce slots of
-	 *  the staging memory. Recovery, headers and flushes use the uring engine. */
-	TUTTI_ENGINE_GPU_URING = 2,
-	/** NVIDIA cuFile (GPUDirect Storage), loaded at run time: GPU KV moves between the files
-	 *  and device staging by cuFile (batched where the library can), checked and scattered by
-	 *  one kernel launch per layer run; host KV uses the uring engine. Opening fails with
-	 *  -EOPNOTSUPP where libcufile is not installed or refuses the store's files, -EIO where
-	 *  its driver does not open. */
-	TUTTI_ENGINE_GDS = 3,
-	/** The engine for where the KV lives: gpu-uring for GPU KV, the CPU-driven uring for host
-	 *  KV (posix where io_uring is refused). gpu-uring is set up at the first call with GPU KV;
-	 *  where it cannot be (no CUDA device, layer blocks of at most 240 bytes, a GPU with no
-	 *  more SMs than gpu_io_sms, no such io_uring, memory that cannot be mapped for the GPU)
-	 *  GPU KV moves through the CPU-driven engine too, and one line of the log (level WARN)
-	 *  says why. tutti_store_engine() tells which engine moves a kv. */
-	TUTTI_ENGINE_AUTO = 4,
-};
-
-/**
- * Parse an engine name ("uring", "posix", "gpu-uring", "gds" or "auto").
- * \return the enum tutti_engine value, or -EINVAL for an unknown name or NULL.
- */
-TUTTI_API int tutti_engine_parse(const char *name);
-
-/**
- * The name of engine \p engine (enum tutti_engine), as tutti_engine_parse() takes it.
- * \return a static string, or NULL for an unknown value.
- */
-TUTTI_API const char *tutti_engine_name(uint32_t engine);
 
 /** Create missing directories (mode 0700) and store files; without it a missing store is -ENOENT.
  */
@@ -113,6 +76,11 @@ struct tutti_store_opts {
 	const char *const *dirs; /**< store directories, one per disk; not retained after open */
 	uint32_t nr_dirs;        /**< 1..64 */
 	uint32_t engine;         /**< enum tutti_engine; default TUTTI_ENGINE_URING */
+	/** The engine's options: key=value pairs separated by commas ("workers=29,sms=5" for
+	 *  gpu-uring, "threads=8" for posix); NULL or "" for its defaults. The keys, their ranges
+	 *  and defaults are the engine's own (tutti_engine_option() in engine.h); an unknown key
+	 *  or a bad value fails the open with -EINVAL and one log line. Not retained. */
+	const char *engine_opts;
 	uint64_t
 	    capacity_bytes; /**< total store size over all directories, split evenly; required */
 	const void *ns;     /**< namespace bytes (model, dtype, layout, rank); not retained */
@@ -123,32 +91,14 @@ struct tutti_store_opts {
 	 *  queue_depth x max_io_bytes is not allocated (the stats give what was). Engine gpu-uring
 	 *  uses it as bounce slots of one object each, at most 64 MiB of it on page-cache-backed
 	 *  files (tmpfs), where more reads in flight only slow its copies (the rest is then
-	 *  allocated but unused by that engine), unless gpu_io_copy is DMA. */
+	 *  allocated but unused by that engine), unless its option copy is dma. */
 	uint64_t staging_bytes;
 	uint64_t max_io_bytes; /**< largest single I/O; default 4 MiB; at least one object */
 	uint32_t queue_depth;  /**< most I/Os in flight; default 32 */
-	/** Worker threads of the posix engine; default queue_depth, but on tmpfs (where each read
-	 *  or write is a copy by the thread itself) no more than the online CPUs. */
-	uint32_t posix_threads;
-	tutti_log_fn log_fn; /**< where log lines go; NULL: nowhere */
-	void *log_arg;       /**< passed to log_fn */
-	uint32_t log_level;  /**< most verbose enum tutti_log_level passed on; default WARN */
-	uint32_t durability; /**< enum tutti_durability; default TUTTI_DURABILITY_FAST */
-	/** Engine gpu-uring with GPU KV: the workers of its I/O kernel (one launch covers a
-	 *  call's layers, or one layer of a layerwise step), each moving one object at a time out
-	 *  of its bounce slot (load) or into it (save); 1..64, default 29. More workers keep more
-	 *  objects in flight. The kernels run on a stream of the greatest priority. */
-	uint32_t gpu_io_workers;
-	/** Engine gpu-uring with GPU KV: the SMs (CUDA blocks) each I/O kernel holds,
-	 *  0..64. The workers and the group that drives the ring are packed into them as groups
-	 *  of 256 threads, 3 to an SM, or of 128 threads, up to 6 to an SM, when more must share
-	 *  one; so this must be at least (gpu_io_workers + 1) / 6 rounded up, which is what 0
-	 *  (the default) gives: 5 SMs for the default 29 workers. gpu_io_workers + 1 gives every
-	 *  worker an SM of its own. Every SM the I/O holds is one the compute's GEMMs cannot use
-	 *  while the step's loads last, and each costs a prefill beside it far more than its share
-	 *  of the GPU, while two already read host memory as fast as SMs can: hold as few
-	 *  as keep pace with the storage (docs/results.md, rows F1, F2 and L7). */
-	uint32_t gpu_io_sms;
+	tutti_log_fn log_fn;   /**< where log lines go; NULL: nowhere */
+	void *log_arg;         /**< passed to log_fn */
+	uint32_t log_level;    /**< most verbose enum tutti_log_level passed on; default WARN */
+	uint32_t durability;   /**< enum tutti_durability; default TUTTI_DURABILITY_FAST */
 	/** Data files in each directory of a new store, 1..16; an existing store keeps the count
 	 *  it was made with. Consecutive chunks of a directory go to consecutive files, so that
 	 *  concurrent writes meet in one file only when there are more of them than files: a
@@ -156,75 +106,7 @@ struct tutti_store_opts {
 	 *  side by side. 0 (the default): 16, fewer when 64 files over all directories or the
 	 *  store's slots per directory allow fewer. */
 	uint32_t data_files;
-	/** Engine gpu-uring: who issues the I/O that its driver (the GPU's I/O kernels, or the
-	 *  host thread standing in for them) queues; enum tutti_gpu_io_submit, default AUTO. */
-	uint32_t gpu_io_submit;
-	/** Engine gpu-uring with GPU KV: how a load's objects cross from their bounce slots in
-	 *  host memory into HBM; enum tutti_gpu_io_copy, default AUTO. */
-	uint32_t gpu_io_copy;
 };
-
-/** Who issues engine gpu-uring's I/O: the driver only writes submissions into the ring. */
-enum tutti_gpu_io_submit {
-	/** HOST where the store's files are reached by O_DIRECT on a block device, SQPOLL where
-	 *  they are page-cache backed (tmpfs). */
-	TUTTI_GPU_IO_SUBMIT_AUTO = 0,
-	/** The kernel's SQPOLL thread: it picks submissions up as they are written, and spins a
-	 *  core for as long as I/O flows, whatever the storage's speed. On page-cache-backed
-	 *  files it keeps the copies of inline I/O off the host's threads. */
-	TUTTI_GPU_IO_SUBMIT_SQPOLL = 1,
-	/** A host thread hands the queued submissions to the kernel every 50 us and sleeps
-	 *  between (every millisecond once no I/O has moved for 100 ms, until the next launch):
-	 *  no SQ thread, and no SQPOLL privilege needed. Costs a few percent of a core and up to
-	 *  a poll period of latency per submission batch. */
-	TUTTI_GPU_IO_SUBMIT_HOST = 2,
-};
-
-/** How engine gpu-uring's loads bring each object across PCIe into HBM. */
-enum tutti_gpu_io_copy {
-	/** SM: on emulated NVMe the copy engine's loads were the slower (docs/results.md, rows
-	 *  E27, E28). */
-	TUTTI_GPU_IO_COPY_AUTO = 0,
-	/** The I/O kernel's workers read each object out of its bounce slot with loads across
-	 *  PCIe. SMs read host memory at about 0.92x of what the copy engine moves
-	 *  (docs/results.md, row F3), so this caps a load below the link. */
-	TUTTI_GPU_IO_COPY_SM = 1,
-	/** The copy engine: the I/O kernel marks each group of consecutive reads (up to 16 MiB)
-	 *  once all of them are in, one of four copy streams waiting on that mark copies the
-	 *  group's slots into device staging (twice the bounce slots' size in HBM), and the
-	 *  workers check and scatter from there. The whole staging becomes bounce slots, on
-	 *  page-cache-backed files too, with no more reads in flight there than SM loads have.
-	 *  Needs 64-bit stream memory operations (the load fails with
-	 *  -EOPNOTSUPP without them), and the I/O kernel and the copy streams running at once:
-	 *  where the GPU's work is serialised (CUDA_LAUNCH_BLOCKING, compute-sanitizer) a load
-	 *  stalls until its timeout. Measured slower than SM on emulated NVMe, the more so the
-	 *  more staging it has there (rows E27, E28). */
-	TUTTI_GPU_IO_COPY_DMA = 2,
-};
-
-/**
- * Parse a gpu_io_copy name ("auto", "sm" or "dma").
- * \return the enum tutti_gpu_io_copy value, or -EINVAL for an unknown name or NULL.
- */
-TUTTI_API int tutti_gpu_io_copy_parse(const char *name);
-
-/**
- * The name of \p copy (enum tutti_gpu_io_copy), as tutti_gpu_io_copy_parse() takes it.
- * \return a static string, or NULL for an unknown value.
- */
-TUTTI_API const char *tutti_gpu_io_copy_name(uint32_t copy);
-
-/**
- * Parse a gpu_io_submit name ("auto", "sqpoll" or "host").
- * \return the enum tutti_gpu_io_submit value, or -EINVAL for an unknown name or NULL.
- */
-TUTTI_API int tutti_gpu_io_submit_parse(const char *name);
-
-/**
- * The name of \p submit (enum tutti_gpu_io_submit), as tutti_gpu_io_submit_parse() takes it.
- * \return a static string, or NULL for an unknown value.
- */
-TUTTI_API const char *tutti_gpu_io_submit_name(uint32_t submit);
 
 /** Fill \p opts with defaults and set opts->size. This function can't fail. */
 TUTTI_API void tutti_store_opts_init(struct tutti_store_opts *opts);
@@ -280,64 +162,6 @@ TUTTI_API int tutti_store_open(const struct tutti_geometry *geo,
  * NULL is allowed. This function can't fail.
  */
 TUTTI_API void tutti_store_close(struct tutti_store *st);
-
-/** Where registered KV memory lives. */
-enum tutti_mem {
-	TUTTI_MEM_HOST = 0, /**< ordinary host memory, moved by the CPU */
-	TUTTI_MEM_CUDA = 1, /**< device memory of one CUDA GPU, moved by CUDA kernels */
-};
-
-/**
- * One segment of a layer's paged KV memory: block b's bytes of this segment are at
- * base + b * block_stride and are \p bytes long. A layer block is the concatenation of its
- * layer's segments in order. K/V-first layouts have two segments per layer (K and V);
- * blocks-first and packed layouts have one; cross-layer layouts use a stride of a whole block of
- * all layers. The library never interprets the bytes.
- */
-struct tutti_segment {
-	uint64_t base;         /**< address of block 0 of this segment */
-	uint64_t block_stride; /**< bytes from one block to the next */
-	uint64_t bytes;        /**< bytes of this segment in one block */
-};
-
-/**
- * Register paged KV memory of \p nr_blocks blocks per layer.
- *
- * \param segs            nr_layers * segs_per_layer segments, layer-major; copied.
- * \param segs_per_layer  1..8; each layer's segment bytes must add up to the layer block bytes.
- * \param mem             enum tutti_mem.
- * \param out             receives the handle; release it with tutti_kv_destroy().
- * \return 0, or -EINVAL (invalid geometry, zero base, sizes that do not add up, address overflow,
- *         TUTTI_MEM_CUDA segments that are not device memory of one GPU), -EOPNOTSUPP (a memory
- *         kind this build cannot move: TUTTI_MEM_CUDA without CUDA), -ENODEV (no usable GPU),
- *         -ENOMEM.
- * The memory must stay valid until the handle is destroyed; the library reads and writes it only
- * during tutti_store_load() and tutti_store_save().
- */
-TUTTI_API int tutti_kv_create(const struct tutti_geometry *geo, const struct tutti_segment *segs,
-                              uint32_t segs_per_layer, uint32_t nr_blocks, uint32_t mem,
-                              struct tutti_kv **out);
-
-/** Release \p kv. NULL is allowed. This function can't fail. */
-TUTTI_API void tutti_kv_destroy(struct tutti_kv *kv);
-
-/**
- * One request of a load or save batch: the chunks [first_chunk, nr_keys) of a key chain.
- *
- * block_ids lists the paged block of each token block moved, in token order: for load, chunk
- * first_chunk contributes its blocks from skip_blocks on; every chunk but the last contributes
- * blocks_per_chunk blocks; the last may contribute fewer (a partial chunk, which ends a chain).
- */
-struct tutti_request {
-	uint32_t size;             /**< = sizeof(struct tutti_request) */
-	uint32_t nr_keys;          /**< keys in the chain, from the root to the last chunk moved */
-	const uint8_t *keys;       /**< nr_keys * key_bytes bytes */
-	uint32_t first_chunk;      /**< index of the first chunk moved (< nr_keys) */
-	uint32_t skip_blocks;      /**< load only: leading blocks of chunk first_chunk not moved */
-	uint32_t nr_blocks;        /**< entries in block_ids */
-	uint32_t reserved;         /**< must be 0 */
-	const uint32_t *block_ids; /**< paged block ids, each < the kv's nr_blocks */
-};
 
 /**
  * Longest-prefix lookup: how many leading chunks of the chain \p keys are stored.
@@ -427,7 +251,7 @@ struct tutti_stats {
 	                            *   for gpu-uring, wakeups of the kernel's SQ thread, which
 	                            *   follow how often it fell asleep, not the I/O count, and
 	                            *   the host's submission calls, one per poll with I/O queued,
-	                            *   with TUTTI_GPU_IO_SUBMIT_HOST) */
+	                            *   with its option submit=host) */
 	uint64_t staging_bytes;    /**< staging memory owned by the store */
 	uint64_t load_corrupt;     /**< chunks whose objects failed their checksum (dropped) */
 	uint64_t flushes;          /**< device flushes issued (durable mode) */

@@ -7,7 +7,9 @@
 #define TUTTI_TUTTI_H
 
 #include "tutti/base.h"
+#include "tutti/engine.h"
 #include "tutti/geometry.h"
+#include "tutti/kv.h"
 #include "tutti/remote.h"
 #include "tutti/store.h"
 #include "tutti/pipeline.h"

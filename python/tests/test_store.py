@@ -154,20 +154,43 @@ def test_auto_moves_host_kv_through_the_cpu_engine_and_says_so(tmp_path, caplog)
 
 def test_unknown_engine_and_issuer_are_refused_naming_the_library_s_choices(tmp_path):
     import tutti._lib as lib
+    from tutti.store import engines
 
-    # The names come from the library's own name functions, in enum order.
+    # The engines and their options come from the library's own list, in enum order.
     assert lib.engines() == {"uring": 0, "posix": 1, "gpu-uring": 2, "gds": 3, "auto": 4}
-    assert lib.gpu_io_submits() == {"auto": 0, "sqpoll": 1, "host": 2}
-    assert lib.gpu_io_copies() == {"auto": 0, "sm": 1, "dma": 2}
-    for bad, named in ({"engine": "io_uring"}, "uring, posix, gpu-uring, gds, auto"), \
-            ({"gpu_io_submit": "SQPOLL"}, "auto, sqpoll, host"), \
-            ({"gpu_io_copy": "copy-engine"}, "auto, sm, dma"):
+    listed = engines()
+    gu = {o.name: o for o in listed["gpu-uring"].options}
+    assert gu["submit"].choices == ("auto", "sqpoll", "host") and gu["submit"].default == "auto"
+    assert gu["copy"].choices == ("auto", "sm", "dma") and gu["copy"].default == "auto"
+    assert (gu["workers"].min, gu["workers"].max, gu["workers"].default) == (1, 64, 29)
+    assert [o.name for o in listed["auto"].options] == ["workers", "sms", "submit", "copy",
+                                                         "threads"]
+    assert listed["uring"].options == () and listed["posix"].options[0].name == "threads"
+    assert all(e.description for e in listed.values())
+    with pytest.raises(OSError) as e:
+        Store([tmp_path / "s"], GEO, capacity_bytes=16 * GEO.slot_bytes, engine="io_uring")
+    assert e.value.errno == errno.EINVAL
+    assert "(one of uring, posix, gpu-uring, gds, auto)" in str(e.value)
+    # An engine checks its own options, and the exception carries its reason.
+    for engine, opts, named in (
+            ("gpu-uring", "submit=SQPOLL", "engine gpu-uring: submit=SQPOLL is not one of auto, "
+                                           "sqpoll, host"),
+            ("gpu-uring", {"copy": "copy-engine"}, "engine gpu-uring: copy=copy-engine is not "
+                                                   "one of auto, sm, dma"),
+            ("posix", {"workers": 4}, "engine posix: unknown option 'workers'"),
+            ("auto", "threads=4097", "engine auto: threads=4097 is out of its range 0..4096")):
         with pytest.raises(OSError) as e:
-            Store([tmp_path / "s"], GEO, capacity_bytes=16 * GEO.slot_bytes, **bad)
-        assert e.value.errno == errno.EINVAL and f"(one of {named})" in str(e.value)
+            Store([tmp_path / "s"], GEO, capacity_bytes=16 * GEO.slot_bytes, engine=engine,
+                  engine_opts=opts)
+        assert e.value.errno == errno.EINVAL and named in str(e.value), str(e.value)
+    for bad in ({"threads": True}, {"threads": "1,workers=2"}, {"a=b": 1}):
+        with pytest.raises(OSError) as e:
+            Store([tmp_path / "s"], GEO, capacity_bytes=16 * GEO.slot_bytes, engine="posix",
+                  engine_opts=bad)
+        assert e.value.errno == errno.EINVAL
     assert not (tmp_path / "s").exists()  # refused before anything was made
     with Store([tmp_path / "s"], GEO, capacity_bytes=16 * GEO.slot_bytes, engine="posix",
-               gpu_io_submit="host", gpu_io_copy="dma") as st:
+               engine_opts={"threads": 2}) as st:
         assert st.engine_for(host_kv(GEO, NR_BLOCKS, 1)[1]) == "posix"
 
 

@@ -12,7 +12,7 @@ import ctypes.util
 import errno
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ class StoreOpts(ctypes.Structure):
         ("dirs", ctypes.POINTER(ctypes.c_char_p)),
         ("nr_dirs", c_u32),
         ("engine", c_u32),
+        ("engine_opts", ctypes.c_char_p),
         ("capacity_bytes", c_u64),
         ("ns", ctypes.c_void_p),
         ("ns_bytes", c_u32),
@@ -52,16 +53,41 @@ class StoreOpts(ctypes.Structure):
         ("staging_bytes", c_u64),
         ("max_io_bytes", c_u64),
         ("queue_depth", c_u32),
-        ("posix_threads", c_u32),
         ("log_fn", LOG_FN),
         ("log_arg", ctypes.c_void_p),
         ("log_level", c_u32),
         ("durability", c_u32),
-        ("gpu_io_workers", c_u32),
-        ("gpu_io_sms", c_u32),
         ("data_files", c_u32),
-        ("gpu_io_submit", c_u32),
-        ("gpu_io_copy", c_u32),
+    ]
+
+
+class EngineInfo(ctypes.Structure):
+    _fields_ = [
+        ("size", c_u32),
+        ("engine", c_u32),
+        ("name", ctypes.c_char_p),
+        ("description", ctypes.c_char_p),
+        ("nr_options", c_u32),
+        ("reserved", c_u32),
+    ]
+
+
+ENGINE_OPTION_INT = 0
+ENGINE_OPTION_CHOICE = 1
+
+
+class EngineOption(ctypes.Structure):
+    _fields_ = [
+        ("size", c_u32),
+        ("kind", c_u32),
+        ("name", ctypes.c_char_p),
+        ("help", ctypes.c_char_p),
+        ("min", c_u64),
+        ("max", c_u64),
+        ("default", c_u64),  # the C field is def
+        ("choices", ctypes.POINTER(ctypes.c_char_p)),
+        ("nr_choices", c_u32),
+        ("reserved", c_u32),
     ]
 
 
@@ -196,28 +222,28 @@ MEM_CUDA = 1
 DURABILITY = {"fast": 0, "durable": 1}
 
 
-def _named_values(name_of: Callable[[int], bytes | None]) -> dict[str, int]:
-    """Every value of an enum that the library names, by its name: the name function answers
-    NULL past the last value."""
-    out: dict[str, int] = {}
-    while (name := name_of(len(out))) is not None:
-        out[name.decode()] = len(out)
-    return out
+def engine_info(engine: int) -> EngineInfo:
+    """tutti_engine_info() of enum tutti_engine ``engine``."""
+    info = EngineInfo(size=ctypes.sizeof(EngineInfo))
+    rc = lib().tutti_engine_info(engine, ctypes.byref(info))
+    if rc < 0:
+        raise OSError(-rc, f"tutti_engine_info({engine}): {lib().tutti_strerror(rc).decode()}")
+    return info
+
+
+def engine_option(engine: int, index: int) -> EngineOption:
+    """tutti_engine_option() of enum tutti_engine ``engine``."""
+    opt = EngineOption(size=ctypes.sizeof(EngineOption))
+    rc = lib().tutti_engine_option(engine, index, ctypes.byref(opt))
+    if rc < 0:
+        raise OSError(-rc, f"tutti_engine_option({engine}, {index}): "
+                      f"{lib().tutti_strerror(rc).decode()}")
+    return opt
 
 
 def engines() -> dict[str, int]:
-    """enum tutti_engine by name, as tutti_engine_parse() takes them."""
-    return _named_values(lib().tutti_engine_name)
-
-
-def gpu_io_submits() -> dict[str, int]:
-    """enum tutti_gpu_io_submit by name, as tutti_gpu_io_submit_parse() takes them."""
-    return _named_values(lib().tutti_gpu_io_submit_name)
-
-
-def gpu_io_copies() -> dict[str, int]:
-    """enum tutti_gpu_io_copy by name, as tutti_gpu_io_copy_parse() takes them."""
-    return _named_values(lib().tutti_gpu_io_copy_name)
+    """enum tutti_engine by name, as the library lists them (tutti_engine_count/info)."""
+    return {engine_info(k).name.decode(): k for k in range(lib().tutti_engine_count())}
 
 
 # ---- the remote tier (include/tutti/remote.h) ----
@@ -306,8 +332,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "tutti_geometry_slot_bytes": (c_u64, [p(Geometry)]),
         "tutti_engine_parse": (ctypes.c_int, [ctypes.c_char_p]),
         "tutti_engine_name": (ctypes.c_char_p, [c_u32]),
-        "tutti_gpu_io_submit_name": (ctypes.c_char_p, [c_u32]),
-        "tutti_gpu_io_copy_name": (ctypes.c_char_p, [c_u32]),
+        "tutti_engine_count": (c_u32, []),
+        "tutti_engine_info": (ctypes.c_int, [c_u32, p(EngineInfo)]),
+        "tutti_engine_option": (ctypes.c_int, [c_u32, c_u32, p(EngineOption)]),
         "tutti_store_opts_init": (None, [ctypes.c_void_p]),
         "tutti_store_open": (ctypes.c_int, [p(Geometry), p(StoreOpts), p(ctypes.c_void_p)]),
         "tutti_store_close": (None, [ctypes.c_void_p]),
@@ -380,6 +407,13 @@ def check_abi(lib: ctypes.CDLL) -> None:
     lib.tutti_geometry_init(ctypes.byref(geo))
     if geo.size != ctypes.sizeof(Geometry):
         raise OSError(errno.EPROTO, "libtutti's geometry does not match the binding")
+    # The engines' structures: the library refuses a size that is not its own (-EINVAL). Engine
+    # posix has an option (0).
+    info = EngineInfo(size=ctypes.sizeof(EngineInfo))
+    opt = EngineOption(size=ctypes.sizeof(EngineOption))
+    if lib.tutti_engine_info(1, ctypes.byref(info)) == -errno.EINVAL or \
+            lib.tutti_engine_option(1, 0, ctypes.byref(opt)) == -errno.EINVAL:
+        raise OSError(errno.EPROTO, "libtutti's engine descriptions do not match the binding")
     buf = (ctypes.c_uint8 * (4 * ctypes.sizeof(RemoteOpts)))()
     lib.tutti_remote_opts_init(buf)
     theirs = ctypes.cast(buf, ctypes.POINTER(c_u32))[0]

@@ -10,7 +10,7 @@ import errno
 import logging
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any
@@ -30,6 +30,65 @@ def _check(rc: int, what: str) -> int:
 
 def version() -> str:
     return L.lib().tutti_version().decode()
+
+
+@dataclass(frozen=True)
+class EngineOption:
+    """One key of an engine's ``engine_opts`` (``struct tutti_engine_option``): a whole number
+    from ``min`` to ``max``, or one of ``choices``."""
+
+    name: str
+    help: str
+    default: int | str
+    min: int = 0
+    max: int = 0
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine of the library (``struct tutti_engine_info``) and the options it takes."""
+
+    name: str
+    description: str
+    options: tuple[EngineOption, ...]
+
+
+def engines() -> dict[str, Engine]:
+    """Every engine the library has, by name, in its order, with the options each takes: the
+    library lists them (``tutti_engine_count/info/option``), so a new engine or option needs no
+    change here."""
+    out: dict[str, Engine] = {}
+    for name, k in L.engines().items():
+        info = L.engine_info(k)
+        options = []
+        for i in range(info.nr_options):
+            o = L.engine_option(k, i)
+            if o.kind == L.ENGINE_OPTION_CHOICE:
+                choices = tuple(o.choices[c].decode() for c in range(o.nr_choices))
+                options.append(EngineOption(o.name.decode(), o.help.decode(),
+                                            choices[o.default], 0, o.nr_choices - 1, choices))
+            else:
+                options.append(EngineOption(o.name.decode(), o.help.decode(), int(o.default),
+                                            int(o.min), int(o.max)))
+        out[name] = Engine(name, info.description.decode(), tuple(options))
+    return out
+
+
+def engine_opts_text(opts: str | Mapping[str, int | str]) -> str:
+    """``engine_opts`` as the library takes it: a string as it is, a mapping as key=value pairs
+    separated by commas. The engine checks keys and values when the store opens; this only
+    refuses what the string could not carry (a separator inside a key or value, a bool)."""
+    if isinstance(opts, str):
+        return opts
+    pairs = []
+    for key, value in opts.items():
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise OSError(errno.EINVAL, f"engine_opts: {key}={value!r} is not a number or a name")
+        if any(c in f"{key}{value}" for c in ",="):
+            raise OSError(errno.EINVAL, f"engine_opts: {key}={value!r} holds ',' or '='")
+        pairs.append(f"{key}={value}")
+    return ",".join(pairs)
 
 
 @dataclass(frozen=True)
@@ -187,9 +246,14 @@ class Store(_Handle):
     """An open store (``tutti_store_open``). Thread-safe, as the C handle is, close() included:
     it waits for calls in flight on other threads, and calls after it raise OSError(EBADF).
 
-    ``engine`` is "uring" (the default), "posix", "gpu-uring", "gds" or "auto": gpu-uring for KV
-    in GPU memory where it can be set up, the CPU-driven engine otherwise (a fallback logs one
-    warning saying why); ``engine_for(kv)`` says which moves a KV."""
+    ``engine`` is one of the library's engines (``engines()``): "uring" (the default), "posix",
+    "gpu-uring", "gds" or "auto" (gpu-uring for KV in GPU memory where it can be set up, the
+    CPU-driven engine otherwise; a fallback logs one warning saying why); ``engine_for(kv)`` says
+    which moves a KV. ``engine_opts`` are that engine's options, a string of key=value pairs
+    separated by commas ("workers=29,sms=5" for gpu-uring, "threads=8" for posix) or a mapping
+    of them (``{"workers": 29, "sms": 5}``); ``engines()[engine].options`` lists the keys, and
+    the engine refuses an unknown key or a value out of range (``OSError(EINVAL)`` naming
+    them)."""
 
     _release = "tutti_store_close"
 
@@ -197,17 +261,13 @@ class Store(_Handle):
                  capacity_bytes: int, ns: bytes = b"", engine: str = "uring",
                  durability: str = "fast", create: bool = True, key_bytes: int = 32,
                  staging_bytes: int = 0, queue_depth: int = 0, repair: bool = False,
-                 gpu_io_workers: int = 0, gpu_io_sms: int | None = None, replace: bool = False,
+                 engine_opts: str | Mapping[str, int | str] = "", replace: bool = False,
                  log: logging.Logger | None = None, log_level: int = 1,
-                 data_files: int = 0, gpu_io_submit: str = "auto",
-                 gpu_io_copy: str = "auto") -> None:
+                 data_files: int = 0) -> None:
         """``replace``: a store of another geometry, key size or namespace in ``dirs`` is
         replaced by an empty one (TUTTI_OPEN_REPLACE) instead of refused. ``data_files``: data
         files in each directory of a new store (``tutti_store_opts.data_files``, 1..16; 0, the
-        default, for the library's: up to 16, fewer for a small store). ``gpu_io_submit``: who
-        issues engine gpu-uring's I/O, "auto", "sqpoll" or "host" (``enum
-        tutti_gpu_io_submit``). ``gpu_io_copy``: how its loads cross into HBM, "auto", "sm"
-        or "dma" (``enum tutti_gpu_io_copy``). The library's log
+        default, for the library's: up to 16, fewer for a small store). The library's log
         lines up to ``log_level`` (0 errors, 1 warnings, 2 information) go to ``log`` (the
         ``tutti`` logger by default); an open that fails says in its exception what the
         library logged as errors."""
@@ -222,18 +282,14 @@ class Store(_Handle):
             (L.OPEN_REPLACE if replace else 0)
         o.dirs = ctypes.cast(self._dirs, ctypes.POINTER(ctypes.c_char_p))
         o.nr_dirs = len(dirs)
-        engines, submits, copies = L.engines(), L.gpu_io_submits(), L.gpu_io_copies()
+        engines = L.engines()
         if engine not in engines:
             raise OSError(22, f"unknown engine {engine!r} (one of {', '.join(engines)})")
         if durability not in L.DURABILITY:
             raise OSError(22, f"unknown durability {durability!r} (fast or durable)")
-        if gpu_io_submit not in submits:
-            raise OSError(22, f"unknown gpu_io_submit {gpu_io_submit!r} "
-                              f"(one of {', '.join(submits)})")
-        if gpu_io_copy not in copies:
-            raise OSError(22, f"unknown gpu_io_copy {gpu_io_copy!r} "
-                              f"(one of {', '.join(copies)})")
         o.engine = engines[engine]
+        self._engine_opts = engine_opts_text(engine_opts).encode()
+        o.engine_opts = self._engine_opts
         o.capacity_bytes = int(capacity_bytes)
         o.ns = ctypes.addressof(self._ns)
         o.ns_bytes = len(ns)
@@ -243,13 +299,7 @@ class Store(_Handle):
         if queue_depth:
             o.queue_depth = int(queue_depth)
         o.durability = L.DURABILITY[durability]
-        if gpu_io_workers:
-            o.gpu_io_workers = int(gpu_io_workers)
-        if gpu_io_sms is not None:
-            o.gpu_io_sms = int(gpu_io_sms)
         o.data_files = int(data_files)
-        o.gpu_io_submit = submits[gpu_io_submit]
-        o.gpu_io_copy = copies[gpu_io_copy]
         # The library's log lines go to Python logging (kept referenced while the store lives);
         # the open's error lines are also kept for its exception. The callback holds no
         # reference to the store, which stays collectable without the cycle collector.

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CPU path every engine has: a batch through the engine's I/O queue, the store's records
- * (slot headers) and flushes. It is the whole of engines uring and posix.
+ * (slot headers) and flushes. It is the whole of engines uring and posix (their folders hold
+ * only their table entries).
  *
  * A batch's chunks are cut into units: runs of up to unit_layers consecutive objects of one
  * slot, one I/O each. A lane keeps its unit slots busy: it claims units for all its free ones
@@ -38,13 +39,13 @@
 
 #include "engine/engine_impl.h"
 #include "format/format.h"
-#include "tutti/store.h"
+#include "tutti/engine.h"
 
-/* ---- the engines that are this path alone: uring and posix ---- */
+/* ---- the engines that are this path alone (src/engine/uring/, src/engine/posix/) ---- */
 
-static int
-cpu_open(const struct tt_engine_ops *ops, const struct tt_ioq_ops *ioq,
-         const struct tt_engine_conf *conf, struct tt_engine **out)
+int
+tt_cpu_engine_open(const struct tt_engine_ops *ops, const struct tt_ioq_ops *ioq,
+                   const struct tt_engine_conf *conf, struct tt_engine **out)
 {
 	struct tt_engine *e = tt_calloc(1, sizeof(*e));
 	int rc;
@@ -62,46 +63,12 @@ cpu_open(const struct tt_engine_ops *ops, const struct tt_ioq_ops *ioq,
 	return 0;
 }
 
-static int
-uring_open(const struct tt_engine_conf *conf, struct tt_engine **out)
-{
-	return cpu_open(&tt_engine_uring, &tt_ioq_uring, conf, out);
-}
-
-static int
-posix_open(const struct tt_engine_conf *conf, struct tt_engine **out)
-{
-	return cpu_open(&tt_engine_posix, &tt_ioq_posix, conf, out);
-}
-
-static void
-cpu_close(struct tt_engine *e)
+void
+tt_cpu_engine_close(struct tt_engine *e)
 {
 	tt_engine_fini(e);
 	tt_free(e);
 }
-
-const struct tt_engine_ops tt_engine_uring = {
-    .name = "uring",
-    .kind = TUTTI_ENGINE_URING,
-    .kv_mems = TT_KV_MEM(TUTTI_MEM_HOST) | TT_KV_MEM(TUTTI_MEM_CUDA),
-    .open = uring_open,
-    .close = cpu_close,
-    .transfer = tt_cpu_transfer,
-    .flush = tt_cpu_flush,
-    .stats = tt_cpu_stats,
-};
-
-const struct tt_engine_ops tt_engine_posix = {
-    .name = "posix",
-    .kind = TUTTI_ENGINE_POSIX,
-    .kv_mems = TT_KV_MEM(TUTTI_MEM_HOST) | TT_KV_MEM(TUTTI_MEM_CUDA),
-    .open = posix_open,
-    .close = cpu_close,
-    .transfer = tt_cpu_transfer,
-    .flush = tt_cpu_flush,
-    .stats = tt_cpu_stats,
-};
 
 /* ---- starting a batch ---- */
 
@@ -783,7 +750,7 @@ serial_log(void *arg, int level, const char *msg)
 }
 
 /* How many lanes: for io_uring one per online CPU; for the posix engine its threads
- * (posix_threads; by default one per unit slot, but no more than the online CPUs on
+ * (option threads; by default one per unit slot, but no more than the online CPUs on
  * page-cache-backed files, where every I/O is a copy by the lane's own thread, so that lanes
  * beyond the CPUs only wait for one: 32 lanes on 16 CPUs retrieved GPU KV from tmpfs at 0.6-0.9x
  * the speed of 16, docs/results.md E22); never more than the unit slots. */
@@ -795,8 +762,8 @@ lane_count(const struct tt_engine *e)
 
 	if (e->ioq_ops != &tt_ioq_posix) {
 		n = cpus;
-	} else if (e->conf.posix_threads != 0) {
-		n = e->conf.posix_threads;
+	} else if (e->ioq_threads != 0) {
+		n = e->ioq_threads;
 	} else {
 		n = e->page_cache ? TT_MIN(e->nr_units, cpus) : e->nr_units;
 	}

@@ -11,10 +11,7 @@
 
 #include "engine/engine_impl.h"
 #include "gpu/gpu.h"
-#include "tutti/store.h"
-
-_Static_assert(TT_GPU_IO_GROUPS_PER_SM == TT_GPU_URING_GROUPS_PER_BLOCK,
-               "the default of gpu_io_workers packs groups as the layer kernel does");
+#include "tutti/engine.h"
 
 /* Indexed by enum tutti_engine. A new engine is a file of its own and one entry here. */
 static const struct tt_engine_ops *const engines[] = {
@@ -57,52 +54,62 @@ tutti_engine_parse(const char *name)
 	return -EINVAL;
 }
 
-/* The index of \p name in \p names (\p n of them), or -EINVAL; NULL is no name. */
-static int
-name_index(const char *const *names, uint32_t n, const char *name)
+uint32_t
+tutti_engine_count(void)
 {
-	for (uint32_t k = 0; name != NULL && k < n; k++) {
-		if (strcmp(names[k], name) == 0) {
-			return (int)k;
-		}
+	return TT_ARRAY_SIZE(engines);
+}
+
+int
+tutti_engine_info(uint32_t engine, struct tutti_engine_info *out)
+{
+	const struct tt_engine_ops *ops = tt_engine_ops_for(engine);
+
+	if (out == NULL || out->size != sizeof(*out)) {
+		return -EINVAL;
 	}
-	return -EINVAL;
+	if (ops == NULL) {
+		return -ENOENT;
+	}
+	*out = (struct tutti_engine_info){
+	    .size = sizeof(*out),
+	    .engine = engine,
+	    .name = ops->name,
+	    .description = ops->description,
+	    .nr_options = ops->nr_opts,
+	};
+	return 0;
 }
-
-static const char *const gpu_io_submit_names[] = {
-    [TUTTI_GPU_IO_SUBMIT_AUTO] = "auto",
-    [TUTTI_GPU_IO_SUBMIT_SQPOLL] = "sqpoll",
-    [TUTTI_GPU_IO_SUBMIT_HOST] = "host",
-};
 
 int
-tutti_gpu_io_submit_parse(const char *name)
+tutti_engine_option(uint32_t engine, uint32_t index, struct tutti_engine_option *out)
 {
-	return name_index(gpu_io_submit_names, TT_ARRAY_SIZE(gpu_io_submit_names), name);
-}
+	const struct tt_engine_ops *ops = tt_engine_ops_for(engine);
+	const struct tt_engine_opt *o;
+	uint32_t n = 0;
 
-const char *
-tutti_gpu_io_submit_name(uint32_t submit)
-{
-	return submit < TT_ARRAY_SIZE(gpu_io_submit_names) ? gpu_io_submit_names[submit] : NULL;
-}
-
-static const char *const gpu_io_copy_names[] = {
-    [TUTTI_GPU_IO_COPY_AUTO] = "auto",
-    [TUTTI_GPU_IO_COPY_SM] = "sm",
-    [TUTTI_GPU_IO_COPY_DMA] = "dma",
-};
-
-int
-tutti_gpu_io_copy_parse(const char *name)
-{
-	return name_index(gpu_io_copy_names, TT_ARRAY_SIZE(gpu_io_copy_names), name);
-}
-
-const char *
-tutti_gpu_io_copy_name(uint32_t copy)
-{
-	return copy < TT_ARRAY_SIZE(gpu_io_copy_names) ? gpu_io_copy_names[copy] : NULL;
+	if (out == NULL || out->size != sizeof(*out)) {
+		return -EINVAL;
+	}
+	if (ops == NULL || index >= ops->nr_opts) {
+		return -ENOENT;
+	}
+	o = ops->opts[index];
+	while (o->choices != NULL && o->choices[n] != NULL) {
+		n++;
+	}
+	*out = (struct tutti_engine_option){
+	    .size = sizeof(*out),
+	    .kind = o->kind,
+	    .name = o->name,
+	    .help = o->help,
+	    .min = o->kind == TUTTI_ENGINE_OPTION_CHOICE ? 0 : o->min,
+	    .max = o->kind == TUTTI_ENGINE_OPTION_CHOICE ? n - 1 : o->max,
+	    .def = o->def,
+	    .choices = o->kind == TUTTI_ENGINE_OPTION_CHOICE ? o->choices : NULL,
+	    .nr_choices = o->kind == TUTTI_ENGINE_OPTION_CHOICE ? n : 0,
+	};
+	return 0;
 }
 
 /* ---- the part every engine has ---- */
@@ -176,11 +183,7 @@ tt_engine_init(struct tt_engine *e, const struct tt_engine_ops *ops,
 	e->geo = conf->geo;
 	e->ioq_ops = ioq;
 	e->cpu_kind = ioq == &tt_ioq_posix ? TUTTI_ENGINE_POSIX : TUTTI_ENGINE_URING;
-	/* 0: the fewest SMs that hold the workers and the ring's driver. */
-	if (e->conf.gpu_io_sms == 0) {
-		e->conf.gpu_io_sms =
-		    (e->conf.gpu_io_workers + TT_GPU_IO_GROUPS_PER_SM) / TT_GPU_IO_GROUPS_PER_SM;
-	}
+	e->conf.opts = NULL; /* borrowed during open only */
 	return plan_staging(e);
 }
 
@@ -247,41 +250,20 @@ tt_engine_gpu(struct tt_engine *e, int device, struct tt_gpu **out)
 
 /* ---- the calls every engine answers ---- */
 
-/* The options of gpu-uring's layer kernels, checked for every engine (an auto engine may come
- * to use them). */
-static int
-check_gpu_io(const struct tt_engine_conf *c)
-{
-	if (c->gpu_io_workers == 0 || c->gpu_io_workers > TT_GPU_IO_MAX) {
-		tt_log_err(c->log, "store options: gpu_io_workers %u is not in 1..%u",
-		           c->gpu_io_workers, TT_GPU_IO_MAX);
-		return -EINVAL;
-	}
-	if (c->gpu_io_sms > TT_GPU_IO_MAX ||
-	    (c->gpu_io_sms != 0 &&
-	     c->gpu_io_sms * TT_GPU_IO_GROUPS_PER_SM < c->gpu_io_workers + 1)) {
-		tt_log_err(c->log,
-		           "store options: gpu_io_sms %u cannot hold %u workers and the ring's "
-		           "driver (at most %u to an SM, at most %u SMs)",
-		           c->gpu_io_sms, c->gpu_io_workers, TT_GPU_IO_GROUPS_PER_SM,
-		           TT_GPU_IO_MAX);
-		return -EINVAL;
-	}
-	return 0;
-}
-
 int
 tt_engine_open(uint32_t kind, const struct tt_engine_conf *conf, struct tt_engine **out)
 {
 	const struct tt_engine_ops *ops = tt_engine_ops_for(kind);
+	struct tt_engine_conf c;
 	int rc;
 
 	*out = NULL;
 	if (ops == NULL || conf == NULL || conf->geo == NULL || conf->queue_depth == 0) {
 		return -EINVAL;
 	}
-	rc = check_gpu_io(conf);
-	return rc < 0 ? rc : ops->open(conf, out);
+	c = *conf;
+	rc = tt_engine_opts_parse(ops, conf->opts, conf->log, c.opt);
+	return rc < 0 ? rc : ops->open(&c, out);
 }
 
 /* Page-cache-backed store files: their reads are CPU copies, best spread over io-wq. */
@@ -303,7 +285,7 @@ tt_engine_attach(struct tt_engine *e, const int *fds, uint32_t nr_fds)
 	    .reg_bytes = e->nr_staging * e->unit_bytes,
 	    .depth = e->nr_units,
 	    .max_iov = e->max_iov,
-	    .threads = e->conf.posix_threads,
+	    .threads = e->ioq_threads,
 	    .async_reads = on_tmpfs(fds[0]),
 	    .log = e->log,
 	};
@@ -391,6 +373,9 @@ tt_engine_prepare(struct tt_engine *e, const struct tutti_kv *kv)
 	if (rc == 0 && (kind == TUTTI_ENGINE_URING || kind == TUTTI_ENGINE_POSIX) &&
 	    tt_cpu_waves_take(e, &tt_mover_cuda)) {
 		rc = tt_waves_prepare(e, &tt_objmover_cuda, g);
+	}
+	if (rc == 0 && e->ops->prepare != NULL) {
+		rc = e->ops->prepare(e, kv, g);
 	}
 	if (rc == 0) {
 		rc = tt_list_mem_reserve(&e->lists, kv);

@@ -19,11 +19,14 @@
 #include <stdint.h>
 
 #include "common/common.h"
-#include "layout/layout.h"
+#include "kv/kv.h"
 
 #include <sys/uio.h>
 
 struct tutti_request;
+
+/* Options an engine takes, at most. */
+#define TT_ENGINE_MAX_OPTS 16u
 
 /* Data files an engine does I/O on, at most (the store's directories). */
 #define TT_ENGINE_MAX_FILES 64u /* one bit each in a flush's set (tt_engine_flush) */
@@ -107,14 +110,6 @@ void tt_batch_fail_all(struct tt_batch *b, int rc);
 /* Chunk \p c fails with \p rc unless it already failed. */
 void tt_chunk_fail(struct tt_chunk_op *c, int rc);
 
-/* gpu-uring's layer kernels. The default of gpu_io_workers is the most workers that share
- * TT_GPU_IO_SMS_DEFAULT SMs with the ring's driver, TT_GPU_IO_GROUPS_PER_SM groups to an SM (the
- * kernel's count, gpu/gpu.h; engine.c asserts that they agree). */
-#define TT_GPU_IO_SMS_DEFAULT 5u
-#define TT_GPU_IO_GROUPS_PER_SM 6u
-#define TT_GPU_IO_WORKERS_DEFAULT (TT_GPU_IO_SMS_DEFAULT * TT_GPU_IO_GROUPS_PER_SM - 1u)
-#define TT_GPU_IO_MAX 64u /* most workers, and most SMs, of a layer kernel */
-
 struct tt_engine_conf {
 	const struct tt_geo *geo; /* borrowed for the engine's lifetime */
 	/* Staging: cut into buffers of one I/O (max_io_bytes of whole objects), at most
@@ -122,12 +117,11 @@ struct tt_engine_conf {
 	uint64_t staging_bytes;
 	uint64_t max_io_bytes;
 	uint32_t queue_depth;
-	uint32_t posix_threads;  /* posix: worker threads (0: queue_depth) */
-	uint32_t gpu_io_workers; /* gpu-uring: worker groups of a layer kernel, 1..TT_GPU_IO_MAX */
-	uint32_t gpu_io_sms;     /* gpu-uring: the blocks they are packed into (0: the fewest that
-	                          * hold them and the ring's driver) */
-	uint32_t gpu_io_submit;  /* gpu-uring: enum tutti_gpu_io_submit */
-	uint32_t gpu_io_copy;    /* gpu-uring: enum tutti_gpu_io_copy */
+	/* The engine's own options (tutti_store_opts.engine_opts), borrowed during open: checked
+	 * and parsed by tt_engine_open against the engine's table into opt[], which the engine
+	 * reads in the order of its table (engine_impl.h, struct tt_engine_opt). */
+	const char *opts;
+	uint32_t opt[TT_ENGINE_MAX_OPTS];
 	const struct tt_log *log;
 };
 
@@ -148,10 +142,10 @@ struct tt_engine_stats {
 const char *tt_engine_kind_name(uint32_t kind);
 
 /*
- * Open engine \p kind (enum tutti_engine) for the sizes of \p conf. Nothing touches the disk.
- * Returns 0, -EINVAL (an unknown kind; gpu_io_workers or gpu_io_sms out of range; staging
- * below one object; objects above the 4 GiB I/O limit; the log says why), -EOPNOTSUPP / -EIO (gds:
- * libcufile missing, or its driver not opening), -ENOMEM.
+ * Open engine \p kind (enum tutti_engine) for the sizes and options of \p conf. Nothing touches
+ * the disk. Returns 0, -EINVAL (an unknown kind; an option the engine does not take, or out of its
+ * range; staging below one object; objects above the 4 GiB I/O limit; the log says why),
+ * -EOPNOTSUPP / -EIO (gds: libcufile missing, or its driver not opening), -ENOMEM.
  */
 int tt_engine_open(uint32_t kind, const struct tt_engine_conf *conf, struct tt_engine **out);
 /* Start doing I/O on the store's data files (1..TT_ENGINE_MAX_FILES, borrowed until close).

@@ -109,9 +109,42 @@ bool tt_io_state_advance(struct tt_io_state *st, uint32_t bytes);
 /* The bit of enum tutti_mem \p mem in an engine's kv_mems. */
 #define TT_KV_MEM(mem) (1u << (mem))
 
+struct tt_engine_ops;
+
+/*
+ * One option an engine takes in engine_opts (include/tutti/engine.h, struct tutti_engine_option).
+ * An engine's table entry lists its options; tt_engine_open checks the string against them with
+ * one parser (options.c), so that every engine refuses alike and says why alike.
+ */
+struct tt_engine_opt {
+	const char *name;
+	uint32_t kind;     /* enum tutti_engine_option_kind */
+	uint32_t min, max; /* TUTTI_ENGINE_OPTION_INT: the values accepted, inclusive */
+	uint32_t def;      /* the default: the number, or the index of its choice */
+	/* TUTTI_ENGINE_OPTION_CHOICE: the names, NULL-terminated; a value is its name's index */
+	const char *const *choices;
+	const char *help; /* one line */
+};
+
+/* Parse \p text (key=value pairs separated by commas; NULL or "": every default) against the
+ * options of \p ops into vals[] (one per option, in the table's order; defaults where not given).
+ * Returns 0, or -EINVAL with one line of the log that names the engine, the key, the value and
+ * what is allowed: an unknown key, a pair that is not key=value, a key given twice, a value
+ * outside the option's range or choices. */
+int tt_engine_opts_parse(const struct tt_engine_ops *ops, const char *text,
+                         const struct tt_log *log, uint32_t *vals);
+
+/* Engine posix's option threads, which auto takes too for the thread pool it falls back on. */
+extern const struct tt_engine_opt tt_engine_opt_threads;
+
 struct tt_engine_ops {
-	const char *name; /* as tutti_engine_parse spells it */
-	uint32_t kind;    /* enum tutti_engine */
+	const char *name;        /* as tutti_engine_parse spells it */
+	uint32_t kind;           /* enum tutti_engine */
+	const char *description; /* one line (tutti_engine_info) */
+	/* The options it takes (tutti_store_opts.engine_opts), in the order of conf->opt[]: at
+	 * most TT_ENGINE_MAX_OPTS. */
+	const struct tt_engine_opt *const *opts;
+	uint32_t nr_opts;
 	/* The KV memories (TT_KV_MEM bits) whose batches the engine's transfer takes; batches of
 	 * other KV, and fsck's, go through its CPU path (tt_cpu_transfer). */
 	uint32_t kv_mems;
@@ -128,6 +161,10 @@ struct tt_engine_ops {
 	/* Optional: the engine that moves batches of \p kv (one the table entry takes), when not
 	 * this one; see tt_engine_moved_by(). */
 	uint32_t (*moved_by)(struct tt_engine *e, const struct tutti_kv *kv);
+	/* Optional: make now, for GPU KV \p kv on context \p gpu, what the engine's own GPU path
+	 * would make at its first batch beyond the GPU layer's (tt_gpu_prepare); see
+	 * tt_engine_prepare(). */
+	int (*prepare)(struct tt_engine *e, const struct tutti_kv *kv, struct tt_gpu *gpu);
 	/* Optional: layerwise loads launched on the GPU; see tt_engine_launch_open(). */
 	int (*launch_open)(struct tt_engine *e, struct tt_batch *b, struct tt_list_mem *mem,
 	                   struct tt_launch **out);
@@ -231,6 +268,9 @@ struct tt_engine {
 	/* The queue: uring, or posix (the posix engine, or auto where io_uring is unavailable). */
 	const struct tt_ioq_ops *ioq_ops;
 	bool ioq_fallback; /* auto: fall back to posix where io_uring is refused */
+	/* The posix queue's threads, set by the engines that may keep one (posix, auto) from their
+	 * option threads; 0: one per unit slot (fewer lanes on page-cache-backed files). */
+	uint32_t ioq_threads;
 	struct tt_ioq *ioq;
 	uint32_t cpu_kind;    /* enum tutti_engine of the queue: what tt_engine_moved_by() says */
 	bool ioq_broken;      /* a queue-level failure: refuse further I/O */
@@ -306,6 +346,10 @@ struct tt_xfer {
 /* The start of every path: every chunk fails with -EIO when the path broke down (\p broken),
  * else the mover is chosen by where the KV lives (opening the GPU context on first use). */
 int tt_xfer_start(struct tt_xfer *x, struct tt_engine *e, struct tt_batch *b, bool broken);
+/* An engine that is the CPU path alone (uring, posix) on queue \p ioq, and its close. */
+int tt_cpu_engine_open(const struct tt_engine_ops *ops, const struct tt_ioq_ops *ioq,
+                       const struct tt_engine_conf *conf, struct tt_engine **out);
+void tt_cpu_engine_close(struct tt_engine *e);
 /* The batch through the queue, staged or direct; see cpu_path.c. */
 int tt_cpu_transfer(struct tt_engine *e, struct tt_batch *b);
 /* Whether the CPU path moves KV that \p mover copies in waves (tt_waves_transfer). */
@@ -350,14 +394,6 @@ void tt_waves_cut(uint32_t slots, uint32_t total, uint32_t *per_wave, uint32_t *
 /* Make the object mover's staging for \p om (\p ctx) now rather than at the first wave. */
 int tt_waves_prepare(struct tt_engine *e, const struct tt_objmover_ops *om, void *ctx);
 
-/* ---- gpu-uring (gpu_uring.c) ---- */
-
-/* Object-sized I/Os engine gpu-uring keeps in \p staging_bytes of staging for objects of
- * \p object_bytes (at most staging_bytes / object_bytes, which the store makes at least 1): all of
- * it, but on page-cache-backed files (\p page_cache) no more than 64 MiB of it, and never more
- * than the ring's 4096. With page_cache it is also the most I/Os in flight on such files. */
-uint32_t tt_gpu_uring_bounce_slots(uint64_t staging_bytes, uint64_t object_bytes, bool page_cache);
-
 /* ---- object lists (obj_lists.c), for the engines whose GPU moves whole objects ---- */
 
 /*
@@ -367,7 +403,7 @@ uint32_t tt_gpu_uring_bounce_slots(uint64_t staging_bytes, uint64_t object_bytes
  * same memory).
  */
 struct tt_obj_lists {
-	struct tt_gpu_uring_obj *objs;
+	struct tt_gpu_obj *objs;
 	uint32_t *ids;
 	int *failed;
 	uint32_t n, nr_ids, nr_layers;

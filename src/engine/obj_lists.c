@@ -66,7 +66,7 @@ tt_list_mem_free(struct tt_list_mem *m)
 static size_t
 lists_bytes(uint32_t n, uint32_t nr_ids, uint32_t nr_layers)
 {
-	return (size_t)n * nr_layers * sizeof(struct tt_gpu_uring_obj) +
+	return (size_t)n * nr_layers * sizeof(struct tt_gpu_obj) +
 	       (size_t)nr_ids * sizeof(uint32_t) + nr_layers * sizeof(int);
 }
 
@@ -89,7 +89,7 @@ int
 tt_obj_lists_make(const struct tt_batch *t, struct tt_list_mem *mem, struct tt_obj_lists *out)
 {
 	uint32_t L = t->layer_end - t->layer_begin, n = 0, nr_ids = 0;
-	struct tt_gpu_uring_obj *objs;
+	struct tt_gpu_obj *objs;
 	uint32_t *ids;
 	int rc;
 
@@ -121,7 +121,7 @@ tt_obj_lists_make(const struct tt_batch *t, struct tt_list_mem *mem, struct tt_o
 		for (uint32_t l = 0; l < L; l++) {
 			uint32_t layer = t->layer_begin + l;
 
-			objs[(size_t)l * n + k] = (struct tt_gpu_uring_obj){
+			objs[(size_t)l * n + k] = (struct tt_gpu_obj){
 			    .off = op->off + tt_geo_object_off(&t->kv->geo, layer),
 			    .csum = t->kind == TT_BATCH_LOAD ? op->csums[layer] : 0,
 			    .file = op->file,
@@ -153,7 +153,7 @@ tt_obj_lists_results(struct tt_engine *e, struct tt_batch *t, const struct tt_ob
 			continue;
 		}
 		for (uint32_t l = 0; l < lists->nr_layers; l++) {
-			const struct tt_gpu_uring_obj *o = &lists->objs[(size_t)l * lists->n + k];
+			const struct tt_gpu_obj *o = &lists->objs[(size_t)l * lists->n + k];
 
 			if (o->status == -EBADMSG) {
 				tt_log_err(e->log,

@@ -21,7 +21,7 @@
 
 #include "engine/engine_impl.h"
 #include "format/format.h"
-#include "tutti/store.h"
+#include "tutti/engine.h"
 
 /* Staging buffers in flight: lanes read up to nr_bufs - 1 waves ahead of the one being copied. */
 #define WAVE_BUFS 4u
@@ -90,7 +90,7 @@ slot_off(const struct waves *w, uint32_t i)
 static void
 object_io(const struct waves *w, uint32_t i, struct tt_io *io)
 {
-	const struct tt_gpu_uring_obj *o = &w->lists.objs[i];
+	const struct tt_gpu_obj *o = &w->lists.objs[i];
 
 	*io = (struct tt_io){
 	    .tag = TT_TAG_OBJECT | i,

@@ -4,7 +4,8 @@
  * move one layer of a whole batch of chunks between paged KV and objects in one launch, and the
  * memory they need (pinned, mapped host memory for staging; device memory for tests and
  * benchmarks). Implemented in cuda/ when the library is built with CUDA; otherwise every call
- * fails with -EOPNOTSUPP (gpu_none.c).
+ * fails with -EOPNOTSUPP (gpu_none.c). Engines build kernels of their own on this layer (engine
+ * gpu-uring's: src/engine/gpu_uring/kernel.h) through its CUDA-side interface, cuda/gpu.cuh.
  *
  * Addresses are plain pointers: with unified addressing, mapped pinned host memory has the same
  * address on the host and the device, so an object may live in device memory or in mapped host
@@ -19,6 +20,7 @@
 
 #include "common/common.h"
 #include "layout/layout.h"
+#include "tutti/kv.h"
 
 struct tt_gpu;
 
@@ -58,103 +60,26 @@ int tt_gpu_scatter(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer,
 /* Wait for everything launched on the context. Returns 0 or -EIO (the kernel failed). */
 int tt_gpu_sync(struct tt_gpu *g);
 /* Make now what the context's loads and saves would otherwise make at their first call (device
- * words, events, the checksum secret in constant memory, every kernel's module under CUDA's lazy
- * loading), so that none of them allocates, copies or loads while a compute stream waits for a
- * layer. Returns 0, -EINVAL, -ENOMEM or -EIO. */
+ * words, events, the checksum secret in constant memory, every kernel's module of this layer
+ * under CUDA's lazy loading), so that none of them allocates, copies or loads while a compute
+ * stream waits for a layer. An engine with kernels of its own prepares those itself (gpu-uring:
+ * tt_gpu_uring_dev_open). Returns 0, -EINVAL, -ENOMEM or -EIO. */
 int tt_gpu_prepare(struct tt_gpu *g);
 /* Kernel launches made by the context so far. */
 uint64_t tt_gpu_launches(const struct tt_gpu *g);
 
-/* ---- the gpu-uring driver (cuda/gpu_uring.cu) ---- */
-
-/* One object of a layer job. */
-struct tt_gpu_uring_obj {
+/* One object of a run of objects moved by a kernel between paged KV and their slots: the objects
+ * API below, and engine gpu-uring's layer kernel (src/engine/gpu_uring/kernel.h). */
+struct tt_gpu_obj {
 	uint64_t off;     /* file offset of the object */
 	uint64_t csum;    /* load: the expected checksum; save: out, the checksum written */
-	uint32_t file;    /* index of the file in the ring */
+	uint32_t file;    /* gpu-uring: index of the file in the ring */
 	uint32_t ids_off; /* index of its first moved block id in the job's ids */
 	uint32_t nr_moved;
 	uint32_t skip;   /* load: blocks of the object before the first one moved */
 	uint32_t stored; /* load: blocks the object holds (the checksummed payload) */
 	int32_t status;  /* in: 0; out: 0, -EBADMSG or the I/O error */
 };
-
-/* Groups (the controller's and the workers') that one block of a layer kernel holds at most;
- * the store sizes gpu_io_sms by it. */
-#define TT_GPU_URING_GROUPS_PER_BLOCK 6u
-
-/* A run of layers: every object read into (load) or written from (save) bounce slots. */
-struct tt_gpu_uring_job {
-	const struct tutti_kv *kv; /* TUTTI_MEM_CUDA */
-	uint32_t layer;            /* the first layer of the run */
-	uint32_t nr_layers;        /* layers of the run, at least 1 */
-	/* nr entries, layer-major, nr / nr_layers a layer (nr a multiple of nr_layers); statuses
-	 * and checksums come back at sync */
-	struct tt_gpu_uring_obj *objs;
-	uint32_t nr;
-	const uint32_t *ids; /* block ids of every object */
-	uint32_t nr_ids;
-	uint8_t *bounce; /* slots of slot_bytes, mapped for the GPU, registered in the ring */
-	uint32_t slots;  /* I/O i reuses the slot of I/O i - slots; <= the ring's CQ entries */
-	/* The most I/Os in flight at once, <= slots (0: slots). Fewer than the slots where each
-	 * I/O is a copy by an io-wq worker: the slots then only let a load by the copy engine
-	 * read on while groups wait for their copies. */
-	uint32_t in_flight;
-	uint64_t slot_bytes; /* one object, a multiple of 16 */
-	bool write;
-	/* A load by the copy engine (proto.h; tt_gpu_uring_dma_supported must be 1): a copy
-	 * stream moves each group of slots into device staging, from which the workers check and
-	 * scatter; unused for a save. */
-	bool dma;
-	uint32_t workers;    /* groups of threads moving objects (0: 16) */
-	uint32_t blocks;     /* CUDA blocks (SMs) the workers and the controller are packed into:
-	                      * 3 groups of 256 threads each, or up to 6 of 128; 0: one each */
-	uint32_t timeout_ms; /* a ring without progress for this long fails the run */
-	int *failed;         /* out at sync: 1 when it did */
-	/* NULL, or TT_GPU_URING_TRACE_WORDS words in mapped host memory, valid at sync: first
-	 * TT_GPU_URING_TRACE_POINTS GPU timestamps (ns, %globaltimer): the kernel's start, the
-	 * first submission published, the first and the last completion reaped, and the last worker
-	 * done; then the workers' time in each phase (enum tt_gpu_uring_phase), summed over them.
-	 */
-	uint64_t *trace;
-};
-
-#define TT_GPU_URING_TRACE_POINTS 5
-
-/* Where a worker's time goes, per object. */
-enum tt_gpu_uring_phase {
-	TT_GPU_URING_PHASE_WAIT, /* for its read (load) or for its slot to be written (save) */
-	TT_GPU_URING_PHASE_SLOT, /* the copy out of the bounce slot, or into it, across PCIe */
-	TT_GPU_URING_PHASE_HASH, /* the checksum */
-	TT_GPU_URING_PHASE_MOVE, /* the scatter into the paged KV, or the gather out of it */
-	TT_GPU_URING_TRACE_PHASES
-};
-
-#define TT_GPU_URING_TRACE_WORDS (TT_GPU_URING_TRACE_POINTS + TT_GPU_URING_TRACE_PHASES)
-
-/*
- * Launch the driver kernel for a run of layers on the context's stream: the GPU submits every
- * I/O of the job into the ring, reaps the completions and moves the objects, checking (load) or
- * computing (save) their checksums; asynchronous, results valid after tt_gpu_sync. Reads of a
- * later layer of the run are in flight while the objects of an earlier one are moved. Layer
- * blocks must exceed TT_XXH3_MIDSIZE_MAX bytes (format/format.h: the GPU hashes with XXH3's long
- * path only). Returns 0, -EINVAL, -ENOMEM, -EOPNOTSUPP (a DMA load on a device that cannot
- * order copies after a count, see below) or -EIO.
- */
-struct tt_gpu_uring_view;
-int tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
-                        const struct tt_gpu_uring_job *job);
-
-/* Whether the context's device can run loads by the copy engine: a stream that waits for a 64-bit
- * count in device memory (CUDA's stream memory operations). 1 or 0, or -EIO where the driver
- * cannot be asked. */
-int tt_gpu_uring_dma_supported(struct tt_gpu *g);
-
-/* The GPU time of the driver kernels launched since the previous call (from the start of the
- * first to the end of the last; they run back to back), and the CUDA blocks they held (each
- * block a resident share of one SM for that time); zeros when none ran. Waits for the last
- * launch. Returns 0 or -EIO. */
-int tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks);
 
 /*
  * Objects in device memory (engine gds, and the CPU-driven engines' waves): \p nr objects of a
@@ -166,18 +91,10 @@ int tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks);
  * padding. \p objs and \p ids must be readable by the device (mapped host memory, say); results
  * land in \p objs. Layer blocks must exceed TT_XXH3_MIDSIZE_MAX bytes. One launch per 16
  * layers of the run, their objects side by side, asynchronous on the context's stream.
- * Returns 0, -EINVAL or -EIO.
+ * Returns 0, -EINVAL (tt_kv_run_fits fails, bad arguments) or -EIO.
  */
-/* Whether such a run is well formed and ends within \p kv's layers. */
-static inline bool
-tt_gpu_objs_run_fits(const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer, uint32_t skip,
-                     uint32_t nr)
-{
-	return per_layer != 0 && skip < per_layer && layer < kv->geo.g.nr_layers &&
-	       (nr == 0 || ((uint64_t)skip + nr - 1) / per_layer < kv->geo.g.nr_layers - layer);
-}
 int tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer,
-                uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids,
+                uint32_t skip, struct tt_gpu_obj *objs, uint32_t nr, const uint32_t *ids,
                 uint8_t *mem, uint64_t slot_bytes, bool write);
 /* Two markers on the context's stream: tt_gpu_mark records marker \p i (0 or 1) after what is
  * launched so far; tt_gpu_wait_mark sleeps until it is passed. Returns 0, -EINVAL or -EIO. */
@@ -197,7 +114,7 @@ int tt_gpu_wait_mark(struct tt_gpu *g, unsigned i);
 #define TT_GPU_BUFS 8u
 int tt_gpu_buf_copy(struct tt_gpu *g, unsigned buf, void *dst, const void *src, size_t bytes);
 int tt_gpu_buf_objs(struct tt_gpu *g, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
-                    uint32_t per_layer, uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr,
+                    uint32_t per_layer, uint32_t skip, struct tt_gpu_obj *objs, uint32_t nr,
                     const uint32_t *ids, uint8_t *mem, uint64_t slot_bytes, bool write);
 int tt_gpu_buf_wait(struct tt_gpu *g, unsigned buf);
 /* Device memory for the buffers, allocated and freed in stream order (cudaMallocAsync), so that

@@ -128,30 +128,9 @@ tt_gpu_prepare(struct tt_gpu *g)
 }
 
 int
-tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
-                    const struct tt_gpu_uring_job *job)
-{
-	return -EOPNOTSUPP;
-}
-
-int
-tt_gpu_uring_dma_supported(struct tt_gpu *g)
-{
-	return 0;
-}
-
-int
-tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
-{
-	*ns = 0;
-	*blocks = 0;
-	return 0;
-}
-
-int
 tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer,
-            uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids,
-            uint8_t *mem, uint64_t slot_bytes, bool write)
+            uint32_t skip, struct tt_gpu_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
+            uint64_t slot_bytes, bool write)
 {
 	return -EOPNOTSUPP;
 }
@@ -176,7 +155,7 @@ tt_gpu_buf_copy(struct tt_gpu *g, unsigned buf, void *dst, const void *src, size
 
 int
 tt_gpu_buf_objs(struct tt_gpu *g, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
-                uint32_t per_layer, uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr,
+                uint32_t per_layer, uint32_t skip, struct tt_gpu_obj *objs, uint32_t nr,
                 const uint32_t *ids, uint8_t *mem, uint64_t slot_bytes, bool write)
 {
 	return -EOPNOTSUPP;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * KV geometry with its derived sizes, registered paged KV memory (segments), and the object and
- * slot math shared by the movers, the pool and the store.
+ * KV geometry with its derived sizes, and the object and slot math shared by the movers, the
+ * pool and the store: pure arithmetic, no memory (registered KV is src/kv).
  */
 #ifndef TT_LAYOUT_H
 #define TT_LAYOUT_H
@@ -9,9 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "tutti/store.h"
-
-#define TT_MAX_SEGS_PER_LAYER 8u
+#include "tutti/geometry.h"
 
 /* A checked geometry and the sizes derived from it. */
 struct tt_geo {
@@ -36,27 +34,11 @@ tt_geo_object_off(const struct tt_geo *geo, uint32_t layer)
 	return TUTTI_SLOT_HEADER_BYTES + (uint64_t)layer * geo->object_bytes;
 }
 
-/* Registered paged KV memory. Immutable after tutti_kv_create. */
-struct tutti_kv {
-	struct tt_geo geo;
-	uint32_t segs_per_layer;
-	uint32_t nr_blocks;
-	uint32_t mem;               /* enum tutti_mem */
-	int device;                 /* TUTTI_MEM_CUDA: the device holding every segment */
-	struct tutti_segment *segs; /* nr_layers * segs_per_layer, layer-major; owned */
-};
-
 /* One object of a batched move: its blocks, in order, are block_ids[0..nr_blocks) of a layer. */
 struct tt_move {
 	void *obj;
 	const uint32_t *block_ids;
 	uint32_t nr_blocks;
 };
-
-static inline const struct tutti_segment *
-tt_kv_layer_segs(const struct tutti_kv *kv, uint32_t layer)
-{
-	return kv->segs + (uint64_t)layer * kv->segs_per_layer;
-}
 
 #endif /* TT_LAYOUT_H */

@@ -13,6 +13,7 @@
 
 #include "common/common.h"
 #include "gpu/gpu.h"
+#include "kv/kv.h"
 #include "layout/layout.h"
 
 struct tt_mover_ops {
@@ -72,7 +73,7 @@ struct tt_objmover_ops {
 	void (*stage_free)(void *ctx, void *p);
 	int (*copy)(void *ctx, unsigned buf, void *dst, const void *src, size_t bytes);
 	int (*objs)(void *ctx, unsigned buf, const struct tutti_kv *kv, uint32_t layer,
-	            uint32_t per_layer, uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr,
+	            uint32_t per_layer, uint32_t skip, struct tt_gpu_obj *objs, uint32_t nr,
 	            const uint32_t *ids, uint8_t *mem, uint64_t slot_bytes, bool write);
 	int (*wait)(void *ctx, unsigned buf);
 	int (*sync)(void *ctx);

@@ -55,8 +55,8 @@ cuda_copy(void *ctx, unsigned buf, void *dst, const void *src, size_t bytes)
 
 static int
 cuda_objs(void *ctx, unsigned buf, const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer,
-          uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids,
-          uint8_t *mem, uint64_t slot_bytes, bool write)
+          uint32_t skip, struct tt_gpu_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
+          uint64_t slot_bytes, bool write)
 {
 	return tt_gpu_buf_objs(ctx, buf, kv, layer, per_layer, skip, objs, nr, ids, mem, slot_bytes,
 	                       write);

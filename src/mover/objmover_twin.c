@@ -22,7 +22,7 @@ struct twin_step {
 	size_t bytes;
 	const struct tutti_kv *kv;
 	uint32_t layer, per_layer, skip, nr; /* a run as in tt_gpu_objs */
-	struct tt_gpu_uring_obj *objs;
+	struct tt_gpu_obj *objs;
 	const uint32_t *ids;
 	uint64_t slot_bytes;
 	bool write;
@@ -54,7 +54,7 @@ run_objs(const struct twin_step *s)
 	uint64_t lbb = s->kv->geo.layer_block_bytes;
 
 	for (uint32_t k = 0; k < s->nr; k++) {
-		struct tt_gpu_uring_obj *o = &s->objs[k];
+		struct tt_gpu_obj *o = &s->objs[k];
 		uint8_t *slot = (uint8_t *)s->dst + (uint64_t)k * s->slot_bytes;
 		struct tt_move m = {.block_ids = s->ids + o->ids_off, .nr_blocks = o->nr_moved};
 		uint32_t layer = s->layer + (s->skip + k) / s->per_layer;
@@ -189,8 +189,8 @@ twin_copy(void *ctx, unsigned buf, void *dst, const void *src, size_t bytes)
 
 static int
 twin_objs(void *ctx, unsigned buf, const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer,
-          uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids,
-          uint8_t *mem, uint64_t slot_bytes, bool write)
+          uint32_t skip, struct tt_gpu_obj *objs, uint32_t nr, const uint32_t *ids, uint8_t *mem,
+          uint64_t slot_bytes, bool write)
 {
 	struct tt_objmover_twin *t = ctx;
 	struct twin_step s = {.dst = mem,
@@ -206,7 +206,7 @@ twin_objs(void *ctx, unsigned buf, const struct tutti_kv *kv, uint32_t layer, ui
 	int rc;
 
 	if (buf >= TT_OBJMOVER_BUFS || kv == NULL ||
-	    !tt_gpu_objs_run_fits(kv, layer, per_layer, skip, nr) ||
+	    !tt_kv_run_fits(kv, layer, per_layer, skip, nr) ||
 	    (nr > 0 && (objs == NULL || mem == NULL))) {
 		return -EINVAL;
 	}

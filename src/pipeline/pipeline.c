@@ -204,7 +204,7 @@ tutti_pipeline_destroy(struct tutti_pipeline *p)
 	tt_mover_close(&p->copier);
 	tt_pipe_mem_free(p, p->staging);
 	tt_pipe_mem_free(p, p->sig_mem);
-	tt_list_mem_free(&p->op_lists);
+	tt_load_mem_destroy(p->op_mem);
 	tt_free(p->free_slots);
 	tt_free(p->moves);
 	tt_free(p->layer_ns_per_token);
@@ -269,8 +269,8 @@ tutti_pipeline_create(struct tutti_store *st, const struct tutti_kv *kv,
 		 * could hold such a call up, and it the load they wait for. */
 		rc = tt_store_prepare(st, kv);
 	}
-	if (rc == 0 && p->gpu) {
-		rc = tt_list_mem_reserve(&p->op_lists, kv); /* the load ops' lists, likewise */
+	if (rc == 0) {
+		rc = tt_load_mem_create(kv, &p->op_mem); /* the load ops' lists, likewise */
 	}
 	if (rc == 0) {
 		rc = alloc_signals(p);

@@ -137,7 +137,7 @@ struct tutti_pipeline {
 	struct tt_staged *staged_head, *staged_tail; /* FIFO, oldest first */
 	struct tt_move *moves;                       /* nr_slots: the worker's copy list */
 	struct tt_mover copier;                      /* copies into staging */
-	struct tt_list_mem op_lists; /* the worker's load ops' object lists (one op at a time) */
+	struct tt_load_mem *op_mem; /* the worker's load ops' object lists (one op at a time) */
 
 	/* The scheduler's model: refined online. */
 	double read_bps, write_bps;

@@ -125,7 +125,7 @@ issue_layer(struct tutti_pipeline *p, struct tt_pipe_step *s)
 	pthread_mutex_unlock(&p->lock);
 	s->issue_times[l] = tt_now_ns();
 	if (l == 0) {
-		rc = tt_load_op_open(p->st, p->kv, s->loads, s->nr_loads, &p->op_lists, &s->op);
+		rc = tt_load_op_open(p->st, p->kv, s->loads, s->nr_loads, p->op_mem, &s->op);
 	}
 	if (rc == 0) {
 		tt_load_op_layer(s->op, &p->loaded[l], s->seq, &s->load_times[l]);

@@ -17,8 +17,8 @@
 #include <stdint.h>
 
 #include "common/common.h"
-#include "layout/layout.h"
-#include "tutti/store.h"
+#include "kv/kv.h"
+#include "tutti/kv.h"
 
 /* One chunk a call moves. */
 struct tt_chunk_plan {

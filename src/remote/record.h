@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "layout/layout.h"
+#include "kv/kv.h"
 #include "mover/mover.h"
 
 /* The tag of records of namespace \p ns for rank \p rank of \p nr_ranks. */

@@ -28,7 +28,7 @@
 #include "common/common.h"
 #include "format/format.h"
 #include "gpu/gpu.h"
-#include "layout/layout.h"
+#include "kv/kv.h"
 #include "mover/mover.h"
 #include "plan/plan.h"
 #include "remote/record.h"

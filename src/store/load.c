@@ -167,9 +167,44 @@ struct tt_load_op {
 	int rc; /* the first failure of the op as a whole (every chunk then fails) */
 };
 
+/* The engine's list memory, behind the store's interface: its owner need not know the engine. */
+struct tt_load_mem {
+	struct tt_list_mem lists;
+};
+
+int
+tt_load_mem_create(const struct tutti_kv *kv, struct tt_load_mem **out)
+{
+	struct tt_load_mem *m = tt_calloc(1, sizeof(*m));
+	int rc = 0;
+
+	*out = NULL;
+	if (m == NULL) {
+		return -ENOMEM;
+	}
+	if (kv->mem == TUTTI_MEM_CUDA) {
+		rc = tt_list_mem_reserve(&m->lists, kv);
+	}
+	if (rc < 0) {
+		tt_load_mem_destroy(m);
+		return rc;
+	}
+	*out = m;
+	return 0;
+}
+
+void
+tt_load_mem_destroy(struct tt_load_mem *m)
+{
+	if (m != NULL) {
+		tt_list_mem_free(&m->lists);
+		tt_free(m);
+	}
+}
+
 int
 tt_load_op_open(struct tutti_store *st, const struct tutti_kv *kv, const struct tutti_request *reqs,
-                uint32_t nr_reqs, struct tt_list_mem *mem, struct tt_load_op **out)
+                uint32_t nr_reqs, struct tt_load_mem *mem, struct tt_load_op **out)
 {
 	uint64_t t0 = tt_now_ns();
 	struct tt_load_op *op;
@@ -190,7 +225,7 @@ tt_load_op_open(struct tutti_store *st, const struct tutti_kv *kv, const struct 
 		return rc;
 	}
 	tt_io_lock(st);
-	rc = tt_engine_launch_open(st->engine, &op->b, mem, &op->launch);
+	rc = tt_engine_launch_open(st->engine, &op->b, &mem->lists, &op->launch);
 	pthread_mutex_unlock(&st->io_lock);
 	if (rc < 0) {
 		op->rc = rc;

@@ -30,7 +30,6 @@ tutti_store_opts_init(struct tutti_store_opts *opts)
 	}
 	memset(opts, 0, sizeof(*opts));
 	opts->size = sizeof(*opts);
-	opts->gpu_io_workers = TT_GPU_IO_WORKERS_DEFAULT;
 	opts->engine = TUTTI_ENGINE_URING;
 	opts->key_bytes = DEFAULT_KEY_BYTES;
 	opts->staging_bytes = DEFAULT_STAGING_BYTES;
@@ -57,17 +56,6 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		           "store options: %u data files per directory: at most %u, and %u over "
 		           "all directories",
 		           o->data_files, TT_POOL_FILES_PER_DIR, TT_POOL_MAX_FILES);
-		return -EINVAL;
-	}
-	if (o->gpu_io_submit > TUTTI_GPU_IO_SUBMIT_HOST) {
-		tt_log_err(log,
-		           "store options: gpu_io_submit %u is not an enum tutti_gpu_io_submit",
-		           o->gpu_io_submit);
-		return -EINVAL;
-	}
-	if (o->gpu_io_copy > TUTTI_GPU_IO_COPY_DMA) {
-		tt_log_err(log, "store options: gpu_io_copy %u is not an enum tutti_gpu_io_copy",
-		           o->gpu_io_copy);
 		return -EINVAL;
 	}
 	for (uint32_t d = 0; d < o->nr_dirs; d++) {
@@ -110,8 +98,7 @@ check_opts(const struct tutti_store_opts *o, const struct tt_log *log)
 		tt_log_err(log, "store options: unknown durability %u", o->durability);
 		return -EINVAL;
 	}
-	if (o->queue_depth == 0 || o->queue_depth > MAX_QUEUE_DEPTH || o->max_io_bytes == 0 ||
-	    o->posix_threads > MAX_QUEUE_DEPTH) {
+	if (o->queue_depth == 0 || o->queue_depth > MAX_QUEUE_DEPTH || o->max_io_bytes == 0) {
 		tt_log_err(log,
 		           "store options: queue_depth must be 1..%u and max_io_bytes non-zero",
 		           MAX_QUEUE_DEPTH);
@@ -281,11 +268,7 @@ open_engine(struct tutti_store *st, const struct tutti_store_opts *opts)
 	    .staging_bytes = opts->staging_bytes,
 	    .max_io_bytes = opts->max_io_bytes,
 	    .queue_depth = opts->queue_depth,
-	    .posix_threads = opts->posix_threads,
-	    .gpu_io_workers = opts->gpu_io_workers,
-	    .gpu_io_sms = opts->gpu_io_sms,
-	    .gpu_io_submit = opts->gpu_io_submit,
-	    .gpu_io_copy = opts->gpu_io_copy,
+	    .opts = opts->engine_opts,
 	    .log = &st->log,
 	};
 

@@ -12,8 +12,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
-#include "engine/engine.h"
-#include "layout/layout.h"
+#include "kv/kv.h"
 #include "tutti/store.h"
 
 const struct tt_geo *tt_store_geo(const struct tutti_store *st);
@@ -36,10 +35,20 @@ int tt_store_prepare(struct tutti_store *st, const struct tutti_kv *kv);
  * CLOCK_MONOTONIC).
  */
 struct tt_load_op;
-/* \p mem (the caller's, for launched layers' object lists) must stay untouched until close.
- * Returns 0 or -EINVAL / -ENOMEM (nothing to close then). */
+/*
+ * Memory for the object lists of launched layers, which the caller of tt_load_op_open owns and
+ * passes to one op at a time. Created for \p kv: for GPU KV it is grown now to the largest op
+ * \p kv is likely to see, since growing it during an op allocates pinned memory, which may wait
+ * for the very compute stream that waits for the op's layers. Returns 0 or -ENOMEM. Destroy
+ * takes NULL.
+ */
+struct tt_load_mem;
+int tt_load_mem_create(const struct tutti_kv *kv, struct tt_load_mem **out);
+void tt_load_mem_destroy(struct tt_load_mem *m);
+/* \p mem must stay untouched until close. Returns 0 or -EINVAL / -ENOMEM (nothing to close
+ * then). */
 int tt_load_op_open(struct tutti_store *st, const struct tutti_kv *kv,
-                    const struct tutti_request *reqs, uint32_t nr_reqs, struct tt_list_mem *mem,
+                    const struct tutti_request *reqs, uint32_t nr_reqs, struct tt_load_mem *mem,
                     struct tt_load_op **out);
 /* Issue the next layer (every layer is issued, in order). Returns 0 or the op's failure. */
 int tt_load_op_layer(struct tt_load_op *op, uint32_t *word, uint32_t value, uint64_t *done_ns);

@@ -11,7 +11,7 @@
 #include "common/common.h"
 #include "engine/engine.h"
 #include "index/index.h"
-#include "layout/layout.h"
+#include "kv/kv.h"
 #include "pool/pool.h"
 #include "store/store.h"
 

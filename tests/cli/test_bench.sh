@@ -30,6 +30,16 @@ out=$("$tutti" bench --model tiny --context 1024 --requests 3 --shared 512 --rep
 	--ceiling-s 0.2 --dir "$dir/tiny" --json)
 check_json "$out"
 
+# An engine's options reach it: posix with two threads (tutti --help lists every engine's).
+out=$("$tutti" bench --model tiny --context 1024 --requests 2 --repeats 1 --ceiling-s 0 --no-raw \
+	--no-baseline --engine posix --engine-opts threads=2 --dir "$dir/tiny-posix" --json)
+check_json "$out"
+help=$("$tutti" --help)
+for want in "gpu-uring" "threads=0..4096 (default 0)" "submit=auto|sqpoll|host (default auto)" \
+	"workers=1..64 (default 29)" "copy=auto|sm|dma (default auto)"; do
+	grep -qF "$want" <<<"$help" || fail "tutti --help does not list $want"
+done
+
 # Llama geometry, aligned blocks: the direct path, the raw sweep and the baseline, both engines.
 for engine in uring posix; do
 	for layout in kv-first cross-layer; do
@@ -233,6 +243,11 @@ set +e
 [ $? -eq 2 ] || fail "profile of an unknown model should exit 2"
 "$tutti" bench --engine nope >/dev/null 2>&1
 [ $? -eq 2 ] || fail "unknown engine should exit 2"
+"$tutti" bench --model tiny --context 1024 --repeats 1 --ceiling-s 0 --no-raw --no-baseline \
+	--engine-opts workers=5 --dir "$dir/opts" >/dev/null 2>"$dir/opts.err"
+[ $? -eq 1 ] || fail "an option the engine does not take should fail with 1"
+grep -q "engine uring: unknown option 'workers' (it takes none)" "$dir/opts.err" ||
+	fail "the refused option is not named: $(cat "$dir/opts.err")"
 "$tutti" bench --context abc >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bad number should exit 2"
 "$tutti" frobnicate >/dev/null 2>&1

@@ -20,7 +20,9 @@ t_store_opts(struct tutti_store_opts *o, const struct tutti_geometry *geo, const
 	o->dirs = dirs;
 	o->nr_dirs = nr_dirs;
 	o->engine = engine;
-	o->gpu_io_submit = t_gpu_io_submit;
+	if (engine == TUTTI_ENGINE_GPU_URING || engine == TUTTI_ENGINE_AUTO) {
+		o->engine_opts = t_engine_opts;
+	}
 	o->capacity_bytes = geo != NULL ? slots * tutti_geometry_slot_bytes(geo) : 0;
 	o->log_fn = log != NULL ? t_log_fn : NULL;
 	o->log_arg = log;

@@ -280,7 +280,7 @@ t_run_with_private_mounts(const char *suite, const struct CMUnitTest *tests, siz
 
 /* ---- a test program per engine ---- */
 
-uint32_t t_gpu_io_submit = TUTTI_GPU_IO_SUBMIT_AUTO;
+const char *t_engine_opts;
 
 int
 t_run_per_engine(const char *suite, const struct CMUnitTest *tests, size_t nr, bool gpu_twin,
@@ -290,14 +290,14 @@ t_run_per_engine(const char *suite, const struct CMUnitTest *tests, size_t nr, b
 		int engine;
 		const char *name;
 		bool uring, twin;
-		uint32_t submit;
+		const char *opts;
 	} runs[] = {
-	    {TUTTI_ENGINE_URING, "uring", true, false, TUTTI_GPU_IO_SUBMIT_AUTO},
+	    {TUTTI_ENGINE_URING, "uring", true, false, NULL},
 	    /* The GPU-drivable ring driven by its host twin: the GPU engine's protocol in CI, with
 	     * either issuer whatever filesystem the temporary directory is on. */
-	    {TUTTI_ENGINE_GPU_URING, "gpu-uring-sqpoll", true, true, TUTTI_GPU_IO_SUBMIT_SQPOLL},
-	    {TUTTI_ENGINE_GPU_URING, "gpu-uring-host", true, true, TUTTI_GPU_IO_SUBMIT_HOST},
-	    {TUTTI_ENGINE_POSIX, "posix", false, false, TUTTI_GPU_IO_SUBMIT_AUTO},
+	    {TUTTI_ENGINE_GPU_URING, "gpu-uring-sqpoll", true, true, "submit=sqpoll"},
+	    {TUTTI_ENGINE_GPU_URING, "gpu-uring-host", true, true, "submit=host"},
+	    {TUTTI_ENGINE_POSIX, "posix", false, false, NULL},
 	};
 	int rc, failed = 0;
 
@@ -316,9 +316,9 @@ t_run_per_engine(const char *suite, const struct CMUnitTest *tests, size_t nr, b
 		}
 		snprintf(name, sizeof(name), "%s/%s", suite, runs[i].name);
 		*engine = runs[i].engine;
-		t_gpu_io_submit = runs[i].submit;
+		t_engine_opts = runs[i].opts;
 		failed += _cmocka_run_group_tests(name, tests, nr, NULL, NULL);
 	}
-	t_gpu_io_submit = TUTTI_GPU_IO_SUBMIT_AUTO;
+	t_engine_opts = NULL;
 	return failed;
 }

@@ -36,15 +36,17 @@ int t_uring_probe(void);
  * A test program's main: run \p tests (cmocka, \p nr of them) once per engine this machine has,
  * *\p engine naming the one in use: uring and, with \p gpu_twin, gpu-uring driven by its host
  * twin (when io_uring works) twice, its I/O issued by the kernel's SQ thread and then by the
- * host (t_gpu_io_submit), then posix; suites are named "\p suite/<engine>". Returns the number
- * of failures, 1 when io_uring is there but broken, or T_EXIT_SKIP without O_DIRECT.
+ * host (t_engine_opts "submit=sqpoll", then "submit=host"), then posix; suites are named
+ * "\p suite/<engine>". Returns the number of failures, 1 when io_uring is there but broken, or
+ * T_EXIT_SKIP without O_DIRECT.
  */
 struct CMUnitTest;
 int t_run_per_engine(const char *suite, const struct CMUnitTest *tests, size_t nr, bool gpu_twin,
                      int *engine);
-/* The gpu_io_submit of the run in progress (enum tutti_gpu_io_submit), which t_store_opts() sets:
- * the engine's own choice (auto) outside t_run_per_engine(). */
-extern uint32_t t_gpu_io_submit;
+/* The engine options of the run in progress (gpu-uring's "submit=..."), which t_store_opts()
+ * gives a store of gpu-uring or auto (the engines that take them): NULL (the engine's own
+ * choice) outside t_run_per_engine(). */
+extern const char *t_engine_opts;
 
 /*
  * A test program's main for tests that mount filesystems: as root the process moves into a mount

@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -90,8 +91,8 @@ log_to_output(void *arg, int level, const char *msg)
 static uint32_t g_engine = TUTTI_ENGINE_GPU_URING;
 /* The I/O kernel's workers and the SMs they are packed into (0: the store's defaults). */
 static uint32_t g_io_workers, g_io_sms;
-/* How loads cross PCIe (enum tutti_gpu_io_copy): SM, then the copy engine. */
-static uint32_t g_gpu_io_copy = TUTTI_GPU_IO_COPY_AUTO;
+/* How loads cross PCIe (gpu-uring's option copy): auto (SM), then the copy engine. */
+static const char *g_gpu_io_copy = "auto";
 
 struct world {
 	char *dir;
@@ -109,6 +110,7 @@ world_open(struct world *w, const struct tutti_geometry *geo, enum t_layout layo
 {
 	const char *dirs[1];
 	struct tutti_store_opts o;
+	char opts[96];
 
 	memset(w, 0, sizeof(*w));
 	t_rng_init(&w->r, t_seed(1234));
@@ -128,14 +130,19 @@ world_open(struct world *w, const struct tutti_geometry *geo, enum t_layout layo
 	o.dirs = dirs;
 	o.nr_dirs = 1;
 	o.engine = g_engine;
-	o.gpu_io_copy = g_gpu_io_copy;
 	o.capacity_bytes = 64 * tutti_geometry_slot_bytes(geo);
 	o.staging_bytes = slots * tutti_geometry_object_bytes(geo);
 	o.key_bytes = KEY_BYTES;
 	o.log_fn = log_to_output;
-	if (g_io_workers != 0) {
-		o.gpu_io_workers = g_io_workers;
-		o.gpu_io_sms = g_io_sms;
+	/* gpu-uring's options, which auto takes too (gds takes none). */
+	if (g_engine == TUTTI_ENGINE_GPU_URING || g_engine == TUTTI_ENGINE_AUTO) {
+		int n = snprintf(opts, sizeof(opts), "copy=%s", g_gpu_io_copy);
+
+		if (g_io_workers != 0) {
+			snprintf(opts + n, sizeof(opts) - (size_t)n, ",workers=%u,sms=%u",
+			         g_io_workers, g_io_sms);
+		}
+		o.engine_opts = opts;
 	}
 	assert_int_equal(tutti_store_open(geo, &o, &w->st), 0);
 }
@@ -522,9 +529,9 @@ main(void)
 		return 77; /* no GPU here, built without CUDA, or no O_DIRECT */
 	}
 	rc = cmocka_run_group_tests_name("gpu-uring", tests, NULL, NULL);
-	g_gpu_io_copy = TUTTI_GPU_IO_COPY_DMA;
+	g_gpu_io_copy = "dma";
 	rc |= cmocka_run_group_tests_name("gpu-uring-dma", dma_tests, NULL, NULL);
-	g_gpu_io_copy = TUTTI_GPU_IO_COPY_AUTO;
+	g_gpu_io_copy = "auto";
 	g_engine = TUTTI_ENGINE_AUTO;
 	rc |= cmocka_run_group_tests_name("auto", auto_tests, NULL, NULL);
 	cufile = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);

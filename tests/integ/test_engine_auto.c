@@ -136,7 +136,6 @@ auto_engine(struct fixture *f, const struct tt_geo *geo, struct tt_log *log, int
 	    .staging_bytes = 1u << 20,
 	    .max_io_bytes = 1u << 20,
 	    .queue_depth = 8,
-	    .gpu_io_workers = TT_GPU_IO_WORKERS_DEFAULT,
 	    .log = log,
 	};
 	char *path = t_path_join(f->tmp, "data");

@@ -276,36 +276,90 @@ unknown_durability(struct fixture *f, struct tutti_store_opts *o)
 	o->durability = 7;
 }
 
+/* Engine options are checked by the engine the store opens with, before anything is made. */
 static void
 gpu_io_workers_zero(struct fixture *f, struct tutti_store_opts *o)
 {
-	o->gpu_io_workers = 0;
+	o->engine = TUTTI_ENGINE_GPU_URING;
+	o->engine_opts = "workers=0";
 }
 
 static void
 gpu_io_workers_65(struct fixture *f, struct tutti_store_opts *o)
 {
-	o->gpu_io_workers = 65;
+	o->engine = TUTTI_ENGINE_GPU_URING;
+	o->engine_opts = "workers=65";
 }
 
 static void
 gpu_io_sms_65(struct fixture *f, struct tutti_store_opts *o)
 {
-	o->gpu_io_sms = 65;
+	o->engine = TUTTI_ENGINE_GPU_URING;
+	o->engine_opts = "sms=65";
 }
 
 /* 32 workers and the driver need 6 SMs at 6 to an SM. */
 static void
 gpu_io_sms_too_few(struct fixture *f, struct tutti_store_opts *o)
 {
-	o->gpu_io_workers = 32;
-	o->gpu_io_sms = 5;
+	o->engine = TUTTI_ENGINE_GPU_URING;
+	o->engine_opts = "workers=32,sms=5";
 }
 
 static void
 unknown_gpu_io_copy(struct fixture *f, struct tutti_store_opts *o)
 {
-	o->gpu_io_copy = TUTTI_GPU_IO_COPY_DMA + 1;
+	o->engine = TUTTI_ENGINE_GPU_URING;
+	o->engine_opts = "copy=3";
+}
+
+static void
+auto_sms_too_few(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->engine = TUTTI_ENGINE_AUTO;
+	o->engine_opts = "workers=32,sms=5";
+}
+
+static void
+posix_threads_4097(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->engine = TUTTI_ENGINE_POSIX;
+	o->engine_opts = "threads=4097";
+}
+
+/* An option of another engine: gpu-uring's workers to uring or posix. */
+static void
+option_of_another_engine(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->engine_opts = "workers=29";
+}
+
+static void
+option_without_value(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->engine = TUTTI_ENGINE_POSIX;
+	o->engine_opts = "threads";
+}
+
+static void
+option_given_twice(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->engine = TUTTI_ENGINE_POSIX;
+	o->engine_opts = "threads=2,threads=3";
+}
+
+static void
+option_trailing_comma(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->engine = TUTTI_ENGINE_POSIX;
+	o->engine_opts = "threads=2,";
+}
+
+static void
+option_not_a_number(struct fixture *f, struct tutti_store_opts *o)
+{
+	o->engine = TUTTI_ENGINE_POSIX;
+	o->engine_opts = "threads=-1";
 }
 
 static void
@@ -347,11 +401,18 @@ test_open_invalid_options_are_einval_and_create_nothing(void **state)
 	    {"unknown engine", unknown_engine, true},
 	    {"ns_bytes without ns", ns_bytes_without_ns, true},
 	    {"unknown durability", unknown_durability, true},
-	    {"gpu_io_workers 0", gpu_io_workers_zero, true},
-	    {"gpu_io_workers 65", gpu_io_workers_65, true},
-	    {"gpu_io_sms 65", gpu_io_sms_65, true},
-	    {"gpu_io_sms 5 for 32 workers", gpu_io_sms_too_few, true},
-	    {"gpu_io_copy 3", unknown_gpu_io_copy, true},
+	    {"gpu-uring workers=0", gpu_io_workers_zero, true},
+	    {"gpu-uring workers=65", gpu_io_workers_65, true},
+	    {"gpu-uring sms=65", gpu_io_sms_65, true},
+	    {"gpu-uring sms=5 for 32 workers", gpu_io_sms_too_few, true},
+	    {"gpu-uring copy=3", unknown_gpu_io_copy, true},
+	    {"auto sms=5 for 32 workers", auto_sms_too_few, true},
+	    {"posix threads=4097", posix_threads_4097, true},
+	    {"workers=29 to uring or posix", option_of_another_engine, true},
+	    {"posix threads without a value", option_without_value, true},
+	    {"posix threads given twice", option_given_twice, true},
+	    {"posix options ending in a comma", option_trailing_comma, true},
+	    {"posix threads=-1", option_not_a_number, true},
 	    {"unknown flag", unknown_flag, true},
 	    {"invalid geometry", invalid_geometry, true},
 	};
@@ -388,18 +449,63 @@ test_open_staging_of_exactly_one_object_is_enough(void **state)
 	tutti_store_close(open_expect(f, 0));
 }
 
-/* The fewest SMs that hold the workers and the ring's driver, 6 to an SM, are accepted. */
+/* The fewest SMs that hold the workers and the ring's driver, 6 to an SM, are accepted (by auto,
+ * which takes gpu-uring's options and sets its ring up only for GPU KV). */
 static void
 test_open_gpu_io_sms_at_the_packing_bound_is_accepted(void **state)
 {
 	struct fixture *f = *state;
 
-	f->opts.gpu_io_workers = 32;
-	f->opts.gpu_io_sms = 6;
+	f->opts.engine = TUTTI_ENGINE_AUTO;
+	f->opts.engine_opts = "workers=32,sms=6";
 	tutti_store_close(open_expect(f, 0));
-	f->opts.gpu_io_workers = 1;
-	f->opts.gpu_io_sms = 1;
+	f->opts.engine_opts = "workers=1,sms=1,submit=host,copy=dma,threads=3";
 	tutti_store_close(open_expect(f, 0));
+	f->opts.engine_opts = "";
+	tutti_store_close(open_expect(f, 0));
+}
+
+/* A refused option is said in one line that names the engine, the key, the value and what the
+ * key allows. */
+static void
+test_open_engine_options_are_refused_with_their_reason(void **state)
+{
+	struct fixture *f = *state;
+	static const struct {
+		uint32_t engine;
+		const char *opts, *says;
+	} cases[] = {
+	    {TUTTI_ENGINE_GPU_URING, "workers=0",
+	     "engine gpu-uring: workers=0 is out of its range 1..64"},
+	    {TUTTI_ENGINE_GPU_URING, "sms=1,submit=kernel",
+	     "engine gpu-uring: submit=kernel is not one of auto, sqpoll, host"},
+	    {TUTTI_ENGINE_AUTO, "copy=SM", "engine auto: copy=SM is not one of auto, sm, dma"},
+	    {TUTTI_ENGINE_POSIX, "threads=x",
+	     "engine posix: threads=x is not a whole number in 0..4096"},
+	    {TUTTI_ENGINE_POSIX, "workers=2",
+	     "engine posix: unknown option 'workers' (its options: threads)"},
+	    {TUTTI_ENGINE_URING, "threads=2",
+	     "engine uring: unknown option 'threads' (it takes none)"},
+	    {TUTTI_ENGINE_GPU_URING, "workers=29;sms=5",
+	     "engine gpu-uring: workers=29;sms=5 is not a whole"},
+	    {TUTTI_ENGINE_GPU_URING, "=5", "engine gpu-uring: option '=5' is not key=value"},
+	    {TUTTI_ENGINE_POSIX, "threads=1,threads=1",
+	     "engine posix: option threads is given twice"},
+	    {TUTTI_ENGINE_GPU_URING, "workers=32,sms=5",
+	     "engine gpu-uring: sms=5 cannot hold 32 workers and the ring's driver"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		f->opts.engine = cases[i].engine;
+		f->opts.engine_opts = cases[i].opts;
+		t_log_reset(&f->rec);
+		assert_null(open_expect(f, -EINVAL));
+		if (!t_log_contains(&f->rec, cases[i].says)) {
+			fail_msg("engine_opts '%s': the log does not say '%s'", cases[i].opts,
+			         cases[i].says);
+		}
+		assert_int_equal(f->rec.nr_err, 1);
+	}
 }
 
 static void
@@ -789,6 +895,7 @@ main(void)
 	    T(test_open_invalid_options_are_einval_and_create_nothing),
 	    T(test_open_staging_of_exactly_one_object_is_enough),
 	    T(test_open_gpu_io_sms_at_the_packing_bound_is_accepted),
+	    T(test_open_engine_options_are_refused_with_their_reason),
 	    T(test_open_engine_gds_needs_libcufile),
 	    T(test_open_second_handle_is_ebusy_until_the_first_closes),
 	    T(test_open_store_sharing_one_directory_is_ebusy),

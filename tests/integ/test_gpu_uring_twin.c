@@ -26,7 +26,7 @@
 #include <dirent.h>
 #include <stdio.h>
 
-#include "gpu_uring/gpu_uring.h"
+#include "engine/gpu_uring/ring.h"
 #include "t_util.h"
 
 #define IO_BYTES 4096u

@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,12 +111,16 @@ open_store_threads(struct fixture *f, const char *dir, uint32_t staging_units,
 	const char *dirs[1] = {dir};
 	struct tutti_store_opts o;
 	struct tutti_store *st = NULL;
+	char opts[32];
 
 	t_batch_store_opts(&f->batch, &o, dirs, (uint32_t)g_engine, &f->rec);
 	o.queue_depth = DEPTH;
 	o.max_io_bytes = 2 * tutti_geometry_object_bytes(&f->batch.geo);
 	o.staging_bytes = staging_units * o.max_io_bytes;
-	o.posix_threads = posix_threads;
+	if (posix_threads != 0 && g_engine == TUTTI_ENGINE_POSIX) {
+		snprintf(opts, sizeof(opts), "threads=%u", posix_threads);
+		o.engine_opts = opts;
+	}
 	assert_int_equal(tutti_store_open(&f->batch.geo, &o, &st), 0);
 	return st;
 }
@@ -205,7 +210,7 @@ test_a_damaged_object_fails_its_chunk_alone(void **state)
 	}
 }
 
-/* Whether lanes run for this engine here: posix always (posix_threads), uring with more than one
+/* Whether lanes run for this engine here: posix always (its threads), uring with more than one
  * online CPU. */
 static bool
 lanes_here(void)
@@ -264,8 +269,8 @@ test_other_files_take_whole_runs_of_objects(void **state)
 	t_store_case_free(&tc);
 }
 
-/* A round trip through engine posix with \p posix_threads (0: the store's default) in \p where,
- * bit-exact, over \p lanes lanes (0: the calling thread alone). */
+/* A round trip through engine posix with \p posix_threads (its option threads; 0: the default)
+ * in \p where, bit-exact, over \p lanes lanes (0: the calling thread alone). */
 static void
 expect_lanes(struct fixture *f, const char *where, const char *name, uint32_t posix_threads,
              uint32_t lanes)
@@ -281,7 +286,7 @@ expect_lanes(struct fixture *f, const char *where, const char *name, uint32_t po
 }
 
 /* Engine posix's lanes by default: one per unit slot, but on tmpfs, where every I/O is a copy by
- * the lane's own thread, no more than the online CPUs; posix_threads set, that many. */
+ * the lane's own thread, no more than the online CPUs; its option threads set, that many. */
 static void
 test_posix_lanes_on_page_cache_no_more_than_cpus(void **state)
 {

@@ -975,7 +975,7 @@ test_store_stats_counters_move_as_expected(void **state)
 	 * issues its I/O they are that thread's calls, at least one for what was saved. */
 	if (g_engine != TUTTI_ENGINE_GPU_URING) {
 		assert_true(s.io_submits > 0 && s.io_submits <= s.io_ops);
-	} else if (t_gpu_io_submit == TUTTI_GPU_IO_SUBMIT_HOST) {
+	} else if (t_engine_opts != NULL && strcmp(t_engine_opts, "submit=host") == 0) {
 		assert_true(s.io_submits > 0);
 	}
 
@@ -1017,7 +1017,9 @@ qd3_one_object(struct tutti_store_opts *o)
 {
 	o->queue_depth = 3;
 	o->max_io_bytes = 4096;
-	o->posix_threads = 2;
+	if (o->engine == TUTTI_ENGINE_POSIX) {
+		o->engine_opts = "threads=2";
+	}
 }
 
 static void
@@ -1206,6 +1208,7 @@ test_store_gpu_uring_dma_on_tmpfs_keeps_the_cap_on_ios_in_flight(void **state)
 	struct fixture *f = *state;
 	struct tutti_geometry g;
 	char shm[] = "/dev/shm/tutti-test.XXXXXX";
+	char opts[64];
 	char *dir;
 	const char *dirs[1];
 	struct tutti_store_opts o;
@@ -1227,7 +1230,9 @@ test_store_gpu_uring_dma_on_tmpfs_keeps_the_cap_on_ios_in_flight(void **state)
 	dir = t_path_join(shm, "dma");
 	dirs[0] = dir;
 	t_store_opts(&o, &g, dirs, 1, 20, (uint32_t)g_engine, &f->rec);
-	o.gpu_io_copy = TUTTI_GPU_IO_COPY_DMA;
+	snprintf(opts, sizeof(opts), "%s%scopy=dma", o.engine_opts != NULL ? o.engine_opts : "",
+	         o.engine_opts != NULL ? "," : "");
+	o.engine_opts = opts;
 	o.staging_bytes = 96ull << 20;
 	o.log_level = TUTTI_LOG_DEBUG;
 	t_log_reset(&f->rec);

@@ -73,7 +73,9 @@ open_store(struct fixture *f, const char *dir, uint32_t slots, bool waves)
 
 	t_batch_store_opts(&f->batch, &o, dirs, (uint32_t)g_engine, &f->rec);
 	o.queue_depth = 8;
-	o.posix_threads = 4;
+	if (g_engine == TUTTI_ENGINE_POSIX) {
+		o.engine_opts = "threads=4";
+	}
 	o.max_io_bytes = (slots > 1 ? 2 : 1) * tutti_geometry_object_bytes(&f->batch.geo);
 	o.staging_bytes = (uint64_t)slots * tutti_geometry_object_bytes(&f->batch.geo);
 	assert_int_equal(tutti_store_open(&f->batch.geo, &o, &st), 0);

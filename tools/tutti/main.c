@@ -13,6 +13,70 @@
 #include "format/format.h"
 #include "kvbench.h"
 
+/* Print \p text from column 0 of a line that has \p col columns already, wrapped at word
+ * boundaries to WIDTH columns, continued lines indented by \p indent. */
+#define WIDTH 96
+static void
+print_wrapped(FILE *f, const char *text, int col, int indent)
+{
+	while (*text != '\0') {
+		int n = (int)strcspn(text, " ");
+
+		if (col > indent && col + 1 + n > WIDTH) {
+			fprintf(f, "\n%*s", indent, "");
+			col = indent;
+		} else if (col > indent) {
+			fputc(' ', f);
+			col++;
+		}
+		fprintf(f, "%.*s", n, text);
+		col += n;
+		text += n;
+		text += strspn(text, " ");
+	}
+	fputc('\n', f);
+}
+
+/* The engines and the options each takes, as the library lists them: a new engine or option
+ * shows here without a change to this program. */
+static void
+print_engines(FILE *f)
+{
+	fprintf(f, "\nengines (--engine NAME) and their options (--engine-opts KEY=VALUE,...):\n");
+	for (uint32_t e = 0; e < tutti_engine_count(); e++) {
+		struct tutti_engine_info info = {.size = sizeof(info)};
+
+		if (tutti_engine_info(e, &info) < 0) {
+			continue;
+		}
+		fprintf(f, "  %-10s", info.name);
+		print_wrapped(f, info.description, 12, 12);
+		for (uint32_t i = 0; i < info.nr_options; i++) {
+			struct tutti_engine_option o = {.size = sizeof(o)};
+			char head[128];
+			int n;
+
+			if (tutti_engine_option(e, i, &o) < 0) {
+				continue;
+			}
+			if (o.kind == TUTTI_ENGINE_OPTION_CHOICE) {
+				n = snprintf(head, sizeof(head), "    %s=", o.name);
+				for (uint32_t k = 0; k < o.nr_choices && n < (int)sizeof(head);
+				     k++) {
+					n += snprintf(head + n, sizeof(head) - (size_t)n, "%s%s",
+					              k > 0 ? "|" : "", o.choices[k]);
+				}
+				fprintf(f, "%s (default %s):", head, o.choices[o.def]);
+			} else {
+				fprintf(f, "    %s=%llu..%llu (default %llu):", o.name,
+				        (unsigned long long)o.min, (unsigned long long)o.max,
+				        (unsigned long long)o.def);
+			}
+			print_wrapped(f, o.help, WIDTH, 8);
+		}
+	}
+}
+
 static void
 usage(FILE *f)
 {
@@ -50,9 +114,9 @@ usage(FILE *f)
 	    "  --context N          tokens per request (default 32768)\n"
 	    "  --requests N         requests sharing the prefix (default 1)\n"
 	    "  --shared N           shared prefix tokens (default 0)\n"
-	    "  --engine NAME        uring (default), posix, gpu-uring or auto\n"
-	    "  --gpu-io-submit X    gpu-uring: who issues its I/O: auto (default), sqpoll or\n"
-	    "                       host (include/tutti/store.h)\n"
+	    "  --engine NAME        one of the engines below (default uring)\n"
+	    "  --engine-opts S      the engine's options: KEY=VALUE pairs separated by commas,\n"
+	    "                       the keys below (default: every default)\n"
 	    "  --dir DIR            store directory; repeat for several disks (default "
 	    "tutti-store)\n"
 	    "  --layout NAME        kv-first (default), packed or cross-layer\n"
@@ -74,6 +138,7 @@ usage(FILE *f)
 	    "1..65536, --staging-mib 1..1048576, --io-kib 4..1048576, --queue-depth 1..4096,\n"
 	    "--repeats 1..64); a workload needing more host memory than the machine has is\n"
 	    "refused before anything is allocated.\n");
+	print_engines(f);
 }
 
 enum {
@@ -88,7 +153,7 @@ enum {
 	OPT_REQUESTS,
 	OPT_SHARED,
 	OPT_ENGINE,
-	OPT_GPU_IO_SUBMIT,
+	OPT_ENGINE_OPTS,
 	OPT_DIR,
 	OPT_LAYOUT,
 	OPT_LAYERWISE,
@@ -119,7 +184,7 @@ static const struct option options[] = {
     {"requests", required_argument, NULL, OPT_REQUESTS},
     {"shared", required_argument, NULL, OPT_SHARED},
     {"engine", required_argument, NULL, OPT_ENGINE},
-    {"gpu-io-submit", required_argument, NULL, OPT_GPU_IO_SUBMIT},
+    {"engine-opts", required_argument, NULL, OPT_ENGINE_OPTS},
     {"dir", required_argument, NULL, OPT_DIR},
     {"layout", required_argument, NULL, OPT_LAYOUT},
     {"layerwise", no_argument, NULL, OPT_LAYERWISE},
@@ -206,12 +271,9 @@ apply_option(int opt, const char *arg, struct kvbench_conf *c, bool *json, bool 
 			c->engine = (uint32_t)rc;
 		}
 		return rc < 0 ? rc : 0;
-	case OPT_GPU_IO_SUBMIT:
-		rc = tutti_gpu_io_submit_parse(arg);
-		if (rc >= 0) {
-			c->gpu_io_submit = (uint32_t)rc;
-		}
-		return rc < 0 ? rc : 0;
+	case OPT_ENGINE_OPTS:
+		c->engine_opts = arg; /* the engine checks them when the store opens */
+		return 0;
 	case OPT_DIR:
 		if (!*dir_given) {
 			c->nr_dirs = 0;

@@ -101,22 +101,30 @@ def test_async_load_and_layerwise_are_refused_together(tmp_path):
 
 
 def test_gpu_io_footprint_keys_are_checked_and_reach_the_store(tmp_path):
-    for bad in (-1, "5", 2.5, True):
-        with pytest.raises(ValueError, match="gpu_io_sms must be a whole number"):
-            TuttiConfig.from_extra(extra(tmp_path, gpu_io_sms=bad), BS)
-    cfg = TuttiConfig.from_extra(extra(tmp_path, gpu_io_workers=11, gpu_io_sms=2), BS)
-    assert (cfg.gpu_io_workers, cfg.gpu_io_sms) == (11, 2)
-    assert TuttiConfig.from_extra(extra(tmp_path), BS).gpu_io_sms == 0
+    for bad in (5, ["workers=5"], {"workers": True}, {"workers": 2.5}, {"workers": "5,sms=1"}):
+        with pytest.raises(ValueError, match="engine_opts"):
+            TuttiConfig.from_extra(extra(tmp_path, engine_opts=bad), BS)
+    # The keys of earlier releases are refused, naming what replaced them.
+    for old, new in (("gpu_io_workers", "workers"), ("gpu_io_sms", "sms")):
+        with pytest.raises(ValueError, match=f"\"{old}\" is now engine_opts \"{new}=N\""):
+            TuttiConfig.from_extra(extra(tmp_path, **{old: 2}), BS)
+    cfg = TuttiConfig.from_extra(extra(tmp_path, engine_opts={"workers": 11, "sms": 2}), BS)
+    assert cfg.engine_opts == "workers=11,sms=2"
+    assert TuttiConfig.from_extra(extra(tmp_path, engine_opts="workers=11,sms=2"),
+                                  BS).engine_opts == "workers=11,sms=2"
+    assert TuttiConfig.from_extra(extra(tmp_path), BS).engine_opts == ""
     geo = Geometry(nr_layers=2, nr_kv_heads=2, head_dim=64, elem_bytes=2, block_tokens=16,
                    chunk_tokens=CHUNK)
     key, _ = stores.acquire_store(cfg, cfg.dirs, geo, b"footprint")
     stores.release_store(key)
-    # The library checks the packing it is given: 11 workers and the ring's driver do not fit
-    # in 1 SM (6 groups at most).
-    cfg = TuttiConfig.from_extra(extra(tmp_path, gpu_io_workers=11, gpu_io_sms=1), BS)
-    with pytest.raises(OSError) as e:
-        stores.acquire_store(cfg, cfg.dirs, geo, b"footprint")
-    assert e.value.errno == errno.EINVAL
+    # The engine checks the packing it is given: 11 workers and the ring's driver do not fit
+    # in 1 SM (6 groups at most); and the values it takes.
+    for opts, says in (("workers=11,sms=1", "sms=1 cannot hold 11 workers"),
+                       ("sms=-1", "sms=-1 is not a whole number in 0..64")):
+        cfg = TuttiConfig.from_extra(extra(tmp_path, engine_opts=opts), BS)
+        with pytest.raises(OSError) as e:
+            stores.acquire_store(cfg, cfg.dirs, geo, b"footprint")
+        assert e.value.errno == errno.EINVAL and says in str(e.value)
 
 
 # vLLM's hooks: in order; the last layer first (each earlier one is then waited for at that

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import vllm
 from vllm.v1.kv_cache_interface import AttentionSpec
 
-from tutti.store import Geometry
+from tutti.store import Geometry, engine_opts_text, engines
 from tutti.vllm import compat, ranks, remote_tier
 from tutti.vllm.fingerprint import FINGERPRINT_MODES, overrides_digest, weights_fingerprint
 from tutti.vllm.log import log
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 KNOWN_KEYS = frozenset({
     "dirs", "dir", "capacity_gb", "capacity_bytes", "chunk_tokens", "engine", "durability",
-    "staging_mb", "gpu_io_workers", "gpu_io_sms", "namespace", "async_load", "async_save",
+    "staging_mb", "engine_opts", "namespace", "async_load", "async_save",
     "layerwise", "remote", "load_policy", "share_loads", "fingerprint",
 })
 
@@ -44,8 +44,9 @@ class TuttiConfig:
     engine: str = "auto"
     durability: str = "fast"
     staging_bytes: int = 0
-    gpu_io_workers: int = 0  # 0: the store's defaults (include/tutti/store.h)
-    gpu_io_sms: int = 0
+    # The engine's options, key=value pairs separated by commas ("": its defaults); the engine
+    # checks them when the store opens (include/tutti/engine.h).
+    engine_opts: str = ""
     namespace: str = ""
     # None until resolved ("auto"): on for GPU KV unless layerwise is asked for
     # (ConnectorContext).
@@ -74,6 +75,10 @@ class TuttiConfig:
         """Parse ``kv_connector_extra_config``; a bad value raises ``ValueError`` naming its
         key, what it must be and what it was."""
         extra = dict(extra or {})
+        for old, new in RENAMED_KEYS.items():
+            if old in extra:
+                raise ValueError(f"TuttiConnector: \"{old}\" is now {new} (the engine's own "
+                                 f"options)")
         unknown = sorted(set(extra) - KNOWN_KEYS)
         if unknown:
             raise ValueError(f"TuttiConnector: unknown kv_connector_extra_config keys {unknown}; "
@@ -102,7 +107,7 @@ class TuttiConfig:
         if chunk <= 0 or chunk % block_size:
             raise ValueError(f"TuttiConnector: \"chunk_tokens\" {chunk} must be a positive "
                              f"multiple of vLLM's block size {block_size}")
-        engine = parse_choice(extra.get("engine", "auto"), "engine", ENGINES)
+        engine = parse_choice(extra.get("engine", "auto"), "engine", tuple(engines()))
         durability = parse_choice(extra.get("durability", "fast"), "durability", DURABILITY)
         staging_mb = parse_number(extra.get("staging_mb", 0), "staging_mb")
         if staging_mb < 0:
@@ -126,15 +131,8 @@ class TuttiConfig:
         share_loads = parse_flag(extra.get("share_loads", True), "share_loads")
         fingerprint = parse_choice(extra.get("fingerprint", "full"), "fingerprint",
                                    FINGERPRINT_MODES)
-        io = {}
-        for k in ("gpu_io_workers", "gpu_io_sms"):
-            v = extra.get(k, 0)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"TuttiConnector: {k} must be a whole number >= 0 (0: the "
-                                 f"store's default), not {v!r}")
-            io[k] = v
         return cls(dirs=dirs, capacity_bytes=capacity, chunk_tokens=chunk,
-                   gpu_io_workers=io["gpu_io_workers"], gpu_io_sms=io["gpu_io_sms"],
+                   engine_opts=parse_engine_opts(extra.get("engine_opts", "")),
                    capacity_key="capacity_bytes" if "capacity_bytes" in extra else "capacity_gb",
                    engine=engine, durability=durability,
                    staging_bytes=int(staging_mb * 2**20), namespace=namespace,
@@ -143,7 +141,6 @@ class TuttiConfig:
                    remote=remote_tier.RemoteConfig.from_extra(extra.get("remote")))
 
 
-ENGINES = ("auto", "uring", "posix", "gpu-uring", "gds")
 DURABILITY = ("fast", "durable")
 LOAD_POLICIES = ("auto", "always")
 
@@ -185,6 +182,24 @@ def parse_number(v: Any, key: str, whole: bool = False) -> float:
     if x != x or x in (float("inf"), float("-inf")) or (whole and x != int(x)):
         raise ValueError(f"TuttiConnector: \"{key}\" must be {what}, not {v!r}")
     return x
+
+
+RENAMED_KEYS = {"gpu_io_workers": "engine_opts \"workers=N\"",
+                "gpu_io_sms": "engine_opts \"sms=N\""}
+
+
+def parse_engine_opts(v: Any) -> str:
+    """``engine_opts``: a string of key=value pairs separated by commas, or an object of them,
+    as the library takes it; the engine checks keys and values when the store opens."""
+    if isinstance(v, dict):
+        try:
+            return engine_opts_text(v)
+        except OSError as e:
+            raise ValueError(f"TuttiConnector: \"engine_opts\": {e.strerror}") from None
+    if not isinstance(v, str):
+        raise ValueError(f"TuttiConnector: \"engine_opts\" must be a string of key=value pairs "
+                         f"separated by commas, or an object of them, not {v!r}")
+    return v
 
 
 def parse_choice(v: Any, key: str, choices: tuple[str, ...]) -> str:

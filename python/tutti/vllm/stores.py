@@ -65,8 +65,8 @@ def _open_store(cfg: TuttiConfig, dirs: list[str], geo: Geometry, ns: bytes) -> 
     # cannot be set up, to posix where io_uring is refused), with one log line saying why.
     return Store(dirs, geo, capacity_bytes=cfg.capacity_bytes, ns=ns, engine=cfg.engine,
                  durability=cfg.durability, key_bytes=KEY_BYTES,
-                 staging_bytes=cfg.staging_bytes, gpu_io_workers=cfg.gpu_io_workers,
-                 gpu_io_sms=cfg.gpu_io_sms, replace=True, log=log, log_level=LOG_INFO)
+                 staging_bytes=cfg.staging_bytes, engine_opts=cfg.engine_opts, replace=True,
+                 log=log, log_level=LOG_INFO)
 
 
 def release_store(key: StoreKey) -> None:

@@ -2,20 +2,24 @@
 /*
  * Description: src/engine/engine.c, the engine-independent wrapper, over a fake engine: argument
  * checks at create, -EAGAIN past the depth, in-flight accounting, reap's min clamp, counters,
- * engine lookup by kind and tutti_engine_parse().
+ * engine lookup by kind and tutti_engine_parse(); the engines and their options as the public
+ * API lists them (tutti_engine_count/info/option), and the one parser of engine_opts
+ * (src/engine/options.c).
  */
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "engine/engine_impl.h"
-#include "gpu_uring/proto.h"
+#include "engine/gpu_uring/gpu_uring.h"
+#include "engine/gpu_uring/proto.h"
 #include "tutti/store.h"
 
 /* A fake engine: completes everything submitted, in order, when reaped. */
@@ -269,6 +273,41 @@ test_io_state_advance_continues_a_vector_after_short_transfers(void **state)
 	assert_true(tt_io_state_advance(&st, 8192 - 512));
 }
 
+/* Option \p name of \p engine, or fail. */
+static struct tutti_engine_option
+option_named(uint32_t engine, const char *name)
+{
+	struct tutti_engine_info info = {.size = sizeof(info)};
+	struct tutti_engine_option o = {.size = sizeof(o)};
+
+	assert_int_equal(tutti_engine_info(engine, &info), 0);
+	for (uint32_t i = 0; i < info.nr_options; i++) {
+		assert_int_equal(tutti_engine_option(engine, i, &o), 0);
+		if (strcmp(o.name, name) == 0) {
+			return o;
+		}
+	}
+	fail_msg("engine %s has no option %s", info.name, name);
+	return o;
+}
+
+/* \p name of \p engine is a choice of exactly the three \p names, in order, the first the
+ * default. */
+static void
+expect_choices(uint32_t engine, const char *name, const char *names[3])
+{
+	struct tutti_engine_option o = option_named(engine, name);
+
+	assert_int_equal(o.kind, TUTTI_ENGINE_OPTION_CHOICE);
+	assert_int_equal(o.nr_choices, 3);
+	assert_int_equal(o.min, 0);
+	assert_int_equal(o.max, 2);
+	assert_int_equal(o.def, 0);
+	for (uint32_t k = 0; k < 3; k++) {
+		assert_string_equal(o.choices[k], names[k]);
+	}
+}
+
 static void
 test_engine_kinds_and_names(void **state)
 {
@@ -296,24 +335,161 @@ test_engine_kinds_and_names(void **state)
 	assert_int_equal(tutti_engine_parse(""), -EINVAL);
 	assert_int_equal(tutti_engine_parse("POSIX"), -EINVAL);
 	assert_int_equal(tutti_engine_parse(NULL), -EINVAL);
-	/* Who issues gpu-uring's I/O: each name parses back to its value. */
-	for (uint32_t k = TUTTI_GPU_IO_SUBMIT_AUTO; k <= TUTTI_GPU_IO_SUBMIT_HOST; k++) {
-		assert_non_null(tutti_gpu_io_submit_name(k));
-		assert_int_equal(tutti_gpu_io_submit_parse(tutti_gpu_io_submit_name(k)), (int)k);
+	/* Who issues gpu-uring's I/O, and how its loads cross into HBM: the choices of its options
+	 * submit and copy, a value its name's index, auto the default. */
+	expect_choices(TUTTI_ENGINE_GPU_URING, "submit",
+	               (const char *[]){"auto", "sqpoll", "host"});
+	expect_choices(TUTTI_ENGINE_GPU_URING, "copy", (const char *[]){"auto", "sm", "dma"});
+	expect_choices(TUTTI_ENGINE_AUTO, "submit", (const char *[]){"auto", "sqpoll", "host"});
+	expect_choices(TUTTI_ENGINE_AUTO, "copy", (const char *[]){"auto", "sm", "dma"});
+}
+
+/* Every engine is listed with its name, a description and its options, each option with a help
+ * line and a default it accepts; asking past the end, or with a wrong size, is refused. */
+static void
+test_engine_info_lists_every_engine_and_its_options(void **state)
+{
+	static const struct {
+		uint32_t engine;
+		const char *options;
+	} want[] = {
+	    {TUTTI_ENGINE_URING, ""},
+	    {TUTTI_ENGINE_POSIX, "threads"},
+	    {TUTTI_ENGINE_GPU_URING, "workers sms submit copy"},
+	    {TUTTI_ENGINE_GDS, ""},
+	    {TUTTI_ENGINE_AUTO, "workers sms submit copy threads"},
+	};
+	struct tutti_engine_info info = {.size = sizeof(info)};
+	struct tutti_engine_option o = {.size = sizeof(o)};
+
+	assert_int_equal(tutti_engine_count(), 5);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		char names[128] = "";
+		size_t used = 0;
+
+		assert_int_equal(tutti_engine_info(want[i].engine, &info), 0);
+		assert_int_equal(info.size, sizeof(info));
+		assert_int_equal(info.engine, want[i].engine);
+		assert_string_equal(info.name, tutti_engine_name(want[i].engine));
+		assert_true(strlen(info.description) > 10);
+		assert_true(info.nr_options <= TT_ENGINE_MAX_OPTS);
+		for (uint32_t k = 0; k < info.nr_options; k++) {
+			assert_int_equal(tutti_engine_option(want[i].engine, k, &o), 0);
+			assert_true(strlen(o.help) > 10);
+			assert_true(o.min <= o.def && o.def <= o.max);
+			if (o.kind == TUTTI_ENGINE_OPTION_INT) {
+				assert_null(o.choices);
+				assert_int_equal(o.nr_choices, 0);
+			} else {
+				assert_int_equal(o.kind, TUTTI_ENGINE_OPTION_CHOICE);
+				assert_int_equal(o.max, o.nr_choices - 1);
+				assert_null(o.choices[o.nr_choices]);
+			}
+			used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
+			                         k > 0 ? " " : "", o.name);
+		}
+		assert_string_equal(names, want[i].options);
+		assert_int_equal(tutti_engine_option(want[i].engine, info.nr_options, &o), -ENOENT);
 	}
-	assert_string_equal(tutti_gpu_io_submit_name(TUTTI_GPU_IO_SUBMIT_SQPOLL), "sqpoll");
-	assert_null(tutti_gpu_io_submit_name(TUTTI_GPU_IO_SUBMIT_HOST + 1));
-	assert_null(tutti_gpu_io_submit_name(UINT32_MAX));
-	assert_int_equal(tutti_gpu_io_submit_parse("SQPOLL"), -EINVAL);
-	assert_int_equal(tutti_gpu_io_submit_parse(NULL), -EINVAL);
-	for (uint32_t k = 0; k <= TUTTI_GPU_IO_COPY_DMA; k++) {
-		assert_non_null(tutti_gpu_io_copy_name(k));
-		assert_int_equal(tutti_gpu_io_copy_parse(tutti_gpu_io_copy_name(k)), (int)k);
+	/* The defaults of the store's options before they were strings. */
+	o = option_named(TUTTI_ENGINE_GPU_URING, "workers");
+	assert_int_equal(o.def, 29);
+	assert_int_equal(o.min, 1);
+	assert_int_equal(o.max, 64);
+	o = option_named(TUTTI_ENGINE_GPU_URING, "sms");
+	assert_int_equal(o.def, 0);
+	assert_int_equal(o.max, 64);
+	o = option_named(TUTTI_ENGINE_POSIX, "threads");
+	assert_int_equal(o.def, 0);
+	assert_int_equal(o.max, 4096);
+	assert_int_equal(tutti_engine_info(tutti_engine_count(), &info), -ENOENT);
+	assert_int_equal(tutti_engine_info(UINT32_MAX, &info), -ENOENT);
+	assert_int_equal(tutti_engine_info(0, NULL), -EINVAL);
+	info.size = sizeof(info) - 8;
+	assert_int_equal(tutti_engine_info(0, &info), -EINVAL);
+	assert_int_equal(tutti_engine_option(TUTTI_ENGINE_AUTO + 1, 0, &o), -ENOENT);
+	assert_int_equal(tutti_engine_option(TUTTI_ENGINE_POSIX, 0, NULL), -EINVAL);
+	o.size = 0;
+	assert_int_equal(tutti_engine_option(TUTTI_ENGINE_POSIX, 0, &o), -EINVAL);
+}
+
+struct lines {
+	uint32_t n;
+	char last[256];
+};
+
+static void
+keep_line(void *arg, int level, const char *msg)
+{
+	struct lines *l = arg;
+
+	l->n++;
+	snprintf(l->last, sizeof(l->last), "%s", msg);
+}
+
+/* The parser: defaults for keys not given, values in the table's order, and one log line for
+ * each string it refuses. */
+static void
+test_engine_opts_parse_takes_values_and_refuses_with_one_line(void **state)
+{
+	static const struct {
+		const char *text;
+		uint32_t vals[5];
+	} good[] = {
+	    {NULL, {29, 0, 0, 0, 0}},
+	    {"", {29, 0, 0, 0, 0}},
+	    {"workers=5", {5, 0, 0, 0, 0}},
+	    {"threads=8,copy=dma,sms=64,submit=host,workers=64", {64, 64, 2, 2, 8}},
+	    {"workers=1,sms=0", {1, 0, 0, 0, 0}},
+	    {"threads=4096", {29, 0, 0, 0, 4096}},
+	    {"workers=0064", {64, 0, 0, 0, 0}},
+	};
+	static const char *const bad[] = {
+	    "workers=65",
+	    "workers=0",
+	    "sms=65",
+	    "threads=4097",
+	    "workers=",
+	    "workers=+5",
+	    "workers=5x",
+	    "workers",
+	    "=5",
+	    ",",
+	    "workers=5,",
+	    ",workers=5",
+	    "submit=",
+	    "submit=Host",
+	    "copy=dma ",
+	    " copy=dma",
+	    "cores=4",
+	    "workers=1,workers=1",
+	    "threads=99999999999",
+	    "workers=4294967301",
+	};
+	const struct tt_engine_ops *ops = tt_engine_ops_for(TUTTI_ENGINE_AUTO);
+	struct lines lines = {0};
+	struct tt_log log = {.fn = keep_line, .arg = &lines, .level = TUTTI_LOG_DEBUG};
+	uint32_t vals[TT_ENGINE_MAX_OPTS];
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		memset(vals, 0xff, sizeof(vals));
+		assert_int_equal(tt_engine_opts_parse(ops, good[i].text, &log, vals), 0);
+		assert_memory_equal(vals, good[i].vals, sizeof(good[i].vals));
 	}
-	assert_string_equal(tutti_gpu_io_copy_name(TUTTI_GPU_IO_COPY_DMA), "dma");
-	assert_null(tutti_gpu_io_copy_name(TUTTI_GPU_IO_COPY_DMA + 1));
-	assert_int_equal(tutti_gpu_io_copy_parse("DMA"), -EINVAL);
-	assert_int_equal(tutti_gpu_io_copy_parse(NULL), -EINVAL);
+	assert_int_equal(lines.n, 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		lines.n = 0;
+		assert_int_equal(tt_engine_opts_parse(ops, bad[i], &log, vals), -EINVAL);
+		if (lines.n != 1 || strncmp(lines.last, "engine auto: ", 13) != 0) {
+			fail_msg("'%s': %u lines, the last '%s'", bad[i], lines.n, lines.last);
+		}
+	}
+	/* An engine without options takes none, and says so. */
+	lines.n = 0;
+	ops = tt_engine_ops_for(TUTTI_ENGINE_URING);
+	assert_int_equal(tt_engine_opts_parse(ops, "", &log, vals), 0);
+	assert_int_equal(tt_engine_opts_parse(ops, "threads=1", &log, vals), -EINVAL);
+	assert_string_equal(lines.last, "engine uring: unknown option 'threads' (it takes none)");
 }
 
 /* gpu-uring's bounce slots: all of the staging on a block device, at most 64 MiB of it on
@@ -398,6 +574,8 @@ main(void)
 	    cmocka_unit_test(test_engine_submit_rejects_malformed_ios_without_queuing_any),
 	    cmocka_unit_test(test_io_state_advance_continues_a_vector_after_short_transfers),
 	    cmocka_unit_test(test_engine_kinds_and_names),
+	    cmocka_unit_test(test_engine_info_lists_every_engine_and_its_options),
+	    cmocka_unit_test(test_engine_opts_parse_takes_values_and_refuses_with_one_line),
 	    cmocka_unit_test(test_gpu_uring_bounce_slots_cap_page_cache_staging),
 	    cmocka_unit_test(test_gpu_uring_dma_groups_divide_the_slots),
 	};

@@ -33,7 +33,7 @@ test_reserve_holds_the_largest_batch_and_keeps_its_memory(void **state)
 {
 	struct tt_list_mem m = {.plain = true};
 	struct tutti_kv kv = kv_of(4096, 16, 32);
-	size_t need = (size_t)(4096 / 16 + 256) * 32 * sizeof(struct tt_gpu_uring_obj) +
+	size_t need = (size_t)(4096 / 16 + 256) * 32 * sizeof(struct tt_gpu_obj) +
 	              4096 * sizeof(uint32_t) + 32 * sizeof(int);
 	void *cur, *p;
 

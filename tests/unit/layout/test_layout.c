@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Description: src/layout/layout.c: geometry checks, presets and derived sizes (layer block,
- * object, slot, 4 KiB padding), and tutti_kv_create() for every paged KV layout and its errors.
+ * object, slot, 4 KiB padding); and src/kv/kv.c: tutti_kv_create() for every paged KV layout
+ * and its errors.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "kv/kv.h"
 #include "layout/layout.h"
 #include "t_kv.h"
 

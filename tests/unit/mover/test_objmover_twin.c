@@ -34,7 +34,7 @@ test_twin_steps_run_as_late_as_their_order_allows(void **state)
 	struct t_kv *src;
 	uint64_t ob = tutti_geometry_object_bytes(&geo);
 	uint8_t *host = t_aligned_alloc(2 * ob), *dev = t_aligned_alloc(2 * ob);
-	struct tt_gpu_uring_obj o = {.nr_moved = BPC};
+	struct tt_gpu_obj o = {.nr_moved = BPC};
 	uint32_t ids[BPC] = {0, 1, 2, 3};
 	uint8_t a[64], b[64], c[64];
 
@@ -97,7 +97,7 @@ test_twin_objects_check_scatter_gather_and_hash(void **state)
 	uint64_t lbb = tutti_geometry_layer_block_bytes(&geo),
 	         ob = tutti_geometry_object_bytes(&geo);
 	uint32_t ids[3 * BPC], back[3 * BPC];
-	struct tt_gpu_uring_obj objs[3];
+	struct tt_gpu_obj objs[3];
 	uint8_t *stage = t_aligned_alloc(3 * ob), *expect = t_aligned_alloc(ob);
 
 	t_rng_init(&r, t_seed(131));
@@ -110,8 +110,7 @@ test_twin_objects_check_scatter_gather_and_hash(void **state)
 	memset(stage, 0x5a, 3 * ob);
 	memset(objs, 0, sizeof(objs));
 	for (uint32_t k = 0; k < 3; k++) {
-		objs[k] =
-		    (struct tt_gpu_uring_obj){.ids_off = k * BPC, .nr_moved = k < 2 ? BPC : 2};
+		objs[k] = (struct tt_gpu_obj){.ids_off = k * BPC, .nr_moved = k < 2 ? BPC : 2};
 	}
 	assert_int_equal(
 	    tt_objmover_twin.objs(t, 0, src->kv, 1, 3, 0, objs, 3, ids, stage, ob, true), 0);
@@ -173,7 +172,7 @@ test_twin_objects_of_a_run_across_layers(void **state)
 	uint64_t ob = tutti_geometry_object_bytes(&geo);
 	const uint32_t layer_of[4] = {1, 2, 2, 3}, obj_of[4] = {1, 0, 1, 0};
 	uint32_t ids[2 * BPC], back[2 * BPC];
-	struct tt_gpu_uring_obj objs[4];
+	struct tt_gpu_obj objs[4];
 	uint8_t *stage = t_aligned_alloc(4 * ob);
 
 	t_rng_init(&r, t_seed(177));
@@ -184,7 +183,7 @@ test_twin_objects_of_a_run_across_layers(void **state)
 	assert_int_equal(tt_objmover_twin_open(&t), 0);
 	memset(objs, 0, sizeof(objs));
 	for (uint32_t k = 0; k < 4; k++) {
-		objs[k] = (struct tt_gpu_uring_obj){.ids_off = obj_of[k] * BPC, .nr_moved = BPC};
+		objs[k] = (struct tt_gpu_obj){.ids_off = obj_of[k] * BPC, .nr_moved = BPC};
 	}
 	/* A run past the last layer, a skip of a whole layer or more, no objects a layer. */
 	assert_int_equal(

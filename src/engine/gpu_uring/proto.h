@@ -12,8 +12,8 @@
  * mapped host memory, and a weak load of it may be served stale from L1. The GPU cannot do
  * atomic read-modify-writes on host memory, and needs none: each index has one writer.
  */
-#ifndef TT_GPU_URING_PROTO_H
-#define TT_GPU_URING_PROTO_H
+#ifndef TT_ENGINE_GPU_URING_PROTO_H
+#define TT_ENGINE_GPU_URING_PROTO_H
 
 #include <stdint.h>
 
@@ -186,7 +186,7 @@ tt_gpu_uring_cq_release(const struct tt_gpu_uring_view *v, uint32_t head)
 	tt_st_release(v->cq_head, head);
 }
 
-/* ---- loads by the copy engine (enum tutti_gpu_io_copy, DMA) ----
+/* ---- loads by the copy engine (option copy=dma) ----
  * SMs read host memory at 0.92x of what the copy engine moves (docs/results.md, row F3), so a
  * load whose workers read each object out of its bounce slot cannot reach the link's rate. In
  * this mode the I/Os go in groups of consecutive ones. Once every read of a group has completed,
@@ -254,4 +254,4 @@ tt_gpu_uring_group_size(uint32_t k, uint32_t group, uint32_t nr)
 	return first >= nr ? 0 : (nr - first < group ? (uint32_t)(nr - first) : group);
 }
 
-#endif /* TT_GPU_URING_PROTO_H */
+#endif /* TT_ENGINE_GPU_URING_PROTO_H */

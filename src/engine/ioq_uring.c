@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * io_uring engine (liburing): every batch of I/Os goes to the kernel in one io_uring_enter; files
- * and the staging memory are registered once, so the kernel neither looks up the file nor pins
- * pages per I/O.
+ * The io_uring I/O queue (liburing), which engines uring, gpu-uring, gds and auto keep: every
+ * batch of I/Os goes to the kernel in one io_uring_enter; files and the staging memory are
+ * registered once, so the kernel neither looks up the file nor pins pages per I/O.
  */
 #include <errno.h>
 #include <liburing.h>

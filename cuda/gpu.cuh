@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * What cuda/gpu.cu and cuda/gpu_uring.cu share: the context and error conversion. CUDA-only.
+ * The GPU layer's interface for CUDA code: the context and error conversion, for the layer's
+ * own files (cuda/*.cu) and for the kernels engines build on it (engine gpu-uring's,
+ * src/engine/gpu_uring/kernel.cu). CUDA-only: the C interface is src/gpu/gpu.h.
  */
-#ifndef TT_CUDA_GPU_IMPL_CUH
-#define TT_CUDA_GPU_IMPL_CUH
+#ifndef TT_CUDA_GPU_CUH
+#define TT_CUDA_GPU_CUH
 
 #include <cuda_runtime.h>
 
 extern "C" {
 #include "gpu/gpu.h"
+#include "kv/kv.h"
 }
 
 struct tt_gpu {
@@ -35,17 +38,13 @@ struct tt_gpu {
 	uint32_t *d_ids;
 	uint64_t launches;
 	const struct tt_log *log;
-	/* gpu-uring driver state (cuda/gpu_uring.cu), made on first use */
-	struct tt_gpu_uring_dev *uring;
-	bool csum_secret_set; /* the checksum secret is in cuda/gpu_uring.cu's constant memory */
+	bool csum_secret_set; /* the checksum secret is in cuda/objs.cu's constant memory */
 };
 
 /* A CUDA error as a negative errno. */
 int cuda_errno(cudaError_t err);
 /* The same, logging \p what and the CUDA error's name. */
 int check(const struct tt_gpu *g, cudaError_t err, const char *what);
-/* Release the gpu-uring driver state of a context. */
-void tt_gpu_uring_free(struct tt_gpu *g);
 /*
  * Load each file's kernels now (cudaFuncGetAttributes loads a kernel's module). Under CUDA's lazy
  * module loading, the default since CUDA 12.2, a kernel's first launch loads its module, and that
@@ -57,6 +56,7 @@ void tt_gpu_uring_free(struct tt_gpu *g);
 int tt_cuda_load_funcs(const struct tt_gpu *g, const void *const *funcs, unsigned n);
 int tt_cuda_load_move_kernels(const struct tt_gpu *g);
 int tt_cuda_load_signal_kernels(const struct tt_gpu *g);
-int tt_cuda_load_uring_kernels(const struct tt_gpu *g);
+/* The objects kernel's module, and the checksum secret in its file's constant memory. */
+int tt_cuda_prepare_objs(struct tt_gpu *g);
 
-#endif /* TT_CUDA_GPU_IMPL_CUH */
+#endif /* TT_CUDA_GPU_CUH */

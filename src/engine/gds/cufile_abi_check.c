@@ -6,7 +6,7 @@
 #include <cufile.h>
 #include <stddef.h>
 
-#include "cufile/cufile.h"
+#include "engine/gds/cufile.h"
 
 #define SAME(ours, theirs)                                                                         \
 	_Static_assert(sizeof(ours) == sizeof(theirs), #ours " has the size of " #theirs)

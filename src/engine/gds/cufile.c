@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "cufile/cufile.h"
+#include "engine/gds/cufile.h"
 
 /* Resolve \p name into \p fn; false when absent. */
 static bool

@@ -17,8 +17,8 @@
  * Groups 1..W are workers: worker w handles I/Os w-1, w-1+W, ... in order. A load worker copies
  * the object from its bounce slot (mapped host memory, read across PCIe in 16-byte vectors) into
  * its own device scratch, frees the slot at once (so the next read can start), checks the
- * checksum there and scatters into the paged blocks; in a load by the copy engine (gpu_io_copy
- * dma, proto.h) copy streams bring each group of slots into device staging instead, and the
+ * checksum there and scatters into the paged blocks; in a load by the copy engine (option
+ * copy=dma, proto.h) copy streams bring each group of slots into device staging instead, and the
  * worker checks and scatters from there. A save worker gathers the blocks into its
  * scratch, hashes them, copies them into the bounce slot and marks it ready to write. At most
  * S = slots I/Os are in flight (I/O i reuses the slot of I/O i - S), never more than the CQ
@@ -33,15 +33,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_impl.cuh"
-#include "xxh3.cuh"
+#include "cuda/device.cuh"
+#include "cuda/gpu.cuh"
+#include "cuda/xxh3.cuh"
 
 extern "C" {
+#include "engine/gpu_uring/kernel.h"
+#include "engine/gpu_uring/proto.h"
 #include "format/format.h"
-#include "gpu_uring/proto.h"
 }
 
-/* Threads of one worker (and of the controller's group), and of the other kernels' blocks. */
+/* Threads of one worker (and of the controller's group). */
 #define GROUP 256
 /* Threads of a driver kernel's block: 768 gives it 80 registers a thread (1024 would cap it at
  * 64); at 80 it spills about 100 bytes a thread to local memory, which the measured rates
@@ -67,7 +69,9 @@ struct group_shared {
 };
 
 struct tt_gpu_uring_dev {
-	struct tt_gpu_uring_obj *objs; /* device copy of a launch's objects */
+	struct tt_gpu *g;        /* the context it lives on */
+	bool secret_set;         /* the checksum secret is in this file's constant memory */
+	struct tt_gpu_obj *objs; /* device copy of a launch's objects */
 	uint32_t nr_objs_cap;
 	uint32_t *ids;
 	uint32_t nr_ids_cap;
@@ -102,10 +106,6 @@ struct tt_gpu_uring_dev {
 	uint64_t dstage_bytes;
 	/* 3 x TT_GPU_URING_MAX_GROUP_WORDS: the words arrived, copied and the controller's tally */
 	unsigned long long *counts;
-};
-
-struct seg_param {
-	unsigned long long base, stride, bytes;
 };
 
 struct job_param {
@@ -175,41 +175,6 @@ st_release_sys(unsigned long long *p, unsigned long long v)
 	asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-/* Loads each thread keeps in flight while copying: a load from host memory takes a microsecond
- * or more and one from HBM most of one, so one at a time leaves a group latency-bound, and few
- * workers then fall behind the storage (more so when a prefill shares the SM). Eight 16-byte
- * loads a thread keep a block's copies at the PCIe link's limit (docs/results.md, row F2). */
-#define LOADS_IN_FLIGHT 8
-
-/* Copy \p n 16-byte vectors with every thread of team \p t, LOADS_IN_FLIGHT loads at a time;
- * from a bounce slot (\p from_host) with cache-volatile loads (ld.global.cv), because the slot
- * was rewritten by DMA since this SM may last have cached it. */
-template <bool from_host>
-__device__ static void
-team_copy_vectors(const team &t, int4 *d, const int4 *s, uint64_t n)
-{
-	for (uint64_t i = t.lane; i < n; i += (uint64_t)t.size * LOADS_IN_FLIGHT) {
-		int4 v[LOADS_IN_FLIGHT];
-
-#pragma unroll
-		for (unsigned k = 0; k < LOADS_IN_FLIGHT; k++) {
-			uint64_t j = i + (uint64_t)k * t.size;
-
-			if (j < n) {
-				v[k] = from_host ? __ldcv(&s[j]) : s[j];
-			}
-		}
-#pragma unroll
-		for (unsigned k = 0; k < LOADS_IN_FLIGHT; k++) {
-			uint64_t j = i + (uint64_t)k * t.size;
-
-			if (j < n) {
-				d[j] = v[k];
-			}
-		}
-	}
-}
-
 /* An object out of its bounce slot (host memory) into device memory. */
 __device__ static void
 team_copy_from_host(const team &t, uint8_t *dst, const uint8_t *src, uint64_t bytes)
@@ -220,39 +185,6 @@ team_copy_from_host(const team &t, uint8_t *dst, const uint8_t *src, uint64_t by
 	                        reinterpret_cast<const int4 *>(src), n);
 	for (uint64_t i = n * 16 + t.lane; i < bytes; i += t.size) {
 		dst[i] = __ldcv(&src[i]);
-	}
-}
-
-__device__ static void
-team_copy(const team &t, uint8_t *dst, const uint8_t *src, uint64_t bytes)
-{
-	if ((((uintptr_t)dst | (uintptr_t)src | bytes) & 15) == 0) {
-		team_copy_vectors<false>(t, reinterpret_cast<int4 *>(dst),
-		                         reinterpret_cast<const int4 *>(src), bytes / 16);
-		return;
-	}
-	for (uint64_t i = t.lane; i < bytes; i += t.size) {
-		dst[i] = src[i];
-	}
-}
-
-/* Move an object's blocks between \p obj (canonical layout) and the paged KV. */
-__device__ static void
-move_segs(const team &t, const seg_param *seg, unsigned nr_segs, const uint32_t *ids, uint32_t n,
-          uint8_t *obj, bool gather)
-{
-	for (uint32_t b = 0; b < n; b++) {
-		for (unsigned s = 0; s < nr_segs; s++) {
-			uint8_t *kv =
-			    reinterpret_cast<uint8_t *>(seg[s].base + ids[b] * seg[s].stride);
-
-			if (gather) {
-				team_copy(t, obj, kv, seg[s].bytes);
-			} else {
-				team_copy(t, kv, obj, seg[s].bytes);
-			}
-			obj += seg[s].bytes;
-		}
 	}
 }
 
@@ -304,7 +236,7 @@ dma_release_all(const job_param &param)
 }
 
 __device__ static void
-controller(const job_param &param, struct tt_gpu_uring_obj *objs, unsigned long long *ready,
+controller(const job_param &param, struct tt_gpu_obj *objs, unsigned long long *ready,
            unsigned long long *freed, int *failed)
 {
 	const struct tt_gpu_uring_view *ring = &param.ring;
@@ -493,7 +425,7 @@ wait_flag(const team &t, group_shared *group_mem, const unsigned long long *flag
  * submitted only after this. */
 __device__ static bool
 load_from_staging(const team &t, group_shared *group_mem, const job_param &param,
-                  struct tt_gpu_uring_obj *obj, uint32_t i, const uint32_t *ids,
+                  struct tt_gpu_obj *obj, uint32_t i, const uint32_t *ids,
                   unsigned long long *freed, int *failed, phase_clock *clock)
 {
 	uint32_t slot = i % param.dslots, k = i / param.group;
@@ -532,9 +464,9 @@ load_from_staging(const team &t, group_shared *group_mem, const job_param &param
 }
 
 __device__ static void
-worker(const team &t, group_shared *group_mem, const job_param &param,
-       struct tt_gpu_uring_obj *objs, const uint32_t *ids, uint8_t *scratch,
-       unsigned long long *ready, unsigned long long *freed, int *failed, uint32_t w)
+worker(const team &t, group_shared *group_mem, const job_param &param, struct tt_gpu_obj *objs,
+       const uint32_t *ids, uint8_t *scratch, unsigned long long *ready, unsigned long long *freed,
+       int *failed, uint32_t w)
 {
 	phase_clock *clock = param.trace != NULL ? &group_mem->clock : NULL;
 
@@ -543,7 +475,7 @@ worker(const team &t, group_shared *group_mem, const job_param &param,
 	}
 
 	for (uint32_t i = w; i < param.nr; i += param.workers) {
-		struct tt_gpu_uring_obj *obj = &objs[i];
+		struct tt_gpu_obj *obj = &objs[i];
 		uint32_t slot = i % param.slots;
 		unsigned long long mine = param.epoch << 32 | (unsigned long long)(i + 1);
 		uint8_t *bounce = param.bounce + (uint64_t)slot * param.slot_bytes;
@@ -629,7 +561,7 @@ worker(const team &t, group_shared *group_mem, const job_param &param,
  * blockDim.x / param.group_threads groups, each synchronising on its own named barrier. */
 __global__ static void
 __launch_bounds__(BLOCK_THREADS)
-    gpu_uring_kernel(job_param param, struct tt_gpu_uring_obj *objs, const uint32_t *ids,
+    gpu_uring_kernel(job_param param, struct tt_gpu_obj *objs, const uint32_t *ids,
                      uint8_t *scratch, unsigned long long *ready, unsigned long long *freed,
                      int *failed)
 {
@@ -677,14 +609,9 @@ __launch_bounds__(BLOCK_THREADS)
 
 /* ---- host side ---- */
 
-void
-tt_gpu_uring_free(struct tt_gpu *g)
+static void
+dev_free(struct tt_gpu_uring_dev *dev)
 {
-	struct tt_gpu_uring_dev *dev = g->uring;
-
-	if (dev == NULL) {
-		return;
-	}
 	cudaFree(dev->objs);
 	cudaFree(dev->ids);
 	cudaFree(dev->segs);
@@ -708,7 +635,15 @@ tt_gpu_uring_free(struct tt_gpu *g)
 		cudaEventDestroy(dev->span_end);
 	}
 	free(dev);
-	g->uring = NULL;
+}
+
+extern "C" void
+tt_gpu_uring_dev_close(struct tt_gpu_uring_dev *dev)
+{
+	if (dev != NULL) {
+		cudaSetDevice(dev->g->device);
+		dev_free(dev);
+	}
 }
 
 /* Grow a device buffer to hold \p need bytes (buffers are reused across launches). Stream-
@@ -732,15 +667,17 @@ reserve(const struct tt_gpu *g, void **buf, uint64_t *cap, uint64_t need)
 	return 0;
 }
 
-/* The checksum secret into constant memory, once per context, on the context's own stream: a
- * copy to a symbol without a stream goes on the legacy default stream, where a compute's wait
- * for a layer may sit ahead of it, waiting for the very load that needs the secret. */
+/* The checksum secret into this file's constant memory, once per context, on the context's own
+ * stream: a copy to a symbol without a stream goes on the legacy default stream, where a
+ * compute's wait for a layer may sit ahead of it, waiting for the very load that needs the
+ * secret. */
 static int
-secret_set(struct tt_gpu *g)
+secret_set(struct tt_gpu_uring_dev *dev)
 {
+	struct tt_gpu *g = dev->g;
 	int rc = 0;
 
-	if (!g->csum_secret_set) {
+	if (!dev->secret_set) {
 		rc = check(g,
 		           cudaMemcpyToSymbolAsync(c_xxh_secret, tt_csum_secret,
 		                                   sizeof(c_xxh_secret), 0, cudaMemcpyHostToDevice,
@@ -749,41 +686,35 @@ secret_set(struct tt_gpu *g)
 		if (rc == 0) {
 			rc = check(g, cudaStreamSynchronize(g->stream), "checksum secret copy");
 		}
-		g->csum_secret_set = rc == 0;
+		dev->secret_set = rc == 0;
 	}
 	return rc;
 }
 
-/* The segments of \p layer of \p kv into \p seg (kv->segs_per_layer of them). */
-static void
-fill_segs(seg_param *seg, const struct tutti_kv *kv, uint32_t layer)
+/* What every launch on the context needs, made once: the failure words, the span events, the
+ * checksum secret and the kernel's module. A failure leaves nothing behind, so a later call tries
+ * again. */
+extern "C" int
+tt_gpu_uring_dev_open(struct tt_gpu *g, struct tt_gpu_uring_dev **out)
 {
-	const struct tutti_segment *segs = tt_kv_layer_segs(kv, layer);
-
-	for (uint32_t s = 0; s < kv->segs_per_layer; s++) {
-		seg[s].base = segs[s].base;
-		seg[s].stride = segs[s].block_stride;
-		seg[s].bytes = segs[s].bytes;
-	}
-}
-
-/* What every launch of the context needs, made once: the failure words, the span events and
- * the checksum secret. A failure leaves nothing behind, so a later call tries again. */
-static int
-dev_open(struct tt_gpu *g)
-{
+	const void *const funcs[] = {reinterpret_cast<const void *>(gpu_uring_kernel)};
 	struct tt_gpu_uring_dev *dev;
 	int rc;
 
-	if (g->uring != NULL) {
-		return 0;
+	*out = NULL;
+	if (g == NULL) {
+		return -EINVAL;
+	}
+	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
+	if (rc < 0) {
+		return rc;
 	}
 	dev = static_cast<struct tt_gpu_uring_dev *>(calloc(1, sizeof(*dev)));
 	if (dev == NULL) {
 		return -ENOMEM;
 	}
+	dev->g = g;
 	dev->dma_supported = -1;
-	g->uring = dev;
 	/* failed, the workers-left counter of the trace, the sticky broken word */
 	rc = check(g, cudaMalloc(&dev->failed, 3 * sizeof(int)), "cudaMalloc");
 	if (rc == 0) {
@@ -803,19 +734,24 @@ dev_open(struct tt_gpu *g)
 		rc = check(g, cudaEventCreate(&dev->span_end), "cudaEventCreate");
 	}
 	if (rc == 0) {
-		rc = secret_set(g);
+		rc = tt_cuda_load_funcs(g, funcs, 1);
+	}
+	if (rc == 0) {
+		rc = secret_set(dev);
 	}
 	if (rc < 0) {
-		tt_gpu_uring_free(g);
+		dev_free(dev);
+		return rc;
 	}
-	return rc;
+	*out = dev;
+	return 0;
 }
 
 /* Look the stream memory operations up and ask the device whether it takes 64-bit ones. */
 static int
-dma_probe(struct tt_gpu *g)
+dma_probe(struct tt_gpu_uring_dev *dev)
 {
-	struct tt_gpu_uring_dev *dev = g->uring;
+	struct tt_gpu *g = dev->g;
 	CUresult (*get_device)(CUdevice *, int) = NULL;
 	CUresult (*get_attribute)(int *, CUdevice_attribute, CUdevice) = NULL;
 	const struct {
@@ -852,35 +788,34 @@ dma_probe(struct tt_gpu *g)
 }
 
 extern "C" int
-tt_gpu_uring_dma_supported(struct tt_gpu *g)
+tt_gpu_uring_dma_supported(struct tt_gpu_uring_dev *dev)
 {
 	int rc;
 
-	if (g == NULL) {
+	if (dev == NULL) {
 		return -EINVAL;
 	}
-	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
-	rc = rc == 0 ? dev_open(g) : rc;
+	rc = check(dev->g, cudaSetDevice(dev->g->device), "cudaSetDevice");
 	if (rc < 0) {
 		return rc;
 	}
-	if (g->uring->dma_supported < 0) {
-		rc = dma_probe(g);
+	if (dev->dma_supported < 0) {
+		rc = dma_probe(dev);
 		if (rc < 0) {
 			return rc;
 		}
-		g->uring->dma_supported = rc;
+		dev->dma_supported = rc;
 	}
-	return g->uring->dma_supported;
+	return dev->dma_supported;
 }
 
 /* What a load by the copy engine needs beyond the rest: the copy streams and the counts, made
  * once, and device staging as large as the slots. */
 static int
-dma_prepare(struct tt_gpu *g, const struct tt_gpu_uring_job *job)
+dma_prepare(struct tt_gpu_uring_dev *dev, const struct tt_gpu_uring_job *job)
 {
-	struct tt_gpu_uring_dev *dev = g->uring;
-	int rc = tt_gpu_uring_dma_supported(g);
+	struct tt_gpu *g = dev->g;
+	int rc = tt_gpu_uring_dma_supported(dev);
 
 	if (rc <= 0) {
 		return rc < 0 ? rc : -EOPNOTSUPP;
@@ -922,9 +857,10 @@ dma_prepare(struct tt_gpu *g, const struct tt_gpu_uring_job *job)
  * leaves the workers waiting for a word that never comes: the launch then fails by its
  * timeout. */
 static int
-dma_enqueue(struct tt_gpu *g, const struct tt_gpu_uring_job *job, const job_param &param)
+dma_enqueue(struct tt_gpu_uring_dev *dev, const struct tt_gpu_uring_job *job,
+            const job_param &param)
 {
-	struct tt_gpu_uring_dev *dev = g->uring;
+	struct tt_gpu *g = dev->g;
 	uint32_t group = param.group, words = param.group_words;
 	uint64_t t0 = tt_now_ns();
 
@@ -958,42 +894,15 @@ dma_enqueue(struct tt_gpu *g, const struct tt_gpu_uring_job *job, const job_para
 	return 0;
 }
 
-extern "C" int
-tt_gpu_prepare(struct tt_gpu *g)
-{
-	int rc;
-
-	if (g == NULL) {
-		return -EINVAL;
-	}
-	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
-	if (rc == 0) {
-		rc = tt_cuda_load_move_kernels(g);
-	}
-	if (rc == 0) {
-		rc = tt_cuda_load_signal_kernels(g);
-	}
-	if (rc == 0) {
-		rc = tt_cuda_load_uring_kernels(g);
-	}
-	return rc < 0 ? rc : dev_open(g);
-}
-
 static int
-prepare_dev(struct tt_gpu *g, const struct tt_gpu_uring_job *job, uint32_t workers)
+prepare_dev(struct tt_gpu_uring_dev *dev, const struct tt_gpu_uring_job *job, uint32_t workers)
 {
-	struct tt_gpu_uring_dev *dev;
+	struct tt_gpu *g = dev->g;
 	uint64_t caps[6];
 	uint32_t nr_segs = job->nr_layers * job->kv->segs_per_layer;
 	/* Flags for every staging slot a load by the copy engine may use (a few bytes each). */
 	uint32_t flags = job->slots * TT_GPU_URING_DMA_STAGING;
-	int rc;
 
-	rc = dev_open(g);
-	if (rc < 0) {
-		return rc;
-	}
-	dev = g->uring;
 	caps[0] = (uint64_t)dev->nr_objs_cap * sizeof(*dev->objs);
 	caps[1] = (uint64_t)dev->nr_ids_cap * sizeof(*dev->ids);
 	caps[2] = dev->scratch_bytes;
@@ -1026,8 +935,9 @@ prepare_dev(struct tt_gpu *g, const struct tt_gpu_uring_job *job, uint32_t worke
 /* The segments of the job's layers, layer-major, onto the stream into the device's copy. A copy
  * from pageable memory is staged before cudaMemcpyAsync returns, so \p segs may go then. */
 static int
-copy_segs(struct tt_gpu *g, const struct tt_gpu_uring_job *job)
+copy_segs(struct tt_gpu_uring_dev *dev, const struct tt_gpu_uring_job *job)
 {
+	struct tt_gpu *g = dev->g;
 	const struct tutti_kv *kv = job->kv;
 	uint32_t n = job->nr_layers * kv->segs_per_layer;
 	seg_param *segs = static_cast<seg_param *>(malloc(n * sizeof(*segs)));
@@ -1039,20 +949,20 @@ copy_segs(struct tt_gpu *g, const struct tt_gpu_uring_job *job)
 	for (uint32_t l = 0; l < job->nr_layers; l++) {
 		fill_segs(segs + (uint64_t)l * kv->segs_per_layer, kv, job->layer + l);
 	}
-	rc = check(g,
-	           cudaMemcpyAsync(g->uring->segs, segs, n * sizeof(*segs), cudaMemcpyHostToDevice,
-	                           g->stream),
-	           "cudaMemcpyAsync");
+	rc = check(
+	    g,
+	    cudaMemcpyAsync(dev->segs, segs, n * sizeof(*segs), cudaMemcpyHostToDevice, g->stream),
+	    "cudaMemcpyAsync");
 	free(segs);
 	return rc;
 }
 
 extern "C" int
-tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
+tt_gpu_uring_layers(struct tt_gpu_uring_dev *dev, const struct tt_gpu_uring_view *ring,
                     const struct tt_gpu_uring_job *job)
 {
-	const struct tutti_kv *kv = job->kv;
-	struct tt_gpu_uring_dev *dev;
+	struct tt_gpu *g = dev != NULL ? dev->g : NULL;
+	const struct tutti_kv *kv = job != NULL ? job->kv : NULL;
 	uint32_t workers, groups, blocks, per_block, group_threads;
 	job_param param;
 	bool dma;
@@ -1086,15 +996,14 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	}
 	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
 	if (rc == 0) {
-		rc = prepare_dev(g, job, workers);
+		rc = prepare_dev(dev, job, workers);
 	}
 	if (rc == 0 && dma) {
-		rc = dma_prepare(g, job);
+		rc = dma_prepare(dev, job);
 	}
 	if (rc < 0) {
 		return rc;
 	}
-	dev = g->uring;
 	memset(&param, 0, sizeof(param));
 	param.ring = *ring;
 	param.segs = dev->segs;
@@ -1120,7 +1029,7 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 		param.copied = dev->counts + TT_GPU_URING_MAX_GROUP_WORDS;
 		param.tally = dev->counts + 2 * TT_GPU_URING_MAX_GROUP_WORDS;
 	}
-	rc = copy_segs(g, job);
+	rc = copy_segs(dev, job);
 	if (rc == 0) {
 		rc = check(g,
 		           cudaMemcpyAsync(dev->objs, job->objs, job->nr * sizeof(*job->objs),
@@ -1169,7 +1078,7 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 	dev->span_blocks = dev->span_blocks > blocks ? dev->span_blocks : blocks;
 	rc = check(g, cudaGetLastError(), "gpu-uring kernel launch");
 	if (rc == 0 && dma) {
-		rc = dma_enqueue(g, job, param);
+		rc = dma_enqueue(dev, job, param);
 	}
 	if (rc == 0) {
 		rc = check(g, cudaEventRecord(dev->span_end, g->stream), "cudaEventRecord");
@@ -1191,9 +1100,9 @@ tt_gpu_uring_layers(struct tt_gpu *g, const struct tt_gpu_uring_view *ring,
 }
 
 extern "C" int
-tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
+tt_gpu_uring_elapsed(struct tt_gpu_uring_dev *dev, uint64_t *ns, uint32_t *blocks)
 {
-	struct tt_gpu_uring_dev *dev = g != NULL ? g->uring : NULL;
+	struct tt_gpu *g = dev != NULL ? dev->g : NULL;
 	float ms = 0;
 	int rc;
 
@@ -1214,173 +1123,4 @@ tt_gpu_uring_elapsed(struct tt_gpu *g, uint64_t *ns, uint32_t *blocks)
 	*ns = (uint64_t)((double)ms * 1e6);
 	*blocks = dev->span_blocks;
 	return 0;
-}
-
-/* ---- objects in device memory (engines gds, uring and posix) ---- */
-
-/* Layers one launch of objs_kernel covers: their segments travel in the kernel's parameters
- * (16 x 8 segments of 24 bytes, within the 4 KiB that every CUDA version accepts). */
-#define OBJS_LAYERS 16u
-
-/* A run of objects in layer-major order, per_layer objects a layer: block b owns object
- * skip + b of the run, whose layer is seg[(skip + b) / per_layer]. */
-struct objs_param {
-	seg_param seg[OBJS_LAYERS][TT_MAX_SEGS_PER_LAYER];
-	unsigned nr_segs;
-	uint64_t layer_block_bytes;
-	uint64_t slot_bytes;
-	uint32_t per_layer, skip;
-	uint32_t write;
-};
-
-/* Block b owns object b, in slot b of \p mem: load checks and scatters it, save gathers and
- * hashes it (zeroing the slot's padding). An object's checksum is one XXH3 over the whole
- * object, whose stripes depend on each other every kilobyte, so one block checks one object:
- * the blocks of several layers run side by side so that a small load (one chunk:
- * one object a layer) is not a chain of one-block launches. */
-__global__ static void
-__launch_bounds__(GROUP)
-    objs_kernel(const __grid_constant__ objs_param param, struct tt_gpu_uring_obj *objs,
-                const uint32_t *ids, uint8_t *mem)
-{
-	__shared__ xxh_shared block_mem;
-	__shared__ struct tt_gpu_uring_obj
-	    obj; /* the descriptor lives in mapped host memory: read once */
-	uint8_t *slot = mem + (uint64_t)blockIdx.x * param.slot_bytes;
-	const seg_param *seg = param.seg[(param.skip + blockIdx.x) / param.per_layer];
-	const team t = {threadIdx.x, GROUP, 0};
-
-	if (threadIdx.x == 0) {
-		obj = objs[blockIdx.x];
-	}
-	__syncthreads();
-	if (obj.status != 0) {
-		return;
-	}
-	if (param.write) {
-		uint64_t moved = (uint64_t)obj.nr_moved * param.layer_block_bytes, h;
-
-		move_segs(t, seg, param.nr_segs, ids + obj.ids_off, obj.nr_moved, slot, true);
-		__syncthreads();
-		h = xxh3_64_block(slot, moved, &block_mem, t);
-		for (uint64_t b = moved + threadIdx.x; b < param.slot_bytes; b += GROUP) {
-			slot[b] = 0; /* padding is zero, never stale */
-		}
-		if (threadIdx.x == 0) {
-			objs[blockIdx.x].csum = h;
-		}
-		return;
-	}
-	if (xxh3_64_block(slot, (uint64_t)obj.stored * param.layer_block_bytes, &block_mem, t) !=
-	    obj.csum) {
-		if (threadIdx.x == 0) {
-			objs[blockIdx.x].status = -EBADMSG;
-		}
-		return; /* never scattered */
-	}
-	move_segs(t, seg, param.nr_segs, ids + obj.ids_off, obj.nr_moved,
-	          slot + (uint64_t)obj.skip * param.layer_block_bytes, false);
-}
-
-extern "C" int
-tt_gpu_objs(struct tt_gpu *g, const struct tutti_kv *kv, uint32_t layer, uint32_t per_layer,
-            uint32_t skip, struct tt_gpu_uring_obj *objs, uint32_t nr, const uint32_t *ids,
-            uint8_t *mem, uint64_t slot_bytes, bool write)
-{
-	objs_param param;
-	int rc;
-
-	if (g == NULL || kv == NULL || kv->mem != TUTTI_MEM_CUDA || kv->device != g->device ||
-	    !tt_gpu_objs_run_fits(kv, layer, per_layer, skip, nr) || slot_bytes % 16 != 0 ||
-	    kv->geo.layer_block_bytes <= TT_XXH3_MIDSIZE_MAX ||
-	    (nr > 0 && (objs == NULL || mem == NULL || ids == NULL))) {
-		return -EINVAL;
-	}
-	if (nr == 0) {
-		return 0;
-	}
-	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
-	if (rc == 0) {
-		rc = secret_set(g);
-	}
-	memset(&param, 0, sizeof(param));
-	param.nr_segs = kv->segs_per_layer;
-	param.layer_block_bytes = kv->geo.layer_block_bytes;
-	param.slot_bytes = slot_bytes;
-	param.per_layer = per_layer;
-	param.write = write;
-	/* Launches of up to OBJS_LAYERS layers each; \p layer and \p skip follow the run. */
-	for (uint32_t done = 0; rc == 0 && done < nr;) {
-		uint32_t room = OBJS_LAYERS * per_layer - skip, n = TT_MIN(room, nr - done);
-		uint32_t layers = (skip + n + per_layer - 1) / per_layer;
-
-		for (uint32_t l = 0; l < layers; l++) {
-			fill_segs(param.seg[l], kv, layer + l);
-		}
-		param.skip = skip;
-		objs_kernel<<<n, GROUP, 0, g->stream>>>(param, objs + done, ids,
-		                                        mem + (uint64_t)done * slot_bytes);
-		g->launches++;
-		rc = check(g, cudaGetLastError(), "objects kernel launch");
-		done += n;
-		layer += (skip + n) / per_layer;
-		skip = (skip + n) % per_layer;
-	}
-	return rc;
-}
-
-int
-tt_cuda_load_uring_kernels(const struct tt_gpu *g)
-{
-	const void *const funcs[] = {reinterpret_cast<const void *>(gpu_uring_kernel),
-	                             reinterpret_cast<const void *>(objs_kernel)};
-
-	return tt_cuda_load_funcs(g, funcs, 2);
-}
-
-/* ---- the checksum alone, for tests ---- */
-
-__global__ static void
-__launch_bounds__(GROUP) csum_kernel(const uint8_t *p, uint64_t len, uint64_t *out)
-{
-	__shared__ xxh_shared block_mem;
-	const team t = {threadIdx.x, GROUP, 0};
-	uint64_t h = xxh3_64_block(p, len, &block_mem, t);
-
-	if (threadIdx.x == 0) {
-		*out = h;
-	}
-}
-
-extern "C" int
-tt_gpu_csum(struct tt_gpu *g, const void *p, uint64_t len, uint64_t *out)
-{
-	uint64_t *d_out = NULL;
-	int rc;
-
-	if (g == NULL || p == NULL || out == NULL || len <= TT_XXH3_MIDSIZE_MAX) {
-		return -EINVAL;
-	}
-	rc = check(g, cudaSetDevice(g->device), "cudaSetDevice");
-	if (rc == 0) {
-		rc = secret_set(g);
-	}
-	if (rc == 0) {
-		rc = check(g, cudaMalloc(&d_out, sizeof(*d_out)), "cudaMalloc");
-	}
-	if (rc == 0) {
-		csum_kernel<<<1, GROUP, 0, g->stream>>>(static_cast<const uint8_t *>(p), len,
-		                                        d_out);
-		rc = check(g, cudaGetLastError(), "csum kernel");
-	}
-	if (rc == 0) {
-		rc = check(
-		    g, cudaMemcpyAsync(out, d_out, sizeof(*out), cudaMemcpyDeviceToHost, g->stream),
-		    "cudaMemcpyAsync");
-	}
-	if (rc == 0) {
-		rc = check(g, cudaStreamSynchronize(g->stream), "csum kernel");
-	}
-	cudaFree(d_out);
-	return rc;
 }

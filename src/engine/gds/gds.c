@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "engine/engine_impl.h"
-#include "cufile/cufile.h"
+#include "engine/gds/cufile.h"
 #include "format/format.h"
-#include "tutti/store.h"
+#include "tutti/engine.h"
 
 /* Objects in a wave (a batch handle's entries), at most: half the staging's objects otherwise. */
 #define GDS_MAX_BATCH 128u
@@ -74,7 +74,7 @@ wave_submit(struct gds_engine *gd, struct tt_obj_lists *lists, struct gds_wave *
 
 	w->submitted = 0;
 	for (uint32_t i = w->first; i < w->first + w->nr; i++) {
-		struct tt_gpu_uring_obj *o = &lists->objs[i];
+		struct tt_gpu_obj *o = &lists->objs[i];
 		ssize_t r;
 
 		if (o->status != 0) {
@@ -473,6 +473,8 @@ gds_stats(struct tt_engine *e, struct tt_engine_stats *out)
 const struct tt_engine_ops tt_engine_gds = {
     .name = "gds",
     .kind = TUTTI_ENGINE_GDS,
+    .description = "NVIDIA cuFile (GPUDirect Storage), loaded at run time, for GPU KV; host "
+                   "KV moves by the CPU path on io_uring",
     .kv_mems = TT_KV_MEM(TUTTI_MEM_CUDA),
     .open = gds_open,
     .attach = gds_attach,

@@ -6,10 +6,10 @@
  * CUDA toolkit of GPU servers only (not with the toolkit packages our builds and CI use), and a
  * store must open on machines without it, where engine gds is simply unavailable. The few types
  * below copy the C ABI of cufile.h (CUDA 12/13); where the real header is present, the build
- * checks them against it field by field (src/cufile/cufile_abi_check.c).
+ * checks them against it field by field (src/engine/gds/cufile_abi_check.c).
  */
-#ifndef TT_CUFILE_H
-#define TT_CUFILE_H
+#ifndef TT_ENGINE_GDS_CUFILE_H
+#define TT_ENGINE_GDS_CUFILE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -90,4 +90,4 @@ int tt_cufile_open(const struct tt_log *log, struct tt_cufile **out);
 /* Close the driver and unload. NULL is allowed. */
 void tt_cufile_close(struct tt_cufile *cf);
 
-#endif /* TT_CUFILE_H */
+#endif /* TT_ENGINE_GDS_CUFILE_H */

@@ -13,19 +13,19 @@
  * checksums are checked per object before it is scattered, and computed per object as it is
  * gathered.
  *
- * Engine auto is this engine for GPU KV only, set up on first use: host KV goes through its
- * CPU path (io_uring, or a thread pool where io_uring is refused), and where the ring cannot be
- * set up for the GPU (no CUDA device, layer blocks too small for the GPU hash, too few SMs, no
- * such ring, no mapped memory) GPU KV does too, and one line of the log says why.
+ * The ring is ring.c, its protocol proto.h, the GPU's driver kernel.cu (kernel.h). Engine auto
+ * (src/engine/auto/) is built on this engine, through gpu_uring.h.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/engine_impl.h"
+#include "engine/gpu_uring/gpu_uring.h"
 #include "format/format.h"
-#include "gpu_uring/gpu_uring.h"
-#include "tutti/store.h"
+#include "tutti/engine.h"
+
+_Static_assert(TT_GPU_IO_GROUPS_PER_SM == TT_GPU_URING_GROUPS_PER_BLOCK,
+               "the default of workers packs groups as the layer kernel does");
 
 /* The ring: one bounce slot per object of staging, up to the CQ credit. Reads of
  * page-cache-backed files (tmpfs) get IOSQE_ASYNC, and so do writes when the store has several
@@ -51,32 +51,6 @@
  * free list, short next to an object's own time (docs/results.md, row I1, measured on reads). */
 #define RING_PACE_NS 4000u
 
-/* Engine auto's ring, set up on first use with GPU KV. */
-enum auto_state {
-	AUTO_UNTRIED = 0,
-	AUTO_RING,     /* gpu-uring moves GPU KV */
-	AUTO_CPU_PATH, /* it could not be set up: the CPU path does */
-};
-
-struct gpu_uring_engine {
-	struct tt_engine base;
-	enum auto_state auto_state;
-	struct tt_gpu_uring *ring;
-	bool ring_mapped;   /* the ring's memory is pinned and mapped for the GPU */
-	uint32_t slots;     /* object-sized bounce slots of the staging: the in-flight window */
-	uint32_t in_flight; /* the most I/Os in flight, <= slots */
-	bool broken;        /* a ring-level failure: refuse further batches */
-	uint64_t ios;       /* I/Os driven through the ring */
-	uint64_t kernel_ns, block_ns;
-	/* Layer kernels of a launched load may still be running on the GPU context's stream,
-	 * using the staging's bounce slots: quiesce waits for them, then reads their per-layer
-	 * timeout words (op_failed[0..op_launched)) so that a ring with I/O still in flight is
-	 * marked broken before anyone else drives it. */
-	bool inflight;
-	const int *op_failed;
-	uint32_t op_launched;
-};
-
 /* A load whose layers are launched on the GPU. */
 struct tt_launch {
 	struct tt_batch *b;
@@ -86,27 +60,119 @@ struct tt_launch {
 	int rc;                    /* the first failure: nothing is folded then */
 };
 
-static struct gpu_uring_engine *
+static struct tt_gpu_uring_engine *
 to_gu(struct tt_engine *e)
 {
-	return (struct gpu_uring_engine *)e;
+	return (struct tt_gpu_uring_engine *)e;
+}
+
+/* ---- options ---- */
+
+static const char *const submit_names[] = {
+    [TT_GPU_URING_SUBMIT_AUTO] = "auto",
+    [TT_GPU_URING_SUBMIT_SQPOLL] = "sqpoll",
+    [TT_GPU_URING_SUBMIT_HOST] = "host",
+    NULL,
+};
+
+static const char *const copy_names[] = {
+    [TT_GPU_URING_COPY_AUTO] = "auto",
+    [TT_GPU_URING_COPY_SM] = "sm",
+    [TT_GPU_URING_COPY_DMA] = "dma",
+    NULL,
+};
+
+/* Every SM the I/O kernels hold is one a prefill's GEMMs cannot use while the step's loads last,
+ * and each costs a prefill beside it far more than its share of the GPU, while two already read
+ * host memory as fast as SMs can: hold as few as keep pace with the storage (docs/results.md,
+ * rows F1, F2 and L7). The kernels run on a stream of the greatest priority. */
+const struct tt_engine_opt tt_gpu_uring_opts[TT_GPU_URING_NR_OPTS] = {
+    [TT_GPU_URING_OPT_WORKERS] =
+        {
+            .name = "workers",
+            .kind = TUTTI_ENGINE_OPTION_INT,
+            .min = 1,
+            .max = TT_GPU_IO_MAX,
+            .def = TT_GPU_IO_WORKERS_DEFAULT,
+            .help = "GPU KV: workers of its I/O kernel, each moving one object at a time in "
+                    "or out of its bounce slot; more keep more objects in flight",
+        },
+    [TT_GPU_URING_OPT_SMS] =
+        {
+            .name = "sms",
+            .kind = TUTTI_ENGINE_OPTION_INT,
+            .min = 0,
+            .max = TT_GPU_IO_MAX,
+            .def = 0,
+            .help = "GPU KV: SMs its I/O kernel holds, packed 3 groups of 256 threads or up "
+                    "to 6 of 128 to an SM; at least (workers + 1) / 6 rounded up, which 0 "
+                    "gives (5 for 29 workers); workers + 1 gives each worker an SM",
+        },
+    [TT_GPU_URING_OPT_SUBMIT] =
+        {
+            .name = "submit",
+            .kind = TUTTI_ENGINE_OPTION_CHOICE,
+            .def = TT_GPU_URING_SUBMIT_AUTO,
+            .choices = submit_names,
+            .help = "who issues its I/O: sqpoll (the kernel's SQ thread, spinning a core "
+                    "while I/O flows), host (a host thread every 50 us), auto (host on a "
+                    "block device, sqpoll on page-cache-backed files)",
+        },
+    [TT_GPU_URING_OPT_COPY] =
+        {
+            .name = "copy",
+            .kind = TUTTI_ENGINE_OPTION_CHOICE,
+            .def = TT_GPU_URING_COPY_AUTO,
+            .choices = copy_names,
+            .help = "how GPU KV loads cross into HBM: sm (the I/O kernel's loads across "
+                    "PCIe), dma (the copy engine, through device staging; needs 64-bit "
+                    "stream memory operations), auto (sm)",
+        },
+};
+
+/* The options in conf->opt[] into \p g, checked against each other. */
+static int
+take_opts(struct tt_gpu_uring_engine *g, const struct tt_engine_ops *ops,
+          const struct tt_engine_conf *conf)
+{
+	g->workers = conf->opt[TT_GPU_URING_OPT_WORKERS];
+	g->sms = conf->opt[TT_GPU_URING_OPT_SMS];
+	g->submit = conf->opt[TT_GPU_URING_OPT_SUBMIT];
+	g->copy = conf->opt[TT_GPU_URING_OPT_COPY];
+	if (g->sms != 0 && g->sms * TT_GPU_IO_GROUPS_PER_SM < g->workers + 1) {
+		tt_log_err(
+		    conf->log,
+		    "engine %s: sms=%u cannot hold %u workers and the ring's driver (at most "
+		    "%u to an SM)",
+		    ops->name, g->sms, g->workers, TT_GPU_IO_GROUPS_PER_SM);
+		return -EINVAL;
+	}
+	/* 0: the fewest SMs that hold the workers and the ring's driver. */
+	if (g->sms == 0) {
+		g->sms = (g->workers + TT_GPU_IO_GROUPS_PER_SM) / TT_GPU_IO_GROUPS_PER_SM;
+	}
+	return 0;
 }
 
 /* ---- open and close ---- */
 
-static int
-open_as(const struct tt_engine_ops *ops, const struct tt_engine_conf *conf, struct tt_engine **out)
+int
+tt_gpu_uring_open_as(const struct tt_engine_ops *ops, const struct tt_engine_conf *conf,
+                     size_t bytes, struct tt_engine **out)
 {
-	struct gpu_uring_engine *g = tt_calloc(1, sizeof(*g));
+	struct tt_gpu_uring_engine *g = tt_calloc(1, TT_MAX(bytes, sizeof(*g)));
 	int rc;
 
 	if (g == NULL) {
 		return -ENOMEM;
 	}
-	/* The uring queue carries control I/O (recovery, headers, flushes) and fsck; for auto
-	 * also host KV, on a thread pool where io_uring is refused. */
+	rc = take_opts(g, ops, conf);
+	if (rc < 0) {
+		tt_free(g);
+		return rc;
+	}
+	/* The uring queue carries control I/O (recovery, headers, flushes) and fsck. */
 	rc = tt_engine_init(&g->base, ops, conf, &tt_ioq_uring);
-	g->base.ioq_fallback = ops == &tt_engine_auto;
 	if (rc < 0) {
 		tt_engine_fini(&g->base);
 		tt_free(g);
@@ -119,13 +185,7 @@ open_as(const struct tt_engine_ops *ops, const struct tt_engine_conf *conf, stru
 static int
 gpu_uring_open(const struct tt_engine_conf *conf, struct tt_engine **out)
 {
-	return open_as(&tt_engine_gpu_uring, conf, out);
-}
-
-static int
-auto_open(const struct tt_engine_conf *conf, struct tt_engine **out)
-{
-	return open_as(&tt_engine_auto, conf, out);
+	return tt_gpu_uring_open_as(&tt_engine_gpu_uring, conf, 0, out);
 }
 
 uint32_t
@@ -142,7 +202,7 @@ tt_gpu_uring_bounce_slots(uint64_t staging_bytes, uint64_t object_bytes, bool pa
 /* The ring on the data files, with the staging as its bounce slots. Returns 0 or -errno, the
  * caller logging it. */
 static int
-ring_create(struct gpu_uring_engine *g)
+ring_create(struct tt_gpu_uring_engine *g)
 {
 	struct tt_engine *e = &g->base;
 	/* Over several files (format 5 spreads a directory's slots over up to 16), punted writes
@@ -152,8 +212,8 @@ ring_create(struct gpu_uring_engine *g)
 	 * microseconds, where an SQ thread would spin a core however slow the device (0.45 CPU
 	 * s/GB at 2.3 GB/s on the H200's disk, docs/results.md, row E4); on page-cache-backed
 	 * files the SQ thread keeps inline copies off the host's threads. */
-	bool host_submits = e->conf.gpu_io_submit == TUTTI_GPU_IO_SUBMIT_HOST ||
-	                    (e->conf.gpu_io_submit == TUTTI_GPU_IO_SUBMIT_AUTO && !e->page_cache);
+	bool host_submits = g->submit == TT_GPU_URING_SUBMIT_HOST ||
+	                    (g->submit == TT_GPU_URING_SUBMIT_AUTO && !e->page_cache);
 	struct tt_gpu_uring_conf conf;
 	uint32_t cq;
 
@@ -163,7 +223,7 @@ ring_create(struct gpu_uring_engine *g)
 	 * they take the whole staging as slots, that reads go on while groups wait. */
 	g->in_flight = tt_gpu_uring_bounce_slots(e->nr_staging * e->unit_bytes,
 	                                         e->geo->object_bytes, e->page_cache);
-	g->slots = e->conf.gpu_io_copy == TUTTI_GPU_IO_COPY_DMA
+	g->slots = g->copy == TT_GPU_URING_COPY_DMA
 	               ? tt_gpu_uring_bounce_slots(e->nr_staging * e->unit_bytes,
 	                                           e->geo->object_bytes, false)
 	               : g->in_flight;
@@ -207,7 +267,7 @@ gpu_uring_attach(struct tt_engine *e)
 
 /* Pin and map the ring's memory for the GPU, once (the staging is mapped with the context). */
 static int
-map_ring(struct gpu_uring_engine *g)
+map_ring(struct tt_gpu_uring_engine *g)
 {
 	struct tt_gpu_uring_region reg[2];
 	int rc;
@@ -232,10 +292,10 @@ map_ring(struct gpu_uring_engine *g)
 	return 0;
 }
 
-static void
-gpu_uring_close(struct tt_engine *e)
+void
+tt_gpu_uring_close(struct tt_engine *e)
 {
-	struct gpu_uring_engine *g = to_gu(e);
+	struct tt_gpu_uring_engine *g = to_gu(e);
 
 	/* The ring goes first: it waits for the kernel to finish with the staging memory. */
 	if (g->inflight) {
@@ -249,14 +309,15 @@ gpu_uring_close(struct tt_engine *e)
 		tt_gpu_host_unregister(reg[1].base);
 	}
 	tt_gpu_uring_destroy(g->ring);
+	tt_gpu_uring_dev_close(g->dev); /* before the context it lives on (tt_engine_fini) */
 	tt_engine_fini(e);
 	tt_free(g);
 }
 
-static void
-gpu_uring_stats(struct tt_engine *e, struct tt_engine_stats *out)
+void
+tt_gpu_uring_stats(struct tt_engine *e, struct tt_engine_stats *out)
 {
-	struct gpu_uring_engine *g = to_gu(e);
+	struct tt_gpu_uring_engine *g = to_gu(e);
 
 	tt_cpu_stats(e, out);
 	/* System calls on the data path: for the ring the host's wake-ups of its SQ thread, or
@@ -374,7 +435,7 @@ build_program(struct twin_job *j)
 }
 
 static int
-twin_transfer(struct gpu_uring_engine *g, struct tt_xfer *x)
+twin_transfer(struct tt_gpu_uring_engine *g, struct tt_xfer *x)
 {
 	struct tt_batch *b = x->b;
 	uint64_t max = (uint64_t)b->nr_chunks * (b->layer_end - b->layer_begin);
@@ -418,35 +479,43 @@ out:
 
 /* ---- GPU KV: the layer kernels ---- */
 
-/* Whether loads into \p gpu's memory go by the copy engine (enum tutti_gpu_io_copy): only where
+/* Whether loads into GPU memory go by the copy engine (option copy): only where
  * asked for. AUTO is SM: on emulated NVMe the copy engine's loads measured 0.65-0.89x of the SM
  * path's in the same run (docs/results.md, rows E27, E28). Returns 1, 0, or -EOPNOTSUPP where
  * DMA was asked for and the device cannot (said in the log). */
 static int
-loads_by_dma(struct gpu_uring_engine *g, struct tt_gpu *gpu)
+loads_by_dma(struct tt_gpu_uring_engine *g)
 {
 	struct tt_engine *e = &g->base;
 	int on;
 
-	if (e->conf.gpu_io_copy != TUTTI_GPU_IO_COPY_DMA) {
+	if (g->copy != TT_GPU_URING_COPY_DMA) {
 		return 0;
 	}
-	on = tt_gpu_uring_dma_supported(gpu);
+	on = tt_gpu_uring_dma_supported(g->dev);
 	if (on < 0) {
 		return on;
 	}
 	if (on == 0) {
-		tt_log_err(e->log, "gpu-uring: gpu_io_copy dma: the device cannot order copies "
+		tt_log_err(e->log, "gpu-uring: copy=dma: the device cannot order copies "
 		                   "after a count (no 64-bit stream memory operations)");
 		return -EOPNOTSUPP;
 	}
 	return 1;
 }
 
+/* The driver kernel's state on \p gpu, made once (a failure leaves none, and the next call tries
+ * again). */
+static int
+dev_ready(struct tt_gpu_uring_engine *g, struct tt_gpu *gpu)
+{
+	return g->dev != NULL ? 0 : tt_gpu_uring_dev_open(gpu, &g->dev);
+}
+
 /* Launch layers \p l .. \p l + \p count - 1 (indices into the lists) of \p b's object lists
  * on \p gpu's stream, as one driver kernel; whether it failed lands in lists->failed[l]. */
 static int
-gpu_layers(struct gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *gpu,
+gpu_layers(struct tt_gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *gpu,
            const struct tt_obj_lists *lists, uint32_t l, uint32_t count, uint64_t *trace)
 {
 	struct tt_engine *e = &g->base;
@@ -464,15 +533,20 @@ gpu_layers(struct gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *
 	    .in_flight = g->in_flight,
 	    .slot_bytes = e->geo->object_bytes,
 	    .write = b->kind == TT_BATCH_SAVE,
-	    .workers = e->conf.gpu_io_workers,
-	    .blocks = e->conf.gpu_io_sms,
+	    .workers = g->workers,
+	    .blocks = g->sms,
 	    .timeout_ms = TT_ENGINE_STALL_MS,
 	    .failed = &lists->failed[l],
 	    .trace = trace,
 	};
 
+	int rc = dev_ready(g, gpu);
+
+	if (rc < 0) {
+		return rc;
+	}
 	if (!job.write) {
-		int dma = loads_by_dma(g, gpu);
+		int dma = loads_by_dma(g);
 
 		if (dma < 0) {
 			return dma;
@@ -481,16 +555,16 @@ gpu_layers(struct gpu_uring_engine *g, const struct tt_batch *b, struct tt_gpu *
 	}
 	tt_gpu_uring_view(g->ring, &view);
 	tt_gpu_uring_kick(g->ring); /* at most one wake-up per launch */
-	return tt_gpu_uring_layers(gpu, &view, &job);
+	return tt_gpu_uring_layers(g->dev, &view, &job);
 }
 
 /* Add the GPU time of the layer kernels since the last fold to the stats (waits for the last). */
 static int
-fold_elapsed(struct gpu_uring_engine *g, struct tt_gpu *gpu)
+fold_elapsed(struct tt_gpu_uring_engine *g)
 {
 	uint64_t ns;
 	uint32_t blocks;
-	int rc = tt_gpu_uring_elapsed(gpu, &ns, &blocks);
+	int rc = tt_gpu_uring_elapsed(g->dev, &ns, &blocks);
 
 	if (rc == 0) {
 		g->kernel_ns += ns;
@@ -501,7 +575,7 @@ fold_elapsed(struct gpu_uring_engine *g, struct tt_gpu *gpu)
 
 /* Wait for every layer kernel launched on \p gpu: none is in flight after this. */
 static int
-sync_launched(struct gpu_uring_engine *g, struct tt_gpu *gpu)
+sync_launched(struct tt_gpu_uring_engine *g, struct tt_gpu *gpu)
 {
 	int rc = tt_gpu_sync(gpu);
 
@@ -517,14 +591,14 @@ sync_launched(struct gpu_uring_engine *g, struct tt_gpu *gpu)
 
 /* Wait for the first \p launched layers of the lists and fold their results into the chunks. */
 static int
-gpu_finish(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu,
+gpu_finish(struct tt_gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu,
            const struct tt_obj_lists *lists, uint32_t launched)
 {
 	int rc;
 
 	rc = sync_launched(g, gpu);
 	if (rc == 0) {
-		rc = fold_elapsed(g, gpu);
+		rc = fold_elapsed(g);
 	}
 	for (uint32_t l = 0; rc == 0 && l < launched; l++) {
 		if (lists->failed[l]) {
@@ -552,7 +626,7 @@ gpu_finish(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu,
  * the call.
  */
 static int
-gpu_transfer(struct gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu)
+gpu_transfer(struct tt_gpu_uring_engine *g, struct tt_batch *b, struct tt_gpu *gpu)
 {
 	struct tt_engine *e = &g->base;
 	struct tt_obj_lists lists;
@@ -611,10 +685,10 @@ kernels_take(const struct tt_engine *e, const struct tt_xfer *x)
 	return x->mover == &tt_mover_cuda && e->geo->layer_block_bytes > TT_XXH3_MIDSIZE_MAX;
 }
 
-static int
-gpu_uring_transfer(struct tt_engine *e, struct tt_batch *b)
+int
+tt_gpu_uring_transfer(struct tt_engine *e, struct tt_batch *b)
 {
-	struct gpu_uring_engine *g = to_gu(e);
+	struct tt_gpu_uring_engine *g = to_gu(e);
 	struct tt_xfer x;
 	int rc;
 
@@ -638,11 +712,11 @@ gpu_uring_transfer(struct tt_engine *e, struct tt_batch *b)
 
 /* ---- launched loads ---- */
 
-static int
-gpu_uring_launch_open(struct tt_engine *e, struct tt_batch *b, struct tt_list_mem *mem,
-                      struct tt_launch **out)
+int
+tt_gpu_uring_launch_open(struct tt_engine *e, struct tt_batch *b, struct tt_list_mem *mem,
+                         struct tt_launch **out)
 {
-	struct gpu_uring_engine *g = to_gu(e);
+	struct tt_gpu_uring_engine *g = to_gu(e);
 	struct tt_launch *l;
 	struct tt_xfer x;
 	int rc;
@@ -676,11 +750,11 @@ gpu_uring_launch_open(struct tt_engine *e, struct tt_batch *b, struct tt_list_me
 	return 1;
 }
 
-static int
-gpu_uring_launch_layer(struct tt_engine *e, struct tt_launch *l, uint32_t layer, uint32_t *word,
-                       uint32_t value, uint64_t *done_ns)
+int
+tt_gpu_uring_launch_layer(struct tt_engine *e, struct tt_launch *l, uint32_t layer, uint32_t *word,
+                          uint32_t value, uint64_t *done_ns)
 {
-	struct gpu_uring_engine *g = to_gu(e);
+	struct tt_gpu_uring_engine *g = to_gu(e);
 	int rc = 0;
 
 	/* A launched layer that timed out (its result copied back already) breaks the ring:
@@ -700,7 +774,7 @@ gpu_uring_launch_layer(struct tt_engine *e, struct tt_launch *l, uint32_t layer,
 		/* The stream went idle (compute held the window back): close the timed span, so
 		 * that the kernel time in the stats leaves the idle gap out. */
 		if (g->inflight && tt_gpu_idle(l->gpu) == 1) {
-			fold_elapsed(g, l->gpu);
+			fold_elapsed(g);
 		}
 		rc = gpu_layers(g, l->b, l->gpu, &l->lists, layer, 1, NULL);
 		g->inflight = true;
@@ -717,16 +791,16 @@ gpu_uring_launch_layer(struct tt_engine *e, struct tt_launch *l, uint32_t layer,
 	return rc;
 }
 
-static int
-gpu_uring_launch_idle(struct tt_engine *e, struct tt_launch *l)
+int
+tt_gpu_uring_launch_idle(struct tt_engine *e, struct tt_launch *l)
 {
 	return tt_gpu_idle(l->gpu);
 }
 
-static int
-gpu_uring_launch_finish(struct tt_engine *e, struct tt_launch *l)
+int
+tt_gpu_uring_launch_finish(struct tt_engine *e, struct tt_launch *l)
 {
-	struct gpu_uring_engine *g = to_gu(e);
+	struct tt_gpu_uring_engine *g = to_gu(e);
 	int rc;
 
 	if (l->rc != 0 || l->lists.n == 0) {
@@ -740,10 +814,10 @@ gpu_uring_launch_finish(struct tt_engine *e, struct tt_launch *l)
 	return rc;
 }
 
-static void
-gpu_uring_quiesce(struct tt_engine *e)
+void
+tt_gpu_uring_quiesce(struct tt_engine *e)
 {
-	struct gpu_uring_engine *g = to_gu(e);
+	struct tt_gpu_uring_engine *g = to_gu(e);
 	int rc;
 
 	if (!g->inflight) {
@@ -766,11 +840,20 @@ gpu_uring_quiesce(struct tt_engine *e)
 	}
 }
 
-/* ---- engine auto ---- */
+int
+tt_gpu_uring_prepare(struct tt_engine *e, const struct tutti_kv *kv, struct tt_gpu *gpu)
+{
+	/* The layer kernels take GPU KV whose layer blocks the GPU hash takes (kernels_take). */
+	if (e->geo->layer_block_bytes <= TT_XXH3_MIDSIZE_MAX) {
+		return 0;
+	}
+	return dev_ready(to_gu(e), gpu);
+}
 
-/* Set the ring up for GPU KV on \p device, or say in \p why why it cannot be. */
-static int
-auto_setup(struct gpu_uring_engine *g, int device, char *why, size_t len)
+/* ---- set-up for an engine built on this one (auto) ---- */
+
+int
+tt_gpu_uring_setup(struct tt_gpu_uring_engine *g, int device, char *why, size_t len)
 {
 	struct tt_engine *e = &g->base;
 	struct tt_gpu *gpu;
@@ -795,11 +878,11 @@ auto_setup(struct gpu_uring_engine *g, int device, char *why, size_t len)
 	/* A layer kernel's blocks wait on each other, so all must be resident at once; and the
 	 * compute beside the loads needs an SM at least. */
 	n = tt_gpu_sms(gpu);
-	if (n >= 0 && (uint32_t)n <= e->conf.gpu_io_sms) {
+	if (n >= 0 && (uint32_t)n <= g->sms) {
 		snprintf(why, len,
 		         "GPU %d has %d SMs: the layer kernel holds %u at once, and compute needs "
 		         "more",
-		         device, n, e->conf.gpu_io_sms);
+		         device, n, g->sms);
 		return -ENODEV;
 	}
 	rc = ring_create(g);
@@ -820,78 +903,32 @@ auto_setup(struct gpu_uring_engine *g, int device, char *why, size_t len)
 	return rc;
 }
 
-/* Whether gpu-uring moves GPU KV of \p device: set up on the first call, which logs one line
- * when it cannot be (every later batch then takes the CPU path without a word). */
-static bool
-auto_ring(struct gpu_uring_engine *g, int device)
-{
-	char why[192];
-
-	if (g->auto_state == AUTO_UNTRIED) {
-		if (auto_setup(g, device, why, sizeof(why)) == 0) {
-			g->auto_state = AUTO_RING;
-			tt_log_info(g->base.log, "engine auto: gpu-uring moves GPU KV");
-		} else {
-			g->auto_state = AUTO_CPU_PATH;
-			tt_log_warn(g->base.log, "engine auto: %s moves GPU KV, not gpu-uring: %s",
-			            tt_engine_kind_name(g->base.cpu_kind), why);
-		}
-	}
-	return g->auto_state == AUTO_RING;
-}
-
-static int
-auto_transfer(struct tt_engine *e, struct tt_batch *b)
-{
-	return auto_ring(to_gu(e), b->kv->device) ? gpu_uring_transfer(e, b)
-	                                          : tt_cpu_transfer(e, b);
-}
-
-static uint32_t
-auto_moved_by(struct tt_engine *e, const struct tutti_kv *kv)
-{
-	return auto_ring(to_gu(e), kv->device) ? TUTTI_ENGINE_GPU_URING : e->cpu_kind;
-}
-
-static int
-auto_launch_open(struct tt_engine *e, struct tt_batch *b, struct tt_list_mem *mem,
-                 struct tt_launch **out)
-{
-	return auto_ring(to_gu(e), b->kv->device) ? gpu_uring_launch_open(e, b, mem, out) : 0;
-}
+static const struct tt_engine_opt *const opts[] = {
+    &tt_gpu_uring_opts[TT_GPU_URING_OPT_WORKERS],
+    &tt_gpu_uring_opts[TT_GPU_URING_OPT_SMS],
+    &tt_gpu_uring_opts[TT_GPU_URING_OPT_SUBMIT],
+    &tt_gpu_uring_opts[TT_GPU_URING_OPT_COPY],
+};
 
 const struct tt_engine_ops tt_engine_gpu_uring = {
     .name = "gpu-uring",
     .kind = TUTTI_ENGINE_GPU_URING,
+    .description = "an io_uring whose I/O a CUDA kernel submits and reaps itself, with no "
+                   "system call per I/O (a host thread stands in for it with host KV)",
+    .opts = opts,
+    .nr_opts = TT_ARRAY_SIZE(opts),
     /* Host KV too: the twin drives the same ring. */
     .kv_mems = TT_KV_MEM(TUTTI_MEM_HOST) | TT_KV_MEM(TUTTI_MEM_CUDA),
     .open = gpu_uring_open,
     .attach = gpu_uring_attach,
-    .close = gpu_uring_close,
-    .transfer = gpu_uring_transfer,
+    .close = tt_gpu_uring_close,
+    .transfer = tt_gpu_uring_transfer,
     .flush = tt_cpu_flush,
-    .stats = gpu_uring_stats,
-    .launch_open = gpu_uring_launch_open,
-    .launch_layer = gpu_uring_launch_layer,
-    .launch_idle = gpu_uring_launch_idle,
-    .launch_finish = gpu_uring_launch_finish,
-    .quiesce = gpu_uring_quiesce,
-};
-
-/* gpu-uring for GPU KV where it can be set up, the CPU path for the rest. */
-const struct tt_engine_ops tt_engine_auto = {
-    .name = "auto",
-    .kind = TUTTI_ENGINE_AUTO,
-    .kv_mems = TT_KV_MEM(TUTTI_MEM_CUDA),
-    .open = auto_open,
-    .close = gpu_uring_close,
-    .transfer = auto_transfer,
-    .flush = tt_cpu_flush,
-    .stats = gpu_uring_stats,
-    .moved_by = auto_moved_by,
-    .launch_open = auto_launch_open,
-    .launch_layer = gpu_uring_launch_layer,
-    .launch_idle = gpu_uring_launch_idle,
-    .launch_finish = gpu_uring_launch_finish,
-    .quiesce = gpu_uring_quiesce,
+    .stats = tt_gpu_uring_stats,
+    .prepare = tt_gpu_uring_prepare,
+    .launch_open = tt_gpu_uring_launch_open,
+    .launch_layer = tt_gpu_uring_launch_layer,
+    .launch_idle = tt_gpu_uring_launch_idle,
+    .launch_finish = tt_gpu_uring_launch_finish,
+    .quiesce = tt_gpu_uring_quiesce,
 };

@@ -11,14 +11,14 @@
  * Debian's liburing 2.3 cannot create such a ring (no io_uring_queue_init_mem, no NO_MMAP or
  * NO_SQARRAY in its headers), so set-up uses the raw system calls.
  */
-#ifndef TT_GPU_URING_H
-#define TT_GPU_URING_H
+#ifndef TT_ENGINE_GPU_URING_RING_H
+#define TT_ENGINE_GPU_URING_RING_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "common/common.h"
-#include "gpu_uring/proto.h"
+#include "engine/gpu_uring/proto.h"
 
 struct tt_gpu_uring;
 
@@ -122,4 +122,4 @@ struct tt_gpu_uring_program {
 int tt_gpu_uring_twin_run(struct tt_gpu_uring *r, const struct tt_gpu_uring_program *p,
                           uint32_t timeout_ms);
 
-#endif /* TT_GPU_URING_H */
+#endif /* TT_ENGINE_GPU_URING_RING_H */

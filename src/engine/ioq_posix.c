@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * posix engine: a pool of threads issuing pread/pwrite, one I/O per call. It is the portable
- * reference for the uring engine and the shape of the CPU-driven tiers Tutti is compared with.
- * Its lanes (cpu_path.c) are those threads doing their units' I/O themselves: the sync queue
- * below, whose submit does each I/O on the calling thread.
+ * The posix I/O queue, which engine posix keeps (and auto where io_uring is refused): a pool of
+ * threads issuing pread/pwrite, one I/O per call. It is the portable reference for the io_uring
+ * queue and the shape of the CPU-driven tiers Tutti is compared with. Its lanes (cpu_path.c)
+ * are those threads doing their units' I/O themselves: the sync queue below, whose submit does
+ * each I/O on the calling thread.
  */
 #include <errno.h>
 #include <pthread.h>

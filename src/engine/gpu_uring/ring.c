@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpu_uring/gpu_uring.h"
+#include "engine/gpu_uring/ring.h"
 
 /* Not in Debian 12's kernel headers (6.1). */
 #define TT_IORING_SETUP_NO_MMAP (1u << 14)
