@@ -329,8 +329,13 @@ write_superblock(int fd, const struct tt_superblock *sb)
 	return rc;
 }
 
-/* Read the superblock; 1 if the file is empty (a new store), 0 if read, or -errno. A store of
- * another format version is named as such in the log. */
+/*
+ * Read the superblock; 1 if the file is empty (a new store), 0 if read, or -errno. A superblock
+ * that does not decode is logged as what it is: no Tutti magic (-EPROTO), an intact superblock
+ * of another format version (-EPROTO: sealed by its checksum under the rule every version
+ * keeps, so a damaged version field is not taken for one), or damage (-EBADMSG). A repair
+ * cannot mend a superblock: the open fails before anything is written, every time alike.
+ */
 static int
 read_superblock(int fd, struct tt_superblock *sb, const char *path, const struct tt_log *log)
 {
@@ -348,13 +353,26 @@ read_superblock(int fd, struct tt_superblock *sb, const char *path, const struct
 		rc = 1;
 	} else {
 		rc = tt_sb_decode(buf, (size_t)n, sb);
-		if (rc == -EPROTO && n >= 12 && memcmp(buf, TT_SB_MAGIC, 8) == 0) {
-			tt_log_err(log,
-			           "%s: a store of format version %u; this build reads version "
-			           "%u: remove the file (a store is a cache: its prefixes are "
-			           "computed again) or use another directory",
-			           path, (unsigned)buf[8] | (unsigned)buf[9] << 8, TT_SB_VERSION);
-		}
+	}
+	if (rc == -EPROTO && memcmp(buf, TT_SB_MAGIC, 8) == 0) {
+		tt_log_err(log,
+		           "%s: a store of format version %u; this build reads version %u: remove "
+		           "the file (a store is a cache: its prefixes are computed again) or use "
+		           "another directory",
+		           path, (unsigned)buf[8] | (unsigned)buf[9] << 8, TT_SB_VERSION);
+	} else if (rc == -EPROTO) {
+		tt_log_err(log,
+		           "%s: not a Tutti store (no Tutti magic at its start): left as it is",
+		           path);
+	} else if (rc == -EBADMSG) {
+		tt_log_err(
+		    log,
+		    "%s: damaged superblock (it fails its checksum, is cut short or holds "
+		    "values no writer makes): the store cannot be opened, and a repair "
+		    "cannot mend it (it changes nothing); remove tutti.data in its directory "
+		    "to make a new, empty store there (a store is a cache: its prefixes are "
+		    "computed again)",
+		    path);
 	}
 	tt_aligned_free(buf);
 	return rc;
@@ -562,8 +580,10 @@ open_file(struct tt_pool *pool, struct pool_dir *pd, const char *dir, uint32_t f
 		return -EOPNOTSUPP; /* an O_DIRECT read refused despite the open succeeding */
 	}
 	if (rc < 0) {
-		tt_log_err(pool->log, "%s: not a Tutti store or damaged superblock: %s", path,
-		           tutti_strerror(rc));
+		if (rc != -EPROTO && rc != -EBADMSG) { /* those are logged as what they are */
+			tt_log_err(pool->log, "%s: reading the superblock: %s", path,
+			           tutti_strerror(rc));
+		}
 		return rc;
 	}
 	pf->empty = rc == 1;
@@ -1512,10 +1532,8 @@ tt_pool_peek(const char *dir, struct tt_superblock *sb, const struct tt_log *log
 		           "of it)",
 		           path);
 		rc = -ENOENT;
-	} else if (rc < 0 && rc != -EPROTO) {
-		tt_log_err(log, "%s: not a Tutti store, or damaged: %s", path, tutti_strerror(rc));
-	} else if (rc == -EPROTO) {
-		tt_log_err(log, "%s: not a Tutti store of this version", path);
+	} else if (rc < 0 && rc != -EPROTO && rc != -EBADMSG) {
+		tt_log_err(log, "%s: reading the superblock: %s", path, tutti_strerror(rc));
 	}
 	return rc;
 }

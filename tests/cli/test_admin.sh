@@ -7,7 +7,8 @@
 # file where the data file should be) they answer at once with a message that says what is
 # there; profile never writes through a symbolic link and never replaces a good profile with a
 # failed measurement; every numeric option takes a plain decimal number in its range and
-# nothing else.
+# nothing else; one flipped bit of a slot header is damage that one fsck --repair erases for
+# good, and a damaged superblock is refused alike by every command, changing nothing.
 set -euo pipefail
 tutti=$1
 dir=$(mktemp -d "${TMPDIR:-/tmp}/tutti-cli-admin.XXXXXX")
@@ -73,6 +74,58 @@ if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
 		! '$tutti' fsck --repair '$dir/ro' >/dev/null 2>&1
 	" || fail "inspect and fsck on a read-only mount"
 fi
+
+# ---- a repair converges (issue 48) ----
+# flipbit FILE OFFSET BIT: flip one bit of the byte at OFFSET of FILE.
+flipbit() {
+	local b
+	b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+	# shellcheck disable=SC2059
+	printf "$(printf '\\%03o' $((b ^ (1 << $3))))" |
+		dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+# fsck_rc CODE [--repair] DIR: fsck exits with CODE.
+fsck_rc() {
+	local code=$1 rc=0
+	shift
+	timeout 60 "$tutti" fsck "$@" >"$dir/out" 2>"$dir/err" || rc=$?
+	[ "$rc" -eq "$code" ] || fail "fsck $*: exit $rc, not $code: $(cat "$dir/out" "$dir/err")"
+}
+# The first data file whose first slot holds a committed header.
+committed() {
+	local f
+	for f in "$1"/tutti.data*; do
+		if [ "$(dd if="$f" bs=1 skip=1048576 count=7 status=none)" = TUTTISL ]; then
+			echo "$f"
+			return
+		fi
+	done
+	fail "no committed slot header in $1"
+}
+store --dir "$dir/r"
+# One bit of the version, the magic, the header size, the key: each is damage that one repair
+# erases for good (a flipped version bit was kept as another version's header, on every rerun).
+for at in "8 0" "11 7" "2 1" "12 3" "60 5"; do
+	read -r off bit <<<"$at"
+	hdr=$(committed "$dir/r")
+	flipbit "$hdr" $((1048576 + off)) "$bit"
+	fsck_rc 4 "$dir/r"
+	grep -q "^damaged .* 1 damaged slot headers" "$dir/out" || fail "byte $off: $(cat "$dir/out")"
+	fsck_rc 1 --repair "$dir/r"
+	fsck_rc 0 "$dir/r"
+	fsck_rc 0 "$dir/r"
+	store --dir "$dir/r" # the chunk saved again, for the next one
+done
+# A damaged superblock: every open refuses it alike, saying so and what to do; a repair
+# changes nothing; with the bit restored the store is whole.
+flipbit "$dir/r/tutti.data" 8 0
+before=$(state "$dir/r")
+expect 8 "damaged superblock.*remove tutti.data" "$tutti" fsck "$dir/r"
+expect 8 "damaged superblock" "$tutti" fsck --repair "$dir/r"
+expect 1 "damaged superblock" "$tutti" inspect "$dir/r"
+[ "$(state "$dir/r")" = "$before" ] || fail "a refused fsck --repair changed a damaged store"
+flipbit "$dir/r/tutti.data" 8 0
+fsck_rc 0 "$dir/r"
 
 # ---- what stands where the data file should be ----
 mkdir "$dir/fifo"
