@@ -94,6 +94,7 @@
 #include "benchutil.h"
 #include "ceiling.h"
 #include "cliarg.h"
+#include "common/common.h"
 #include "kvbench.h"
 #include "tutti/tutti.h"
 
@@ -1685,9 +1686,18 @@ main(int argc, char **argv)
 		snprintf(device, sizeof(device), "%s (%u SMs)", prop.name, b.sms);
 	}
 	if (b.c.json != NULL) {
-		b.json = fopen(b.c.json, "a");
+		/* Only a regular file: a FIFO would block the open until a reader came. */
+		int fd = tt_open_kind(AT_FDCWD, b.c.json, O_WRONLY | O_CREAT | O_APPEND, 0644,
+		                      TT_KIND_FILE, -EINVAL, b.c.json, NULL);
+
+		if (fd == -EINVAL) {
+			fprintf(stderr, "tutti-gpu-store-bench: %s is not a regular file\n",
+			        b.c.json);
+			return 2;
+		}
+		b.json = fd >= 0 ? fdopen(fd, "a") : NULL;
 		if (b.json == NULL) {
-			die(b.c.json, -errno);
+			die(b.c.json, fd < 0 ? fd : -errno);
 		}
 	}
 	if (b.c.latency_loads > 0) {

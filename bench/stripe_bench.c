@@ -48,6 +48,7 @@
 #include "benchutil.h"
 #include "ceiling.h"
 #include "cliarg.h"
+#include "common/common.h"
 #include "gpu/gpu.h"
 #include "kvbench.h"
 #include "pool/pool.h"
@@ -683,14 +684,22 @@ open_append(const char *path, bool *fresh)
 {
 	FILE *f;
 	struct stat sb;
+	int fd;
 
 	if (path == NULL) {
 		return NULL;
 	}
 	*fresh = stat(path, &sb) != 0 || sb.st_size == 0;
-	f = fopen(path, "a");
+	/* Only a regular file: a FIFO would block the open until a reader came. */
+	fd = tt_open_kind(AT_FDCWD, path, O_WRONLY | O_CREAT | O_APPEND, 0644, TT_KIND_FILE,
+	                  -EINVAL, path, NULL);
+	if (fd == -EINVAL) {
+		fprintf(stderr, "tutti-stripe-bench: %s is not a regular file\n", path);
+		exit(2);
+	}
+	f = fd >= 0 ? fdopen(fd, "a") : NULL;
 	if (f == NULL) {
-		die(path, -errno);
+		die(path, fd < 0 ? fd : -errno);
 	}
 	return f;
 }

@@ -68,7 +68,8 @@ TUTTI_API void tutti_pipeline_opts_init(struct tutti_pipeline_opts *opts);
  * Make a pipeline over \p st for the paged KV \p kv (GPU mode for TUTTI_MEM_CUDA, CPU mode for
  * host memory), starting its thread and allocating all its staging now: nothing it uses grows
  * with the context length.
- * \return 0, or -EINVAL (bad options, a kv of another geometry), -ENOENT (profile_path missing),
+ * \return 0, or -EINVAL (bad options, a kv of another geometry, a profile_path that is not a
+ *         regular file: a FIFO, a device, a directory; logged), -ENOENT (profile_path missing),
  *         -EBADMSG (a profile that does not parse or is for another layer count), -ENOMEM, or the
  *         GPU's error (-ENODEV, -EIO) in GPU mode.
  */
@@ -203,9 +204,10 @@ TUTTI_API int tutti_pipeline_get_stats(struct tutti_pipeline *p, struct tutti_pi
 /**
  * Write the kept timeline (layer reads, waits, compute, copies into staging, writes) as Chrome
  * trace JSON, viewable in Perfetto (ui.perfetto.dev) or chrome://tracing. GPU-measured spans are
- * placed on the host clock. \p path is created or truncated, never through a symbolic link.
- * \return 0, -EINVAL, -ENODATA (no timeline kept), -ELOOP (\p path is a symbolic link), or the
- * errno of the write.
+ * placed on the host clock. \p path is created or truncated, never through a symbolic link,
+ * and only as a regular file. \return 0, -EINVAL (also: \p path is a FIFO, a device or a
+ * directory, refused without blocking and logged), -ENODATA (no timeline kept), -ELOOP (\p path
+ * is a symbolic link), or the errno of the write.
  */
 TUTTI_API int tutti_pipeline_write_trace(struct tutti_pipeline *p, const char *path);
 
@@ -226,14 +228,17 @@ struct tutti_profile {
 /**
  * Parse the profile at \p path into \p out (out->nr_layers entries of layer_ns_per_token must be
  * provided; lines for other layers fail). \return 0, -ENOENT, -EBADMSG (with the line number
- * logged nowhere: the format is small), -EINVAL.
+ * logged nowhere: the format is small), -EINVAL (bad arguments, or \p path is not a regular file:
+ * a FIFO, refused without blocking, a device, a directory).
  */
 TUTTI_API int tutti_profile_read(const char *path, struct tutti_profile *out);
 
 /**
  * Write \p prof to \p path, mode 0644, replaced atomically: written under a new temporary name
  * beside it (created exclusively, so nothing planted there receives it) and renamed over \p path
- * (a symbolic link at \p path is replaced, not followed). \return 0, -EINVAL or the errno.
+ * (a symbolic link at \p path is replaced, not followed). \return 0, -EINVAL (bad arguments, or
+ * \p path is neither missing, a regular file nor a symbolic link: a FIFO, a socket, a device or
+ * a directory is left as it is), or the errno.
  */
 TUTTI_API int tutti_profile_write(const char *path, const struct tutti_profile *prof);
 

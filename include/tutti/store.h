@@ -306,6 +306,16 @@ struct tutti_fsck_report {
 	uint64_t corrupt_chunks; /**< chunks with a checksum mismatch or a read error */
 	uint64_t removed_chunks; /**< chunks that failed their checksum, removed (FSCK_REPAIR) */
 	uint64_t elapsed_ns;     /**< time taken */
+	/* Added after 0.2.0 (a caller built against 0.2.0 passes the smaller size and gets the
+	 * fields above): the slot headers recovery dropped at open (recovery_dropped), by kind. */
+	/** Damaged: they fail their own checksum (whatever version they claim), hold impossible
+	 *  values or hold no slot magic. Erased at open with TUTTI_OPEN_REPAIR. */
+	uint64_t damaged_headers;
+	/** Intact (sealed by their checksum) but of another format version, store or
+	 *  configuration: not damage; left as they are, their slots free. */
+	uint64_t foreign_headers;
+	/** Could not be read at open (a read error may pass): left as they are. */
+	uint64_t unreadable_headers;
 };
 
 /**
@@ -314,11 +324,15 @@ struct tutti_fsck_report {
  * could not be read are counted, not removed: a read error may pass); the chunks after a
  * removed one in its chain are kept, and join it again once it is saved anew. Without it
  * nothing is changed.
- * Headers found damaged at open are counted in the stats (recovery_dropped); open with
- * TUTTI_OPEN_REPAIR to erase them.
+ * Headers found damaged at open are counted in the stats (recovery_dropped) and, by kind, in
+ * the report; open with TUTTI_OPEN_REPAIR to erase them. A repair also checks the older copy of
+ * a key whose chunk it removes (the copy the next open would find), and removes it as well if
+ * its objects fail their checksums, so that one repair run to the end, opened with
+ * TUTTI_OPEN_REPAIR, leaves nothing damaged for the next open or fsck to find.
  *
- * \return 0 or -EINVAL (bad arguments; out->size wrong), -EROFS (TUTTI_FSCK_REPAIR on a store
- *         opened with TUTTI_OPEN_READ_ONLY), -EIO (the I/O engine failed).
+ * \return 0 or -EINVAL (bad arguments; out->size neither this structure's size nor 0.2.0's),
+ *         -EROFS (TUTTI_FSCK_REPAIR on a store opened with TUTTI_OPEN_READ_ONLY), -EIO (the I/O
+ *         engine failed), -ENOMEM.
  */
 TUTTI_API int tutti_store_fsck(struct tutti_store *st, uint32_t flags,
                                struct tutti_fsck_report *out);

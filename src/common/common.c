@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Logging, allocation wrappers, clocks, and the library-wide version and error strings.
+ * Logging, allocation wrappers, opening paths of the kind meant, clocks, and the library-wide
+ * version and error strings.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/common.h"
 #include "tutti/geometry.h"
@@ -92,6 +96,94 @@ tt_aligned_free(void *ptr)
 	} else {
 		free(p);
 	}
+}
+
+const char *
+tt_kind_name(mode_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG:
+		return "a regular file";
+	case S_IFDIR:
+		return "a directory";
+	case S_IFIFO:
+		return "a FIFO";
+	case S_IFCHR:
+		return "a character device";
+	case S_IFBLK:
+		return "a block device";
+	case S_IFSOCK:
+		return "a socket";
+	case S_IFLNK:
+		return "a symbolic link";
+	default:
+		return "a file of an unknown type";
+	}
+}
+
+static bool
+is_kind(mode_t mode, enum tt_kind kind)
+{
+	return kind == TT_KIND_DIR ? S_ISDIR(mode) : S_ISREG(mode);
+}
+
+static int
+refuse(mode_t mode, enum tt_kind kind, int refused, const char *path, const struct tt_log *log)
+{
+	tt_log_err(log, "%s is %s, not %s: refused", path, tt_kind_name(mode),
+	           tt_kind_name(kind == TT_KIND_DIR ? S_IFDIR : S_IFREG));
+	return refused;
+}
+
+int
+tt_check_kind(int dir_fd, const char *name, bool follow, enum tt_kind kind, int refused,
+              const char *path, const struct tt_log *log)
+{
+	struct stat st;
+
+	/* Missing, or not to be looked at (a directory on the way denies it): the open says. */
+	if (fstatat(dir_fd, name, &st, follow ? 0 : AT_SYMLINK_NOFOLLOW) != 0 ||
+	    (!follow && S_ISLNK(st.st_mode)) || is_kind(st.st_mode, kind)) {
+		return 0;
+	}
+	return refuse(st.st_mode, kind, refused, path, log);
+}
+
+int
+tt_open_kind(int dir_fd, const char *name, int flags, mode_t mode, enum tt_kind kind, int refused,
+             const char *path, const struct tt_log *log)
+{
+	bool follow = (flags & O_NOFOLLOW) == 0;
+	struct stat st;
+	int fd, rc = tt_check_kind(dir_fd, name, follow, kind, refused, path, log);
+
+	if (rc < 0) {
+		return rc;
+	}
+	fd = openat(dir_fd, name, flags | O_NONBLOCK | O_CLOEXEC, mode);
+	if (fd < 0) {
+		rc = -errno;
+		/* Something of another kind put there since the look can fail the open in its own
+		 * way (ENXIO: a FIFO without a reader; EISDIR; EINVAL: O_DIRECT refused): say what
+		 * it is instead. */
+		return rc != -ENOENT && rc != -EEXIST &&
+		               tt_check_kind(dir_fd, name, follow, kind, refused, path, log) < 0
+		           ? refused
+		           : rc;
+	}
+	if (fstat(fd, &st) != 0) {
+		rc = -errno;
+	} else if (!is_kind(st.st_mode, kind)) {
+		rc = refuse(st.st_mode, kind, refused, path, log);
+	} else if ((flags & O_NONBLOCK) == 0 &&
+	           fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+		rc = -errno;
+	}
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
 }
 
 uint64_t

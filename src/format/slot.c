@@ -2,7 +2,8 @@
 /*
  * Slot header codec. Fixed fields first, then one checksum per object, then the header's own
  * XXH3-64 over every byte before it. The encoded length depends on the object count, so the
- * decoder bounds it before trusting it.
+ * decoder bounds it before trusting it, and checks the seal before the version: a header that
+ * breaks it is damaged, whatever version it claims.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -72,6 +73,21 @@ all_zero(const uint8_t *p, size_t n)
 	return true;
 }
 
+/*
+ * Whether the \p len bytes at \p buf hold a header sealed by its own checksum, under the rule
+ * every version of the slot header keeps (docs/format.md): its size in bytes at OFF_HDR_BYTES,
+ * XXH3-64 of every byte before them in its last 8. This is what tells a header of another version
+ * from a damaged one: a flipped bit anywhere, the version's included, breaks the seal.
+ */
+static bool
+sealed(const uint8_t *buf, size_t len)
+{
+	uint32_t hdr_bytes = get32(buf + OFF_HDR_BYTES);
+
+	return hdr_bytes >= OFF_HDR_BYTES + 4 + 8 && hdr_bytes <= len &&
+	       get64(buf + hdr_bytes - 8) == XXH3_64bits(buf, hdr_bytes - 8);
+}
+
 int
 tt_slot_decode(const uint8_t *buf, size_t len, struct tt_slot_header *out)
 {
@@ -83,21 +99,19 @@ tt_slot_decode(const uint8_t *buf, size_t len, struct tt_slot_header *out)
 	if (memcmp(buf + OFF_MAGIC, TT_SLOT_MAGIC, 8) != 0) {
 		return all_zero(buf + OFF_MAGIC, 8) ? -ENODATA : -EPROTO;
 	}
-	if (get32(buf + OFF_VERSION) != TT_SLOT_VERSION) {
-		return -EPROTO;
-	}
-	if (len < OFF_CSUMS) {
+	if (!sealed(buf, len)) {
 		return -EBADMSG;
+	}
+	if (get32(buf + OFF_VERSION) != TT_SLOT_VERSION) {
+		return -EPROTO; /* intact, of another version */
 	}
 	hdr_bytes = get32(buf + OFF_HDR_BYTES);
 	nr_objects = get32(buf + OFF_NR_OBJECTS);
 	key_bytes = get32(buf + OFF_KEY_BYTES);
+	/* Sealed but impossible: written by no version of this format. */
 	if (nr_objects == 0 || nr_objects > TT_SLOT_MAX_LAYERS ||
-	    hdr_bytes != encoded_bytes(nr_objects) || hdr_bytes > len || key_bytes == 0 ||
+	    hdr_bytes != encoded_bytes(nr_objects) || key_bytes == 0 ||
 	    key_bytes > TT_MAX_KEY_BYTES || get32(buf + OFF_HAS_PARENT) > 1) {
-		return -EBADMSG;
-	}
-	if (get64(buf + hdr_bytes - 8) != XXH3_64bits(buf, hdr_bytes - 8)) {
 		return -EBADMSG;
 	}
 	memset(out, 0, sizeof(*out));

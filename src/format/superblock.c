@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Superblock codec. Fields are written at fixed offsets in little-endian order; the checksum is
- * XXH3-64 over every byte before it.
+ * XXH3-64 over every byte before it, and is checked before the version (sealed()).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -71,6 +72,21 @@ tt_sb_encode(const struct tt_superblock *sb, uint8_t *buf)
 	put64(buf + OFF_CSUM, XXH3_64bits(buf, OFF_CSUM));
 }
 
+/*
+ * Whether the \p len bytes at \p buf hold a superblock sealed by its own checksum, under the rule
+ * every version of the format has kept (docs/format.md): its encoded size at OFF_HDR_BYTES,
+ * XXH3-64 of every byte before them in its last 8. What tells a store of another version from a
+ * damaged superblock: a flipped bit anywhere, the version's included, breaks the seal.
+ */
+static bool
+sealed(const uint8_t *buf, size_t len)
+{
+	uint32_t hdr_bytes = get32(buf + OFF_HDR_BYTES);
+
+	return hdr_bytes >= OFF_HDR_BYTES + 4 + 8 && hdr_bytes <= len && hdr_bytes <= TT_SB_BYTES &&
+	       get64(buf + hdr_bytes - 8) == XXH3_64bits(buf, hdr_bytes - 8);
+}
+
 int
 tt_sb_decode(const uint8_t *buf, size_t len, struct tt_superblock *out)
 {
@@ -83,13 +99,13 @@ tt_sb_decode(const uint8_t *buf, size_t len, struct tt_superblock *out)
 	if (memcmp(buf + OFF_MAGIC, TT_SB_MAGIC, 8) != 0) {
 		return -EPROTO;
 	}
-	if (get32(buf + OFF_VERSION) != TT_SB_VERSION) {
-		return -EPROTO;
-	}
-	if (len < HDR_BYTES || get32(buf + OFF_HDR_BYTES) != HDR_BYTES) {
+	if (len < OFF_HDR_BYTES + 4 || !sealed(buf, len)) {
 		return -EBADMSG;
 	}
-	if (get64(buf + OFF_CSUM) != XXH3_64bits(buf, OFF_CSUM)) {
+	if (get32(buf + OFF_VERSION) != TT_SB_VERSION) {
+		return -EPROTO; /* intact, of another version */
+	}
+	if (get32(buf + OFF_HDR_BYTES) != HDR_BYTES) {
 		return -EBADMSG;
 	}
 	memset(&sb, 0, sizeof(sb));

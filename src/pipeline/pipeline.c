@@ -138,8 +138,9 @@ load_profile(struct tutti_pipeline *p)
 	rc = tutti_profile_read(p->opts.profile_path, &prof);
 	if (rc < 0) {
 		tt_log_err(&p->log, "profile %s: %s", p->opts.profile_path,
-		           rc == -EBADMSG ? "does not parse or is for another layer count"
-		                          : "cannot be read");
+		           rc == -EBADMSG  ? "does not parse or is for another layer count"
+		           : rc == -EINVAL ? "not a regular file (a FIFO, a device, a directory)"
+		                           : "cannot be read");
 		return rc;
 	}
 	p->read_bps = prof.read_bytes_per_s;

@@ -78,16 +78,23 @@ tutti_profile_read(const char *path, struct tutti_profile *out)
 {
 	char line[256];
 	FILE *f;
-	int rc = 0;
+	int fd, rc = 0;
 	bool first = true;
 
 	if (path == NULL || out == NULL || out->size != sizeof(*out) || out->nr_layers == 0 ||
 	    out->layer_ns_per_token == NULL) {
 		return -EINVAL;
 	}
-	f = fopen(path, "re");
+	/* Only a regular file: a FIFO would block the open until a writer came (issue 48). */
+	fd = tt_open_kind(AT_FDCWD, path, O_RDONLY, 0, TT_KIND_FILE, -EINVAL, path, NULL);
+	if (fd < 0) {
+		return fd;
+	}
+	f = fdopen(fd, "r");
 	if (f == NULL) {
-		return -errno;
+		rc = -errno;
+		close(fd);
+		return rc;
 	}
 	out->read_bytes_per_s = out->write_bytes_per_s = 0;
 	memset(out->layer_ns_per_token, 0, out->nr_layers * sizeof(double));
@@ -126,9 +133,15 @@ tutti_profile_write(const char *path, const struct tutti_profile *prof)
 	    (prof->nr_layers > 0 && prof->layer_ns_per_token == NULL)) {
 		return -EINVAL;
 	}
+	/* The profile is renamed over \p path, which replaces a symbolic link there rather than
+	 * writing through it; anything else but a regular file (a FIFO, a socket, a device node,
+	 * which root could replace) is refused. */
+	rc = tt_check_kind(AT_FDCWD, path, false, TT_KIND_FILE, -EINVAL, path, NULL);
+	if (rc < 0) {
+		return rc;
+	}
 	/* A new name, created exclusively: a symbolic link planted under a predictable temporary
-	 * name cannot redirect the write. The profile is then renamed over \p path, which replaces
-	 * whatever stands there (a link included) rather than writing through it. */
+	 * name cannot redirect the write. */
 	n = snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
 	if (n < 0 || (size_t)n >= sizeof(tmp)) {
 		return -ENAMETOOLONG;

@@ -51,11 +51,13 @@ tutti_pipeline_write_trace(struct tutti_pipeline *p, const char *path)
 		return -ENODATA;
 	}
 	/* Not through a symbolic link: a link planted at a trace path in a shared directory would
-	 * otherwise have a file of its choosing truncated. */
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	 * otherwise have a file of its choosing truncated. Only a regular file: a FIFO would block
+	 * the open until a reader came, and a device is no place for a trace. */
+	fd = tt_open_kind(AT_FDCWD, path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644,
+	                  TT_KIND_FILE, -EINVAL, path, &p->log);
 	f = fd >= 0 ? fdopen(fd, "w") : NULL;
 	if (f == NULL) {
-		rc = -errno;
+		rc = fd < 0 ? fd : -errno;
 		if (fd >= 0) {
 			close(fd);
 		}

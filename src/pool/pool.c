@@ -99,10 +99,11 @@ struct tt_pool {
 static int
 open_store_dir(const char *dir, bool create, const struct tt_log *log, int *out, bool *made)
 {
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	const int flags = O_RDONLY | O_DIRECTORY;
+	int fd = tt_open_kind(AT_FDCWD, dir, flags, 0, TT_KIND_DIR, -ENOTDIR, dir, log);
 
 	*made = false;
-	if (fd < 0 && errno == ENOENT && create) {
+	if (fd == -ENOENT && create) {
 		if (mkdir(dir, 0700) == 0) {
 			*made = true;
 		} else if (errno != EEXIST) {
@@ -112,17 +113,14 @@ open_store_dir(const char *dir, bool create, const struct tt_log *log, int *out,
 			           tutti_strerror(rc));
 			return rc;
 		}
-		fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		fd = tt_open_kind(AT_FDCWD, dir, flags, 0, TT_KIND_DIR, -ENOTDIR, dir, log);
+	}
+	if (fd == -ENOTDIR) {
+		return fd; /* logged: what stands there instead */
 	}
 	if (fd < 0) {
-		int rc = -errno;
-
-		if (rc == -ENOTDIR) {
-			tt_log_err(log, "%s: not a directory", dir);
-		} else {
-			tt_log_err(log, "%s: %s", dir, tutti_strerror(rc));
-		}
-		return rc;
+		tt_log_err(log, "%s: %s", dir, tutti_strerror(fd));
+		return fd;
 	}
 	*out = fd;
 	return 0;
@@ -198,45 +196,45 @@ lock_data_file(int fd, const char *path, bool shared, const struct tt_log *log)
 
 /*
  * Open (or, with \p create, create) the data file \p name in the directory \p dir_fd (\p path
- * names it in messages) without following
- * a symbolic link and without blocking (a FIFO in its place would block an open for reading
- * until a writer came), and check that it is a regular file; when \p writable, also that it has
- * no other hard link, whose file every write of the store would change too. *created says
- * whether this call created it. Returns the descriptor or -errno, having logged why.
+ * names it in messages) without following a symbolic link and without blocking, and only if it
+ * is a regular file (tt_open_kind: a FIFO in its place would block an open for reading until a
+ * writer came; a device, a socket or a directory is not a store either: -EPROTO); when
+ * \p writable, also that it has no other hard link, whose file every write of the store would
+ * change too. *created says whether this call created it. Returns the descriptor or -errno,
+ * having logged why.
  */
 static int
 open_data_fd(int dir_fd, const char *name, const char *path, bool writable, bool create,
              bool *created, const struct tt_log *log)
 {
-	int flags = (writable ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+	int flags = (writable ? O_RDWR : O_RDONLY) | O_DIRECT | O_NOFOLLOW;
 	/* A reader that is to change nothing does not change the access time either, where the
 	 * file is its own (O_NOATIME is refused, EPERM, on others' files). */
-	int fd = writable ? -1 : openat(dir_fd, name, flags | O_NOATIME);
+	int fd = writable ? -1
+	                  : tt_open_kind(dir_fd, name, flags | O_NOATIME, 0, TT_KIND_FILE, -EPROTO,
+	                                 path, log);
 	struct stat st;
 	int rc;
 
-	if (fd < 0) {
-		fd = openat(dir_fd, name, flags);
+	if (fd < 0 && fd != -EPROTO) {
+		fd = tt_open_kind(dir_fd, name, flags, 0, TT_KIND_FILE, -EPROTO, path, log);
 	}
 	*created = false;
-	if (fd < 0 && errno == ENOENT && create) {
-		fd = openat(dir_fd, name, flags | O_CREAT | O_EXCL, 0600);
+	if (fd == -ENOENT && create) {
+		fd = tt_open_kind(dir_fd, name, flags | O_CREAT | O_EXCL, 0600, TT_KIND_FILE,
+		                  -EPROTO, path, log);
 		*created = fd >= 0;
-		if (fd < 0 && errno == EEXIST) {
+		if (fd == -EEXIST) {
 			/* Made meanwhile by a process that does not take the owner lock (an older
 			 * build): it is not ours to initialise or remove, only to open. */
-			fd = openat(dir_fd, name, flags);
+			fd = tt_open_kind(dir_fd, name, flags, 0, TT_KIND_FILE, -EPROTO, path, log);
 		}
 	}
-	/* O_DIRECT is refused by a FIFO, a socket or a device: say what the file is instead. */
-	if (fd < 0 && errno == EINVAL && fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
-		tt_log_err(log, "%s is not a regular file (file type 0%o): not a Tutti store", path,
-		           (unsigned)(st.st_mode & S_IFMT) >> 12);
-		return -EPROTO;
+	if (fd == -EPROTO) {
+		return fd; /* logged: what stands there instead */
 	}
 	if (fd < 0) {
-		rc = errno == EINVAL ? -EOPNOTSUPP : -errno;
+		rc = fd == -EINVAL ? -EOPNOTSUPP : fd;
 		tt_log_err(log, "cannot open %s: %s%s", path, tutti_strerror(rc),
 		           rc == -EOPNOTSUPP ? " (the filesystem refuses O_DIRECT)"
 		           : rc == -ELOOP    ? " (a symbolic link: refused inside a store)"
@@ -247,23 +245,12 @@ open_data_fd(int dir_fd, const char *name, const char *path, bool writable, bool
 		rc = -errno;
 		goto err;
 	}
-	if (!S_ISREG(st.st_mode)) {
-		tt_log_err(log, "%s is not a regular file (file type 0%o): not a Tutti store", path,
-		           (unsigned)(st.st_mode & S_IFMT) >> 12);
-		rc = -EPROTO;
-		goto err;
-	}
 	if (writable && st.st_nlink != 1) {
 		tt_log_err(log,
 		           "%s has %ju hard links: the store would also write the file of every "
 		           "other name; remove the other links",
 		           path, (uintmax_t)st.st_nlink);
 		rc = -EMLINK;
-		goto err;
-	}
-	/* Regular files ignore O_NONBLOCK; dropped so that no later call sees it. */
-	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
-		rc = -errno;
 		goto err;
 	}
 	return fd;
@@ -329,8 +316,13 @@ write_superblock(int fd, const struct tt_superblock *sb)
 	return rc;
 }
 
-/* Read the superblock; 1 if the file is empty (a new store), 0 if read, or -errno. A store of
- * another format version is named as such in the log. */
+/*
+ * Read the superblock; 1 if the file is empty (a new store), 0 if read, or -errno. A superblock
+ * that does not decode is logged as what it is: no Tutti magic (-EPROTO), an intact superblock
+ * of another format version (-EPROTO: sealed by its checksum under the rule every version
+ * keeps, so a damaged version field is not taken for one), or damage (-EBADMSG). A repair
+ * cannot mend a superblock: the open fails before anything is written, every time alike.
+ */
 static int
 read_superblock(int fd, struct tt_superblock *sb, const char *path, const struct tt_log *log)
 {
@@ -348,13 +340,26 @@ read_superblock(int fd, struct tt_superblock *sb, const char *path, const struct
 		rc = 1;
 	} else {
 		rc = tt_sb_decode(buf, (size_t)n, sb);
-		if (rc == -EPROTO && n >= 12 && memcmp(buf, TT_SB_MAGIC, 8) == 0) {
-			tt_log_err(log,
-			           "%s: a store of format version %u; this build reads version "
-			           "%u: remove the file (a store is a cache: its prefixes are "
-			           "computed again) or use another directory",
-			           path, (unsigned)buf[8] | (unsigned)buf[9] << 8, TT_SB_VERSION);
-		}
+	}
+	if (rc == -EPROTO && memcmp(buf, TT_SB_MAGIC, 8) == 0) {
+		tt_log_err(log,
+		           "%s: a store of format version %u; this build reads version %u: remove "
+		           "the file (a store is a cache: its prefixes are computed again) or use "
+		           "another directory",
+		           path, (unsigned)buf[8] | (unsigned)buf[9] << 8, TT_SB_VERSION);
+	} else if (rc == -EPROTO) {
+		tt_log_err(log,
+		           "%s: not a Tutti store (no Tutti magic at its start): left as it is",
+		           path);
+	} else if (rc == -EBADMSG) {
+		tt_log_err(
+		    log,
+		    "%s: damaged superblock (it fails its checksum, is cut short or holds "
+		    "values no writer makes): the store cannot be opened, and a repair "
+		    "cannot mend it (it changes nothing); remove tutti.data in its directory "
+		    "to make a new, empty store there (a store is a cache: its prefixes are "
+		    "computed again)",
+		    path);
 	}
 	tt_aligned_free(buf);
 	return rc;
@@ -562,8 +567,10 @@ open_file(struct tt_pool *pool, struct pool_dir *pd, const char *dir, uint32_t f
 		return -EOPNOTSUPP; /* an O_DIRECT read refused despite the open succeeding */
 	}
 	if (rc < 0) {
-		tt_log_err(pool->log, "%s: not a Tutti store or damaged superblock: %s", path,
-		           tutti_strerror(rc));
+		if (rc != -EPROTO && rc != -EBADMSG) { /* those are logged as what they are */
+			tt_log_err(pool->log, "%s: reading the superblock: %s", path,
+			           tutti_strerror(rc));
+		}
 		return rc;
 	}
 	pf->empty = rc == 1;
@@ -1512,10 +1519,8 @@ tt_pool_peek(const char *dir, struct tt_superblock *sb, const struct tt_log *log
 		           "of it)",
 		           path);
 		rc = -ENOENT;
-	} else if (rc < 0 && rc != -EPROTO) {
-		tt_log_err(log, "%s: not a Tutti store, or damaged: %s", path, tutti_strerror(rc));
-	} else if (rc == -EPROTO) {
-		tt_log_err(log, "%s: not a Tutti store of this version", path);
+	} else if (rc < 0 && rc != -EPROTO && rc != -EBADMSG) {
+		tt_log_err(log, "%s: reading the superblock: %s", path, tutti_strerror(rc));
 	}
 	return rc;
 }

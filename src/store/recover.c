@@ -14,10 +14,13 @@
  *    back, so the chain is whole again without its tail being recomputed (the same for a
  *    chain whose keys form a cycle, which only a caller's keys can);
  *  - every slot not indexed is free.
- * Nothing is written here: the headers proven damaged (their bytes fail their own checksum, or
- * hold no slot magic) are listed for the caller, which erases them with TUTTI_OPEN_REPAIR once
- * the open has succeeded. Headers that decode but are not this store's, older copies of a key,
- * orphans and headers that could not be read are never erased: nothing proves them damaged.
+ * Nothing is written here: the headers proven damaged (their bytes fail their own checksum,
+ * whatever version they claim, or hold no slot magic) are listed for the caller, which erases
+ * them with TUTTI_OPEN_REPAIR once the open has succeeded. Headers that are intact but not this
+ * store's (another version's: sealed by their checksum under the rule every version keeps),
+ * older copies of a key, orphans and headers that could not be read are never erased here:
+ * nothing proves them damaged. Each copy's next older copy is noted (st->older) for a repair,
+ * which checks the older copy of a chunk it removes (fsck.c).
  * Object checksums are kept in memory for the load path; objects themselves are not read, so
  * recovery costs one small read per slot, and data damage is caught at load (or by fsck).
  */
@@ -59,6 +62,7 @@ struct recovery {
 	uint32_t nr_damaged;
 	uint64_t max_seq;
 	uint64_t dropped, orphans, duplicates;
+	uint64_t foreign, unreadable; /* of dropped: intact but not ours; not read */
 };
 
 static const uint8_t *
@@ -86,6 +90,8 @@ take_header(struct recovery *r, uint32_t slot, const uint8_t *buf)
 	if (rc == -ENODATA) {
 		return; /* never committed */
 	}
+	/* Damage: the header breaks its own checksum (whatever version it claims: the checksum
+	 * is checked first), holds impossible values, or holds no slot magic at all. */
 	if (rc == -EBADMSG || (rc == -EPROTO && memcmp(buf, TT_SLOT_MAGIC, 8) != 0)) {
 		r->dropped++;
 		r->damaged[r->nr_damaged++] = slot;
@@ -94,7 +100,9 @@ take_header(struct recovery *r, uint32_t slot, const uint8_t *buf)
 	if (rc < 0 || h.store_uid != tt_pool_slot_uid(st->pool, slot) ||
 	    h.key_bytes != st->key_bytes || h.nr_objects != st->geo.g.nr_layers ||
 	    h.nr_blocks == 0 || h.nr_blocks > st->geo.blocks_per_chunk) {
-		r->dropped++; /* another version's, store's or configuration's: not ours to erase */
+		/* Intact, of another version, store or configuration: not ours to erase. */
+		r->dropped++;
+		r->foreign++;
 		return;
 	}
 	n = r->nr_recs++;
@@ -124,6 +132,7 @@ header_got(void *arg, uint32_t i, const uint8_t *buf, int32_t res)
 	if (res < 0) {
 		/* Unreadable now, perhaps not for good: not taken, not erased. */
 		r->dropped++;
+		r->unreadable++;
 	} else {
 		take_header(r, r->slots[i], buf);
 	}
@@ -240,6 +249,7 @@ find_key(const struct recovery *r, const uint8_t *key)
 	return UINT32_MAX;
 }
 
+/* Drop every copy of a key but the newest, noting each copy's next older one (st->older). */
 static void
 drop_duplicates(struct recovery *r)
 {
@@ -249,6 +259,7 @@ drop_duplicates(struct recovery *r)
 		if (memcmp(rec_key(r, prev), rec_key(r, cur), r->st->key_bytes) == 0) {
 			r->recs[cur].state = REC_DROPPED;
 			r->duplicates++;
+			r->st->older[r->recs[prev].slot] = r->recs[cur].slot;
 		}
 	}
 }
@@ -363,11 +374,16 @@ tt_store_recover(struct tutti_store *st, uint32_t **damaged, uint32_t *nr_damage
 	st->stats.recovery_orphans = r.orphans;
 	st->stats.recovery_duplicates = r.duplicates;
 	st->stats.recovery_ns = tt_now_ns() - t0;
+	st->hdr_damaged = r.nr_damaged;
+	st->hdr_foreign = r.foreign;
+	st->hdr_unreadable = r.unreadable;
 	tt_log_info(&st->log,
-	            "recovery: %u chunks in %.3f s; dropped %llu damaged or foreign headers (%u "
-	            "proven damaged), %llu duplicates; kept %llu orphans",
+	            "recovery: %u chunks in %.3f s; dropped %llu headers (%u damaged, %llu of "
+	            "another version, store or configuration, %llu unreadable), %llu duplicates; "
+	            "kept %llu orphans",
 	            tt_index_count(st->idx), (double)st->stats.recovery_ns / 1e9,
-	            (unsigned long long)r.dropped, r.nr_damaged, (unsigned long long)r.duplicates,
+	            (unsigned long long)r.dropped, r.nr_damaged, (unsigned long long)r.foreign,
+	            (unsigned long long)r.unreadable, (unsigned long long)r.duplicates,
 	            (unsigned long long)r.orphans);
 	*damaged = r.damaged;
 	*nr_damaged = r.nr_damaged;

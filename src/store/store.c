@@ -244,7 +244,8 @@ commit(struct tutti_store *st, const uint32_t *damaged, uint32_t nr_damaged)
 	return rc;
 }
 
-/* The index and the in-memory copy of every slot's object checksums (filled by recovery). */
+/* The index, the in-memory copy of every slot's object checksums (filled by recovery) and the
+ * older copies' slots. */
 static int
 make_index(struct tutti_store *st)
 {
@@ -255,7 +256,14 @@ make_index(struct tutti_store *st)
 	}
 	st->slot_csums = tt_calloc((size_t)tt_pool_nr_slots(st->pool) * st->geo.g.nr_layers,
 	                           sizeof(*st->slot_csums));
-	return st->slot_csums == NULL ? -ENOMEM : 0;
+	st->older = tt_malloc((size_t)tt_pool_nr_slots(st->pool) * sizeof(*st->older));
+	if (st->slot_csums == NULL || st->older == NULL) {
+		return -ENOMEM;
+	}
+	for (uint32_t s = 0; s < tt_pool_nr_slots(st->pool); s++) {
+		st->older[s] = TT_NO_SLOT;
+	}
+	return 0;
 }
 
 /* The engine, for the store's sizes: before anything is created, so that an engine this
@@ -359,6 +367,7 @@ tutti_store_close(struct tutti_store *st)
 	}
 	tt_engine_close(st->engine);
 	tt_free(st->slot_csums);
+	tt_free(st->older);
 	tt_index_destroy(st->idx);
 	tt_pool_close(st->pool);
 	pthread_mutex_destroy(&st->io_lock);

@@ -36,6 +36,15 @@ struct tutti_store {
 	 * slot headers at open; a slot's entries change only while it is not indexed or pinned. */
 	uint64_t *slot_csums;
 	uint64_t next_seq; /* commit sequence for slot headers; under io_lock */
+	/* The slot headers recovery dropped at open, by kind (tutti_fsck_report): damaged (erased
+	 * with TUTTI_OPEN_REPAIR), intact but of another version, store or configuration (left),
+	 * unreadable (left: a read error may pass). */
+	uint64_t hdr_damaged, hdr_foreign, hdr_unreadable;
+	/* Per slot, the slot of the next older copy of the key it held at open (a second copy,
+	 * dropped by recovery), or TT_NO_SLOT: the copy the next open finds once a repair removes
+	 * this one, so the repair checks it too (fsck.c). A hint only: the slots may have been
+	 * reused since, which the repair checks. Under io_lock after the open. */
+	uint32_t *older;
 };
 
 /* transfer.c: a call's requests checked against the store and \p kv and cut into chunks by

@@ -7,7 +7,10 @@
 # file where the data file should be) they answer at once with a message that says what is
 # there; profile never writes through a symbolic link and never replaces a good profile with a
 # failed measurement; every numeric option takes a plain decimal number in its range and
-# nothing else.
+# nothing else; one flipped bit of a slot header is damage that one fsck --repair erases for
+# good, and a damaged superblock is refused alike by every command, changing nothing; a FIFO, a
+# device or a directory where a profile or a data file should be is refused at once and left
+# as it is.
 set -euo pipefail
 tutti=$1
 dir=$(mktemp -d "${TMPDIR:-/tmp}/tutti-cli-admin.XXXXXX")
@@ -74,6 +77,58 @@ if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
 	" || fail "inspect and fsck on a read-only mount"
 fi
 
+# ---- a repair converges (issue 48) ----
+# flipbit FILE OFFSET BIT: flip one bit of the byte at OFFSET of FILE.
+flipbit() {
+	local b
+	b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+	# shellcheck disable=SC2059
+	printf "$(printf '\\%03o' $((b ^ (1 << $3))))" |
+		dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+# fsck_rc CODE [--repair] DIR: fsck exits with CODE.
+fsck_rc() {
+	local code=$1 rc=0
+	shift
+	timeout 60 "$tutti" fsck "$@" >"$dir/out" 2>"$dir/err" || rc=$?
+	[ "$rc" -eq "$code" ] || fail "fsck $*: exit $rc, not $code: $(cat "$dir/out" "$dir/err")"
+}
+# The first data file whose first slot holds a committed header.
+committed() {
+	local f
+	for f in "$1"/tutti.data*; do
+		if [ "$(dd if="$f" bs=1 skip=1048576 count=7 status=none)" = TUTTISL ]; then
+			echo "$f"
+			return
+		fi
+	done
+	fail "no committed slot header in $1"
+}
+store --dir "$dir/r"
+# One bit of the version, the magic, the header size, the key: each is damage that one repair
+# erases for good (a flipped version bit was kept as another version's header, on every rerun).
+for at in "8 0" "11 7" "2 1" "12 3" "60 5"; do
+	read -r off bit <<<"$at"
+	hdr=$(committed "$dir/r")
+	flipbit "$hdr" $((1048576 + off)) "$bit"
+	fsck_rc 4 "$dir/r"
+	grep -q "^damaged .* 1 damaged slot headers" "$dir/out" || fail "byte $off: $(cat "$dir/out")"
+	fsck_rc 1 --repair "$dir/r"
+	fsck_rc 0 "$dir/r"
+	fsck_rc 0 "$dir/r"
+	store --dir "$dir/r" # the chunk saved again, for the next one
+done
+# A damaged superblock: every open refuses it alike, saying so and what to do; a repair
+# changes nothing; with the bit restored the store is whole.
+flipbit "$dir/r/tutti.data" 8 0
+before=$(state "$dir/r")
+expect 8 "damaged superblock.*remove tutti.data" "$tutti" fsck "$dir/r"
+expect 8 "damaged superblock" "$tutti" fsck --repair "$dir/r"
+expect 1 "damaged superblock" "$tutti" inspect "$dir/r"
+[ "$(state "$dir/r")" = "$before" ] || fail "a refused fsck --repair changed a damaged store"
+flipbit "$dir/r/tutti.data" 8 0
+fsck_rc 0 "$dir/r"
+
 # ---- what stands where the data file should be ----
 mkdir "$dir/fifo"
 mkfifo "$dir/fifo/tutti.data"
@@ -108,6 +163,43 @@ expect 2 "outside 24" "$tutti" profile --dir "$dir/prof" --out "$dir/prof/tutti.
 expect 1 "left as it was" "$tutti" profile --dir "$dir/none" --out "$dir/prof/tutti.profile" \
 	--mib 24
 cmp -s "$dir/good" "$dir/prof/tutti.profile" || fail "a failed profile replaced the good one"
+
+# ---- paths that are not regular files: refused at once, left as they are (issue 48) ----
+mkdir "$dir/pk"
+mkfifo "$dir/pk/fifo"
+# Reading the profile to keep (a FIFO hung the profile here) and writing it.
+expect 2 "fifo is a FIFO, not a regular file" "$tutti" profile --dir "$dir/pk" \
+	--out "$dir/pk/fifo" --mib 24
+expect 2 "fifo is a FIFO, not a regular file" "$tutti" profile --dir "$dir/pk" \
+	--out "$dir/pk/fifo" --mib 24 --layer-ns-per-token 10
+mkfifo "$dir/pk/tutti.profile"
+expect 2 "tutti.profile is a FIFO, not a regular file" "$tutti" profile --dir "$dir/pk" --mib 24
+mkdir "$dir/pk/adir"
+expect 2 "adir is a directory, not a regular file" "$tutti" profile --dir "$dir/pk" \
+	--out "$dir/pk/adir" --mib 24
+expect 2 "/dev/null is a character device, not a regular file" "$tutti" profile \
+	--dir "$dir/pk" --out /dev/null --mib 24
+[ -p "$dir/pk/fifo" ] && [ -p "$dir/pk/tutti.profile" ] && [ -d "$dir/pk/adir" ] &&
+	[ -c /dev/null ] || fail "profile replaced what stood at its --out"
+echo "a file" >"$dir/afile"
+expect 2 "dir $dir/afile is a regular file, not a directory" "$tutti" profile --dir "$dir/afile" \
+	--mib 24
+expect 2 "dir $dir/pk/fifo is a FIFO, not a directory" "$tutti" profile --dir "$dir/pk/fifo" \
+	--mib 24
+# A directory or a device where a data file should be, and a FIFO beside a store's files (the
+# benchmark's flush opened every tutti.data.N until one was missing, and hung on it).
+mkdir -p "$dir/dd/tutti.data"
+expect 1 "tutti.data is a directory, not a regular file" "$tutti" inspect "$dir/dd"
+expect 8 "tutti.data is a directory, not a regular file" "$tutti" fsck --repair "$dir/dd"
+if [ "$(id -u)" = 0 ] && mkdir "$dir/cd" && mknod "$dir/cd/tutti.data" c 1 3 2>/dev/null; then
+	expect 8 "tutti.data is a character device, not a regular file" "$tutti" fsck "$dir/cd"
+	[ -c "$dir/cd/tutti.data" ] || fail "the device node was replaced"
+fi
+mkdir "$dir/fb"
+mkfifo "$dir/fb/tutti.data.16"
+timeout 120 "$tutti" bench --model tiny --context 1024 --requests 2 --repeats 1 --no-raw \
+	--no-baseline --dir "$dir/fb" --json >/dev/null || fail "bench beside a FIFO: exit $?"
+[ -p "$dir/fb/tutti.data.16" ] || fail "the FIFO beside the store was replaced"
 
 # ---- numbers ----
 for bad in " -1" "-1" "+3" "3 " "0x10" "1e3" "" "abc" "18446744073709551616"; do

@@ -5,7 +5,8 @@
  * holds reads back until compute reaches them; new KV saved per layer is written later, in
  * slack, and reads back bit-exact; a full save staging skips chunks (counted) and never blocks;
  * missing chunks are per-chunk load errors; the profile file round-trips and sets the window;
- * the timeline is written; bad calls are refused.
+ * the timeline is written; bad calls are refused, and so is a profile or a trace path that is not
+ * a regular file (a FIFO, a device, a directory), at once.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -565,6 +567,53 @@ test_pipeline_writes_a_chrome_trace(void **state)
 	free(keys);
 }
 
+/* Regression (issue 48): a FIFO as the profile blocked tutti_pipeline_create in fopen until a
+ * writer came, and as the trace blocked the write until a reader came. A FIFO, a device or a
+ * directory is refused at once, logged with its path; the alarm fails a regression that hangs. */
+static void
+test_pipeline_refuses_a_profile_or_trace_that_is_not_a_regular_file(void **state)
+{
+	struct fixture *f = *state;
+	char *fifo = t_path_join(f->tmp, "fifo"), *dir = t_path_join(f->tmp, "dir");
+	const char *paths[3] = {fifo, "/dev/null", dir};
+	uint32_t src_ids[2 * BPC], dst_ids[2 * BPC];
+	uint8_t *keys = saved_chain(f, 2, src_ids);
+	struct tutti_request r;
+	struct tutti_step step = {.size = sizeof(step), .nr_loads = 1, .loads = &r};
+	struct tutti_step_result res;
+	struct tutti_pipeline_opts o;
+	struct tutti_pipeline *p = NULL;
+	struct stat st;
+
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	alarm(20);
+	for (int i = 0; i < 3; i++) {
+		tutti_pipeline_opts_init(&o);
+		o.profile_path = paths[i];
+		t_log_reset(&f->rec);
+		assert_int_equal(tutti_pipeline_create(f->st, f->dst->kv, &o, &p), -EINVAL);
+		assert_null(p);
+		assert_true(t_log_contains(&f->rec, paths[i]));
+	}
+	p = pipeline(f, 0, 0, NULL);
+	t_random_distinct(&f->r, dst_ids, 2 * BPC, NR_BLOCKS);
+	r = t_request(keys, 2, 0, 0, dst_ids, 2 * BPC);
+	run_layers(p, tutti_pipeline_begin_step(p, &step), &res, NULL, NULL);
+	for (int i = 0; i < 3; i++) {
+		t_log_reset(&f->rec);
+		assert_int_equal(tutti_pipeline_write_trace(p, paths[i]), -EINVAL);
+		assert_true(t_log_contains(&f->rec, paths[i]));
+	}
+	alarm(0);
+	assert_int_equal(stat(fifo, &st), 0);
+	assert_true(S_ISFIFO(st.st_mode));
+	tutti_pipeline_destroy(p);
+	free(keys);
+	free(dir);
+	free(fifo);
+}
+
 static void
 test_pipeline_refuses_bad_calls(void **state)
 {
@@ -719,6 +768,7 @@ main(void)
 	    T(test_pipeline_profile_round_trips_and_sets_the_window),
 	    T(test_pipeline_writes_a_chrome_trace),
 	    T(test_pipeline_refuses_bad_calls),
+	    T(test_pipeline_refuses_a_profile_or_trace_that_is_not_a_regular_file),
 	};
 
 	return t_run_per_engine("pipeline", tests, sizeof(tests) / sizeof(tests[0]), true,

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Strict command-line numbers (cliarg.h).
+ * Strict command-line numbers, and paths of the kind meant (cliarg.h).
  */
+#define _XOPEN_SOURCE 700 /* lstat and the file types, built without the library's _GNU_SOURCE */
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "cliarg.h"
 
@@ -100,4 +103,40 @@ cliarg_double(const char *prog, const char *opt, const char *s, double min, doub
 		fprintf(stderr, "%s: %s: %s is outside %g..%g\n", prog, opt, s, min, max);
 	}
 	return rc;
+}
+
+static const char *
+kind_name(mode_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG:
+		return "a regular file";
+	case S_IFDIR:
+		return "a directory";
+	case S_IFIFO:
+		return "a FIFO";
+	case S_IFCHR:
+		return "a character device";
+	case S_IFBLK:
+		return "a block device";
+	case S_IFSOCK:
+		return "a socket";
+	default:
+		return "a file of an unknown type";
+	}
+}
+
+int
+cliarg_path(const char *prog, const char *opt, const char *path, bool dir)
+{
+	struct stat st;
+
+	if ((dir ? stat(path, &st) : lstat(path, &st)) != 0 ||
+	    (dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode) || S_ISLNK(st.st_mode))) {
+		return 0;
+	}
+	fprintf(stderr, "%s: %s%s%s is %s, not %s\n", prog, opt != NULL ? opt : "",
+	        opt != NULL ? " " : "", path, kind_name(st.st_mode),
+	        dir ? "a directory" : "a regular file");
+	return -EINVAL;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Numbers on the command line, one parser for every program of tools/ and bench/. An option's
+ * Numbers (and paths, below) on the command line, one parser for every program of tools/ and
+ * bench/. An option's
  * value is accepted only when the whole of it is one plain decimal number (no sign, no spaces,
  * no other base) within the option's range; otherwise the program says which option and why on
  * stderr, and the caller exits with a usage error. strtoull alone would take " -1" as 2^64-1 and
@@ -9,6 +10,7 @@
 #ifndef TUTTI_TOOLS_CLIARG_H
 #define TUTTI_TOOLS_CLIARG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Parse \p s into *out when it is a whole number in [min, max]; 0 or -EINVAL (not a number)
@@ -25,5 +27,16 @@ int cliarg_u32(const char *prog, const char *opt, const char *s, uint32_t min, u
                uint32_t *out);
 int cliarg_double(const char *prog, const char *opt, const char *s, double min, double max,
                   double *out);
+
+/*
+ * Paths on the command line. Whether \p path, the value of option \p opt (NULL: a path the
+ * program made itself, such as a default), is a directory (\p dir) or a regular file, or does
+ * not exist (the command reports that itself, as it goes). A symbolic link is followed when
+ * \p dir, and passes otherwise (a file written by a rename replaces the link; a file read is
+ * checked again where it is opened). Otherwise prints "prog: opt path is a FIFO, not a regular
+ * file" (or what it is, not a directory) and returns -EINVAL: a FIFO would block the command,
+ * and a device or a directory is no place for its output.
+ */
+int cliarg_path(const char *prog, const char *opt, const char *path, bool dir);
 
 #endif /* TUTTI_TOOLS_CLIARG_H */

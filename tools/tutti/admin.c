@@ -163,7 +163,7 @@ cmd_fsck(int argc, char **argv)
 	struct tutti_stats s = {.size = sizeof(s)};
 	struct tutti_store *st;
 	bool repair = false;
-	uint64_t headers, damaged;
+	uint64_t damaged, left;
 	int opt, n, rc;
 
 	optind = 1;
@@ -189,22 +189,37 @@ cmd_fsck(int argc, char **argv)
 		fprintf(stderr, "tutti: fsck failed: %s\n", tutti_strerror(rc));
 		return FSCK_FAILED;
 	}
-	/* Orphans and duplicates come from ordinary eviction before a restart; damaged or foreign
-	 * headers and failed checksums do not. */
-	headers = s.recovery_dropped;
-	damaged = headers + rep.corrupt_chunks;
+	/* Orphans and duplicates come from ordinary eviction before a restart; damaged headers and
+	 * failed checksums do not. Headers of another format version, store or configuration are
+	 * intact (their checksum says so): reported, not damage, and no repair touches them. What
+	 * could not be read is damage no repair mends: it may pass. */
+	damaged = rep.damaged_headers + rep.unreadable_headers + rep.corrupt_chunks;
+	left = rep.unreadable_headers + (rep.corrupt_chunks - rep.removed_chunks);
 	printf("checked    %llu chunks, %.2f GiB of objects in %.2f s\n",
 	       (unsigned long long)rep.chunks_checked, gib(rep.bytes_checked),
 	       (double)rep.elapsed_ns / 1e9);
 	printf("damaged    %llu chunks failed their checksums or could not be read; %llu damaged "
-	       "or foreign slot headers\n",
-	       (unsigned long long)rep.corrupt_chunks, (unsigned long long)headers);
+	       "slot headers%s; %llu slot headers could not be read\n",
+	       (unsigned long long)rep.corrupt_chunks, (unsigned long long)rep.damaged_headers,
+	       repair ? " (erased)" : "", (unsigned long long)rep.unreadable_headers);
+	if (rep.foreign_headers > 0) {
+		printf("foreign    %llu intact slot headers of another format version, store or "
+		       "configuration: left as they are, their slots free\n",
+		       (unsigned long long)rep.foreign_headers);
+	}
 	printf("orphans    %llu chunks whose parent is missing: kept, found again once the parent "
 	       "is saved anew; %llu second copies of a key, unused\n",
 	       (unsigned long long)s.recovery_orphans, (unsigned long long)s.recovery_duplicates);
 	if (damaged == 0) {
 		printf("result     clean\n");
 		return FSCK_CLEAN;
+	}
+	if (repair && left > 0) {
+		printf("result     damage left: %llu chunks or slot headers could not be read (a "
+		       "read error may pass: run fsck again later); %llu damaged chunks removed, "
+		       "damaged headers erased\n",
+		       (unsigned long long)left, (unsigned long long)rep.removed_chunks);
+		return FSCK_DAMAGED;
 	}
 	if (repair) {
 		printf("result     repaired: %llu damaged chunks removed, the chunks after "

@@ -162,6 +162,14 @@ cmd_profile(int argc, char **argv)
 	if (nr_dirs == 0) {
 		dirs[nr_dirs++] = "tutti-store";
 	}
+	/* What the paths are, before anything is read or measured: a directory that is not one
+	 * would otherwise be reported as a profile that does not parse, and a FIFO as the profile
+	 * would block its read (issue 48). A missing directory is reported by the measurement. */
+	for (uint32_t i = 0; i < nr_dirs; i++) {
+		if (cliarg_path("tutti profile", "--dir", dirs[i], true) < 0) {
+			return 2;
+		}
+	}
 	if (out == NULL) {
 		int len = snprintf(out_default, sizeof(out_default), "%s/tutti.profile", dirs[0]);
 
@@ -169,7 +177,12 @@ cmd_profile(int argc, char **argv)
 			fprintf(stderr, "tutti profile: directory name too long: %s\n", dirs[0]);
 			return 2;
 		}
+		if (cliarg_path("tutti profile", NULL, out_default, false) < 0) {
+			return 2;
+		}
 		out = out_default;
+	} else if (cliarg_path("tutti profile", "--out", out, false) < 0) {
+		return 2;
 	}
 	prof.nr_layers = geo.nr_layers;
 	prof.layer_ns_per_token = calloc(geo.nr_layers, sizeof(double));
@@ -181,12 +194,18 @@ cmd_profile(int argc, char **argv)
 		struct tutti_profile old = prof;
 
 		rc = tutti_profile_read(out, &old);
-		if (rc < 0 && rc != -ENOENT) {
+		if (rc == -EBADMSG) {
 			fprintf(stderr,
 			        "tutti profile: %s exists but is not a profile for %u layers\n",
 			        out, geo.nr_layers);
+		} else if (rc == -EINVAL) {
+			fprintf(stderr, "tutti profile: %s is not a regular file\n", out);
+		} else if (rc < 0 && rc != -ENOENT) {
+			fprintf(stderr, "tutti profile: reading %s: %s\n", out, strerror(-rc));
+		}
+		if (rc < 0 && rc != -ENOENT) {
 			free(prof.layer_ns_per_token);
-			return 1;
+			return rc == -EINVAL ? 2 : 1;
 		}
 	} else {
 		for (uint32_t l = 0; l < geo.nr_layers; l++) {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Description: src/format/superblock.c: encode/decode round trip, the fixed little-endian
- * field offsets, -EPROTO for a bad magic or version, -EBADMSG for any flipped header byte,
+ * field offsets, -EPROTO for a bad magic or an intact superblock of another version (sealed by
+ * its checksum, whatever its size), -EBADMSG for any flipped header bit (the version's included),
  * a short buffer, a wrong header size or an impossible directory or file set, the path table's
  * entries (round trip, and refused when damaged or of another store or directory), and the
  * namespace fingerprint.
@@ -200,15 +201,41 @@ test_sb_any_flipped_header_byte_is_detected(void **state)
 	struct tt_superblock in = sample(), out;
 
 	for (int i = 0; i < HDR_BYTES; i++) {
-		for (int bit = 0; bit < 8; bit += 3) {
+		for (int bit = 0; bit < 8; bit++) {
 			int rc;
 
 			tt_sb_encode(&in, buf);
 			buf[i] ^= (uint8_t)(1u << bit);
 			rc = tt_sb_decode(buf, sizeof(buf), &out);
-			/* Magic and version are identity (-EPROTO); everything else is damage. */
-			assert_int_equal(rc, i < OFF_HDR_BYTES ? -EPROTO : -EBADMSG);
+			/* The magic says whether this is a Tutti file at all (-EPROTO); any other
+			 * flipped bit, the version's included, breaks the checksum: damage, not
+			 * another version (issue 48). */
+			assert_int_equal(rc, i < OFF_VERSION ? -EPROTO : -EBADMSG);
 		}
+	}
+}
+
+static void
+test_sb_intact_superblock_of_another_size_and_version_is_eproto(void **state)
+{
+	struct tt_superblock in = sample(), out;
+	/* Every version kept the size at byte 12 and the checksum in the size's last 8 bytes:
+	 * version 1 had 96 bytes, version 4 128. */
+	const uint32_t lens[] = {24, 96, 104, 128, TT_SB_BYTES};
+
+	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+		uint64_t c;
+
+		tt_sb_encode(&in, buf);
+		put32(buf + OFF_VERSION, 1);
+		put32(buf + OFF_HDR_BYTES, lens[l]);
+		c = XXH3_64bits(buf, lens[l] - 8);
+		for (int i = 0; i < 8; i++) {
+			buf[lens[l] - 8 + i] = (uint8_t)(c >> (8 * i));
+		}
+		assert_int_equal(tt_sb_decode(buf, sizeof(buf), &out), -EPROTO);
+		buf[OFF_GEO] ^= 1; /* the same, damaged */
+		assert_int_equal(tt_sb_decode(buf, sizeof(buf), &out), -EBADMSG);
 	}
 }
 
@@ -347,6 +374,7 @@ main(void)
 	    cmocka_unit_test(test_sb_unknown_version_is_eproto),
 	    cmocka_unit_test(test_sb_any_flipped_header_byte_is_detected),
 	    cmocka_unit_test(test_sb_wrong_header_size_is_ebadmsg),
+	    cmocka_unit_test(test_sb_intact_superblock_of_another_size_and_version_is_eproto),
 	    cmocka_unit_test(test_sb_short_buffer_is_ebadmsg),
 	    cmocka_unit_test(test_sb_decode_leaves_out_untouched_on_error),
 	    cmocka_unit_test(test_sb_impossible_directory_set_is_ebadmsg),
