@@ -61,7 +61,9 @@ open_rc(struct t_chain_fixture *f, const char *dir, uint32_t flags, uint64_t slo
 	o.key_bytes = T_CHAIN_KB;
 	o.staging_bytes = 1u << 20;
 	o.queue_depth = 8;
-	o.posix_threads = 2;
+	if (f->engine == TUTTI_ENGINE_POSIX) {
+		o.engine_opts = "threads=2";
+	}
 	t_log_reset(&f->rec);
 	return tutti_store_open(g, &o, st);
 }
