@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The load plan (tutti/vllm/planner.py): what the worker measures, how the scheduler weighs a
+"""The load plan (tutti/serving/planner.py): what the worker measures, how the scheduler weighs a
 hit with it, and how the measurements travel in the worker metadata."""
 
 import time
@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from tutti.vllm import planner  # noqa: E402
-from tutti.vllm.planner import LoadPlanner, Rates, StepClock  # noqa: E402
-from tutti.vllm.ranks import TuttiWorkerMetadata  # noqa: E402
+from tutti.serving import planner  # noqa: E402
+from tutti.serving.planner import LoadPlanner, Rates, StepClock  # noqa: E402
+from tutti.vllm.data import TuttiWorkerMetadata  # noqa: E402
 
 TOKEN_BYTES = 128 * 1024  # a Llama-3-8B token's KV
 BLOCK = 16

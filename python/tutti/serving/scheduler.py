@@ -1,39 +1,40 @@
 # SPDX-License-Identifier: Apache-2.0
-"""TuttiConnector's scheduler side: what the store holds of a prompt, which chunks the worker
-loads and saves each step, and what the worker reported back.
+"""The scheduler side of a connector: what the store holds of a prompt, which chunks the worker
+loads and saves each step, and what the workers reported back.
 
-- ``get_num_new_matched_tokens`` asks for the longest stored prefix of the prompt
-  (block-aligned, leaving at least one token to compute): from the store itself when this
-  process holds it, or from the view the workers' reports build (tutti/vllm/ranks.py); the
-  load plan then keeps the part worth reading rather than computing (tutti/vllm/planner.py).
-- ``update_state_after_alloc`` turns a hit into a load of the blocks vLLM allocated.
-- ``build_connector_meta`` sends the worker this step's loads and the chunks that became
-  complete (to save).
-- ``update_connector_output`` folds in the workers' store reports, their load and compute
-  measurements, finished asynchronous loads and failed loads.
-- With ``async_save`` the worker writes saves after the step, and vLLM frees a finished or
-  preempted request's blocks at once: each step's metadata lists the blocks the step handed out,
+- ``lookup`` asks for the longest stored prefix of the prompt (block-aligned, leaving at least
+  one token to compute): from the store itself when this process holds it, or from the view
+  the workers' reports build (ranks.py); the load plan then keeps the part worth reading rather
+  than computing (planner.py).
+- ``allocated`` turns a hit into a load of the blocks the engine allocated.
+- ``plan_step`` sends the worker this step's loads and the chunks that became complete (to
+  save).
+- ``worker_output`` folds in the workers' store reports, their load and compute measurements,
+  finished asynchronous loads and failed loads.
+- With ``async_save`` the worker writes saves after the step, and the engine frees a finished
+  or preempted request's blocks at once: each step's plan lists the blocks the step handed out,
   so that the worker waits for the saves still reading them before they are written.
+
+An engine's request is read through ``Request`` (its id, prompt length and chained block
+hashes); an adapter turns the engine's schedule into ``Scheduled`` entries.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import vllm
-from vllm.v1.request import RequestStatus
+from typing import Generic, Protocol, TypeVar
 
 from tutti.remote import Remote
-from tutti.store import Store
-from tutti.vllm import compat, ranks, remote_tier
-from tutti.vllm.config import ConnectorContext
-from tutti.vllm.data import LoadSpec, SaveSpec, TuttiConnectorMetadata, chunk_keys
-from tutti.vllm.log import log
-from tutti.vllm.metrics import TuttiConnectorStats
-from tutti.vllm.planner import LoadPlanner
-from tutti.vllm.stores import (
+from tutti.serving import ranks, remote_tier
+from tutti.serving.config import ServingContext
+from tutti.serving.counters import Counters
+from tutti.serving.keys import chunk_keys
+from tutti.serving.planner import LoadPlanner
+from tutti.serving.steps import LoadSpec, SaveSpec, StepPlan
+from tutti.serving.stores import (
     RemoteKey,
     StoreKey,
     acquire_remote,
@@ -41,18 +42,45 @@ from tutti.vllm.stores import (
     release_remote,
     release_store,
 )
+from tutti.store import Store
 
-if TYPE_CHECKING:
-    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
-    from vllm.v1.core.sched.output import SchedulerOutput
-    from vllm.v1.outputs import KVConnectorOutput
-    from vllm.v1.request import Request
+log = logging.getLogger(__name__)
 
+
+class Request(Protocol):
+    """What the scheduler side reads of an engine's request."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def num_prompt_tokens(self) -> int: ...
+
+    @property
+    def block_hashes(self) -> Sequence[bytes]:
+        """The hash of each full block of the request so far, each chained over the whole
+        prefix up to its block (keys.py)."""
+        ...
+
+
+R = TypeVar("R", bound=Request)
+P = TypeVar("P", bound=StepPlan)
 
 
 @dataclass
-class _ReqState:
-    request: Request
+class Scheduled:
+    """A request the engine's schedule runs this step."""
+
+    req_id: str
+    block_ids: list[int]  # blocks given this step: all of a new or resumed request's
+    done_tokens: int  # its tokens computed once the step is done
+    new: bool = False  # scheduled for the first time
+    resumed: bool = False  # resumed after a preemption (its blocks were freed)
+
+
+@dataclass
+class _ReqState(Generic[R]):
+    request: R
     prompt_blocks: int  # full blocks of the prompt
     block_ids: list[int] = field(default_factory=list)
     saved_chunks: int = 0  # leading full chunks known to be stored
@@ -63,9 +91,9 @@ class _ReqState:
 
 @dataclass
 class _Lookup:
-    """What ``get_num_new_matched_tokens`` found, kept until the request is admitted."""
+    """What ``lookup`` found, kept until the request is admitted."""
 
-    num_computed: int  # tokens vLLM had computed (its own prefix cache)
+    num_computed: int  # tokens the engine had computed (its own prefix cache)
     keys: list[bytes]  # keys of the chunks found
     looked_up: int  # tokens looked up
     full_hit: int  # full chunks found in the local store
@@ -73,14 +101,20 @@ class _Lookup:
     declined: int = 0  # tokens found that the load plan leaves to compute
 
 
-class TuttiScheduler:
-    """The scheduler side of one connector."""
+class SchedulerCore(Generic[R]):
+    """The scheduler side of one connector.
+
+    ``waiting_for_load``: whether a request still waits for its asynchronous load (the engine
+    has not taken it up again). ``engine_prefix_cache``: whether the engine keeps computed
+    blocks for later requests; with it (and ``share_loads``) a request whose hit another
+    request is loading waits for that load instead of reading the same chunks again."""
 
     # How long the scheduler holds requests back at start-up waiting for every rank's listing;
     # past it, it schedules them with what it has (a rank not heard from holds nothing).
     VIEW_WAIT_S = 60.0
 
-    def __init__(self, ctx: ConnectorContext) -> None:
+    def __init__(self, ctx: ServingContext, waiting_for_load: Callable[[R], bool],
+                 engine_prefix_cache: bool = False) -> None:
         self.ctx = ctx
         self.block_size = ctx.block_size
         self.bpc = ctx.blocks_per_chunk
@@ -96,14 +130,8 @@ class TuttiScheduler:
         self._remote_key: RemoteKey | None
         self.remote: Remote | None
         self._remote_key, self.remote = acquire_remote(ctx)
-        self.stats = TuttiConnectorStats()
-        algo = str(getattr(ctx.vllm_config.cache_config, "prefix_caching_hash_algo", "sha256"))
-        if not compat.hashes_survive_restarts(algo):
-            log.warning("tutti: vLLM %s seeds its prefix hashes (%s) at random in every process "
-                        "unless PYTHONHASHSEED is set: what this server stores is not found "
-                        "again after a restart. Set PYTHONHASHSEED to one value for every run",
-                        vllm.__version__, algo)
-        self._reqs: dict[str, _ReqState] = {}
+        self.stats = Counters()
+        self._reqs: dict[str, _ReqState[R]] = {}
         self._lookups: dict[str, _Lookup] = {}
         self._pending_loads: dict[str, LoadSpec] = {}
         self._remote_local_hits: dict[str, int] = {}  # request -> local chunks, with remote ones
@@ -115,15 +143,16 @@ class TuttiScheduler:
         # Asynchronous loads handed to the worker and not reported finished: request -> bytes
         # (a new load waits behind them on the worker's loader).
         self._loading: dict[str, int] = {}
-        # The chunk keys of each asynchronous load decided, by request, until vLLM schedules
-        # that request. With vLLM's prefix cache on, a request whose hit overlaps the keys of a
-        # request still waiting for its load (WAITING_FOR_REMOTE_KVS) is asked again later
-        # rather than read the same bytes again: once vLLM takes the loading request up, its
-        # blocks are in vLLM's prefix cache. (A load reported finished is not there until then,
-        # and vLLM may look at the waiting request first.)
-        self._keys_in_flight: dict[str, tuple[Request, frozenset[bytes]]] = {}
-        self._share_loads = ctx.cfg.share_loads and bool(ctx.cfg.async_load) and bool(
-            getattr(ctx.vllm_config.cache_config, "enable_prefix_caching", False))
+        # The chunk keys of each asynchronous load decided, by request, until the engine
+        # schedules that request. With the engine's prefix cache on, a request whose hit
+        # overlaps the keys of a request still waiting for its load is asked again later rather
+        # than read the same bytes again: once the engine takes the loading request up, its
+        # blocks are in the engine's prefix cache. (A load reported finished is not there until
+        # then, and the engine may look at the waiting request first.)
+        self._keys_in_flight: dict[str, tuple[R, frozenset[bytes]]] = {}
+        self._waiting_for_load = waiting_for_load
+        self._share_loads = ctx.cfg.share_loads and bool(ctx.cfg.async_load) and \
+            engine_prefix_cache
 
     def remote_hit_tokens(self, req_id: str, num_external_tokens: int) -> int:
         """Of a request's load just planned, the tokens that come from the remote tier."""
@@ -135,15 +164,17 @@ class TuttiScheduler:
             self.bpc - spec.skip_blocks + (split - spec.first_chunk - 1) * self.bpc
         return max(0, num_external_tokens - local_blocks * self.block_size)
 
-    def _chunk_keys(self, block_hashes: list[Any], nr_blocks: int) -> list[bytes]:
+    def _chunk_keys(self, block_hashes: Sequence[bytes], nr_blocks: int) -> list[bytes]:
         return chunk_keys(block_hashes, nr_blocks, self.bpc)
 
-    def on_new_request(self, request: Request) -> None:
+    def on_new_request(self, request: R) -> None:
         prompt = request.num_prompt_tokens
         self._reqs[request.request_id] = _ReqState(request, prompt // self.block_size)
 
-    def get_num_new_matched_tokens(self, request: Request,
-                                   num_computed_tokens: int) -> tuple[int | None, bool]:
+    def lookup(self, request: R, num_computed_tokens: int) -> tuple[int | None, bool]:
+        """Of the tokens after ``num_computed_tokens`` (those the engine holds already), how
+        many to load, or None to be asked again at a later step; and whether that load is
+        asynchronous (the request waits for it)."""
         bs = self.block_size
         hashes = request.block_hashes
         # At least one prompt token is computed (for the logits); counts stay block-aligned.
@@ -174,8 +205,8 @@ class TuttiScheduler:
         found = max(0, min(hit_blocks, limit) * bs - num_computed_tokens)
         if found and self._keys_in_flight and self._loading_elsewhere(
                 keys[num_computed_tokens // bs // self.bpc:hit]):
-            # Another request is reading these chunks into vLLM's KV: once vLLM takes it up
-            # again, vLLM's prefix cache serves them to this one too (vLLM's
+            # Another request is reading these chunks into the engine's KV: once the engine
+            # takes it up again, its prefix cache serves them to this one too (vLLM's
             # OffloadingConnector delays such a request the same way).
             self.stats.add("delayed_lookups", 1)
             return None, False
@@ -211,22 +242,25 @@ class TuttiScheduler:
         view.listed = [True] * view.nr_ranks
         return True
 
-    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
-        meta = getattr(connector_output, "kv_connector_worker_meta", None)
-        if isinstance(meta, ranks.TuttiWorkerMetadata):
+    def worker_output(self, report: ranks.WorkerReport | None, finished_loads: Iterable[str],
+                      failed_blocks: set[int] | None) -> None:
+        """What the workers said after a step: their reports (merged over the ranks), the
+        requests whose asynchronous loads finished, and the blocks that failed to load."""
+        if report is not None:
             if self.view is not None:
-                self.view.apply(meta.reports)
-            self.planner.update(meta.rates)
-        for req_id in connector_output.finished_recving or ():
+                self.view.apply(report.reports)
+            self.planner.update(report.rates)
+        for req_id in finished_loads:
             self._loading.pop(req_id, None)
-        if connector_output.invalid_block_ids:
-            self._after_failed_loads(connector_output.invalid_block_ids)
+        if failed_blocks:
+            self._after_failed_loads(failed_blocks)
 
     def _after_failed_loads(self, bad: set[int]) -> None:
-        """vLLM recomputes a request from its first block that failed to load (on any rank):
-        store its chunks again from there. A rank that lacks a chunk stores it; one that has it
-        answers "already stored". A block of a request's last load that is reported failed is
-        that request's: a block being loaded into belongs to the request loading it alone."""
+        """The engine recomputes a request from its first block that failed to load (on any
+        rank): store its chunks again from there. A rank that lacks a chunk stores it; one that
+        has it answers "already stored". A block of a request's last load that is reported
+        failed is that request's: a block being loaded into belongs to the request loading it
+        alone."""
         for state in self._reqs.values():
             if state.loaded is None:
                 continue
@@ -237,8 +271,9 @@ class TuttiScheduler:
                 state.tail_done = False
                 state.loaded = None
 
-    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
-                                 num_external_tokens: int) -> None:
+    def allocated(self, request: R, block_ids: Sequence[int], num_external_tokens: int) -> None:
+        """The engine admitted ``request`` with ``block_ids`` (all of its blocks, the ones
+        its own prefix cache holds first) and ``num_external_tokens`` of them to load."""
         found = self._lookups.pop(request.request_id, None)
         if found is None:
             return
@@ -256,7 +291,7 @@ class TuttiScheduler:
         first = found.num_computed // bs
         last = (found.num_computed + num_external_tokens) // bs
         nr_keys = -(-last // self.bpc)
-        block_ids = list(blocks.get_block_ids()[0])
+        block_ids = list(block_ids)
         local_hit = self._remote_local_hits.pop(request.request_id, None)
         self._pending_loads[request.request_id] = LoadSpec(
             request.request_id, found.keys[:nr_keys], first // self.bpc, first % self.bpc,
@@ -267,7 +302,7 @@ class TuttiScheduler:
         if self._share_loads:
             self._track_keys(request, found.keys[first // self.bpc:nr_keys])
 
-    def _track_keys(self, request: Request, keys: list[bytes]) -> None:
+    def _track_keys(self, request: R, keys: list[bytes]) -> None:
         self._keys_in_flight[request.request_id] = (request, frozenset(keys))
 
     def _untrack_keys(self, req_id: str) -> None:
@@ -276,11 +311,10 @@ class TuttiScheduler:
     def _loading_elsewhere(self, keys: list[bytes]) -> bool:
         """Whether a request still waiting for its asynchronous load is reading one of
         ``keys``."""
-        return any(req.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-                   and not loading.isdisjoint(keys)
+        return any(self._waiting_for_load(req) and not loading.isdisjoint(keys)
                    for req, loading in self._keys_in_flight.values())
 
-    def _saves_of(self, state: _ReqState, req_id: str, done_tokens: int) -> SaveSpec | None:
+    def _saves_of(self, state: _ReqState[R], req_id: str, done_tokens: int) -> SaveSpec | None:
         """The chunks of a request that are complete once ``done_tokens`` are computed."""
         bs, bpc = self.block_size, self.bpc
         hashes = state.request.block_hashes
@@ -299,82 +333,60 @@ class TuttiScheduler:
         return SaveSpec(req_id, self._chunk_keys(hashes, end), first,
                         state.block_ids[first * bpc:end])
 
-    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> TuttiConnectorMetadata:
-        meta = TuttiConnectorMetadata()
-        scheduled = scheduler_output.num_scheduled_tokens
-        # Every load decided since the last step: synchronous ones belong to requests scheduled
-        # now, asynchronous ones to requests that wait for them (WAITING_FOR_REMOTE_KVS).
-        meta.loads = list(self._pending_loads.values())
+    def plan_step(self, plan: P, scheduled: Iterable[Scheduled], compute_tokens: int) -> P:
+        """Fill ``plan`` for a step that runs ``scheduled`` (new requests first, in the
+        engine's order) and computes ``compute_tokens``: every load decided since the last
+        step, the chunks that become complete, the blocks handed out."""
+        # Synchronous loads belong to requests scheduled now, asynchronous ones to requests
+        # that wait for them.
+        plan.loads = list(self._pending_loads.values())
         self._pending_loads.clear()
         if self.ctx.cfg.async_load:
-            for spec in meta.loads:
+            for spec in plan.loads:
                 self._loading[spec.req_id] = len(spec.block_ids) * self._block_bytes
-        meta.compute_tokens = int(getattr(scheduler_output, "total_num_scheduled_tokens", 0))
+        plan.compute_tokens = compute_tokens
         if self.view is not None:
-            meta.resync = self.view.take_resync()
-        if self.ctx.cfg.async_save:
-            meta.new_blocks = self._new_blocks(scheduler_output)
-        for new in scheduler_output.scheduled_new_reqs:
-            # Scheduled after its load: vLLM's prefix cache holds what it loaded.
-            self._untrack_keys(new.req_id)
-            state = self._reqs.get(new.req_id)
+            plan.resync = self.view.take_resync()
+        for s in scheduled:
+            if self.ctx.cfg.async_save:
+                plan.new_blocks.extend(s.block_ids)
+            if s.new:
+                # Scheduled after its load: the engine's prefix cache holds what it loaded.
+                self._untrack_keys(s.req_id)
+            state = self._reqs.get(s.req_id)
             if state is None:
                 continue
-            state.block_ids = list(new.block_ids[0])
-            save = self._saves_of(state, new.req_id,
-                                  new.num_computed_tokens + scheduled.get(new.req_id, 0))
+            if not s.new and self._keys_in_flight:
+                self._untrack_keys(s.req_id)  # resumed after its load (as a preempted request)
+            if s.new or s.resumed:
+                state.block_ids = list(s.block_ids)
+                if s.resumed:
+                    state.loaded = None  # its blocks were freed, and may be another's now
+            else:
+                state.block_ids.extend(s.block_ids)
+            save = self._saves_of(state, s.req_id, s.done_tokens)
             if save is not None:
-                meta.saves.append(save)
-        cached = scheduler_output.scheduled_cached_reqs
-        for i, req_id in enumerate(cached.req_ids):
-            state = self._reqs.get(req_id)
-            if state is None:
-                continue
-            new_ids = cached.new_block_ids[i]
-            if self._keys_in_flight:
-                self._untrack_keys(req_id)  # resumed after its load (as a preempted request)
-            if req_id in cached.resumed_req_ids:
-                state.block_ids = list(new_ids[0]) if new_ids else []
-                state.loaded = None  # its blocks were freed, and may be another's now
-            elif new_ids:
-                state.block_ids.extend(new_ids[0])
-            save = self._saves_of(state, req_id,
-                                  cached.num_computed_tokens[i] + scheduled.get(req_id, 0))
-            if save is not None:
-                meta.saves.append(save)
-        return meta
+                plan.saves.append(save)
+        return plan
 
-    @staticmethod
-    def _new_blocks(scheduler_output: SchedulerOutput) -> list[int]:
-        """The blocks this step gave to requests: every block of a new or resumed request, the
-        blocks a running one grew by."""
-        out: list[int] = []
-        for new in scheduler_output.scheduled_new_reqs:
-            out.extend(new.block_ids[0])
-        for ids in scheduler_output.scheduled_cached_reqs.new_block_ids:
-            if ids:
-                out.extend(ids[0])
-        return out
+    def finished(self, req_id: str) -> None:
+        """The request is over; the engine frees its blocks at once (a save still reading them
+        is waited for where they are handed out again: ``StepPlan.new_blocks``)."""
+        self._reqs.pop(req_id, None)
+        self._lookups.pop(req_id, None)
+        self._pending_loads.pop(req_id, None)
+        self._remote_local_hits.pop(req_id, None)
+        self._loading.pop(req_id, None)
+        self._untrack_keys(req_id)
 
-    def request_finished(self, request: Request,
-                         block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
-        self._reqs.pop(request.request_id, None)
-        self._lookups.pop(request.request_id, None)
-        self._pending_loads.pop(request.request_id, None)
-        self._remote_local_hits.pop(request.request_id, None)
-        self._loading.pop(request.request_id, None)
-        self._untrack_keys(request.request_id)
-        # Blocks are freed at once: a save still reading them is waited for where they are
-        # handed out again (the metadata's new_blocks).
-        return False, None
-
-    def take_stats(self) -> TuttiConnectorStats | None:
+    def take_counts(self) -> Counters | None:
+        """What was counted since the last call, or None when nothing was."""
         if self.stats.is_empty():
             return None
-        out, self.stats = self.stats, TuttiConnectorStats()
+        out, self.stats = self.stats, Counters()
         return out
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         release_remote(self.ctx, self._remote_key)
         self._remote_key, self.remote = None, None
         if self._store_key is not None:

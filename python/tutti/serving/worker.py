@@ -1,44 +1,41 @@
 # SPDX-License-Identifier: Apache-2.0
-"""TuttiConnector's worker side: moves KV between vLLM's paged KV tensors and the store.
+"""The worker side of a connector: moves KV between the engine's paged KV and the store.
 
-- ``register_kv_caches`` registers every layer's paged tensor with the library.
+- ``attach_kv`` takes the engine's paged KV, registered with the library by the adapter (which
+  knows the engine's tensors).
 - Loads, in one of three modes: before the step's forward pass, all layers, every chunk checked
   against its checksum (the default); on a loader thread while the request waits and other
-  requests compute, reported done through ``get_finished`` (``async_load``); or layer by layer
-  behind the forward through the library's pipeline (``layerwise``, tutti/vllm/layerwise.py).
-- Saves: ``wait_for_save`` takes the chunks the step completed, after its forward wrote them,
-  and hands them to a saver thread that writes them in order (``async_save``, the default)
-  while vLLM goes on with the next step. vLLM frees a finished or preempted request's blocks
-  at once; before a later step may write a block a save still reads (the scheduler lists the
-  blocks each step hands out), ``handle_preemptions`` waits for that save. Without
-  ``async_save`` saves are written in ``wait_for_save``.
+  requests compute, reported done through ``take_finished_loads`` (``async_load``); or layer by
+  layer behind the forward through the library's pipeline (``layerwise``, layerwise.py).
+- Saves: ``end_step`` takes the chunks the step completed, after its forward wrote them, and
+  hands them to the saver (saver.py), which writes them in order (``async_save``, the default)
+  while the engine goes on with the next step; ``fence`` keeps a later step from writing a
+  block a queued save still reads. Without ``async_save`` saves are written in ``end_step``.
 - A chunk that cannot be loaded (evicted, damaged, I/O error) is reported through
-  ``get_block_ids_with_load_errors``: with ``kv_load_failure_policy="recompute"`` vLLM
-  recomputes it, and no error reaches the user.
+  ``take_load_errors``, for the engine to recompute it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import errno
+import logging
 import os
 import threading
 import time
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from tutti.remote import Remote
-from tutti.store import KV, ChunkRequest
-from tutti.vllm import ranks
-from tutti.vllm.config import ConnectorContext
-from tutti.vllm.data import LoadSpec, SaveSpec, TuttiConnectorMetadata
-from tutti.vllm.layerwise import LayerwiseLoads
-from tutti.vllm.log import log
-from tutti.vllm.metrics import TuttiConnectorStats
-from tutti.vllm.planner import Rates, StepClock
-from tutti.vllm.stores import (
+from tutti.serving import ranks
+from tutti.serving.config import ServingContext
+from tutti.serving.counters import Counters
+from tutti.serving.layerwise import LayerwiseLoads
+from tutti.serving.planner import Rates, StepClock
+from tutti.serving.saver import Ready, Saver
+from tutti.serving.steps import LoadSpec, SaveSpec, StepPlan
+from tutti.serving.stores import (
     RemoteKey,
     StoreKey,
     acquire_remote,
@@ -46,64 +43,37 @@ from tutti.vllm.stores import (
     release_remote,
     release_store,
 )
+from tutti.store import KV, ChunkRequest
 
 if TYPE_CHECKING:
     import torch
 
+log = logging.getLogger(__name__)
+
 WARN_INTERVAL_S = 60.0
-# The saver writes a request's chunks this many to a store call: the store runs one load or
-# save at a time, and a step's load waits for the call in progress, not for a whole prompt.
-SAVE_PIECE_CHUNKS = 16
 
 
-def dense_bytes(block: torch.Tensor) -> int | None:
-    """The bytes of the one dense range a block's view covers, in whatever order its
-    dimensions walk it; None where the view leaves gaps. A block is moved as its bytes: vLLM
-    0.26's GPU runner hands FlashAttention's KV as a logical (heads, tokens, 2 x head size)
-    view of (tokens, heads, 2 x head size) memory, dense but not a contiguous view."""
-    expect = 1
-    dims = zip(block.stride(), block.shape, strict=True)
-    for stride, size in sorted((st, sz) for st, sz in dims if sz != 1):
-        if stride != expect:
-            return None
-        expect *= size
-    return expect * block.element_size()
+class WorkerCore:
+    """The worker side of one connector (one per worker process, i.e. per rank).
 
+    ``stream``: the raw CUDA stream the engine's forward runs on, asked at each layerwise step
+    with KV in GPU memory (None: the current stream of torch)."""
 
-def failed_load_hazard(ctx: ConnectorContext, kv_mem: str) -> str | None:
-    """Why a load that fails inside a step may crash this vLLM (docs/vllm.md, "Known
-    problems"), or None: GPU KV loaded inside the step (layer by layer, or before the forward),
-    which only an explicit configuration chooses. vLLM 0.26 on the H200 crashed after
-    recovering from a failed layerwise load, with and without its asynchronous scheduling
-    (docs/results.md, V2 and V4): its model runner V2 does not rewind a recomputed request's
-    GPU state (vLLM issue #49250), and asynchronous scheduling keeps the request's next step
-    (#34484)."""
-    if kv_mem != "cuda" or ctx.cfg.async_load:
-        return None
-    return ("loads into GPU KV inside the step (\"async_load\": false): a load that fails "
-            "there (a damaged object, an I/O error) is likely to crash vLLM after it reports "
-            "\"Recovered from KV load failure\" (vLLM issues #49250, #34484; docs/vllm.md, "
-            "\"Known problems\"); the default, asynchronous loads, recomputes such a prefix "
-            "instead")
-
-
-class TuttiWorker:
-    """The worker side of one connector (one per worker process, i.e. per rank)."""
-
-    def __init__(self, ctx: ConnectorContext) -> None:
+    def __init__(self, ctx: ServingContext, stream: Callable[[], int] | None = None) -> None:
         self.ctx = ctx
         self.cfg = ctx.cfg
         self.geo = ctx.geo
         self.block_size = ctx.block_size
         self.bpc = ctx.blocks_per_chunk
         self.rank = ctx.rank
+        self._stream = stream
         self._store_key: StoreKey | None
         self._store_key, self.store = acquire_store(ctx.cfg, ctx.dirs, ctx.geo, ctx.ns)
         self._remote_key: RemoteKey | None
         self.remote: Remote | None
         self._remote_key, self.remote = acquire_remote(ctx)
         # The scheduler, in a process of its own, learns from these reports what the store
-        # holds (tutti/vllm/ranks.py).
+        # holds (ranks.py).
         self.reporter = (None if ctx.scheduler_opens_store
                          else ranks.StoreReporter(self.rank, self.store))
         # With several ranks, rank 0 alone counts tokens (each rank moves its share of the
@@ -116,98 +86,58 @@ class TuttiWorker:
         self.layerwise: LayerwiseLoads | None = None
         # Loads may finish on the loader thread: what they report is kept under this lock.
         self._lock = threading.Lock()
-        self._stats = TuttiConnectorStats()
+        self._stats = Counters()
         self._load_errors: set[int] = set()
-        # What the scheduler weighs loads with (tutti/vllm/planner.py): this rank's loads
-        # (under the lock) and forward passes, and the totals it last sent.
+        # What the scheduler weighs loads with (planner.py): this rank's loads (under the
+        # lock) and forward passes, and the totals it last sent.
         self._rates = Rates()
         self._rates_sent = Rates()
         self.clock: StepClock | None = None  # once the KV is registered
         # asynchronous loads: one thread moves them; finished ids and their errors are handed
-        # to vLLM together (errors no later than the step that reports the request done)
+        # to the engine together (errors no later than the step that reports the request done)
         self._loader: ThreadPoolExecutor | None = None
         self._loads_done: set[str] = set()
-        # asynchronous saves (async_save): one thread writes them in the order the steps
-        # queued them (a chunk's parent may be an earlier step's chunk). Only the thread that
-        # calls the connector touches the two below.
-        self._saver: ThreadPoolExecutor | None = None
-        self._saves: deque[tuple[Future[None], list[int]]] = deque()  # queued, oldest first
-        self._reading: dict[int, Future[None]] = {}  # block -> the latest queued save of it
+        # asynchronous saves (async_save): the saver thread and its block fence
+        self.saver = Saver(self._save, self._save_failed, self.bpc)
         self._store_no_space = self.store.stats()["save_no_space"]  # the store's, last seen
         self._warned: dict[str, tuple[float, int]] = {}  # kind -> (last warned, skipped since)
 
     # -- registration --
 
-    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        """Each layer's paged tensor as segments: (B, ...) tensors are one segment per layer,
-        K/V-first (2, B, ...) tensors two."""
-        segs: list[tuple[int, int, int]] = []
-        per_layer: int | None = None
-        mem = "host"
-        num_blocks = self.ctx.num_blocks
-        if len(kv_caches) != self.geo.nr_layers:
-            raise ValueError(f"TuttiConnector: {len(kv_caches)} KV tensors for "
-                             f"{self.geo.nr_layers} layers")
-        page = self.geo.layer_block_bytes
-        for name, t in kv_caches.items():
-            item = t.element_size()
-            if t.shape[0] == num_blocks:
-                layer = [(t.data_ptr(), t.stride(0) * item, page)]
-            elif t.shape[0] == 2 and t.shape[1] == num_blocks:
-                layer = [(t[i].data_ptr(), t.stride(1) * item, page // 2) for i in range(2)]
-            else:
-                raise ValueError(f"TuttiConnector: layer {name}: KV tensor of shape "
-                                 f"{tuple(t.shape)} is neither (blocks, ...) nor (2, blocks, ...)"
-                                 f" with {num_blocks} blocks")
-            block = t[0] if len(layer) == 1 else t[0][0]
-            if dense_bytes(block) != layer[0][2]:
-                raise ValueError(f"TuttiConnector: layer {name}: a block of shape "
-                                 f"{tuple(block.shape)} and strides {block.stride()} is not "
-                                 "one dense page")
-            if per_layer not in (None, len(layer)):
-                raise ValueError("TuttiConnector: layers with different KV layouts")
-            per_layer = len(layer)
-            mem = "cuda" if t.is_cuda else "host"
-            segs.extend(layer)
-        assert per_layer is not None
-        self.kv = KV(self.geo, segs, per_layer, num_blocks, mem=mem)
+    def attach_kv(self, kv: KV, mem: str, names: list[str]) -> str:
+        """The engine's paged KV, registered with the library (``mem``: "cuda" or "host";
+        ``names``: its layers in the order of the store's). Returns the engine "auto" chose
+        for it: for GPU KV it sets gpu-uring up now, so that a fallback and its reason are in
+        the log at start-up."""
+        self.kv = kv
         self.kv_mem = mem
         self.clock = StepClock(gpu=mem == "cuda")
-        hazard = failed_load_hazard(self.ctx, mem)
-        if hazard is not None:
-            log.warning("tutti: %s", hazard)
-        # What "auto" chose for this KV; for GPU KV it sets gpu-uring up now, so that a
-        # fallback and its reason are in the log at start-up.
-        self.engine = self.store.engine_for(self.kv)
-        log.info("tutti: registered %d layers, %d blocks of %d bytes (%s, %d segment%s/layer); "
-                 "engine %s%s", self.geo.nr_layers, num_blocks, page, mem, per_layer,
-                 "s" if per_layer > 1 else "", self.engine,
-                 ", layerwise loads" if self.cfg.layerwise else
-                 ", asynchronous loads" if self.cfg.async_load else "")
+        self.engine = self.store.engine_for(kv)
         if self.cfg.layerwise:
-            self.layerwise = LayerwiseLoads(self.store, self.kv, list(kv_caches),
-                                            self.ctx.layer_names, mem)
+            self.layerwise = LayerwiseLoads(self.store, kv, names, self.ctx.layer_names, mem,
+                                            stream=self._stream)
+        return self.engine
 
     # -- loads --
 
-    def step_begins(self, meta: TuttiConnectorMetadata) -> None:
-        """The step's metadata is bound, before its forward: time the forward where it
-        computes without loading inside the step (a load there would be counted as compute)."""
+    def step_begins(self, plan: StepPlan) -> None:
+        """The step's plan is known, before its forward: time the forward where it computes
+        without loading inside the step (a load there would be counted as compute)."""
         if self.clock is None:
             return
-        in_step_loads = bool(meta.loads) and not self.cfg.async_load
-        self.clock.begin(0 if in_step_loads else meta.compute_tokens)
+        in_step_loads = bool(plan.loads) and not self.cfg.async_load
+        self.clock.begin(0 if in_step_loads else plan.compute_tokens)
 
-    def start_load_kv(self, meta: TuttiConnectorMetadata) -> None:
-        # Before this step's loads write into blocks handed out again (a runner that calls
-        # handle_preemptions has waited already).
-        self.handle_preemptions(meta)
-        if self.reporter is not None and self.rank in meta.resync:
+    def start_loads(self, plan: StepPlan) -> None:
+        # Before this step's loads write into blocks handed out again (an engine that fences
+        # earlier has waited already).
+        self.fence(plan.new_blocks)
+        if self.reporter is not None and self.rank in plan.resync:
             self.reporter.request_full()
         if self.layerwise is not None and not self.layerwise.broken:
-            self._start_layerwise(self.layerwise, meta)
+            self._start_layerwise(self.layerwise, plan)
             return
-        for spec in meta.loads:
+        for spec in plan.loads:
             if self.cfg.async_load:
                 if self._loader is None:
                     self._loader = ThreadPoolExecutor(1, thread_name_prefix="tutti-load")
@@ -217,8 +147,9 @@ class TuttiWorker:
                 with self._lock:
                     self._load_errors.update(failed)
 
-    def wait_for_layer_load(self, layer_name: str) -> None:
-        # Without layerwise, loads complete in start_load_kv.
+    def wait_layer(self, layer_name: str) -> None:
+        """The engine's hook before the attention of ``layer_name`` (without layerwise, loads
+        complete in ``start_loads``)."""
         if self.layerwise is not None:
             self.layerwise.wait(layer_name)
 
@@ -239,7 +170,7 @@ class TuttiWorker:
                 _, status = self.store.load(self.kv, [ChunkRequest(
                     spec.keys, spec.block_ids, spec.first_chunk, spec.skip_blocks)])
         except OSError as e:
-            log.warning("tutti: load of %s failed: %s; vLLM recomputes it", spec.req_id, e)
+            log.warning("tutti: load of %s failed: %s; it is recomputed", spec.req_id, e)
             status = [-(e.errno or errno.EIO)] * (len(spec.keys) - spec.first_chunk)
         return self._account_load(spec, status, time.perf_counter_ns() - t0)
 
@@ -275,11 +206,11 @@ class TuttiWorker:
 
     def _load_async(self, spec: LoadSpec) -> None:
         # The request waits for this report: whatever goes wrong, it is made (every block
-        # failed, vLLM recomputes them), or vLLM would wait for it forever.
+        # failed, the engine recomputes them), or the engine would wait for it forever.
         try:
             failed = self._load(spec)
         except Exception:
-            log.exception("tutti: asynchronous load of %s failed; vLLM recomputes it",
+            log.exception("tutti: asynchronous load of %s failed; it is recomputed",
                           spec.req_id)
             failed = set(spec.block_ids)
         with self._lock:
@@ -289,19 +220,19 @@ class TuttiWorker:
     # -- layerwise loads --
     #
     # Requests with chunks from the remote tier load before the forward, as without layerwise.
-    # Saves keep the wait_for_save path: it reports per chunk what was stored, which the
+    # Saves keep the end_step path: it reports per chunk what was stored, which the
     # tensor-parallel reporter and the metrics need, and a chunk is complete only once every
     # layer is written.
 
-    def _start_layerwise(self, layerwise: LayerwiseLoads, meta: TuttiConnectorMetadata) -> None:
+    def _start_layerwise(self, layerwise: LayerwiseLoads, plan: StepPlan) -> None:
         self._finish_layerwise()  # a step left open by a forward that never ended
         piped: list[LoadSpec] = []
         others: list[LoadSpec] = []
-        for spec in meta.loads:
+        for spec in plan.loads:
             remote = spec.remote_from >= 0 and self.remote is not None
             (others if remote else piped).append(spec)
-        if piped and not layerwise.begin(piped, meta.compute_tokens):
-            others = meta.loads
+        if piped and not layerwise.begin(piped, plan.compute_tokens):
+            others = plan.loads
         for spec in others:
             failed = self._load(spec)
             with self._lock:
@@ -326,14 +257,15 @@ class TuttiWorker:
 
     # -- saves --
 
-    def wait_for_save(self, meta: TuttiConnectorMetadata) -> None:
-        # The forward pass is over: every layer of the step's loads has been read by now.
+    def end_step(self, plan: StepPlan) -> None:
+        """The step's forward is over (every layer of its loads has been read by now): save
+        the chunks it completed."""
         if self.clock is not None:
             self.clock.end()
         self._finish_layerwise()
-        assert self.kv is not None or not meta.saves
-        forward_done: torch.cuda.Event | None = None
-        for spec in meta.saves:
+        assert self.kv is not None or not plan.saves
+        forward_done: Ready | None = None
+        for spec in plan.saves:
             # The step's failed loads are taken now, before the save is queued.
             cut = self._without_failed_loads(spec)
             if cut is None:
@@ -343,7 +275,7 @@ class TuttiWorker:
                 continue
             if forward_done is None and self.kv_mem == "cuda":
                 forward_done = self._forward_done()
-            self._queue_save(cut, forward_done)
+            self.saver.queue(cut, forward_done)
 
     def _save(self, spec: SaveSpec) -> None:
         """Write one request's chunks, count what happened, and publish them to the remote
@@ -360,6 +292,10 @@ class TuttiWorker:
         if self.remote is not None and self.remote.publish_enabled:
             self._publish(self.remote, self.kv, spec, status)
 
+    def _save_failed(self, spec: SaveSpec) -> None:
+        """A save the saver could not write (it raised): every chunk counts as failed."""
+        self._account_save(spec, [-errno.EIO] * (len(spec.keys) - spec.first_chunk), 0)
+
     @staticmethod
     def _forward_done() -> torch.cuda.Event:
         """An event on the current stream (the forward's), after the kernels that wrote the
@@ -370,66 +306,14 @@ class TuttiWorker:
         event.record()
         return event
 
-    def _queue_save(self, spec: SaveSpec, forward_done: torch.cuda.Event | None) -> None:
-        if self._saver is None:
-            self._saver = ThreadPoolExecutor(1, thread_name_prefix="tutti-save")
-        job = self._saver.submit(self._save_queued, spec, forward_done)
-        self._saves.append((job, spec.block_ids))
-        for b in spec.block_ids:
-            self._reading[b] = job
-
-    def _save_queued(self, spec: SaveSpec, forward_done: torch.cuda.Event | None) -> None:
-        """One queued save, on the saver thread. Nothing it raises may reach vLLM (no step
-        waits for it): what the store's errors do not cover is logged, and its chunks counted
-        as failed saves."""
-        todo = [spec]
-        try:
-            if forward_done is not None:
-                forward_done.synchronize()
-            todo = self._pieces(spec)
-            while todo:
-                self._save(todo[0])
-                todo.pop(0)
-        except Exception as e:  # noqa: BLE001 - logged and counted: the saver keeps serving
-            log.exception("tutti: save of %s failed: %s", spec.req_id, e)
-            for piece in todo:
-                self._account_save(piece, [-errno.EIO] * (len(piece.keys) - piece.first_chunk),
-                                   0)
-
-    def _pieces(self, spec: SaveSpec) -> list[SaveSpec]:
-        """The save in pieces of SAVE_PIECE_CHUNKS chunks, in order: each piece's first chunk
-        has the previous piece's last as its parent, stored by then."""
-        n = len(spec.keys) - spec.first_chunk
-        out = []
-        for at in range(0, n, SAVE_PIECE_CHUNKS):
-            end = min(at + SAVE_PIECE_CHUNKS, n)
-            out.append(SaveSpec(spec.req_id, spec.keys[:spec.first_chunk + end],
-                                spec.first_chunk + at,
-                                spec.block_ids[at * self.bpc:end * self.bpc]))
-        return out
-
-    def handle_preemptions(self, meta: TuttiConnectorMetadata) -> None:
+    def fence(self, blocks: Iterable[int]) -> None:
         """Before the step writes anything: wait for the saves still reading a block the step's
-        schedule handed out (freed by a finished or preempted request, given to another).
-        vLLM reuses freed blocks last, so this rarely waits."""
-        self._forget_written()
-        waits = {self._reading[b] for b in meta.new_blocks if b in self._reading}
-        if waits:
-            wait_futures(waits)
-            self._forget_written()
-
-    def _forget_written(self) -> None:
-        """Drop the saves written (in order: the oldest first) from the blocks they read."""
-        while self._saves and self._saves[0][0].done():
-            job, blocks = self._saves.popleft()
-            for b in blocks:
-                if self._reading.get(b) is job:
-                    del self._reading[b]
+        schedule handed out (freed by a finished or preempted request, given to another)."""
+        self.saver.fence(blocks)
 
     def drain_saves(self) -> None:
         """Wait until every queued save is written."""
-        wait_futures([job for job, _ in self._saves])
-        self._forget_written()
+        self.saver.drain()
 
     def _account_save(self, spec: SaveSpec, status: list[int], ns: int) -> None:
         """Count one request's save by what happened to each chunk, and say in the log what
@@ -484,8 +368,8 @@ class TuttiWorker:
 
     def _without_failed_loads(self, spec: SaveSpec) -> SaveSpec | None:
         """The save spec cut before its first chunk holding a block whose load failed in this
-        step: such a block holds no verified KV yet (vLLM recomputes it later), and must not be
-        stored under the chunk's key."""
+        step: such a block holds no verified KV yet (the engine recomputes it later), and must
+        not be stored under the chunk's key."""
         with self._lock:
             bad = set(self._load_errors)
         if not bad:
@@ -500,13 +384,14 @@ class TuttiWorker:
 
     # -- what the worker reports after each step --
 
-    def build_connector_worker_meta(self) -> ranks.TuttiWorkerMetadata | None:
+    def report(self) -> ranks.WorkerReport | None:
+        """This rank's report to the scheduler side, or None when there is nothing new."""
         rep = self.reporter.report() if self.reporter is not None else None
         rates = self._new_rates()
         if rep is None and rates is None:
             return None
-        return ranks.TuttiWorkerMetadata({self.rank: rep} if rep is not None else {},
-                                         {self.rank: rates} if rates is not None else {})
+        return ranks.WorkerReport({self.rank: rep} if rep is not None else {},
+                                  {self.rank: rates} if rates is not None else {})
 
     def _new_rates(self) -> Rates | None:
         """This rank's running totals, where they moved since last sent."""
@@ -521,23 +406,23 @@ class TuttiWorker:
         self._rates_sent = now  # neither side changes a sent Rates
         return now
 
-    def get_block_ids_with_load_errors(self) -> set[int]:
-        # vLLM calls this before wait_for_save when it defers that call past a draft model's
-        # forward (speculative decoding): a step's failed chunks are still reported with it.
+    def take_load_errors(self) -> set[int]:
+        """The blocks whose load failed since the last call, for the engine to recompute."""
+        # An engine may ask before the step's end (vLLM does when it defers its call past a
+        # draft model's forward): a step's failed chunks are still reported with it.
         self._finish_layerwise()
         with self._lock:
             errors, self._load_errors = self._load_errors, set()
         return errors
 
-    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None,
-                                                               set[str] | None]:
-        # Saves are written in the step (or waited for where their blocks are reused);
-        # asynchronous loads finish here.
+    def take_finished_loads(self) -> set[str]:
+        """The requests whose asynchronous load finished since the last call."""
         with self._lock:
             done, self._loads_done = self._loads_done, set()
-        return None, (done or None)
+        return done
 
-    def take_stats(self) -> TuttiConnectorStats | None:
+    def take_counts(self) -> Counters | None:
+        """What was counted since the last call, or None when nothing was."""
         self._remote_stats()
         counts = self.layerwise.take_counts() if self.layerwise is not None else {}
         with self._lock:
@@ -545,20 +430,13 @@ class TuttiWorker:
                 self._stats.add(name, value)
             if self._stats.is_empty():
                 return None
-            out, self._stats = self._stats, TuttiConnectorStats()
+            out, self._stats = self._stats, Counters()
         return out
 
-    def shutdown(self) -> None:
-        if self._saver is not None:
-            # Queued saves are written before the store closes: what was served is found
-            # again after a restart.
-            queued = sum(not job.done() for job, _ in self._saves)
-            if queued:
-                log.info("tutti: writing %d queued save(s) before closing the store", queued)
-            self._saver.shutdown(wait=True)
-            self._saver = None
-            self._saves.clear()
-            self._reading.clear()
+    def close(self) -> None:
+        # Queued saves are written before the store closes: what was served is found again
+        # after a restart.
+        self.saver.close()
         if self._loader is not None:
             self._loader.shutdown(wait=True)  # no load may run into freed memory
             self._loader = None
@@ -604,8 +482,8 @@ class TuttiWorker:
                 else:
                     self._stats.add("remote_load_errors", 1)
         if any(rc != 0 for rc in remote_status):
-            log.info("tutti: %d of %d remote chunks of %s failed to load (%s); vLLM "
-                     "recomputes them", sum(rc != 0 for rc in remote_status),
+            log.info("tutti: %d of %d remote chunks of %s failed to load (%s); they are "
+                     "recomputed", sum(rc != 0 for rc in remote_status),
                      len(remote_status), spec.req_id, remote_status)
         return list(status) + list(remote_status)
 
