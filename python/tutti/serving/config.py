@@ -244,7 +244,7 @@ class ServingContext:
         # gpu-uring (the store's "auto"): a load that fails inside a step crashes vLLM with and
         # without its asynchronous scheduling (docs/results.md, V2, V4; vLLM issues #49250 and
         # #34484: a request rewound after it ran), where a failed asynchronous load is
-        # recomputed before the request runs (V3, V4, V6), and asynchronous loads through
+        # recomputed before the request runs (V6, V7), and asynchronous loads through
         # gpu-uring have the lower TTFT (SV11). "layerwise": true still chooses layer-by-layer
         # loads.
         self.kv_on_gpu = kv_on_gpu

@@ -4,8 +4,8 @@ store against the time the serving engine takes to compute it again, both measur
 serves.
 
 A tier that reads a token's KV slower than the engine computes it makes every hit slower than a
-miss: loading a prefix there lengthens its request's time to first token (docs/results.md,
-SV8, SV9). So:
+miss: loading a prefix there lengthens its request's time to first token, and recomputing
+instead serves at least as well (docs/results.md, SV9, SV15). So:
 
 - The worker measures (``Rates``, running totals sent with each step's worker report,
   ranks.py): the bytes its loads moved and how long those loads took, from the request's side
