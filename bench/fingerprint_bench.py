@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Start-up cost of the weights' fingerprint (python/tutti/vllm/fingerprint.py), against the
+"""Start-up cost of the weights' fingerprint (python/tutti/serving/fingerprint.py), against the
 raw read rate of the same files.
 
 For each model it writes a synthetic checkpoint with the file layout of a real one (the

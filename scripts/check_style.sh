@@ -168,4 +168,19 @@ fi
 
 # Every result file a claim cites exists, and every file in bench/results/ backs a current claim.
 bash scripts/check_results.sh || report "results: see the findings above (HACKING.md, \"Benchmarks\")"
+
+# The serving core (python/tutti/serving/) names no serving engine: it imports none, in any form
+# (import, from ... import, importlib's import_module or __import__ of the name), so that another
+# engine's adapter reuses it whole (docs/design.md, "The serving core"). An engine's code lives
+# in its adapter (python/tutti/vllm/ for vLLM); a new engine's import name joins the list.
+engines='vllm|sglang'
+sp='[[:space:]]'
+imp="^$sp*import$sp+([[:alnum:]_.]+($sp+as$sp+[[:alnum:]_]+)?$sp*,$sp*)*($engines)([.,[:space:]]|\$)"
+frm="^$sp*from$sp+($engines)([.[:space:]]|\$)"
+dyn="(import_module|__import__)\($sp*[\"']($engines)([.\"']|\$)"
+if find python/tutti/serving -name '*.py' -print0 | xargs -0 -r grep -nE "$imp|$frm|$dyn" |
+	grep . >&2; then
+	report "python/tutti/serving/ imports a serving engine: move that code into the engine's adapter"
+fi
+
 exit $fail

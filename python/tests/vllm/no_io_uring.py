@@ -51,9 +51,9 @@ def refuse_io_uring(err):
 
 def main(path, err, engine):
     refuse_io_uring(err)
+    from tutti.serving.config import TuttiConfig
+    from tutti.serving.stores import acquire_store, release_store
     from tutti.store import KV, Geometry
-    from tutti.vllm.config import TuttiConfig
-    from tutti.vllm.stores import acquire_store, release_store
 
     geo = Geometry(nr_layers=2, nr_kv_heads=2, head_dim=32, elem_bytes=4, block_tokens=16,
                    chunk_tokens=32)

@@ -25,7 +25,7 @@ store's history:
   connector counts the load errors.
 Every case loads each hit whole (``"load_policy": "always"``): the matrix checks what loads
 give, and the load plan would have the disk's hits recomputed once it has measured that the
-disk reads slower than vLLM computes (tutti/vllm/planner.py).
+disk reads slower than vLLM computes (tutti/serving/planner.py).
 A reference process without the connector serves each set twice (first pass, then from vLLM's
 prefix cache). The first prompt of set P has a twin that differs in its first 256 tokens (one
 chunk) only; the two must give different outputs, or identical outputs would prove nothing.

@@ -61,7 +61,7 @@ def main(model, prompts_path, out_path, store=None, mode="sync", remote=None, tp
 
 
 def plan_rates(llm):
-    """The rates the scheduler's load plan measured (tutti/vllm/planner.py), where the engine
+    """The rates the scheduler's load plan measured (tutti/serving/planner.py), where the engine
     core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0); None elsewhere."""
     core = getattr(getattr(llm.llm_engine, "engine_core", None), "engine_core", None)
     connector = getattr(getattr(core, "scheduler", None), "connector", None)

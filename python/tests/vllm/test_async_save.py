@@ -24,7 +24,7 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
-from tutti.vllm.config import TuttiConfig  # noqa: E402
+from tutti.serving.config import TuttiConfig  # noqa: E402
 from tutti.vllm.connector import (  # noqa: E402
     LoadSpec,
     SaveSpec,
@@ -75,11 +75,7 @@ def step(w, meta, forward=None):
 def hold_saver(w):
     """Queue a job ahead of the next saves on the saver thread; set the event to let it end."""
     gate = threading.Event()
-    if w.worker._saver is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        w.worker._saver = ThreadPoolExecutor(1, thread_name_prefix="tutti-save")
-    w.worker._saver.submit(gate.wait, 30)
+    w.worker.saver._executor().submit(gate.wait, 30)
     return gate
 
 
@@ -121,7 +117,7 @@ def test_without_async_save_a_step_writes_its_chunks_before_it_returns(model_dir
     k = keys(2)
     step(w, TuttiConnectorMetadata(saves=[SaveSpec("a", k, 0, [0, 1, 2, 3])]))
     assert stored(w, k) == 2
-    assert w.worker._saver is None
+    assert w.worker.saver._pool is None  # no saver thread started
     w.shutdown()
 
 
@@ -292,7 +288,7 @@ def test_a_long_save_is_written_in_pieces_that_chain(model_dir, tmp_path):
     """The saver writes SAVE_PIECE_CHUNKS chunks to a store call (a step's load waits for one
     piece, not a whole prompt): each piece's first chunk finds its parent, the last piece
     ending with the prompt's partial chunk."""
-    from tutti.vllm.worker import SAVE_PIECE_CHUNKS
+    from tutti.serving.saver import SAVE_PIECE_CHUNKS
 
     w = worker(model_dir, extra(tmp_path))
     n = 2 * SAVE_PIECE_CHUNKS + 3  # two whole pieces and a short one, the last chunk partial

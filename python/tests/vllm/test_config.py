@@ -16,10 +16,10 @@ import pytest
 pytest.importorskip("vllm")
 
 
+from tutti.serving.config import TuttiConfig  # noqa: E402
+from tutti.serving.fingerprint import fingerprint_dir, weights_fingerprint  # noqa: E402
 from tutti.store import ChunkRequest, Geometry, Store  # noqa: E402
-from tutti.vllm.config import TuttiConfig  # noqa: E402
 from tutti.vllm.connector import SaveSpec, TuttiConnectorMetadata  # noqa: E402
-from tutti.vllm.fingerprint import fingerprint_dir, weights_fingerprint  # noqa: E402
 from tutti.vllm.log import LOGGER_NAME  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The weights' fingerprint (tutti/vllm/fingerprint.py): an edit anywhere in a weight file is
+"""The weights' fingerprint (tutti/serving/fingerprint.py): an edit anywhere in a weight file is
 a new fingerprint, whatever the windows the sampled mode reads; the cache of digests makes a
 restart cost a stat per file and never hides an edit, damaged or not; the result does not
 depend on the thread count; the connector's "fingerprint" key."""
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tutti.vllm import fingerprint as fp
-from tutti.vllm.fingerprint import fingerprint_dir, weights_fingerprint
+from tutti.serving import fingerprint as fp
+from tutti.serving.fingerprint import fingerprint_dir, weights_fingerprint
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -295,7 +295,7 @@ def test_processes_that_start_together_hash_once(tmp_path, hashed, monkeypatch):
 
 def test_the_connector_key_chooses_the_fingerprint_and_keeps_its_cache_in_the_store(tmp_path):
     pytest.importorskip("vllm")
-    from tutti.vllm.config import TuttiConfig
+    from tutti.serving.config import TuttiConfig
 
     import tiny_llama
     from vllm_configs import RIG_BS, rig_extra, rig_worker

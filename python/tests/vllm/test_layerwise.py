@@ -16,8 +16,8 @@ pytest.importorskip("vllm")
 import torch  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
 
+from tutti.serving import stores  # noqa: E402
 from tutti.store import ChunkRequest, Geometry  # noqa: E402
-from tutti.vllm import stores  # noqa: E402
 from tutti.vllm.connector import (  # noqa: E402
     LoadSpec,
     TuttiConfig,
@@ -285,7 +285,7 @@ def test_a_failed_load_hazard_is_named_for_loads_inside_the_step(model_dir, tmp_
     """With GPU KV and loads inside the step, which only an explicit configuration chooses, a
     warning at registration (docs/vllm.md, "Known problems"), with or without vLLM's
     asynchronous scheduling; not for host KV or with asynchronous loads (the default)."""
-    from tutti.vllm.config import ConnectorContext
+    from tutti.vllm.context import ConnectorContext
     from tutti.vllm.worker import failed_load_hazard
 
     def ctx(async_sched, **kw):

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The load plan (tutti/vllm/planner.py): what the worker measures, how the scheduler weighs a
+"""The load plan (tutti/serving/planner.py): what the worker measures, how the scheduler weighs a
 hit with it, and how the measurements travel in the worker metadata."""
 
 import time
@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from tutti.vllm import planner  # noqa: E402
-from tutti.vllm.planner import LoadPlanner, Rates, StepClock  # noqa: E402
-from tutti.vllm.ranks import TuttiWorkerMetadata  # noqa: E402
+from tutti.serving import planner  # noqa: E402
+from tutti.serving.planner import LoadPlanner, Rates, StepClock  # noqa: E402
+from tutti.vllm.data import TuttiWorkerMetadata  # noqa: E402
 
 TOKEN_BYTES = 128 * 1024  # a Llama-3-8B token's KV
 BLOCK = 16
@@ -56,9 +56,10 @@ def test_every_hit_loads_until_both_rates_are_measured():
 
 
 def test_a_store_slower_than_compute_recomputes_a_faster_one_loads():
-    # The H200's disk (1.97 GB/s: 67 us a token) against 33K tokens/s (30 us): recompute.
+    # Reading a token takes 67 us at 1.97 GB/s, computing one 30 us at 33K tokens/s (a
+    # disk's case, docs/results.md SV9): recompute.
     assert planned(1.97, 33000).plan(16384, 16400) == 0
-    # Emulated NVMe (30 GB/s: 4.4 us a token): load.
+    # 4.4 us a token at 30 GB/s (emulated NVMe's case): load.
     assert planned(30, 33000).plan(16384, 16400) == 16384
     # Equal times: load (the GPU is left to the other requests).
     assert planned(TOKEN_BYTES * 33000 / GB, 33000).plan(16384, 16400) == 16384

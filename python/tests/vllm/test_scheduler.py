@@ -253,12 +253,12 @@ def test_a_finished_request_no_longer_holds_back_its_chunks(model_dir, tmp_path)
 
 def report_rates(connector, read_bytes_per_s, compute_tokens_per_s, steps=2, totals=None):
     """What the worker reports (its running totals, from ``totals`` on) after ``steps`` steps
-    that each loaded and computed for a second at these rates (tutti/vllm/planner.py), as vLLM
+    that each loaded and computed for a second at these rates (tutti/serving/planner.py), as vLLM
     hands it to the scheduler's connector; returns the new totals."""
     from vllm.v1.outputs import KVConnectorOutput
 
-    from tutti.vllm.planner import Rates
-    from tutti.vllm.ranks import TuttiWorkerMetadata
+    from tutti.serving.planner import Rates
+    from tutti.vllm.data import TuttiWorkerMetadata
 
     t = totals or Rates()
     for _ in range(steps):

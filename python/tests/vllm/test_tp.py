@@ -25,9 +25,10 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
+from tutti.serving import ranks  # noqa: E402
 from tutti.store import KV, ChunkRequest, Geometry, Store  # noqa: E402
-from tutti.vllm import ranks  # noqa: E402
 from tutti.vllm.connector import TuttiConnector, chunk_key  # noqa: E402
+from tutti.vllm.data import TuttiWorkerMetadata  # noqa: E402
 
 from vllm_configs import kv_cache_config as group_config  # noqa: E402
 from vllm_configs import tutti_vllm_config  # noqa: E402
@@ -179,7 +180,7 @@ def test_aggregated_reports_reach_the_scheduler_and_a_hit_needs_every_rank(model
     out, agg = rig.step()
     assert req.request_id not in out.num_scheduled_tokens
     meta = agg.kv_connector_worker_meta
-    assert isinstance(meta, ranks.TuttiWorkerMetadata)
+    assert isinstance(meta, TuttiWorkerMetadata)
     assert sorted(meta.reports) == [0, 1] and all(r.full for r in meta.reports.values())
     assert len(meta.reports[0].added) == 4 and len(meta.reports[1].added) == 2
     # Both listed: the hit is what both ranks hold, two chunks.

@@ -302,7 +302,7 @@ def test_defaults_follow_where_the_kv_lives(model_dir, tmp_path, caught):
     assert not TuttiConnector.requires_piecewise_for_cudagraph({"layerwise": False})
     assert not TuttiConnector.requires_piecewise_for_cudagraph({"async_load": True})
     assert TuttiConnector.requires_piecewise_for_cudagraph({"layerwise": True})
-    from tutti.vllm.config import ConnectorContext
+    from tutti.vllm.context import ConnectorContext
 
     cfg = config(model_dir, {"dirs": [str(tmp_path / "g")], "capacity_gb": 0.05})
     cfg.device_config.device_type = "cuda"  # what vLLM's GPU build says
@@ -349,7 +349,7 @@ def test_engine_auto_falls_back_where_io_uring_is_refused(model_dir, tmp_path, e
     assert "io_uring setup failed" not in log  # one line, a warning, not an error
     named, _ = open_store("uring")
     assert named["errno"] == err and "io_uring" in named["error"]
-    from tutti.vllm.config import ConnectorContext  # "auto" reaches the store as "auto"
+    from tutti.vllm.context import ConnectorContext  # "auto" reaches the store as "auto"
 
     cfg = config(model_dir, {"dirs": [str(tmp_path / "g")], "capacity_gb": 0.05})
     cfg.device_config.device_type = "cuda"

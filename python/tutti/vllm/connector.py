@@ -11,8 +11,9 @@ Turn it on with::
 
 vLLM creates the connector twice: once in the scheduler's process (role SCHEDULER) and once in
 every worker (role WORKER). This class is the thin shape vLLM sees; the work is done by
-``TuttiScheduler`` (tutti/vllm/scheduler.py) or ``TuttiWorker`` (tutti/vllm/worker.py), from a
-``ConnectorContext`` (tutti/vllm/config.py). docs/vllm.md has the reference:
+``TuttiScheduler`` (tutti/vllm/scheduler.py) or ``TuttiWorker`` (tutti/vllm/worker.py), vLLM's
+faces of the serving core (tutti/serving/), from a ``ConnectorContext``
+(tutti/vllm/context.py). docs/vllm.md has the reference:
 
 * A chunk is ``chunk_tokens`` tokens (a multiple of vLLM's block size), stored once per layer as
   one contiguous object. Its key is a digest of vLLM's block hash of the chunk's last block; vLLM
@@ -20,11 +21,11 @@ every worker (role WORKER). This class is the thin shape vLLM sees; the work is 
   prompt's trailing full blocks that do not fill a chunk are stored as a partial chunk, found
   again by a prompt with the same prefix and length.
 * Everything that must not mix lives in the store's namespace: the weights (fingerprinted,
-  tutti/vllm/fingerprint.py), dtype, block size, KV shape, tensor-parallel rank, vLLM version.
+  tutti/serving/fingerprint.py), dtype, block size, KV shape, tensor-parallel rank, vLLM version.
   A directory that holds a store of another namespace gets an empty one (logged).
 * Processes: every worker opens the store of its rank. The scheduler opens it only where the
   worker runs in its process (vLLM's uni-process executor); elsewhere (the multiprocess
-  executor, tensor parallelism: ``tutti/vllm/ranks.py``) it opens none and counts a chunk as a
+  executor, tensor parallelism: ``tutti/serving/ranks.py``) it opens none and counts a chunk as a
   hit only when every rank reported holding it.
 """
 
@@ -45,15 +46,12 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     PromMetricT,
 )
 
+from tutti.serving.config import TuttiConfig, parse_auto_flag
+from tutti.serving.keys import KEY_BYTES, chunk_key
+from tutti.serving.steps import LoadSpec, SaveSpec
 from tutti.vllm import compat
-from tutti.vllm.config import ConnectorContext, TuttiConfig, parse_auto_flag
-from tutti.vllm.data import (
-    KEY_BYTES,
-    LoadSpec,
-    SaveSpec,
-    TuttiConnectorMetadata,
-    chunk_key,
-)
+from tutti.vllm.context import ConnectorContext
+from tutti.vllm.data import TuttiConnectorMetadata
 from tutti.vllm.metrics import TuttiConnectorStats, TuttiPromMetrics
 from tutti.vllm.scheduler import TuttiScheduler
 from tutti.vllm.worker import TuttiWorker
@@ -164,7 +162,7 @@ class TuttiConnector(KVConnectorBase_V1):
 
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         # vLLM binds a step's metadata before its forward pass in every model runner: the
-        # worker times the pass from here (tutti/vllm/planner.py).
+        # worker times the pass from here (tutti/serving/planner.py).
         super().bind_connector_metadata(connector_metadata)
         if self.worker is not None and isinstance(connector_metadata, TuttiConnectorMetadata):
             self.worker.step_begins(connector_metadata)

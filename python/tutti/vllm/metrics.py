@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""TuttiConnector's counters: ``TuttiConnectorStats`` (what each side counted since its last
-report, summed over the workers by vLLM and printed in its "KV Transfer metrics" log line) and
-``TuttiPromMetrics`` (the same counters on vLLM's Prometheus /metrics as vllm:tutti_*_total)."""
+"""TuttiConnector's counters in vLLM: ``TuttiConnectorStats`` (what each side counted since its
+last report, tutti/serving/counters.py, summed over the workers by vLLM and printed in its "KV
+Transfer metrics" log line) and ``TuttiPromMetrics`` (the same counters on vLLM's Prometheus
+/metrics as vllm:tutti_*_total)."""
 
 from __future__ import annotations
 
@@ -15,37 +16,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     PromMetricT,
 )
 
+from tutti.serving.counters import ALL_COUNTERS, PIPELINE_COUNTERS, REMOTE_COUNTERS
+
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
-
-# Saves: tokens and bytes stored; chunks not stored because their parent is not (harmless: a
-# chunk whose parent failed to save, or was evicted, is saved again with it), because no slot
-# could be freed (the store is too small or all pinned by loads), or because a write failed
-# (an I/O error, or a full disk).
-COUNTERS: tuple[str, ...] = (
-    "lookup_tokens", "hit_tokens", "load_tokens", "load_bytes", "load_errors", "save_tokens",
-    "save_bytes", "save_orphans", "save_no_space", "save_errors", "load_ns", "save_ns")
-# The remote tier: hits accepted and refused (cost), chunks fetched and failed, bytes and time,
-# records rejected, and what the publish thread did.
-REMOTE_COUNTERS: tuple[str, ...] = (
-    "remote_hit_tokens", "remote_rejected_tokens", "remote_load_tokens", "remote_load_bytes",
-    "remote_load_errors", "remote_load_ns", "remote_verify_failures", "remote_timeouts",
-    "remote_breaker_trips", "remote_publish_chunks", "remote_publish_bytes",
-    "remote_publish_dropped")
-# The layerwise pipeline (``layerwise``): steps that loaded through it, layer reads it issued,
-# compute time spent waiting for a layer (measured on the GPU with GPU KV), the forward's thread
-# blocked at the hooks until a layer's read was issued (on the CPU-driven engines, the read
-# itself), layers waited for at vLLM's hook for that very layer,
-# and layers waited for earlier or later than their hook (vLLM skipped the hook or called the
-# layers out of order: still correct, less overlap).
-PIPELINE_COUNTERS: tuple[str, ...] = (
-    "pipeline_steps", "pipeline_layers_loaded", "pipeline_stall_ns", "pipeline_host_wait_ns",
-    "pipeline_waits", "pipeline_waits_unhooked")
-# Tokens found in the store that the load plan left to vLLM to compute, because reading them
-# was measured slower than computing them (tutti/vllm/planner.py); lookups answered "ask again"
-# because another request was loading the same chunks (one per step the request waited).
-PLAN_COUNTERS: tuple[str, ...] = ("declined_tokens", "delayed_lookups")
-ALL_COUNTERS: tuple[str, ...] = COUNTERS + REMOTE_COUNTERS + PIPELINE_COUNTERS + PLAN_COUNTERS
 
 
 @dataclass
@@ -100,9 +74,6 @@ class TuttiConnectorStats(KVConnectorStats):
 
     def is_empty(self) -> bool:
         return not any(self.data.get(k, 0) for k in ALL_COUNTERS)
-
-    def add(self, name: str, value: int) -> None:
-        self.data[name] += value
 
 
 class TuttiPromMetrics(KVConnectorPromMetrics):

@@ -1,27 +1,25 @@
 # SPDX-License-Identifier: Apache-2.0
-"""TuttiConnector's configuration: ``kv_connector_extra_config`` parsed and checked
-(``TuttiConfig``), and what both sides of the connector derive from it and from vLLM's
-configuration (``ConnectorContext``: the store geometry, the namespace, the rank)."""
+"""The connector's configuration (vLLM's ``kv_connector_extra_config``) parsed and checked
+(``TuttiConfig``: keys, types, ranges, directories, capacity), and what both sides of a
+connector derive from it and from the serving engine (``ServingContext``: the resolved
+configuration, the store geometry, the rank, the namespace)."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from os import PathLike
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import vllm
-from vllm.v1.kv_cache_interface import AttentionSpec
-
+from tutti.serving import ranks, remote_tier
+from tutti.serving.fingerprint import FINGERPRINT_MODES, weights_fingerprint
+from tutti.serving.keys import Namespace
 from tutti.store import Geometry, engine_opts_text, engines
-from tutti.vllm import compat, ranks, remote_tier
-from tutti.vllm.fingerprint import FINGERPRINT_MODES, overrides_digest, weights_fingerprint
-from tutti.vllm.log import log
 
-if TYPE_CHECKING:
-    from vllm.config import VllmConfig
-    from vllm.v1.kv_cache_interface import KVCacheConfig
+log = logging.getLogger(__name__)
 
 KNOWN_KEYS = frozenset({
     "dirs", "dir", "capacity_gb", "capacity_bytes", "chunk_tokens", "engine", "durability",
@@ -34,7 +32,7 @@ KNOWN_KEYS = frozenset({
 class TuttiConfig:
     """``kv_connector_extra_config`` (docs/vllm.md, "Configuration")."""
 
-    # A list of paths, or one list of paths per tensor-parallel rank (tutti/vllm/ranks.py).
+    # A list of paths, or one list of paths per tensor-parallel rank (tutti/serving/ranks.py).
     dirs: list[Any]
     capacity_bytes: int
     chunk_tokens: int = 256
@@ -49,24 +47,24 @@ class TuttiConfig:
     engine_opts: str = ""
     namespace: str = ""
     # None until resolved ("auto"): on for GPU KV unless layerwise is asked for
-    # (ConnectorContext).
+    # (ServingContext).
     async_load: bool | None = None
     # Saves written by a saver thread after the step returns; a block handed out again waits
     # for the save still reading it (docs/vllm.md, "How it works").
     async_save: bool = True
     # None until resolved ("auto"): off; only an explicit true loads layer by layer
-    # (ConnectorContext).
+    # (ServingContext).
     layerwise: bool | None = None
     remote: remote_tier.RemoteConfig | None = None  # the cross-node tier (docs/cluster.md)
     # "auto": a hit is loaded where reading it is faster than computing it, as measured while
-    # serving (tutti/vllm/planner.py); "always": every hit is loaded.
+    # serving (tutti/serving/planner.py); "always": every hit is loaded.
     load_policy: str = "auto"
     # With asynchronous loads and vLLM's prefix cache: a request whose hit another request is
     # loading waits for that load to land in vLLM's prefix cache instead of reading the same
-    # chunks again (tutti/vllm/scheduler.py).
+    # chunks again (tutti/serving/scheduler.py).
     share_loads: bool = True
     # How much of the weights the namespace covers: "full", every byte; "sampled", windows of
-    # each tensor (tutti/vllm/fingerprint.py says what each sees).
+    # each tensor (tutti/serving/fingerprint.py says what each sees).
     fingerprint: str = "full"
     capacity_key: str = "capacity_gb"  # the key the capacity was given with
 
@@ -211,7 +209,7 @@ def parse_choice(v: Any, key: str, choices: tuple[str, ...]) -> str:
 
 def parse_auto_flag(v: Any, name: str) -> bool | None:
     """``layerwise``, ``async_load``: true, false, or "auto" (None, resolved by
-    ConnectorContext from where the KV is and from each other)."""
+    ServingContext from where the KV is and from each other)."""
     if isinstance(v, str) and v.lower() == "auto":
         return None
     return parse_flag(v, name, also=' or "auto"')
@@ -227,94 +225,62 @@ def parse_flag(v: Any, name: str, also: str = "") -> bool:
     raise ValueError(f"TuttiConnector: {name} must be true or false{also}, not {v!r}")
 
 
-def geometry_of(kv_cache_config: KVCacheConfig, chunk_tokens: int) -> tuple[Geometry,
-                                                                              AttentionSpec]:
-    """The store geometry of this rank's KV: one full-attention group of uniform layers."""
-    groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise ValueError("TuttiConnector supports models with one KV-cache group (plain full "
-                         f"attention); this one has {len(groups)}")
-    spec = groups[0].kv_cache_spec
-    if not isinstance(spec, AttentionSpec):
-        raise ValueError(f"TuttiConnector: unsupported KV-cache spec {type(spec).__name__}")
-    geo = Geometry(nr_layers=len(groups[0].layer_names), nr_kv_heads=spec.num_kv_heads,
-                   head_dim=spec.head_size, elem_bytes=spec.dtype.itemsize, kv_planes=2,
-                   block_tokens=spec.block_size, chunk_tokens=chunk_tokens)
-    if geo.layer_block_bytes != spec.page_size_bytes:
-        raise ValueError(f"TuttiConnector: a KV page is {spec.page_size_bytes} bytes, not the "
-                         f"{geo.layer_block_bytes} of K and V for {spec.num_kv_heads} heads x "
-                         f"{spec.head_size} x {spec.block_size} tokens")
-    return geo, spec
+class ServingContext:
+    """What the scheduler side and the worker side of one connector derive from the
+    configuration and from the serving engine: the configuration with its "auto" values
+    resolved, the store geometry, this rank and its directories, the namespace. An engine's
+    adapter builds it from the engine's configuration (tutti/vllm/context.py).
 
+    ``namespace`` makes the namespace from the context once every check has passed (it may
+    fingerprint the weights, whose cache lives in the store's directory: ``fingerprint``)."""
 
-class ConnectorContext:
-    """What the scheduler side and the worker side of one connector derive from vLLM's
-    configuration and ``kv_connector_extra_config``."""
-
-    def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> None:
-        kv_transfer = vllm_config.kv_transfer_config
-        assert kv_transfer is not None  # vLLM creates connectors only when it is set
-        pc = vllm_config.parallel_config
-        if pc.pipeline_parallel_size != 1:
-            raise ValueError("TuttiConnector does not support pipeline parallelism "
-                             f"(pipeline_parallel_size={pc.pipeline_parallel_size}); use "
-                             "tensor_parallel_size for several devices")
-        self.vllm_config = vllm_config
-        self.block_size: int = vllm_config.cache_config.block_size
-        cfg = TuttiConfig.from_extra(kv_transfer.kv_connector_extra_config, self.block_size)
+    def __init__(self, cfg: TuttiConfig, geo: Geometry,
+                 namespace: Callable[[ServingContext], Namespace], *,
+                 block_size: int, max_model_len: int, kv_on_gpu: bool, rank: int = 0,
+                 tp: int = 1, pp: int = 1, num_blocks: int = 0,
+                 layer_names: Sequence[str] = (), scheduler_opens_store: bool = True) -> None:
+        self.block_size = block_size
         # With KV in GPU memory, loads complete while the request waits (async_load), through
-        # gpu-uring (the store's "auto"). Measured in vLLM 0.26 on the H200 (docs/results.md):
-        # a load failing inside a step (layerwise) crashed vLLM with and without its
-        # asynchronous scheduling (V2, V4; vLLM issues #49250 and #34484: a request rewound
-        # after it ran), where a failed asynchronous load is recomputed before the request
-        # runs (V3, V4, V6); and asynchronous loads through gpu-uring had a lower TTFT than
-        # those through uring at every rate of one serving run (SV11). "layerwise": true still
-        # chooses layer-by-layer loads.
-        self.kv_on_gpu = vllm_config.device_config.device_type == "cuda"
+        # gpu-uring (the store's "auto"): a load that fails inside a step crashes vLLM with and
+        # without its asynchronous scheduling (docs/results.md, V2, V4; vLLM issues #49250 and
+        # #34484: a request rewound after it ran), where a failed asynchronous load is
+        # recomputed before the request runs (V6, V7), and asynchronous loads through
+        # gpu-uring have the lower TTFT (SV11). "layerwise": true still chooses layer-by-layer
+        # loads.
+        self.kv_on_gpu = kv_on_gpu
         if cfg.async_load is None:
-            cfg = dataclasses.replace(cfg, async_load=self.kv_on_gpu and cfg.layerwise is not True)
+            cfg = dataclasses.replace(cfg, async_load=kv_on_gpu and cfg.layerwise is not True)
         if cfg.layerwise is None:
             cfg = dataclasses.replace(cfg, layerwise=False)
         self.cfg = cfg
-        # Tensor parallelism (tutti/vllm/ranks.py): each worker process opens the store of its
-        # rank; the scheduler, in a process of its own, opens none and learns what every rank
-        # holds from the workers' reports.
-        self.tp: int = pc.tensor_parallel_size
-        self.rank: int = getattr(pc, "rank", 0) % self.tp
+        # Tensor parallelism (tutti/serving/ranks.py): each worker process opens the store of
+        # its rank; the scheduler, in a process of its own, opens none and learns what every
+        # rank holds from the workers' reports.
+        self.tp = tp
+        self.pp = pp
+        self.global_rank = rank  # the engine's, for the remote tier
+        self.rank = rank % tp
         ranks.check_disjoint(self.cfg.dirs, self.tp)
         if self.tp > 1 and self.cfg.remote is not None:
             raise ValueError("TuttiConnector: the remote tier (\"remote\") does not support "
                              "tensor parallelism yet")
-        if kv_transfer.kv_role != "kv_both":
-            raise ValueError(f"TuttiConnector: kv_role must be \"kv_both\" (the server stores "
-                             f"and loads), not {kv_transfer.kv_role!r}")
-        self.blocks_per_chunk = self.cfg.chunk_tokens // self.block_size
-        self.geo, self.spec = geometry_of(kv_cache_config, self.cfg.chunk_tokens)
-        self._check_capacity(vllm_config.model_config.max_model_len)
-        mc, lc = vllm_config.model_config, vllm_config.load_config
-        t0 = time.perf_counter()
-        # Its digests are kept in rank 0's first store directory, which every process of the
-        # deployment (each rank, the scheduler) finds.
-        self.weights = weights_fingerprint(mc.model, mc.revision, str(lc.load_format),
-                                           lc.download_dir, mode=self.cfg.fingerprint,
-                                           cache_dir=ranks.rank_dirs(self.cfg.dirs, 0)[0])
-        log.info("tutti: weights fingerprint %s (%s) in %.2f s", self.weights,
-                 self.cfg.fingerprint, time.perf_counter() - t0)
-        self.ns = self.namespace()
-        self.num_blocks: int = kv_cache_config.num_blocks
-        self.layer_names: list[str] = list(kv_cache_config.kv_cache_groups[0].layer_names)
-        # Whether vLLM runs this engine's worker in the scheduler's process: only then may the
-        # scheduler open the store (a store admits one process). Its uni-process executor does
-        # (and the external launcher, which runs one engine per process); the multiprocess one,
-        # which vLLM's CPU build always uses unless VLLM_ENABLE_V1_MULTIPROCESSING=0, and Ray
-        # run workers elsewhere. Otherwise the scheduler learns what the store holds from the
-        # worker's reports (tutti/vllm/ranks.py), as with tensor parallelism.
-        backend = pc.distributed_executor_backend
-        self.scheduler_opens_store = self.tp == 1 and backend in ("uni", "external_launcher")
+        self.blocks_per_chunk = self.cfg.chunk_tokens // block_size
+        self.geo = geo
+        self._check_capacity(max_model_len)
+        self.num_blocks = num_blocks
+        # The engine's layers in the order of its configuration (layerwise loads compare the
+        # order they are registered in with it).
+        self.layer_names: list[str] = list(layer_names)
+        # Whether the engine runs this connector's worker in the scheduler's process: only
+        # then may the scheduler open the store (a store admits one process); otherwise it
+        # learns what the store holds from the worker's reports (ranks.py).
+        self.scheduler_opens_store = scheduler_opens_store
+        self.ns_parts = namespace(self)
+        self.ns = self.ns_parts.encode()
 
     def _check_capacity(self, max_model_len: int) -> None:
-        """The store must hold at least one prompt of the longest length vLLM admits: a store
-        smaller than that evicts a prompt's first chunks while saving its last ones."""
+        """The store must hold at least one prompt of the longest length the engine admits: a
+        store smaller than that evicts a prompt's first chunks while saving its last ones."""
         nr_dirs = len(self.dirs)
         slots = self.cfg.capacity_bytes // nr_dirs // self.geo.slot_bytes * nr_dirs
         needed = -(-max_model_len // self.cfg.chunk_tokens)
@@ -335,31 +301,20 @@ class ConnectorContext:
         """This rank's store directories."""
         return ranks.rank_dirs(self.cfg.dirs, self.rank)
 
+    def fingerprint(self, model: str, revision: str | None, load_format: str,
+                    download_dir: str | None) -> str | None:
+        """The fingerprint of the model's weights (fingerprint.py), in the configured mode. Its
+        digests are kept in rank 0's first store directory, which every process of the
+        deployment (each rank, the scheduler) finds."""
+        t0 = time.perf_counter()
+        weights = weights_fingerprint(model, revision, load_format, download_dir,
+                                      mode=self.cfg.fingerprint,
+                                      cache_dir=ranks.rank_dirs(self.cfg.dirs, 0)[0])
+        log.info("tutti: weights fingerprint %s (%s) in %.2f s", weights, self.cfg.fingerprint,
+                 time.perf_counter() - t0)
+        return weights
+
     def namespace(self, with_rank: bool = True) -> bytes:
         """What must not mix, as bytes. Without the rank: the namespace shared by every rank of
         a deployment (the remote tier's, whose keys and records carry the rank themselves)."""
-        vc, spec, geo = self.vllm_config, self.spec, self.geo
-        mc, pc, cc = vc.model_config, vc.parallel_config, vc.cache_config
-        # The weights: their fingerprint (tutti/vllm/fingerprint.py), and the model's name where
-        # they have none (vLLM loads them from no folder here) or are random.
-        weights = self.weights
-        named = weights is None or weights.startswith("dummy")
-        parts = [
-            "tutti-vllm/2",
-            f"model={mc.model}@{mc.revision}" if named else "",
-            f"weights={weights}" if weights is not None else "",
-            f"quant={mc.quantization}" if mc.quantization else "",
-            f"overrides={overrides_digest(mc.hf_overrides)}" if mc.hf_overrides else "",
-            f"dtype={spec.dtype}",
-            f"block={spec.block_size}",
-            f"kv={geo.nr_layers}x{spec.num_kv_heads}x{spec.head_size}",
-            f"page={spec.page_size_bytes}",
-            f"layout={compat.kv_cache_layout(vc)}",
-            f"device={vc.device_config.device_type}",
-            f"tp={getattr(pc, 'rank', 0) if with_rank else '*'}/{pc.tensor_parallel_size}",
-            f"pp={pc.pipeline_parallel_size}",
-            f"hash={getattr(cc, 'prefix_caching_hash_algo', None)}",
-            f"vllm={'.'.join(vllm.__version__.split('.')[:2])}",
-            f"user={self.cfg.namespace}",
-        ]
-        return "|".join(p for p in parts if p).encode()
+        return self.ns_parts.encode(with_rank)

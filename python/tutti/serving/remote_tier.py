@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The remote tier of TuttiConnector (docs/cluster.md): configuration, the process-wide handle,
+"""The remote tier of a connector (docs/cluster.md): configuration, the process-wide handle,
 and the rule that decides whether a remote hit is worth fetching.
 
 ``kv_connector_extra_config["remote"]`` turns it on::
@@ -10,6 +10,7 @@ and the rule that decides whether a remote hit is worth fetching.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -18,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from tutti.remote import Remote, key_prefix
 from tutti.store import Geometry
-from tutti.vllm.log import log
 
 if TYPE_CHECKING:
     from tutti.mooncake import MooncakeProvider
 
+log = logging.getLogger(__name__)
 
 _PUBLISH = ("all", "none")
 _KINDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}

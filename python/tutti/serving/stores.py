@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The handles a connector holds: one store handle per process and store, which the scheduler
 side and the worker side of one engine share when they run in one process, and the remote tier's
-(tutti/vllm/remote_tier.py).
+(tutti/serving/remote_tier.py).
 
 A store file admits one opener (it is locked at open), so when vLLM runs its scheduler and its
 worker in one process both sides must use one handle. The table is process-wide because the
@@ -9,19 +9,21 @@ file lock is; it is keyed by what the store was opened with and counts its users
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import dataclass
 
 from tutti.remote import Remote
+from tutti.serving import remote_tier
+from tutti.serving.config import ServingContext, TuttiConfig
+from tutti.serving.keys import KEY_BYTES
 from tutti.store import Geometry, Store
-from tutti.vllm import remote_tier
-from tutti.vllm.config import ConnectorContext, TuttiConfig
-from tutti.vllm.data import KEY_BYTES
-from tutti.vllm.log import log
+
+log = logging.getLogger(__name__)
 
 # The library's log level the connector's stores use: information, so that what the store
-# found at open (its size, engine, what recovery dropped) appears in vLLM's log.
+# found at open (its size, engine, what recovery dropped) appears in the engine's log.
 LOG_INFO = 2
 
 StoreKey = tuple[tuple[str, ...], Geometry, bytes, str, str]
@@ -81,23 +83,21 @@ def release_store(key: StoreKey) -> None:
             del _stores[key]
 
 
-def acquire_remote(ctx: ConnectorContext) -> tuple[RemoteKey | None, Remote | None]:
+def acquire_remote(ctx: ServingContext) -> tuple[RemoteKey | None, Remote | None]:
     """The process's handle of the remote tier when ``remote`` is configured, or (None, None)
     when it is not or cannot be reached: the cluster is a cache, the local store serves on."""
     rcfg = ctx.cfg.remote
     if rcfg is None:
         return None, None
-    pc = ctx.vllm_config.parallel_config
     try:
         return remote_tier.acquire(rcfg, ctx.geo, ctx.namespace(with_rank=False),
-                                   rank=getattr(pc, "rank", 0),
-                                   nr_ranks=pc.tensor_parallel_size * pc.pipeline_parallel_size,
-                                   tp=pc.tensor_parallel_size, pp=pc.pipeline_parallel_size)
+                                   rank=ctx.global_rank, nr_ranks=ctx.tp * ctx.pp, tp=ctx.tp,
+                                   pp=ctx.pp)
     except Exception as e:
         log.warning("tutti: remote tier unavailable (%s); serving from the local store only", e)
         return None, None
 
 
-def release_remote(ctx: ConnectorContext, key: RemoteKey | None) -> None:
+def release_remote(ctx: ServingContext, key: RemoteKey | None) -> None:
     if key is not None and ctx.cfg.remote is not None:
         remote_tier.release(key, ctx.cfg.remote.flush_on_exit_ms)

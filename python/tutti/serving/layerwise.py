@@ -1,25 +1,28 @@
 # SPDX-License-Identifier: Apache-2.0
 """Layerwise loads (``layerwise``): a step's loads as one step of the library's pipeline
-(include/tutti/pipeline.h), waited for layer by layer from vLLM's attention hooks.
+(include/tutti/pipeline.h), waited for layer by layer from the engine's attention hooks.
 
-``start_load_kv`` begins the step (the pipeline's thread starts reading, layer by layer),
-vLLM's attention hook calls ``wait_for_layer_load`` before each layer's attention, and
-``wait_for_save`` ends the step and collects the per-chunk statuses. The pipeline needs every
-layer waited for, in order: a hook for layer l waits for every layer up to l not waited for yet
-(so a skipped or early hook costs overlap, never correctness), and the end of the step waits for
-the layers no hook asked for."""
+The worker's ``start_loads`` begins the step (the pipeline's thread starts reading, layer by
+layer), the engine's attention hook calls ``wait_layer`` before each layer's attention (vLLM:
+``wait_for_layer_load``), and ``end_step`` ends the step and collects the per-chunk statuses.
+The pipeline needs every layer waited for, in order: a hook for layer l waits for every layer
+up to l not waited for yet (so a skipped or early hook costs overlap, never correctness), and
+the end of the step waits for the layers no hook asked for."""
 
 from __future__ import annotations
 
 import errno
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tutti.pipeline import Pipeline
+from tutti.serving.steps import LoadSpec
 from tutti.store import KV, ChunkRequest, Store
-from tutti.vllm.data import LoadSpec
-from tutti.vllm.log import log
+
+log = logging.getLogger(__name__)
 
 # How long the end of a step waits for the pipeline to finalise it.
 STEP_RESULT_TIMEOUT_S = 120
@@ -53,24 +56,27 @@ class _Counts:
 
 class LayerwiseLoads:
     """The pipeline of one worker over its store and registered KV, and the step in flight
-    between ``start_load_kv`` and ``wait_for_save``."""
+    between the worker's ``start_loads`` and ``end_step``. ``stream``: the raw CUDA stream
+    of the engine's forward, asked at each step with KV in GPU memory (None: torch's current
+    stream)."""
 
     def __init__(self, store: Store, kv: KV, names: list[str], config_layers: list[str],
-                 kv_mem: str) -> None:
+                 kv_mem: str, stream: Callable[[], int] | None = None) -> None:
         if names != config_layers:
             # Correct either way (a layer waited for early or late is still loaded before it
             # is read), but loads then overlap less with compute.
-            log.warning("tutti: vLLM registered the KV of layers %s in another order than its "
-                        "KV-cache config lists them (%s); layerwise loads follow the "
+            log.warning("tutti: the engine registered the KV of layers %s in another order "
+                        "than its configuration lists them (%s); layerwise loads follow the "
                         "registration order", names, config_layers)
-        # No save staging (saves stay in wait_for_save) and no timeline: the pipeline only
-        # loads.
+        # No save staging (saves stay in the worker's end_step) and no timeline: the pipeline
+        # only loads.
         self.pipe = Pipeline(store, kv, save_staging_bytes=0, trace_events=0)
         # The store's layer l is the l-th tensor registered; the pipeline's layers are the
         # store's.
         self.layer_index = {name: i for i, name in enumerate(names)}
         self.nr_layers = len(names)
         self.kv_mem = kv_mem
+        self._stream = stream
         self.step: _Step | None = None
         self.broken = False  # a wait failed: the pipeline is not used again
         self._counts = _Counts()
@@ -82,12 +88,7 @@ class LayerwiseLoads:
         assert self.step is None
         stream = None
         if self.kv_mem == "cuda":
-            # The forward's stream: a stream of vLLM's own, or the legacy default stream
-            # (vLLM 0.26's model runner), which the pipeline accepts since its loads run on
-            # non-blocking streams.
-            from vllm.utils.torch_utils import current_stream
-
-            stream = current_stream().cuda_stream
+            stream = self._stream() if self._stream is not None else _torch_stream()
         try:
             sid = self.pipe.begin_step(
                 loads=[ChunkRequest(s.keys, s.block_ids, s.first_chunk, s.skip_blocks)
@@ -101,7 +102,7 @@ class LayerwiseLoads:
         return True
 
     def wait(self, layer_name: str) -> None:
-        """vLLM's hook before the attention of ``layer_name``."""
+        """The engine's hook before the attention of ``layer_name``."""
         if self.step is None:
             return
         layer = self.layer_index.get(layer_name)
@@ -192,3 +193,11 @@ class LayerwiseLoads:
     def close(self) -> None:
         self.finish()
         self.pipe.close()  # before the KV and the store it uses
+
+
+def _torch_stream() -> int:
+    """The raw handle of torch's current CUDA stream (the forward's, unless the engine keeps
+    its own)."""
+    import torch
+
+    return int(torch.cuda.current_stream().cuda_stream)

@@ -1,33 +1,32 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Tensor parallelism for TuttiConnector: one store per rank, and the scheduler's view of them.
+"""Tensor parallelism for a connector: one store per rank, and the scheduler's view of them.
 
-With ``tensor_parallel_size`` N > 1, vLLM runs N worker processes, each holding the KV of its
-share of the heads, and one scheduler process holding none. Each worker opens a store of its
-own (its own directories, its own namespace). A chunk is useful only when every rank holds its
-share, so the scheduler counts a chunk as a hit only if all N stores hold it.
+With tensor parallelism of N > 1 ranks, an engine runs N worker processes, each holding the KV
+of its share of the heads, and one scheduler process holding none. Each worker opens a store of
+its own (its own directories, its own namespace). A chunk is useful only when every rank holds
+its share, so the scheduler counts a chunk as a hit only if all N stores hold it.
 
-The scheduler learns what each store holds through vLLM's worker-to-scheduler channel
-(``build_connector_worker_meta`` -> ``KVConnectorOutput.kv_connector_worker_meta`` ->
-``update_connector_output``). In vLLM 0.32 the multiprocess executor collects the output of
+The scheduler learns what each store holds through the engine's worker-to-scheduler channel,
+which carries a ``WorkerReport`` per step: one report per rank, keyed by rank, merged over the
+workers of a step with ``WorkerReport.merge``. In vLLM (tutti/vllm/data.py) that channel is
+``build_connector_worker_meta`` -> ``KVConnectorOutput.kv_connector_worker_meta`` ->
+``update_connector_output``: in vLLM 0.32 the multiprocess executor collects the output of
 every worker for ``execute_model`` and ``sample_tokens`` when a connector is configured
 (``MultiprocExecutor.collective_rpc`` in vllm/v1/executor/multiproc_executor.py), and
-``KVOutputAggregator.aggregate``
-(vllm/distributed/kv_transfer/kv_connector/utils.py) folds the metadata of every worker of a
-step into one object with ``KVConnectorWorkerMetadata.aggregate``, so a ``TuttiWorkerMetadata``
-carries one report per rank, keyed by rank. Each report is a delta against the rank's previous
-one (its first is the whole listing of the store, ``Store.keys()``) with a sequence number; a
-scheduler that sees a gap asks that rank for a full listing in its next step's metadata.
+``KVOutputAggregator.aggregate`` (vllm/distributed/kv_transfer/kv_connector/utils.py) folds the
+metadata of every worker of a step into one object with ``KVConnectorWorkerMetadata.aggregate``.
+Each report is a delta against the rank's previous one (its first is the whole listing of the
+store, ``Store.keys()``) with a sequence number; a scheduler that sees a gap asks that rank for
+a full listing in its next step's plan.
 
 A stale view is safe. A chunk believed present on every rank but gone from one (evicted by a
-save since, removed as damaged) fails to load on that rank, which reports its blocks through
-``get_block_ids_with_load_errors``. The same aggregator unions ``invalid_block_ids`` over the
-workers (``invalid_block_ids |= kv_output.invalid_block_ids``), and the scheduler
-(``Scheduler._handle_invalid_blocks`` in vllm/v1/core/sched/scheduler.py) then recomputes those
-blocks for the request on every rank, since the forward pass runs on all ranks together. The
+save since, removed as damaged) fails to load on that rank, which reports its blocks as failed
+loads. The engine recomputes those blocks for the request on every rank, since the forward pass
+runs on all ranks together (vLLM's aggregator unions ``invalid_block_ids`` over the workers, and
+``Scheduler._handle_invalid_blocks`` in vllm/v1/core/sched/scheduler.py recomputes them). The
 failing rank also reports the chunk as gone, so the next lookup misses it, and the scheduler
-has the recomputed chunks stored again (``TuttiConnector._after_failed_loads``).
+has the recomputed chunks stored again (``SchedulerCore._after_failed_loads``).
 """
-
 from __future__ import annotations
 
 import os
@@ -37,10 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorWorkerMetadata
-
+from tutti.serving.planner import Rates
 from tutti.store import Store
-from tutti.vllm.planner import Rates
 
 RANK_FIELD = "{rank}"
 
@@ -89,26 +86,26 @@ class RankReport:
 
 
 @dataclass
-class TuttiWorkerMetadata(KVConnectorWorkerMetadata):
+class WorkerReport:
     """Worker -> scheduler: the store reports of the ranks of one step, and their load and
-    compute measurements (tutti/vllm/planner.py), keyed by rank."""
+    compute measurements (planner.py), keyed by rank."""
 
     reports: dict[int, RankReport] = field(default_factory=dict)  # rank -> RankReport
     rates: dict[int, Rates] = field(default_factory=dict)  # rank -> its running totals
 
-    def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
+    def merge(self, other: WorkerReport) -> None:
+        """Fold in another worker's report of the same step."""
         # One report per rank and step is expected; should a rank appear twice, the later
         # report wins and the view sees the gap and asks that rank for a full listing.
-        for rank, rep in getattr(other, "reports", {}).items():
+        for rank, rep in other.reports.items():
             mine = self.reports.get(rank)
             if mine is None or rep.seq > mine.seq:
                 self.reports[rank] = rep
         # Running totals only grow: the larger is the later.
-        for rank, r in getattr(other, "rates", {}).items():
+        for rank, r in other.rates.items():
             have = self.rates.get(rank)
             if have is None or r.load_ns + r.compute_ns >= have.load_ns + have.compute_ns:
                 self.rates[rank] = r
-        return self
 
 
 class RankView:

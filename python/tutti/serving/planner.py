@@ -1,21 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Whether a stored prefix is worth loading: TuttiConnector weighs the time to read it from the
-store against the time vLLM takes to compute it again, both measured while it serves.
+"""Whether a stored prefix is worth loading: the connector weighs the time to read it from the
+store against the time the serving engine takes to compute it again, both measured while it
+serves.
 
-A tier slower than the GPU's own compute makes every hit slower than a miss. On a disk that
-reads 2 GB/s, a Llama-3-8B token's 128 KiB of KV takes 67 us to read, where an H200 prefills
-one in 30 us (docs/results.md, SV8): loading a prefix there doubles its request's time to
-first token. So:
+A tier that reads a token's KV slower than the engine computes it makes every hit slower than a
+miss: loading a prefix there lengthens its request's time to first token, and recomputing
+instead serves at least as well (docs/results.md, SV9, SV15). So:
 
-- The worker measures (``Rates``, running totals sent with each step's worker metadata,
-  tutti/vllm/ranks.py): the bytes its loads moved and how long those loads took, from the
-  request's side (waiting for the store's load or save in progress included; for layerwise
-  loads, whose reads the compute paces, the pipeline's own measure of the store's reads); and,
-  for forward passes that compute at least ``MIN_STEP_TOKENS`` tokens and load nothing inside
-  the step, the tokens computed and the pass's duration (``StepClock``: GPU time between two
-  events on the compute stream with KV in GPU memory, the host clock otherwise). One such pass
-  says how fast this model computes on this device (a first pass slowed by warm-up favours
-  loading).
+- The worker measures (``Rates``, running totals sent with each step's worker report,
+  ranks.py): the bytes its loads moved and how long those loads took, from the request's side
+  (waiting for the store's load or save in progress included; for layerwise loads, whose reads
+  the compute paces, the pipeline's own measure of the store's reads); and, for forward passes
+  that compute at least ``MIN_STEP_TOKENS`` tokens and load nothing inside the step, the tokens
+  computed and the pass's duration (``StepClock``: GPU time between two events on the compute
+  stream with KV in GPU memory, the host clock otherwise). One such pass says how fast this
+  model computes on this device (a first pass slowed by warm-up favours loading).
 - The scheduler (``LoadPlanner``) keeps recent-weighted rates of both (the slowest rank's,
   with tensor parallelism) and plans each hit:
   - loads before the forward (asynchronous, the default for GPU KV, or synchronous): the whole
@@ -36,13 +35,14 @@ first token. So:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tutti.vllm.log import log
+log = logging.getLogger(__name__)
 
 # Forward passes computing fewer tokens are not timed: decode-heavy steps are bound by reading
 # weights, not by tokens, and would make recomputing a long prefix look slower than it is.
@@ -225,15 +225,15 @@ class LoadPlanner:
         read_us = self.bytes_per_token / read * 1e6
         compute_us = 1e6 / compute
         if loading:
-            log.info("tutti: the store reads a token's KV in %.1f us (%.2f GB/s), vLLM computes "
-                     "one in %.1f us: stored prefixes are loaded again", read_us, read / 1e9,
-                     compute_us)
+            log.info("tutti: the store reads a token's KV in %.1f us (%.2f GB/s), the model "
+                     "computes one in %.1f us: stored prefixes are loaded again", read_us,
+                     read / 1e9, compute_us)
         elif self.layerwise:
-            log.info("tutti: the store reads a token's KV in %.1f us (%.2f GB/s), vLLM computes "
-                     "one in %.1f us: layerwise loads take the share of a hit that the "
+            log.info("tutti: the store reads a token's KV in %.1f us (%.2f GB/s), the model "
+                     "computes one in %.1f us: layerwise loads take the share of a hit that the "
                      "computing of the rest hides", read_us, read / 1e9, compute_us)
         else:
             log.warning("tutti: the store reads a token's KV in %.1f us (%.2f GB/s), slower "
-                        "than vLLM computes it (%.1f us): stored prefixes are recomputed while "
-                        "that holds (\"load_policy\": \"always\" loads them anyway)", read_us,
-                        read / 1e9, compute_us)
+                        "than the model computes it (%.1f us): stored prefixes are recomputed "
+                        "while that holds (\"load_policy\": \"always\" loads them anyway)",
+                        read_us, read / 1e9, compute_us)
