@@ -118,8 +118,8 @@ team_sync(const team &t)
  * Accumulator k's sum over the 16 stripes of the 1 KiB block at \p b (16-byte aligned). Each
  * stripe's words k and k ^ 1 are one aligned 16-byte vector, and the vectors of
  * XXH_STRIPES_IN_FLIGHT stripes are loaded before any is used: one stripe at a time, every
- * stripe was a round trip to L2 in turn, and the hash of a 1 MiB object took a group of 128
- * threads 0.45 ms, two thirds of its work on the object (docs/design.md).
+ * stripe was a round trip to L2 in turn, and hashing took most of a worker's time on an object
+ * (docs/design.md).
  */
 __device__ static inline uint64_t
 xxh_block_lane_vec(const uint8_t *b, unsigned k)

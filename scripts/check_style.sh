@@ -166,6 +166,11 @@ else
 	report "ruff and mypy are missing from $venv: run bash scripts/setup-vllm-venv.sh (make style does)"
 fi
 
+# Comments quote no measurements: a comment states the rule and cites the claim id, the figure
+# lives in docs/results.md (scripts/check_comments.py says what counts as one).
+python3 scripts/check_comments.py ||
+	report "comments quote measured figures (above): state the rule and cite the claim id instead"
+
 # Every result file a claim cites exists, and every file in bench/results/ backs a current claim.
 bash scripts/check_results.sh || report "results: see the findings above (HACKING.md, \"Benchmarks\")"
 

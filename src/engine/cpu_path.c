@@ -752,8 +752,8 @@ serial_log(void *arg, int level, const char *msg)
 /* How many lanes: for io_uring one per online CPU; for the posix engine its threads
  * (option threads; by default one per unit slot, but no more than the online CPUs on
  * page-cache-backed files, where every I/O is a copy by the lane's own thread, so that lanes
- * beyond the CPUs only wait for one: 32 lanes on 16 CPUs retrieved GPU KV from tmpfs at 0.6-0.9x
- * the speed of 16, docs/results.md E22); never more than the unit slots. */
+ * beyond the CPUs only wait for one and slow the others down, E22); never more than the unit
+ * slots. */
 static uint32_t
 lane_count(const struct tt_engine *e)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Engine gpu-uring: loads and saves through the GPU-drivable ring (src/gpu_uring/).
+ * Engine gpu-uring: loads and saves through the GPU-drivable ring (ring.c, driven by kernel.cu).
  *
  * A batch becomes one I/O program: every object of every chunk, layer by layer (the order in
  * which a layerwise load needs them), each read into or written from one object-sized bounce
@@ -29,18 +29,17 @@ _Static_assert(TT_GPU_IO_GROUPS_PER_SM == TT_GPU_URING_GROUPS_PER_BLOCK,
 
 /* The ring: one bounce slot per object of staging, up to the CQ credit. Reads of
  * page-cache-backed files (tmpfs) get IOSQE_ASYNC, and so do writes when the store has several
- * data files: issued inline, their copies would all run on the one SQ thread (inline writes
- * stored 3.3-3.4 GB/s over 16 files on the H200, docs/results.md, row E1). */
+ * data files: issued inline, their copies would all run on the one SQ thread, which then caps
+ * the store (docs/results.md, E1). */
 #define RING_MAX_SLOTS 4096u
 /* On page-cache-backed files at most this much I/O is in flight, and loads by SM, which hold a
  * slot per I/O in flight, get no more of the staging as bounce slots (the rest stays allocated,
  * unused by them): each read is there a copy by an io-wq worker into its slot, and both more
- * reads in flight and more memory to land them in cost. On the H200's 16 vCPUs, with 1 MiB
- * objects, retrieve into GPU KV ran alike with 32 to 96 slots; 64 retrieved 3-10% faster than
- * 128 at 19-29% less CPU per GB and stored 13-34% faster; with 256 or 512 it fell to
- * 0.53-0.67x of the pinned copy, its io-wq workers waiting for a CPU 3-16 cores' worth of the
- * time (docs/results.md, E25). With 64 in flight, loads by the copy engine still slowed as their
- * slots grew from 128 to 512 (E28): tmpfs reads into 128 MiB run at 0.77x of 64 MiB (C8). */
+ * reads in flight and more memory to land them in cost. 64 MiB is the best of the slot counts
+ * measured: fewer gain nothing, more run slower and cost more CPU per GB, their io-wq workers
+ * waiting for a CPU (docs/results.md, E25). Loads by the copy engine, with the same cap on I/Os
+ * in flight, still slow as their slots grow (E28), since tmpfs reads slow with the memory they
+ * land in (C8). */
 #define RING_PAGE_CACHE_BOUNCE_BYTES (64ull << 20)
 /* The SQ holds what the controller publishes in one batch, which the CQ credit bounds anyway. */
 #define RING_MAX_SQ_ENTRIES 1024u
@@ -209,9 +208,9 @@ ring_create(struct tt_gpu_uring_engine *g)
 	 * run side by side on io-wq; into one file they would only contend. */
 	bool punt_writes = e->page_cache && e->nr_fds > 1;
 	/* Auto: the host issues I/O to a block device, whose inline O_DIRECT submissions cost
-	 * microseconds, where an SQ thread would spin a core however slow the device (0.45 CPU
-	 * s/GB at 2.3 GB/s on the H200's disk, docs/results.md, row E4); on page-cache-backed
-	 * files the SQ thread keeps inline copies off the host's threads. */
+	 * microseconds, where an SQ thread would spin a core however slow the device (its CPU per
+	 * GB on a disk, docs/results.md, E4, E5); on page-cache-backed files the SQ thread keeps
+	 * inline copies off the host's threads. */
 	bool host_submits = g->submit == TT_GPU_URING_SUBMIT_HOST ||
 	                    (g->submit == TT_GPU_URING_SUBMIT_AUTO && !e->page_cache);
 	struct tt_gpu_uring_conf conf;
@@ -480,8 +479,8 @@ out:
 /* ---- GPU KV: the layer kernels ---- */
 
 /* Whether loads into GPU memory go by the copy engine (option copy): only where
- * asked for. AUTO is SM: on emulated NVMe the copy engine's loads measured 0.65-0.89x of the SM
- * path's in the same run (docs/results.md, rows E27, E28). Returns 1, 0, or -EOPNOTSUPP where
+ * asked for. AUTO is SM: on emulated NVMe the copy engine's loads were the slower of the two in
+ * the same run (docs/results.md, E27, E28). Returns 1, 0, or -EOPNOTSUPP where
  * DMA was asked for and the device cannot (said in the log). */
 static int
 loads_by_dma(struct tt_gpu_uring_engine *g)

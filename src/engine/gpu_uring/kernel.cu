@@ -5,7 +5,7 @@
  * between its bounce slot and the paged KV, checking (load) or computing (save) its checksum on
  * the GPU. A run of several layers keeps reads of the next layer in flight while the workers
  * finish the last objects of the one before: a kernel per layer filled and drained the I/O
- * pipeline on its own, 1.1 ms of each 6.3 ms layer of a 32K-token load (docs/design.md).
+ * pipeline on its own, a large share of each layer's time (docs/design.md).
  *
  * Kernel layout. The kernel runs in groups of 256 threads (128 when more than 3 share a block),
  * packed several to a block (up to 6) so that the I/O holds few SMs while a prefill runs beside

@@ -187,7 +187,7 @@ tt_gpu_uring_cq_release(const struct tt_gpu_uring_view *v, uint32_t head)
 }
 
 /* ---- loads by the copy engine (option copy=dma) ----
- * SMs read host memory at 0.92x of what the copy engine moves (docs/results.md, row F3), so a
+ * SMs read host memory slower than the copy engine moves it (docs/results.md, F3), so a
  * load whose workers read each object out of its bounce slot cannot reach the link's rate. In
  * this mode the I/Os go in groups of consecutive ones. Once every read of a group has completed,
  * the driver marks the group's word "arrived" with a sequence number (the launch's epoch << 32 |
@@ -197,10 +197,10 @@ tt_gpu_uring_cq_release(const struct tt_gpu_uring_view *v, uint32_t head)
  * and then free its staging slot. Groups complete in any order. A group's slots are consecutive
  * because the slots are a multiple of the group. */
 
-/* Bytes one copy moves at most. While io-wq's workers keep the CPUs busy, copies of 1 or 4 MiB
- * queued ahead moved 5.8 and 19-24 GB/s, and copies of 16 or 64 MiB 52 GB/s, against 48-55
- * alone (docs/results.md, row F4); our reading, not measured apart, is that the fewer the
- * copies, the less the host's queuing of them competes for a CPU. */
+/* Bytes one copy moves at most. While io-wq's workers keep the CPUs busy, small copies queued
+ * ahead crawl and copies of 16 MiB or more run at the link's rate (docs/results.md, F4); our
+ * reading, not measured apart, is that the fewer the copies, the less the host's queuing of
+ * them competes for a CPU. */
 #define TT_GPU_URING_DMA_GROUP_BYTES (16ull << 20)
 
 /* The device staging holds this many times the bounce slots: a bounce slot is free again once
