@@ -94,8 +94,7 @@
 #include "benchutil.h"
 #include "ceiling.h"
 #include "cliarg.h"
-#include "common/common.h"
-#include "kvbench.h"
+#include "rawbw.h"
 #include "tutti/tutti.h"
 
 #define MAX_REPEATS 16
@@ -1687,8 +1686,7 @@ main(int argc, char **argv)
 	}
 	if (b.c.json != NULL) {
 		/* Only a regular file: a FIFO would block the open until a reader came. */
-		int fd = tt_open_kind(AT_FDCWD, b.c.json, O_WRONLY | O_CREAT | O_APPEND, 0644,
-		                      TT_KIND_FILE, -EINVAL, b.c.json, NULL);
+		int fd = rawbw_open_file(b.c.json, O_WRONLY | O_CREAT | O_APPEND, 0644);
 
 		if (fd == -EINVAL) {
 			fprintf(stderr, "tutti-gpu-store-bench: %s is not a regular file\n",
