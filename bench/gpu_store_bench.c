@@ -20,7 +20,7 @@
  *    layer at a time with one pread (pwrite) and one cudaMemcpyAsync, double-buffered, in file
  *    order (the order most favourable to it). Its file holds layer blocks back to back.
  *
- * The limit (bench/ceiling.h), measured once at the start in the same directory: retrieve
+ * The limit (tools/common/ceiling.h), measured once at the start in the same directory: retrieve
  * (SSD -> HBM) rows are divided by min(the O_DIRECT read ceiling of a sweep over threads x I/O
  * size x files x depth, the pinned host-to-device copy; on tmpfs the sweep's staged phase counts,
  * since the engines stage through buffers of their own), store rows by min(the write ceiling,

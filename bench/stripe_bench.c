@@ -13,11 +13,11 @@
  * even rounds, after it in odd ones): the same bytes of the N data files, one io_uring with I/Os
  * to every file in flight, at the best block size and depth of a sweep made once per N (the
  * drift of a shared disk; never a ratio's denominator). The last load is checked bit for bit
- * against the source. The limit each load is divided by is the ceiling (bench/ceiling.h) of the
- * bases the N directories use, measured once per base count: the best O_DIRECT read of a sweep
- * over threads x I/O size x files x depth, and for GPU KV the lower of that and the pinned
- * host-to-device copy. Engines after the first reopen the filled store
- * (recovery) instead of writing it again.
+ * against the source. The limit each load is divided by is the ceiling
+ * (tools/common/ceiling.h) of the bases the N directories use, measured once per base count:
+ * the best O_DIRECT read of a sweep over threads x I/O size x files x depth, and for GPU KV
+ * the lower of that and the pinned host-to-device copy. Engines after the first reopen the
+ * filled store (recovery) instead of writing it again.
  *
  * KV is in GPU memory (--kv gpu, the default; vLLM's per-layer paged layout, K and V of a block
  * together) or in host memory (--kv host: runs without a GPU; engine gpu-uring then uses its

@@ -3,10 +3,10 @@
  * The GPU calls the tools make themselves, through the CUDA runtime, behind a C interface that
  * names no CUDA type: pinned host memory, device memory, copies, fills, streams and events,
  * enough to measure what PCIe gives beside the storage (the ceiling's pinned copies and its
- * through phase) and for a benchmark to hold KV in GPU memory. The library's GPU layer is internal
- * (src/gpu/gpu.h), and a copy limit is no store operation, so the tools do not ask libtutti for it
- * (docs/design.md, "Layout"). Built from gpucopy_cuda.c where CUDA is, gpucopy_none.c (every call
- * -EOPNOTSUPP) elsewhere.
+ * through phase) and for a benchmark to hold KV in GPU memory. The library's GPU layer is
+ * internal (src/gpu/gpu.h), and a copy limit is no store operation, so the tools do not ask
+ * libtutti for it (docs/design.md, "Tools and benchmarks"). Built from gpucopy_cuda.c where
+ * CUDA is, gpucopy_none.c (every call -EOPNOTSUPP) elsewhere.
  *
  * Every call returns 0 or a negative errno: -ENODEV where there is no GPU or no driver (or no
  * device of that number), -ENOMEM, -EINVAL, -EIO for any other CUDA error, -EOPNOTSUPP in a
