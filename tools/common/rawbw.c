@@ -2,11 +2,10 @@
 /*
  * Raw device bandwidth (rawbw.h): sequential O_DIRECT reads and writes issued with io_uring at
  * a fixed block size and queue depth, and the best of a short sweep of sizes and depths. The
- * benchmark
- * sweeps right next to each timed store and retrieve, over as many bytes of the same device and
- * to or from the same memory, so that the drift of a shared virtual disk affects both sides
- * alike; taking the best point of every sweep makes the limit, if anything, too high. Written
- * against liburing directly so that it shares no code with the store.
+ * benchmark sweeps right next to each timed store and retrieve, over as many bytes of the same
+ * device and to or from the same memory, so that the drift of a shared virtual disk affects
+ * both sides alike; taking the best point of every sweep makes the limit, if anything, too
+ * high. Written against liburing directly so that it shares no code with the store.
  */
 #include <errno.h>
 #include <fcntl.h>
