@@ -1686,12 +1686,11 @@ main(int argc, char **argv)
 	}
 	if (b.c.json != NULL) {
 		/* Only a regular file: a FIFO would block the open until a reader came. */
-		int fd = rawbw_open_file(b.c.json, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		int fd = cliarg_open("tutti-gpu-store-bench", "--json", b.c.json,
+		                     O_WRONLY | O_CREAT | O_APPEND, 0644);
 
 		if (fd == -EINVAL) {
-			fprintf(stderr, "tutti-gpu-store-bench: %s is not a regular file\n",
-			        b.c.json);
-			return 2;
+			return 2; /* said why */
 		}
 		b.json = fd >= 0 ? fdopen(fd, "a") : NULL;
 		if (b.json == NULL) {

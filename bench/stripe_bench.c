@@ -694,10 +694,9 @@ open_append(const char *path, bool *fresh)
 	}
 	*fresh = stat(path, &sb) != 0 || sb.st_size == 0;
 	/* Only a regular file: a FIFO would block the open until a reader came. */
-	fd = rawbw_open_file(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+	fd = cliarg_open("tutti-stripe-bench", NULL, path, O_WRONLY | O_CREAT | O_APPEND, 0644);
 	if (fd == -EINVAL) {
-		fprintf(stderr, "tutti-stripe-bench: %s is not a regular file\n", path);
-		exit(2);
+		exit(2); /* said why */
 	}
 	f = fd >= 0 ? fdopen(fd, "a") : NULL;
 	if (f == NULL) {

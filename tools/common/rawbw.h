@@ -46,15 +46,6 @@ double rawbw_run(const struct rawbw_target *t, uint64_t start, uint64_t bytes, u
 int rawbw_sweep(const struct rawbw_target *t, uint64_t bytes, struct rawbw_point *best);
 
 /*
- * Open \p path with \p flags (and \p mode where they create it) only if it is a regular file:
- * anything else is refused with -EINVAL before it is used, without blocking (a FIFO's open
- * would wait for a writer), since the open is made with O_NONBLOCK and the descriptor checked,
- * then O_NONBLOCK cleared (io_uring would otherwise fail reads that must wait with -EAGAIN).
- * O_CLOEXEC is always set. Returns the descriptor or a negative errno.
- */
-int rawbw_open_file(const char *path, int flags, unsigned mode);
-
-/*
  * Open the data files of the open store \p st (tutti_store_file: directory by directory)
  * read-only with O_DIRECT, appended to \p fds at *nr (at most \p max in all), each file's
  * directory (an index into the store's directories) into \p dirs at the same place unless

@@ -999,7 +999,8 @@ drain_writes(struct bench *b)
 	if (b->page_fd >= 0) {
 		fdatasync(b->page_fd);
 	}
-	/* The store's data files, as the store lists them. */
+	/* The store's data files, as the store lists them (its own, each a regular file it holds
+	 * open; O_NONBLOCK all the same, so that nothing put in one's place could block). */
 	for (uint32_t i = 0;; i++) {
 		struct tutti_store_file f = {.size = sizeof(f)};
 		char path[4200];
@@ -1008,7 +1009,7 @@ drain_writes(struct bench *b)
 		if (tutti_store_file(b->st, i, &f, path, sizeof(path)) < 0) {
 			break;
 		}
-		fd = rawbw_open_file(path, O_RDONLY, 0);
+		fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 		if (fd >= 0) {
 			fdatasync(fd);
 			close(fd);
