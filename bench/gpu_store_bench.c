@@ -20,7 +20,7 @@
  *    layer at a time with one pread (pwrite) and one cudaMemcpyAsync, double-buffered, in file
  *    order (the order most favourable to it). Its file holds layer blocks back to back.
  *
- * The limit (bench/ceiling.h), measured once at the start in the same directory: retrieve
+ * The limit (tools/common/ceiling.h), measured once at the start in the same directory: retrieve
  * (SSD -> HBM) rows are divided by min(the O_DIRECT read ceiling of a sweep over threads x I/O
  * size x files x depth, the pinned host-to-device copy; on tmpfs the sweep's staged phase counts,
  * since the engines stage through buffers of their own), store rows by min(the write ceiling,
@@ -94,8 +94,7 @@
 #include "benchutil.h"
 #include "ceiling.h"
 #include "cliarg.h"
-#include "common/common.h"
-#include "kvbench.h"
+#include "rawbw.h"
 #include "tutti/tutti.h"
 
 #define MAX_REPEATS 16
@@ -1687,13 +1686,11 @@ main(int argc, char **argv)
 	}
 	if (b.c.json != NULL) {
 		/* Only a regular file: a FIFO would block the open until a reader came. */
-		int fd = tt_open_kind(AT_FDCWD, b.c.json, O_WRONLY | O_CREAT | O_APPEND, 0644,
-		                      TT_KIND_FILE, -EINVAL, b.c.json, NULL);
+		int fd = cliarg_open("tutti-gpu-store-bench", "--json", b.c.json,
+		                     O_WRONLY | O_CREAT | O_APPEND, 0644);
 
 		if (fd == -EINVAL) {
-			fprintf(stderr, "tutti-gpu-store-bench: %s is not a regular file\n",
-			        b.c.json);
-			return 2;
+			return 2; /* said why */
 		}
 		b.json = fd >= 0 ? fdopen(fd, "a") : NULL;
 		if (b.json == NULL) {

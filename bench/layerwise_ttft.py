@@ -23,9 +23,9 @@ Before each layer's attention the prefix KV of that layer must be in the cache. 
 
 Storage: --disk-dir (a real disk) and --shm-dir (tmpfs, *emulated* fast NVMe). Each run checks
 that the loaded prefix KV equals the reference bit for bit. The limit of each storage ("raw"
-rows, read_gbps) is `tutti ceiling` in its directory (bench/ceiling.h), the one every benchmark
-divides by: min(the best O_DIRECT read of a sweep over threads x I/O size x files, the pinned
-host-to-device copy), measured in the same run. Results go to --out as CSV and JSON;
+rows, read_gbps) is `tutti ceiling` in its directory (tools/common/ceiling.h), the one every
+benchmark divides by: min(the best O_DIRECT read of a sweep over threads x I/O size x files,
+the pinned host-to-device copy), measured in the same run. Results go to --out as CSV and JSON;
 plot_layerwise.py draws them.
 """
 
@@ -516,7 +516,7 @@ def raw_read_gbps(path, nbytes, block=4 << 20, threads=16):
 def ceiling(directory, budget_s):
     """`tutti ceiling` of directory with this process's GPU, as the dict of its JSON: the
     best O_DIRECT read and write of a sweep over threads x I/O size x files, the pinned copies,
-    and the limits (bench/ceiling.h)."""
+    and the limits (tools/common/ceiling.h)."""
     cmd = [str(find_build_file("tutti")), "ceiling", "--dir", str(directory), "--gpu",
            str(torch.cuda.current_device()), "--budget-s", str(budget_s), "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout

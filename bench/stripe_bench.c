@@ -13,11 +13,11 @@
  * even rounds, after it in odd ones): the same bytes of the N data files, one io_uring with I/Os
  * to every file in flight, at the best block size and depth of a sweep made once per N (the
  * drift of a shared disk; never a ratio's denominator). The last load is checked bit for bit
- * against the source. The limit each load is divided by is the ceiling (bench/ceiling.h) of the
- * bases the N directories use, measured once per base count: the best O_DIRECT read of a sweep
- * over threads x I/O size x files x depth, and for GPU KV the lower of that and the pinned
- * host-to-device copy. Engines after the first reopen the filled store
- * (recovery) instead of writing it again.
+ * against the source. The limit each load is divided by is the ceiling
+ * (tools/common/ceiling.h) of the bases the N directories use, measured once per base count:
+ * the best O_DIRECT read of a sweep over threads x I/O size x files x depth, and for GPU KV
+ * the lower of that and the pinned host-to-device copy. Engines after the first reopen the
+ * filled store (recovery) instead of writing it again.
  *
  * KV is in GPU memory (--kv gpu, the default; vLLM's per-layer paged layout, K and V of a block
  * together) or in host memory (--kv host: runs without a GPU; engine gpu-uring then uses its
@@ -48,13 +48,12 @@
 #include "benchutil.h"
 #include "ceiling.h"
 #include "cliarg.h"
-#include "common/common.h"
-#include "gpu/gpu.h"
-#include "kvbench.h"
-#include "pool/pool.h"
+#include "gpucopy.h"
+#include "rawbw.h"
 #include "tutti/tutti.h"
 
 #define MAX_BASES 16
+#define MAX_DIRS 64 /* a store's directories at most (tutti_store_opts.nr_dirs) */
 #define MAX_NS 8
 #define MAX_ENGINES 4
 #define MAX_REPEATS 16
@@ -134,7 +133,13 @@ engine_name(uint32_t e)
 	return name != NULL ? name : "?";
 }
 
-/* ---- KV memory: device memory through the library's GPU layer, or plain host memory ---- */
+static uint64_t
+clamp_u64(uint64_t v, uint64_t lo, uint64_t hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* ---- KV memory: device memory through the CUDA runtime (gpucopy.h), or plain host memory ---- */
 
 static uint8_t *
 kv_alloc(const struct bench *b, uint64_t bytes)
@@ -142,7 +147,7 @@ kv_alloc(const struct bench *b, uint64_t bytes)
 	void *p = NULL;
 
 	if (b->c.gpu_kv) {
-		ok(tt_gpu_dev_alloc(bytes, &p), "device memory");
+		ok(gpucopy_dev_alloc(bytes, &p), "device memory");
 	} else if (posix_memalign(&p, 4096, bytes) != 0) {
 		die("host KV", -ENOMEM);
 	}
@@ -153,7 +158,7 @@ static void
 kv_free(const struct bench *b, uint8_t *p)
 {
 	if (b->c.gpu_kv) {
-		tt_gpu_dev_free(p);
+		gpucopy_dev_free(p);
 	} else {
 		free(p);
 	}
@@ -163,7 +168,7 @@ static void
 kv_copy(const struct bench *b, void *dst, const void *src, uint64_t bytes)
 {
 	if (b->c.gpu_kv) {
-		ok(tt_gpu_copy(dst, src, bytes), "copy");
+		ok(gpucopy_copy(dst, src, bytes), "copy");
 	} else {
 		memcpy(dst, src, bytes);
 	}
@@ -222,7 +227,7 @@ static void
 poison(const struct bench *b)
 {
 	if (b->c.gpu_kv) {
-		ok(tt_gpu_fill(b->dst, POISON, b->bytes), "fill");
+		ok(gpucopy_fill(b->dst, POISON, b->bytes), "fill");
 	} else {
 		memset(b->dst, POISON, b->bytes);
 	}
@@ -232,10 +237,11 @@ poison(const struct bench *b)
 
 struct stripe {
 	uint32_t nr;
-	char dirs[TT_POOL_MAX_DIRS][4096];
-	const char *ptrs[TT_POOL_MAX_DIRS];
-	int fds[TT_POOL_MAX_FILES]; /* the data files, for raw reads */
+	char dirs[MAX_DIRS][4096];
+	const char *ptrs[MAX_DIRS];
+	int fds[RAWBW_MAX_FILES]; /* the data files, for raw reads */
 	uint32_t nr_fds;
+	uint64_t off;  /* where their slots start */
 	uint64_t span; /* bytes of request data in each file */
 };
 
@@ -337,7 +343,7 @@ raw_target(const struct bench *b, const struct stripe *s)
 	return (struct rawbw_target){
 	    .fds = s->fds,
 	    .nr_fds = s->nr_fds,
-	    .off = TT_POOL_DATA_OFF,
+	    .off = s->off,
 	    .span = s->span,
 	    .mem = b->raw_mem,
 	    .mem_bytes = RAW_MEM_BYTES,
@@ -348,17 +354,14 @@ raw_target(const struct bench *b, const struct stripe *s)
 /* Open the data files of the N directories for raw reads (each holds its share of the
  * request's slots: span becomes the least of them) and pick the best block size and depth. */
 static void
-raw_setup(const struct bench *b, struct stripe *s, struct rawbw_point *best)
+raw_setup(const struct bench *b, struct tutti_store *st, struct stripe *s, struct rawbw_point *best)
 {
 	struct rawbw_target t;
+	int rc = rawbw_open_store_files(st, s->fds, NULL, RAWBW_MAX_FILES, &s->nr_fds, &s->off,
+	                                &s->span);
 
-	for (uint32_t i = 0; i < s->nr; i++) {
-		int rc = rawbw_open_store_files(s->dirs[i], tutti_geometry_slot_bytes(&b->geo),
-		                                s->fds, TT_POOL_MAX_FILES, &s->nr_fds, &s->span);
-
-		if (rc < 0) {
-			die(s->dirs[i], rc);
-		}
+	if (rc < 0) {
+		die(s->dirs[0], rc);
 	}
 	t = raw_target(b, s);
 	ok(rawbw_sweep(
@@ -394,7 +397,7 @@ measure(struct bench *b, struct stripe *s, uint32_t engine, struct rawbw_point *
 	res->ran = true;
 	res->fill_gbps = fill(b, st);
 	if (s->nr_fds == 0) {
-		raw_setup(b, s, best);
+		raw_setup(b, st, s, best);
 	}
 	t = raw_target(b, s);
 	res->best = *best;
@@ -441,7 +444,7 @@ limit_for(struct bench *b, uint32_t nr)
 	if (!b->have_ceiling[k]) {
 		ceiling_conf_init(&cc, b->c.bases, k);
 		cc.budget_s = b->c.ceiling_s;
-		cc.file_bytes = TT_MIN(128ull << 20, TT_MAX(16ull << 20, b->bytes / 16));
+		cc.file_bytes = clamp_u64(b->bytes / 16, 16ull << 20, 128ull << 20);
 		cc.gpu = b->c.gpu_kv ? 0 : -1;
 		/* Loads only: the whole budget goes to the reads (on tmpfs with GPU KV they are
 		 * searched twice, through 1 GiB and staged). */
@@ -598,9 +601,9 @@ parse_list(const char *s, struct conf *c, bool engines)
 			}
 			c->engines[c->nr_engines++] = (uint32_t)e;
 		} else {
-			uint64_t v = number("--dirs", t, 1, TT_POOL_MAX_DIRS);
+			uint64_t v = number("--dirs", t, 1, MAX_DIRS);
 
-			if (v == 0 || v > TT_POOL_MAX_DIRS || c->nr_ns == MAX_NS) {
+			if (v == 0 || v > MAX_DIRS || c->nr_ns == MAX_NS) {
 				fprintf(stderr, "tutti-stripe-bench: bad directory count '%s'\n",
 				        t);
 				usage();
@@ -691,11 +694,9 @@ open_append(const char *path, bool *fresh)
 	}
 	*fresh = stat(path, &sb) != 0 || sb.st_size == 0;
 	/* Only a regular file: a FIFO would block the open until a reader came. */
-	fd = tt_open_kind(AT_FDCWD, path, O_WRONLY | O_CREAT | O_APPEND, 0644, TT_KIND_FILE,
-	                  -EINVAL, path, NULL);
+	fd = cliarg_open("tutti-stripe-bench", NULL, path, O_WRONLY | O_CREAT | O_APPEND, 0644);
 	if (fd == -EINVAL) {
-		fprintf(stderr, "tutti-stripe-bench: %s is not a regular file\n", path);
-		exit(2);
+		exit(2); /* said why */
 	}
 	f = fd >= 0 ? fdopen(fd, "a") : NULL;
 	if (f == NULL) {
@@ -734,7 +735,7 @@ setup(struct bench *b)
 	}
 	b->emulated = sfs.f_type == TMPFS_MAGIC;
 	if (c->gpu_kv) {
-		int rc = tt_gpu_set_device(0);
+		int rc = gpucopy_set_device(0);
 
 		if (rc < 0) {
 			fprintf(stderr,
@@ -761,7 +762,7 @@ setup(struct bench *b)
 	/* Raw reads land in pinned memory when the KV is on the GPU, as the store's staging
 	 * does. */
 	if (c->gpu_kv) {
-		ok(tt_gpu_host_alloc(RAW_MEM_BYTES, (void **)&b->raw_mem), "pinned memory");
+		ok(gpucopy_host_alloc(RAW_MEM_BYTES, (void **)&b->raw_mem), "pinned memory");
 	} else if (posix_memalign((void **)&b->raw_mem, 4096, RAW_MEM_BYTES) != 0) {
 		die("raw memory", -ENOMEM);
 	}
@@ -797,7 +798,7 @@ teardown(struct bench *b)
 	kv_free(b, b->src);
 	kv_free(b, b->dst);
 	if (b->c.gpu_kv) {
-		tt_gpu_host_free(b->raw_mem);
+		gpucopy_host_free(b->raw_mem);
 	} else {
 		free(b->raw_mem);
 	}

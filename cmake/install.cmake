@@ -2,16 +2,24 @@
 # libtutti as a package: `cmake --install` puts the public headers, the shared library and the
 # tutti command line under the prefix, with a pkg-config file (tutti.pc) and a CMake package
 # (find_package(tutti) gives the target tutti::tutti). The Python wheel installs the same tree
-# inside its package directory (scikit-build-core sets SKBUILD), so both files are relocatable:
-# they find the prefix from where they lie.
+# inside its package directory (scikit-build-core sets SKBUILD), so the install is relocatable:
+# both files find the prefix from where they lie, and so does the tutti program its library.
 include(CMakePackageConfigHelpers)
 
 set(tutti_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/tutti)
 set(tutti_pc_dir ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
-if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
-	message(FATAL_ERROR "tutti: CMAKE_INSTALL_LIBDIR and CMAKE_INSTALL_INCLUDEDIR must be "
-		"relative to the prefix (the installed tutti.pc and CMake package are relocatable)")
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}" OR
+	IS_ABSOLUTE "${CMAKE_INSTALL_BINDIR}")
+	message(FATAL_ERROR "tutti: CMAKE_INSTALL_LIBDIR, CMAKE_INSTALL_INCLUDEDIR and "
+		"CMAKE_INSTALL_BINDIR must be relative to the prefix (the installed tutti.pc, CMake "
+		"package and tutti program are relocatable)")
 endif()
+
+# The tutti program links libtutti.so and finds it relative to itself ($ORIGIN/../lib, or
+# wherever LIBDIR is from BINDIR), under any prefix and inside the wheel's package directory,
+# with no LD_LIBRARY_PATH; the build tree's program keeps CMake's run path to the build tree.
+file(RELATIVE_PATH tutti_bin_to_lib "/prefix/${CMAKE_INSTALL_BINDIR}" "/prefix/${CMAKE_INSTALL_LIBDIR}")
+set_target_properties(tutti_cli PROPERTIES INSTALL_RPATH "\$ORIGIN/${tutti_bin_to_lib}")
 
 install(TARGETS tutti EXPORT tuttiTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS tutti_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -70,6 +70,39 @@ for f in "${c_files[@]}"; do
 	done < <(sed -nE 's/^#include "([a-z0-9_]+\/[a-z0-9_/]+\.(h|cuh))".*/\1/p' "$f")
 done
 
+# The tools (tools/: the tutti CLI, and tools/common, the library it lends to the benchmarks)
+# are built on the public API: a file of tools/ includes public headers (tutti/*.h), system
+# headers (<...>) and the headers of tools/, never a private header of the library (src/) nor
+# one of bench/. A benchmark of bench/ includes public headers, its own and the tools' (bench/
+# depends on tools/, never the reverse). CUDA headers: only the tools' one door to the CUDA
+# runtime (tools/common/gpucopy_cuda.c) and benchmarks that drive the GPU themselves.
+# Exceptions, each with its reason:
+#   gpu/gpu.h and mover/mover.h in bench/gpu_mover_bench.c: it measures the library's internal
+#     CUDA movers themselves, which have no public face.
+tools_include_allowed() { # file, included path
+	local file=$1 inc=$2 dirs=tools d
+	case "$inc" in tutti/*.h) return 0 ;; esac
+	case "$file:$inc" in
+	bench/gpu_mover_bench.c:gpu/gpu.h | bench/gpu_mover_bench.c:mover/mover.h) return 0 ;;
+	esac
+	case "$file" in bench/*) dirs="tools bench" ;; esac
+	for d in $dirs; do
+		[ -n "$(git ls-files "$d/$inc" "$d/*/$inc")" ] && return 0
+	done
+	return 1
+}
+for f in "${c_files[@]}"; do
+	case "$f" in tools/* | bench/*) ;; *) continue ;; esac
+	while read -r inc; do
+		tools_include_allowed "$f" "$inc" ||
+			report "$f includes \"$inc\": tools/ and bench/ build on the public API (tutti/*.h) and the tools' headers"
+	done < <(sed -nE 's/^#include "([^"]+)".*/\1/p' "$f")
+	case "$f" in tools/common/gpucopy_cuda.c | bench/*) ;; *)
+		grep -nE '^#include <(cuda|cufile)' "$f" | head -1 | grep . >&2 &&
+			report "$f: CUDA headers in tools/ only in tools/common/gpucopy_cuda.c" ;;
+	esac
+done
+
 # Layers: the store's API (tutti/store.h, and the public headers that include it) is for the
 # store and the pipeline above it. The modules below the store call no tutti_store_* function;
 # they name the KV types (tutti/kv.h) and the engines (tutti/engine.h) from their own headers.

@@ -62,6 +62,10 @@ else
 	[ ! -s import.err ] || fail "import tutti: $(cat import.err)"
 fi
 
+# The package's program links the package's library, found by its run path ($ORIGIN/../lib).
+loaded=$(env -u LD_LIBRARY_PATH ldd "$site/tutti/bin/tutti" | awk '$1 == "libtutti.so" {print $3}')
+[ "$(realpath "$loaded")" = "$(realpath "$site/tutti/lib/libtutti.so")" ] ||
+	fail "bin/tutti does not load the wheel's library: $(ldd "$site/tutti/bin/tutti")"
 out=$(venv/bin/tutti --version)
 [[ $out == "tutti $version (on-disk format "* ]] || fail "tutti --version: $out"
 [ "$("$py" -m tutti --version)" = "$out" ] || fail "python -m tutti --version differs: $out"

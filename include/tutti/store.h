@@ -337,6 +337,59 @@ struct tutti_fsck_report {
 TUTTI_API int tutti_store_fsck(struct tutti_store *st, uint32_t flags,
                                struct tutti_fsck_report *out);
 
+/**
+ * The on-disk format version this library writes, and the only one it reads: a data file of
+ * another version fails tutti_store_open() with -EPROTO (docs/format.md's compatibility table
+ * says which releases wrote which). This function can't fail.
+ */
+TUTTI_API uint32_t tutti_format_version(void);
+
+/**
+ * The name of a store directory's data file number \p index: "tutti.data" for 0, then
+ * "tutti.data.1", ... (each directory's files are numbered from 0; docs/format.md). For tools
+ * that handle a store directory's files while no store has them open (remove, copy, look at
+ * them); an open store lists its own with tutti_store_file().
+ *
+ * \param buf  receives the name, NUL-terminated; \p len bytes (32 are enough for any index).
+ * \return the name's length (without the NUL), or a negative errno: -EINVAL (\p buf NULL),
+ *         -ERANGE (\p index is not below the most data files a directory can hold: a loop
+ *         over every name a directory may hold ends there), -ENAMETOOLONG (\p len too short;
+ *         nothing is written).
+ */
+TUTTI_API int tutti_store_file_name(uint32_t index, char *buf, size_t len);
+
+/** One data file of an open store (tutti_store_file). */
+struct tutti_store_file {
+	uint32_t size; /**< = sizeof(struct tutti_store_file), set by the caller */
+	/** Its directory: an index into the opts->dirs the store was opened with. */
+	uint32_t dir;
+	/** Its number in that directory (its name: tutti_store_file_name()). */
+	uint32_t index;
+	uint32_t reserved; /**< 0 */
+	/** File offset of its first slot. */
+	uint64_t slots_off;
+	/** Bytes of slots it holds from slots_off: whole slots of tutti_stats.slot_bytes. */
+	uint64_t slots_bytes;
+};
+
+/**
+ * The data files of an open store, one at a time: for tools that measure or handle the bytes
+ * the store keeps (a benchmark reading the same bytes raw, a flush before timing reads). File
+ * \p i counts directory by directory, each directory's files in order; call with i = 0, 1, ...
+ * until -ENOENT. The files are the store's own, opened and locked by it: a caller may read
+ * them and flush them, never write them.
+ *
+ * \param out   receives the file's place and extent; out->size must be set.
+ * \param path  NULL, or \p path_len bytes receiving the file's path: its directory where the
+ *              store found it (the canonical path), a slash, its name; NUL-terminated.
+ * \return 0, or a negative errno: -ENOENT (\p i is past the last file: the listing is complete),
+ *         -EINVAL (\p st or \p out NULL, out->size not this structure's size, \p path NULL with
+ *         \p path_len not 0), -ENAMETOOLONG (\p path_len too short; \p out is filled, \p path
+ *         holds nothing).
+ */
+TUTTI_API int tutti_store_file(struct tutti_store *st, uint32_t i, struct tutti_store_file *out,
+                               char *path, size_t path_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1419,6 +1419,34 @@ tt_pool_locate(const struct tt_pool *pool, uint32_t slot, uint32_t *file, uint64
 }
 
 int
+tt_pool_file_info(const struct tt_pool *pool, uint32_t file, uint32_t *dir, uint32_t *index,
+                  uint64_t *off, uint64_t *bytes, char *path, size_t len)
+{
+	char name[TT_POOL_NAME_BYTES];
+	int rc, n;
+
+	*dir = file / pool->files_per_dir;
+	*index = file % pool->files_per_dir;
+	*off = TT_POOL_DATA_OFF;
+	*bytes = file_rows(pool->slots_per_dir, pool->files_per_dir, *index) * pool->slot_bytes;
+	if (path == NULL) {
+		return 0;
+	}
+	rc = tt_pool_file_name(*index, name, sizeof(name));
+	if (rc < 0) {
+		return rc;
+	}
+	n = snprintf(path, len, "%s/%s", pool->dirs[*dir].path, name);
+	if (n < 0 || (size_t)n >= len) {
+		if (len > 0) {
+			path[0] = '\0';
+		}
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+int
 tt_pool_alloc(struct tt_pool *pool, uint32_t hint_dir, uint32_t *slot)
 {
 	for (uint32_t i = 0; i < pool->nr_dirs; i++) {

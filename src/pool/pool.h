@@ -115,6 +115,13 @@ uint64_t tt_pool_slot_uid(const struct tt_pool *pool, uint32_t slot);
  * TT_POOL_NAME_BYTES is enough). Returns 0 or -ENAMETOOLONG. */
 int tt_pool_file_name(uint32_t index, char *name, size_t len);
 
+/* Data file \p file (an index into tt_pool_fds): its directory (an index into conf->dirs) and
+ * number there, where its slots lie (*off, the offset of its first slot; *bytes, the bytes of
+ * the slots it holds) and, unless \p path is NULL, its path (the directory where the open found
+ * it, then its name) into \p len bytes. Returns 0 or -ENAMETOOLONG (the rest is still set). */
+int tt_pool_file_info(const struct tt_pool *pool, uint32_t file, uint32_t *dir, uint32_t *index,
+                      uint64_t *off, uint64_t *bytes, char *path, size_t len);
+
 /* Read the superblock of the store in \p dir (its first data file) without opening it for use.
  * Returns 0, -ENOENT, -EPROTO, -EBADMSG or the errno of open/read. */
 int tt_pool_peek(const char *dir, struct tt_superblock *sb, const struct tt_log *log);

@@ -481,6 +481,55 @@ tutti_store_engine(struct tutti_store *st, const struct tutti_kv *kv)
 	return (int)kind;
 }
 
+uint32_t
+tutti_format_version(void)
+{
+	return TT_SB_VERSION;
+}
+
+int
+tutti_store_file_name(uint32_t index, char *buf, size_t len)
+{
+	char name[TT_POOL_NAME_BYTES];
+	size_t n;
+	int rc;
+
+	if (buf == NULL) {
+		return -EINVAL;
+	}
+	if (index >= TT_SB_MAX_FILES) {
+		return -ERANGE;
+	}
+	rc = tt_pool_file_name(index, name, sizeof(name));
+	n = rc == 0 ? strlen(name) : 0;
+	if (rc < 0 || n >= len) {
+		return -ENAMETOOLONG;
+	}
+	memcpy(buf, name, n + 1);
+	return (int)n;
+}
+
+/* The pool's files never change while the store is open: no lock. */
+int
+tutti_store_file(struct tutti_store *st, uint32_t i, struct tutti_store_file *out, char *path,
+                 size_t path_len)
+{
+	struct tutti_store_file f = {.size = sizeof(f)};
+	int rc;
+
+	if (st == NULL || out == NULL || out->size != sizeof(*out) ||
+	    (path == NULL && path_len != 0)) {
+		return -EINVAL;
+	}
+	if (i >= tt_pool_nr_files(st->pool)) {
+		return -ENOENT;
+	}
+	rc = tt_pool_file_info(st->pool, i, &f.dir, &f.index, &f.slots_off, &f.slots_bytes, path,
+	                       path_len);
+	*out = f;
+	return rc;
+}
+
 int
 tt_store_prepare(struct tutti_store *st, const struct tutti_kv *kv)
 {

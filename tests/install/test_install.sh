@@ -3,7 +3,8 @@
 # Description: libtutti as an installed package. `cmake --install` into a fresh prefix; then the
 # examples are built against that prefix as another project would build them, once through
 # pkg-config and once through find_package(tutti), and run; the README's example compiles
-# against it; versions agree everywhere.
+# against it; the installed tutti program loads the installed library by its run path; versions
+# agree everywhere.
 # Usage: test_install.sh BUILD_DIR SOURCE_DIR C_COMPILER [EXTRA_CFLAGS]
 # (EXTRA_CFLAGS: the sanitizer flags of a sanitized build, which its consumers need too)
 set -euo pipefail
@@ -27,11 +28,25 @@ libdir=$(cd "$(dirname "$pc")/.." && pwd)
 [ -e "$libdir/libtutti.so" ] || fail "libtutti.so not in $libdir"
 [ -e "$libdir/cmake/tutti/tuttiConfig.cmake" ] || fail "CMake package not in $libdir/cmake/tutti"
 
-# One version: the header, the CLI, pkg-config.
+# The installed tutti links the installed libtutti.so, found from where the program lies (its
+# run path, $ORIGIN-relative): no LD_LIBRARY_PATH, and nothing of the build tree.
+runpath=$(readelf -d "$prefix/bin/tutti" | sed -nE 's/.*\((RUNPATH|RPATH)\).*\[(.*)\]/\2/p')
+[[ $runpath == '$ORIGIN/'* && $runpath != *"$build"* && $runpath != *:* ]] ||
+	fail "bin/tutti's run path is '$runpath', want \$ORIGIN/ and the way to $libdir only"
+[ "$(cd "$prefix/bin/${runpath#\$ORIGIN/}" && pwd -P)" = "$(cd "$libdir" && pwd -P)" ] ||
+	fail "bin/tutti's run path $runpath does not lead to $libdir"
+deps=$(env -u LD_LIBRARY_PATH ldd "$prefix/bin/tutti")
+needed=$(awk '$1 ~ /^libtutti\.so/ {print $1}' <<<"$deps")
+loaded=$(awk '$1 ~ /^libtutti\.so/ {print $3}' <<<"$deps")
+[ -n "$needed" ] || fail "bin/tutti does not link libtutti.so: $deps"
+[ "$(realpath "$loaded")" = "$(realpath "$libdir/$needed")" ] ||
+	fail "bin/tutti loads '$loaded', not the installed $libdir/$needed"
+
+# One version: the header, the CLI (run with no LD_LIBRARY_PATH), pkg-config.
 want=$(awk '/#define TUTTI_VERSION_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END {print v}' \
 	"$prefix/include/tutti/base.h")
-grep -q "^tutti $want (on-disk format [0-9]" <<<"$("$prefix/bin/tutti" --version)" ||
-	fail "tutti --version: $("$prefix/bin/tutti" --version), want $want"
+out=$(env -u LD_LIBRARY_PATH "$prefix/bin/tutti" --version) || fail "tutti --version: $out"
+grep -q "^tutti $want (on-disk format [0-9]" <<<"$out" || fail "tutti --version: $out, want $want"
 export PKG_CONFIG_PATH=$(dirname "$pc")
 [ "$(pkg-config --modversion tutti)" = "$want" ] || fail "tutti.pc version"
 

@@ -5,10 +5,12 @@
 #define _XOPEN_SOURCE 700 /* lstat and the file types, built without the library's _GNU_SOURCE */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cliarg.h"
 
@@ -139,4 +141,46 @@ cliarg_path(const char *prog, const char *opt, const char *path, bool dir)
 	        opt != NULL ? " " : "", path, kind_name(st.st_mode),
 	        dir ? "a directory" : "a regular file");
 	return -EINVAL;
+}
+
+int
+cliarg_open(const char *prog, const char *opt, const char *path, int flags, unsigned mode)
+{
+	struct stat st;
+	int fd, fl;
+
+	if (cliarg_path(prog, opt, path, false) < 0) {
+		return -EINVAL;
+	}
+	fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, (mode_t)mode);
+	if (fd < 0) {
+		int rc = -errno;
+
+		/* A FIFO put there since, without a reader, fails a non-blocking open for writing.
+		 */
+		if (rc == -ENXIO && cliarg_path(prog, opt, path, false) < 0) {
+			return -EINVAL;
+		}
+		return rc;
+	}
+	if (fstat(fd, &st) != 0 || (fl = fcntl(fd, F_GETFL)) < 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		fprintf(stderr, "%s: %s%s%s is %s, not a regular file\n", prog,
+		        opt != NULL ? opt : "", opt != NULL ? " " : "", path,
+		        kind_name(st.st_mode));
+		return -EINVAL;
+	}
+	if ((flags & O_NONBLOCK) == 0 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	return fd;
 }

@@ -39,4 +39,15 @@ int cliarg_double(const char *prog, const char *opt, const char *s, double min, 
  */
 int cliarg_path(const char *prog, const char *opt, const char *path, bool dir);
 
+/*
+ * Open \p path, the value of option \p opt (as for cliarg_path), with \p flags (and \p mode
+ * where they create it), only if it is a regular file: cliarg_path refuses another kind before
+ * anything is opened, saying so, and the open is made with O_NONBLOCK and its descriptor
+ * checked, so that what stands there by then is refused too rather than blocking (a FIFO's
+ * open waits for a peer). O_NONBLOCK is then cleared unless \p flags has it, and O_CLOEXEC is
+ * always set. Returns the descriptor, -EINVAL for another kind, or the open's -errno (for the
+ * caller to report).
+ */
+int cliarg_open(const char *prog, const char *opt, const char *path, int flags, unsigned mode);
+
 #endif /* TUTTI_TOOLS_CLIARG_H */

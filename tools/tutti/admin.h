@@ -14,7 +14,8 @@ int cmd_fsck(int argc, char **argv);
 /* `tutti profile [--dir DIR]... [--out FILE]`: the layerwise pipeline's offline profile. */
 int cmd_profile(int argc, char **argv);
 
-/* `tutti ceiling --dir DIR...`: the storage's (and pinned copies') limit, bench/ceiling.h. */
+/* `tutti ceiling --dir DIR...`: the storage's (and pinned copies') limit
+ * (tools/common/ceiling.h). */
 int cmd_ceiling(int argc, char **argv);
 
 #endif /* TUTTI_TOOLS_ADMIN_H */

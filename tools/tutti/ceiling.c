@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * `tutti ceiling`: the machine's limit under a directory (bench/ceiling.h), the one every
+ * `tutti ceiling`: the machine's limit under a directory (tools/common/ceiling.h), the one every
  * benchmark divides by, as a table or one JSON object; scripts (the layerwise benchmark) read
  * the JSON.
  */

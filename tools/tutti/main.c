@@ -10,7 +10,6 @@
 
 #include "admin.h"
 #include "cliarg.h"
-#include "format/format.h"
 #include "kvbench.h"
 
 /* Print \p text from column 0 of a line that has \p col columns already, wrapped at word
@@ -583,8 +582,8 @@ main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
 		/* TUTTI_BUILD_DESC: set by the build (cmake/build_info.cmake). */
-		printf("tutti %s (on-disk format %u; %s)\n", tutti_version(), TT_SB_VERSION,
-		       TUTTI_BUILD_DESC);
+		printf("tutti %s (on-disk format %u; %s)\n", tutti_version(),
+		       tutti_format_version(), TUTTI_BUILD_DESC);
 		return 0;
 	}
 	if (strcmp(argv[1], "inspect") == 0) {

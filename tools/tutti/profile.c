@@ -18,7 +18,7 @@
 
 #include "admin.h"
 #include "cliarg.h"
-#include "kvbench.h"
+#include "rawbw.h"
 #include "tutti/tutti.h"
 
 #define MAX_DIRS 16

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Raw device bandwidth: sequential O_DIRECT reads and writes issued with io_uring at a fixed
- * block size and queue depth, and the best of a short sweep of sizes and depths. The benchmark
- * sweeps right next to each timed store and retrieve, over as many bytes of the same device and
- * to or from the same memory, so that the drift of a shared virtual disk affects both sides
- * alike; taking the best point of every sweep makes the limit, if anything, too high. Written
- * against liburing directly so that it shares no code with the store.
+ * Raw device bandwidth (rawbw.h): sequential O_DIRECT reads and writes issued with io_uring at
+ * a fixed block size and queue depth, and the best of a short sweep of sizes and depths. The
+ * benchmark sweeps right next to each timed store and retrieve, over as many bytes of the same
+ * device and to or from the same memory, so that the drift of a shared virtual disk affects
+ * both sides alike; taking the best point of every sweep makes the limit, if anything, too
+ * high. Written against liburing directly so that it shares no code with the store.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,8 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kvbench.h"
-#include "pool/pool.h"
+#include "rawbw.h"
 
 static const uint32_t sweep_bs[] = {1u << 20, 4u << 20};
 static const uint32_t sweep_qd[] = {4, 16, 32};
@@ -149,55 +148,48 @@ rawbw_sweep(const struct rawbw_target *t, uint64_t bytes, struct rawbw_point *be
 }
 
 int
-rawbw_open_store_files(const char *dir, uint64_t slot_bytes, int *fds, uint32_t max, uint32_t *nr,
-                       uint64_t *span)
+rawbw_open_store_files(struct tutti_store *st, int *fds, uint32_t *dirs, uint32_t max, uint32_t *nr,
+                       uint64_t *off, uint64_t *span)
 {
-	for (uint32_t k = 0; k < TT_SB_MAX_FILES; k++) {
-		char name[TT_POOL_NAME_BYTES], path[4200];
-		struct stat st;
-		int fd;
+	for (uint32_t i = 0;; i++) {
+		struct tutti_store_file f = {.size = sizeof(f)};
+		char path[4200];
+		int fd, rc = tutti_store_file(st, i, &f, path, sizeof(path));
 
-		if (tt_pool_file_name(k, name, sizeof(name)) != 0) {
-			return -ENAMETOOLONG;
-		}
-		snprintf(path, sizeof(path), "%s/%s", dir, name);
-		fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-		if (fd < 0 && errno == ENOENT && k > 0) {
+		if (rc == -ENOENT) {
 			return 0;
 		}
+		if (rc < 0) {
+			return rc;
+		}
+		if (i > 0 && f.slots_off != *off) {
+			return -EPROTO;
+		}
+		*off = f.slots_off;
+		if (*nr == max) {
+			return -E2BIG;
+		}
+		/* One of the store's own files, opened and checked by it. */
+		fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
 		if (fd < 0) {
 			return -errno;
 		}
-		if (*nr == max) {
-			close(fd);
-			return -E2BIG;
+		if (dirs != NULL) {
+			dirs[*nr] = f.dir;
 		}
 		fds[(*nr)++] = fd;
-		if (fstat(fd, &st) != 0) {
-			return -errno;
-		}
-		if ((uint64_t)st.st_size <= TT_POOL_DATA_OFF) {
-			*span = 0;
-		} else {
-			uint64_t held =
-			    ((uint64_t)st.st_size - TT_POOL_DATA_OFF) / slot_bytes * slot_bytes;
-
-			*span = held < *span ? held : *span;
-		}
+		*span = f.slots_bytes < *span ? f.slots_bytes : *span;
 	}
-	return 0;
 }
 
 void
 rawbw_remove_store(const char *dir)
 {
-	for (uint32_t k = 0; k < TT_SB_MAX_FILES; k++) {
-		char name[TT_POOL_NAME_BYTES], path[4200];
+	char name[32], path[4200];
 
-		if (tt_pool_file_name(k, name, sizeof(name)) == 0) {
-			snprintf(path, sizeof(path), "%s/%s", dir, name);
-			unlink(path);
-		}
+	for (uint32_t k = 0; tutti_store_file_name(k, name, sizeof(name)) > 0; k++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, name);
+		unlink(path);
 	}
 	rmdir(dir);
 }

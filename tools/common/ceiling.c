@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The machine's limit: see ceiling.h. Written against the system calls directly (and the
- * library's GPU layer for the pinned copies) so that it shares no I/O code with the store.
+ * The machine's limit: see ceiling.h. Written against the system calls directly (and the CUDA
+ * runtime for the pinned copies, gpucopy.h) so that it shares no I/O code with the store.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "ceiling.h"
-#include "gpu/gpu.h"
+#include "gpucopy.h"
 
 #define MIB (1ull << 20)
 #define DEFAULT_BUDGET_S 8.0
@@ -262,12 +262,12 @@ sink_open(struct sink *k, const struct run *r, uint8_t *slice, uint8_t *dest, ui
 		return 0;
 	}
 	/* The thread's copies go to this device's memory from a stream of it. */
-	rc = tt_gpu_set_device(k->gpu);
+	rc = gpucopy_set_device(k->gpu);
 	if (rc == 0) {
-		rc = tt_gpu_stream_create(k->gpu, &k->stream);
+		rc = gpucopy_stream_create(k->gpu, &k->stream);
 	}
 	for (uint64_t b = 0; rc == 0 && b < bufs; b++) {
-		rc = tt_gpu_event_create(k->gpu, &k->ev[b]);
+		rc = gpucopy_event_create(k->gpu, &k->ev[b]);
 	}
 	return rc;
 }
@@ -288,9 +288,9 @@ sink_copy(struct sink *k, uint64_t b, bool write)
 		memcpy(write ? h : d, write ? d : h, k->io_bytes);
 		return 0;
 	}
-	rc = tt_gpu_copy_async(write ? h : d, write ? d : h, k->io_bytes, k->stream);
+	rc = gpucopy_copy_async(write ? h : d, write ? d : h, k->io_bytes, k->stream);
 	if (rc == 0) {
-		rc = tt_gpu_event_record(k->ev[b], k->stream);
+		rc = gpucopy_event_record(k->ev[b], k->stream);
 	}
 	k->pending[b] = rc == 0;
 	return rc;
@@ -304,7 +304,7 @@ sink_wait(struct sink *k, uint64_t b)
 		return 0; /* no copy queued (a point without a destination has no buffers here) */
 	}
 	k->pending[b] = false;
-	return tt_gpu_event_sync(k->ev[b]);
+	return gpucopy_event_sync(k->ev[b]);
 }
 
 /* Buffer \p b is about to be written out: its bytes must have come in. With a GPU the copy into
@@ -346,9 +346,9 @@ static void
 sink_free(struct sink *k)
 {
 	for (uint64_t b = 0; b < k->bufs; b++) {
-		tt_gpu_event_destroy(k->ev[b]);
+		gpucopy_event_destroy(k->ev[b]);
 	}
-	tt_gpu_stream_destroy(k->stream);
+	gpucopy_stream_destroy(k->stream);
 }
 
 /* The buffer after \p buf in its slot's turn (slot j takes j, j + depth, ... below span). */
@@ -985,14 +985,14 @@ through_open(const struct ceiling_conf *c, struct search *s)
 		s->dest_gpu = -1;
 		return 0;
 	}
-	rc = tt_gpu_set_device(c->gpu);
+	rc = gpucopy_set_device(c->gpu);
 	if (rc == 0) {
-		rc = tt_gpu_dev_alloc(s->mem_bytes, &dev);
+		rc = gpucopy_dev_alloc(s->mem_bytes, &dev);
 	}
 	if (rc == 0) {
-		rc = tt_gpu_host_register(s->mem, s->mem_bytes);
+		rc = gpucopy_host_register(s->mem, s->mem_bytes);
 		if (rc != 0) {
-			tt_gpu_dev_free(dev);
+			gpucopy_dev_free(dev);
 		}
 	}
 	s->dest = rc == 0 ? dev : NULL;
@@ -1009,8 +1009,8 @@ through_close(struct search *s)
 	if (s->dest_gpu < 0) {
 		munmap(s->dest, s->mem_bytes);
 	} else {
-		tt_gpu_host_unregister(s->mem);
-		tt_gpu_dev_free(s->dest);
+		gpucopy_host_unregister(s->mem);
+		gpucopy_dev_free(s->dest);
 	}
 	s->dest = NULL;
 }
@@ -1019,23 +1019,23 @@ static void
 measure_copies(const struct ceiling_conf *c, struct ceiling_result *r)
 {
 	void *host = NULL, *dev = NULL;
-	int rc = tt_gpu_set_device(c->gpu);
+	int rc = gpucopy_set_device(c->gpu);
 
 	if (rc == 0) {
-		rc = tt_gpu_host_alloc(COPY_BYTES, &host);
+		rc = gpucopy_host_alloc(COPY_BYTES, &host);
 	}
 	if (rc == 0) {
-		rc = tt_gpu_dev_alloc(COPY_BYTES, &dev);
+		rc = gpucopy_dev_alloc(COPY_BYTES, &dev);
 	}
 	for (int d = 0; rc == 0 && d < 2; d++) {
 		void *dst = d == 0 ? dev : host, *src = d == 0 ? host : dev;
 		uint64_t t0, n = 0;
 
 		memset(host, 0x5a, COPY_BYTES);
-		rc = tt_gpu_copy(dst, src, COPY_BYTES); /* warm: mappings, clocks */
+		rc = gpucopy_copy(dst, src, COPY_BYTES); /* warm: mappings, clocks */
 		t0 = now_ns();
 		while (rc == 0 && (n == 0 || now_ns() - t0 < (uint64_t)(COPY_S * 1e9))) {
-			rc = tt_gpu_copy(dst, src, COPY_BYTES);
+			rc = gpucopy_copy(dst, src, COPY_BYTES);
 			n++;
 		}
 		if (rc == 0) {
@@ -1044,8 +1044,8 @@ measure_copies(const struct ceiling_conf *c, struct ceiling_result *r)
 			*(d == 0 ? &r->h2d_gbps : &r->d2h_gbps) = gbps;
 		}
 	}
-	tt_gpu_dev_free(dev);
-	tt_gpu_host_free(host);
+	gpucopy_dev_free(dev);
+	gpucopy_host_free(host);
 	r->copy_rc = rc;
 }
 
@@ -1139,7 +1139,8 @@ ceiling_measure(const struct ceiling_conf *c, struct ceiling_result *r)
 	if (rc == 0 && !c->skip_reads) {
 		/* Every byte written once: reads of unwritten extents would not reach the device.
 		 */
-		uint32_t threads = (uint32_t)TT_MIN(max_files, s->mem_bytes / (4 * MIB));
+		uint64_t per_4mib = s->mem_bytes / (4 * MIB);
+		uint32_t threads = (uint32_t)(max_files < per_4mib ? max_files : per_4mib);
 		struct run fill = {
 		    .fds = fds,
 		    .files = max_files,

@@ -4,8 +4,8 @@
  * host paged KV and retrieved into another, shuffled block table, verified bit for bit, next to
  * the raw bandwidth of the same directory and a page-granular CPU-driven baseline.
  */
-#ifndef TUTTI_BENCH_KVBENCH_H
-#define TUTTI_BENCH_KVBENCH_H
+#ifndef TUTTI_TOOLS_KVBENCH_H
+#define TUTTI_TOOLS_KVBENCH_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -13,6 +13,7 @@
 #include <sys/uio.h>
 
 #include "ceiling.h"
+#include "rawbw.h"
 #include "tutti/tutti.h"
 
 #define KVBENCH_MAX_DIRS 16
@@ -60,8 +61,8 @@ struct kvbench_phase {
 
 struct kvbench_result {
 	struct kvbench_phase store, retrieve, page_store, page_retrieve;
-	/* The limit every row's ratio is taken to (bench/ceiling.h), in the store's directories
-	 * at set-up; read.best.gbps 0 when not measured. */
+	/* The limit every row's ratio is taken to (tools/common/ceiling.h), in the store's
+	 * directories at set-up; read.best.gbps 0 when not measured. */
 	struct ceiling_result ceiling;
 	/* One io_uring reader (writer) at the best size and depth of a short sweep, right before
 	 * each timed round: the drift of a shared disk between rounds, never a ratio's
@@ -84,48 +85,7 @@ void kvbench_conf_init(struct kvbench_conf *conf);
 /* Run the benchmark. Returns 0, or a negative errno after printing the reason to stderr. */
 int kvbench_run(const struct kvbench_conf *conf, struct kvbench_result *res);
 
-/* ---- pieces, in rawbw.c and pagebase.c ---- */
-
-struct rawbw_point {
-	double gbps;
-	uint32_t bs, qd;
-};
-
-/* Where raw I/O goes: a region of \p span bytes at \p off in each file (I/Os alternate between
- * the files), moved to or from \p mem (reused cyclically; NULL: a small buffer of its own). */
-struct rawbw_target {
-	const int *fds;
-	uint32_t nr_fds;
-	uint64_t off, span;
-	uint8_t *mem;
-	uint64_t mem_bytes;
-	bool write;
-	bool async; /* IOSQE_ASYNC on reads: for page-cache-backed files (tmpfs), whose reads would
-	             * otherwise all be copied inline by the submitting thread (writes serialize
-	             * on the file's lock either way, as the store's do) */
-};
-
-/* Sequential O_DIRECT transfer of \p bytes of each file, from \p start in the region (wrapping
- * around), \p bs per I/O with \p qd in flight. Returns GB/s (all files together) or -errno. */
-double rawbw_run(const struct rawbw_target *t, uint64_t start, uint64_t bytes, uint32_t bs,
-                 uint32_t qd);
-
-/* The best point of a short sweep of block sizes and queue depths, the points sharing \p bytes
- * per file; points whose I/O size exceeds their share are left out, and best->gbps stays 0 if
- * none fits. Returns 0 or a negative errno. */
-int rawbw_sweep(const struct rawbw_target *t, uint64_t bytes, struct rawbw_point *best);
-
-/*
- * Open the data files of store directory \p dir (tutti.data, then tutti.data.1, ... while they
- * exist) read-only with O_DIRECT: appended to \p fds at *nr (at most \p max in all). *span
- * becomes the smaller of itself and the bytes of whole slots of \p slot_bytes the smallest of
- * them holds. Returns 0 or -errno (the files opened stay in fds for the caller to close).
- */
-int rawbw_open_store_files(const char *dir, uint64_t slot_bytes, int *fds, uint32_t max,
-                           uint32_t *nr, uint64_t *span);
-
-/* Remove store directory \p dir: its data files, then the directory (when empty). */
-void rawbw_remove_store(const char *dir);
+/* ---- the page-granular baseline, in pagebase.c ---- */
 
 struct page_io {
 	uint64_t off;
@@ -138,4 +98,4 @@ struct page_io {
 int64_t pagebase_run(int fd, const struct page_io *pages, uint64_t nr_pages,
                      const struct iovec *iovs, bool write, uint32_t threads);
 
-#endif /* TUTTI_BENCH_KVBENCH_H */
+#endif /* TUTTI_TOOLS_KVBENCH_H */

@@ -22,11 +22,8 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
-#include "common/common.h"
 #include "kvbench.h"
-#include "pool/pool.h"
 
 #define KEY_BYTES 32u
 #define MAX_REPEATS KVBENCH_MAX_REPEATS
@@ -41,6 +38,18 @@ min_u32(uint32_t a, uint32_t b)
 
 static uint32_t
 max_u32(uint32_t a, uint32_t b)
+{
+	return a > b ? a : b;
+}
+
+static uint64_t
+min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+static uint64_t
+max_u64(uint64_t a, uint64_t b)
 {
 	return a > b ? a : b;
 }
@@ -97,10 +106,12 @@ struct bench {
 	/* raw measurements next to every timed round */
 	bool raw;
 	struct rawbw_point best_read, best_write; /* chosen by the sweep at set-up */
-	int store_fds[TT_POOL_MAX_FILES];         /* the store's data files, read-only */
-	int scratch_fds[TT_POOL_MAX_FILES]; /* temporary files for raw writes, one per data file */
-	uint32_t nr_files;                  /* of each */
-	uint64_t file_span;                 /* bytes of slots each data file holds (the least) */
+	int store_fds[RAWBW_MAX_FILES];           /* the store's data files, read-only */
+	uint32_t store_dirs[RAWBW_MAX_FILES];     /* the directory of each */
+	int scratch_fds[RAWBW_MAX_FILES]; /* temporary files for raw writes, one per data file */
+	uint32_t nr_files;                /* of each */
+	uint64_t file_off;                /* where the data files' slots start */
+	uint64_t file_span;               /* bytes of slots each data file holds (the least) */
 	/* page-granular baseline */
 	bool page;
 	int page_fd;
@@ -152,18 +163,26 @@ logical_id(const struct bench *b, uint32_t req, uint32_t pos)
 	return b->shared_blocks + req * b->uniq_per_req + (pos - b->shared_blocks);
 }
 
-/* The key chain of request \p req in round \p round (each store round uses fresh keys). */
+/* The key chain of request \p req in round \p round (each store round uses fresh keys): each
+ * key 32 bytes of a SplitMix64 sequence whose state absorbs the seed, the run, the round and
+ * the chunk's last logical block, so that the same chunk has the same key in every request. */
 static void
 make_keys(struct bench *b, uint32_t req, uint32_t round)
 {
 	for (uint32_t k = 0; k < b->chunks_per_req; k++) {
 		uint32_t last = min_u32((k + 1) * b->bpc, b->blocks_per_req) - 1;
-		uint64_t in[4] = {b->conf->seed, b->run_nonce, round, logical_id(b, req, last)};
-		XXH128_hash_t h = XXH3_128bits(in, sizeof(in));
+		const uint64_t in[4] = {b->conf->seed, b->run_nonce, round,
+		                        logical_id(b, req, last)};
+		uint64_t s = 0, w[KEY_BYTES / 8];
 
-		memcpy(b->keys + (uint64_t)k * KEY_BYTES, &h, 16);
-		h = XXH3_128bits_withSeed(in, sizeof(in), 1);
-		memcpy(b->keys + (uint64_t)k * KEY_BYTES + 16, &h, 16);
+		for (uint32_t i = 0; i < 4; i++) {
+			s ^= in[i];
+			s = splitmix(&s);
+		}
+		for (uint32_t i = 0; i < KEY_BYTES / 8; i++) {
+			w[i] = splitmix(&s);
+		}
+		memcpy(b->keys + (uint64_t)k * KEY_BYTES, w, KEY_BYTES);
 	}
 }
 
@@ -369,7 +388,7 @@ raw_target(struct bench *b, bool write, bool scratch)
 	return (struct rawbw_target){
 	    .fds = scratch ? b->scratch_fds : b->store_fds,
 	    .nr_fds = b->nr_files,
-	    .off = scratch ? 0 : TT_POOL_DATA_OFF,
+	    .off = scratch ? 0 : b->file_off,
 	    .span = b->file_span,
 	    .mem = write ? b->src.mem : b->dst.mem,
 	    .mem_bytes = write ? b->src.bytes : b->dst.bytes,
@@ -818,38 +837,33 @@ raw_setup(struct bench *b, struct kvbench_result *res)
 	int rc;
 
 	b->file_span = b->slots_per_dir * tutti_geometry_slot_bytes(&b->geo);
-	for (uint32_t d = 0; d < c->nr_dirs; d++) {
-		uint32_t first = b->nr_files;
-
-		rc = rawbw_open_store_files(c->dirs[d], tutti_geometry_slot_bytes(&b->geo),
-		                            b->store_fds, TT_POOL_MAX_FILES, &b->nr_files,
-		                            &b->file_span);
-		for (uint32_t i = first; rc == 0 && i < b->nr_files; i++) {
-			b->scratch_fds[i] =
-			    open(c->dirs[d], O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
-			rc = b->scratch_fds[i] < 0 ? -errno : 0;
-		}
-		if (rc < 0) {
-			fprintf(stderr, "tutti: raw files in %s: %s\n", c->dirs[d],
-			        tutti_strerror(rc));
-			return rc;
-		}
+	rc = rawbw_open_store_files(b->st, b->store_fds, b->store_dirs, RAWBW_MAX_FILES,
+	                            &b->nr_files, &b->file_off, &b->file_span);
+	if (rc < 0) {
+		fprintf(stderr, "tutti: the store's data files in %s: %s\n", c->dirs[0],
+		        tutti_strerror(rc));
+		return rc;
 	}
 	for (uint32_t i = 0; i < b->nr_files; i++) {
-		if (fallocate(b->scratch_fds[i], 0, 0, (off_t)b->file_span) != 0) {
+		const char *dir = c->dirs[b->store_dirs[i]];
+
+		b->scratch_fds[i] = open(dir, O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+		rc = b->scratch_fds[i] < 0 ? -errno : 0;
+		if (rc == 0 && fallocate(b->scratch_fds[i], 0, 0, (off_t)b->file_span) != 0) {
 			rc = -errno;
-			fprintf(stderr, "tutti: raw files in %s: %s\n", c->dirs[0],
-			        tutti_strerror(rc));
+		}
+		if (rc < 0) {
+			fprintf(stderr, "tutti: raw files in %s: %s\n", dir, tutti_strerror(rc));
 			return rc;
 		}
 	}
 	per_file = b->file_span;
 	progress(b, "sweeping raw O_DIRECT block sizes and queue depths");
 	t = raw_target(b, true, true);
-	rc = rawbw_sweep(&t, TT_MIN(per_file, RAW_SWEEP_BYTES), &b->best_write);
+	rc = rawbw_sweep(&t, min_u64(per_file, RAW_SWEEP_BYTES), &b->best_write);
 	if (rc == 0) {
 		t = raw_target(b, false, true);
-		rc = rawbw_sweep(&t, TT_MIN(per_file, RAW_SWEEP_BYTES), &b->best_read);
+		rc = rawbw_sweep(&t, min_u64(per_file, RAW_SWEEP_BYTES), &b->best_read);
 	}
 	if (rc < 0) {
 		fprintf(stderr, "tutti: raw sweep in %s: %s\n", c->dirs[0], tutti_strerror(rc));
@@ -877,7 +891,7 @@ ceiling_setup(struct bench *b, struct kvbench_result *res)
 
 	ceiling_conf_init(&cc, c->dirs, c->nr_dirs);
 	cc.budget_s = c->ceiling_s;
-	cc.file_bytes = TT_MIN(128ull << 20, TT_MAX(16ull << 20, stored / c->nr_dirs / 4));
+	cc.file_bytes = min_u64(128ull << 20, max_u64(16ull << 20, stored / c->nr_dirs / 4));
 	progress(b, "sweeping O_DIRECT threads x I/O size x files x depth for the ceiling");
 	rc = ceiling_measure(&cc, &res->ceiling);
 	if (rc < 0) {
@@ -889,7 +903,7 @@ ceiling_setup(struct bench *b, struct kvbench_result *res)
 static void
 bench_fini(struct bench *b)
 {
-	for (uint32_t d = 0; d < TT_POOL_MAX_FILES; d++) {
+	for (uint32_t d = 0; d < RAWBW_MAX_FILES; d++) {
 		if (b->store_fds[d] >= 0) {
 			close(b->store_fds[d]);
 		}
@@ -977,7 +991,7 @@ setup(struct bench *b, struct kvbench_result *res)
 static void
 drain_writes(struct bench *b)
 {
-	for (uint32_t i = 0; i < TT_POOL_MAX_FILES; i++) {
+	for (uint32_t i = 0; i < RAWBW_MAX_FILES; i++) {
 		if (b->scratch_fds[i] >= 0) {
 			fdatasync(b->scratch_fds[i]);
 		}
@@ -985,21 +999,18 @@ drain_writes(struct bench *b)
 	if (b->page_fd >= 0) {
 		fdatasync(b->page_fd);
 	}
-	for (uint32_t d = 0; d < b->conf->nr_dirs; d++) {
-		for (uint32_t k = 0; k < TT_SB_MAX_FILES; k++) {
-			char name[TT_POOL_NAME_BYTES], path[4200];
-			int fd;
+	/* The store's data files, as the store lists them (its own, each a regular file it holds
+	 * open; O_NONBLOCK all the same, so that nothing put in one's place could block). */
+	for (uint32_t i = 0;; i++) {
+		struct tutti_store_file f = {.size = sizeof(f)};
+		char path[4200];
+		int fd;
 
-			if (tt_pool_file_name(k, name, sizeof(name)) != 0) {
-				break;
-			}
-			snprintf(path, sizeof(path), "%s/%s", b->conf->dirs[d], name);
-			/* Only regular files: a FIFO left beside the store would block the open. */
-			fd = tt_open_kind(AT_FDCWD, path, O_RDONLY, 0, TT_KIND_FILE, -EINVAL, path,
-			                  NULL);
-			if (fd < 0) {
-				break;
-			}
+		if (tutti_store_file(b->st, i, &f, path, sizeof(path)) < 0) {
+			break;
+		}
+		fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+		if (fd >= 0) {
 			fdatasync(fd);
 			close(fd);
 		}
@@ -1017,7 +1028,7 @@ kvbench_run(const struct kvbench_conf *conf, struct kvbench_result *res)
 	if (getrandom(&b.run_nonce, sizeof(b.run_nonce), 0) != sizeof(b.run_nonce)) {
 		return -EIO;
 	}
-	for (uint32_t i = 0; i < TT_POOL_MAX_FILES; i++) {
+	for (uint32_t i = 0; i < RAWBW_MAX_FILES; i++) {
 		b.store_fds[i] = b.scratch_fds[i] = -1;
 	}
 	rc = plan_workload(&b, conf);

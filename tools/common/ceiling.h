@@ -37,8 +37,8 @@
  * directories (no name, removed on return), written once in full before anything is read, so
  * that reads reach the storage and not unwritten extents.
  */
-#ifndef TUTTI_BENCH_CEILING_H
-#define TUTTI_BENCH_CEILING_H
+#ifndef TUTTI_TOOLS_CEILING_H
+#define TUTTI_TOOLS_CEILING_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -127,4 +127,4 @@ void ceiling_json(FILE *f, const struct ceiling_result *r);
  * with \p prefix. */
 void ceiling_print(FILE *f, const char *prefix, const struct ceiling_result *r);
 
-#endif /* TUTTI_BENCH_CEILING_H */
+#endif /* TUTTI_TOOLS_CEILING_H */
