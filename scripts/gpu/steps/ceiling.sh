@@ -1,7 +1,7 @@
 # tutti ceiling: the limit every bench divides by, emulated and disk.
 # SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
-# bench/ceiling.c: the best O_DIRECT read and write of a sweep over threads x I/O size x files,
+# tools/common/ceiling.c: the best O_DIRECT read and write of a sweep over threads x I/O size x files,
 # and the pinned copies of GPU 0, on /dev/shm (emulated) and on the disk holding the working
 # tree; one JSON object each, $OUT/ceiling-{emulated,disk}.json.
 for where in emulated disk; do
