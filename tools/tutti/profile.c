@@ -53,7 +53,7 @@ profile_usage(FILE *f)
  * has no O_TMPFILE, a new name is created exclusively and removed at once.
  */
 static int
-open_scratch(char **dirs, uint32_t n, uint64_t bytes, int *fds)
+open_scratch(char *const *dirs, uint32_t n, uint64_t bytes, int *fds)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		int rc;
@@ -85,8 +85,21 @@ open_scratch(char **dirs, uint32_t n, uint64_t bytes, int *fds)
 	return 0;
 }
 
-int
-cmd_profile(int argc, char **argv)
+/* What `tutti profile` was asked for. */
+struct profile_args {
+	char *dirs[MAX_DIRS];
+	uint32_t nr_dirs;
+	const char *out; /* the profile written: --out, or out_default */
+	char out_default[PATH_MAX];
+	struct tutti_geometry geo;
+	double layer_ns; /* < 0: keep the existing profile's compute times */
+	uint64_t mib;
+	bool async;
+};
+
+/* Parse the command line into \p a. Returns -1 to go on, else the exit code (0 for --help). */
+static int
+parse_args(int argc, char **argv, struct profile_args *a)
 {
 	static const struct option options[] = {
 	    {"dir", required_argument, NULL, 'd'},
@@ -98,50 +111,40 @@ cmd_profile(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	char *dirs[MAX_DIRS], out_default[PATH_MAX];
-	const char *out = NULL, *model = "llama-3-8b";
-	double layer_ns = -1;
-	uint64_t mib = 1024;
-	struct tutti_geometry geo;
-	struct rawbw_point wr, rd;
-	struct rawbw_target t = {0};
-	struct tutti_profile prof = {.size = sizeof(prof)};
-	int fds[MAX_DIRS], opt, rc;
-	uint32_t nr_dirs = 0;
-	uint64_t bytes;
-	bool async = false;
+	const char *model = "llama-3-8b";
+	int opt;
 
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		switch (opt) {
 		case 'd':
-			if (nr_dirs == MAX_DIRS) {
+			if (a->nr_dirs == MAX_DIRS) {
 				fprintf(stderr, "tutti profile: at most %d directories\n",
 				        MAX_DIRS);
 				return 2;
 			}
-			dirs[nr_dirs++] = optarg;
+			a->dirs[a->nr_dirs++] = optarg;
 			break;
 		case 'o':
-			out = optarg;
+			a->out = optarg;
 			break;
 		case 'm':
 			model = optarg;
 			break;
 		case 'b':
-			if (cliarg_u64("tutti profile", "--mib", optarg, MIN_MIB, MAX_MIB, &mib) <
-			    0) {
+			if (cliarg_u64("tutti profile", "--mib", optarg, MIN_MIB, MAX_MIB,
+			               &a->mib) < 0) {
 				return 2;
 			}
 			break;
 		case 'l':
 			if (cliarg_double("tutti profile", "--layer-ns-per-token", optarg, 0,
-			                  MAX_LAYER_NS_PER_TOKEN, &layer_ns) < 0) {
+			                  MAX_LAYER_NS_PER_TOKEN, &a->layer_ns) < 0) {
 				return 2;
 			}
 			break;
 		case 'a':
-			async = true;
+			a->async = true;
 			break;
 		case 'h':
 			profile_usage(stdout);
@@ -155,107 +158,160 @@ cmd_profile(int argc, char **argv)
 		fprintf(stderr, "tutti profile: unexpected argument %s\n", argv[optind]);
 		return 2;
 	}
-	if (tutti_geometry_preset(model, &geo) < 0) {
+	if (tutti_geometry_preset(model, &a->geo) < 0) {
 		fprintf(stderr, "tutti profile: unknown model %s\n", model);
 		return 2;
 	}
-	if (nr_dirs == 0) {
-		dirs[nr_dirs++] = "tutti-store";
+	if (a->nr_dirs == 0) {
+		a->dirs[a->nr_dirs++] = "tutti-store";
 	}
-	/* What the paths are, before anything is read or measured: a directory that is not one
-	 * would otherwise be reported as a profile that does not parse, and a FIFO as the profile
-	 * would block its read (issue 48). A missing directory is reported by the measurement. */
-	for (uint32_t i = 0; i < nr_dirs; i++) {
-		if (cliarg_path("tutti profile", "--dir", dirs[i], true) < 0) {
-			return 2;
-		}
-	}
-	if (out == NULL) {
-		int len = snprintf(out_default, sizeof(out_default), "%s/tutti.profile", dirs[0]);
+	return -1;
+}
 
-		if (len < 0 || len >= (int)sizeof(out_default)) {
-			fprintf(stderr, "tutti profile: directory name too long: %s\n", dirs[0]);
+/* What the paths are, before anything is read or measured: a directory that is not one would
+ * otherwise be reported as a profile that does not parse, and a FIFO as the profile would block
+ * its read. A missing directory is reported by the measurement. Returns 0 or the exit code. */
+static int
+check_paths(struct profile_args *a)
+{
+	int len;
+
+	for (uint32_t i = 0; i < a->nr_dirs; i++) {
+		if (cliarg_path("tutti profile", "--dir", a->dirs[i], true) < 0) {
 			return 2;
 		}
-		if (cliarg_path("tutti profile", NULL, out_default, false) < 0) {
-			return 2;
-		}
-		out = out_default;
-	} else if (cliarg_path("tutti profile", "--out", out, false) < 0) {
+	}
+	if (a->out != NULL) {
+		return cliarg_path("tutti profile", "--out", a->out, false) < 0 ? 2 : 0;
+	}
+	len = snprintf(a->out_default, sizeof(a->out_default), "%s/tutti.profile", a->dirs[0]);
+
+	if (len < 0 || len >= (int)sizeof(a->out_default)) {
+		fprintf(stderr, "tutti profile: directory name too long: %s\n", a->dirs[0]);
 		return 2;
 	}
-	prof.nr_layers = geo.nr_layers;
-	prof.layer_ns_per_token = calloc(geo.nr_layers, sizeof(double));
-	if (prof.layer_ns_per_token == NULL) {
-		return 1;
+	if (cliarg_path("tutti profile", NULL, a->out_default, false) < 0) {
+		return 2;
 	}
-	if (layer_ns < 0) {
-		/* Keep the compute part of an existing profile: re-profiling storage is routine. */
-		struct tutti_profile old = prof;
+	a->out = a->out_default;
+	return 0;
+}
 
-		rc = tutti_profile_read(out, &old);
-		if (rc == -EBADMSG) {
-			fprintf(stderr,
-			        "tutti profile: %s exists but is not a profile for %u layers\n",
-			        out, geo.nr_layers);
-		} else if (rc == -EINVAL) {
-			fprintf(stderr, "tutti profile: %s is not a regular file\n", out);
-		} else if (rc < 0 && rc != -ENOENT) {
-			fprintf(stderr, "tutti profile: reading %s: %s\n", out, strerror(-rc));
+/* The compute part of the profile: --layer-ns-per-token for every layer, or the existing
+ * profile's (re-profiling storage is routine), or unknown (0) where there is none. Returns 0 or
+ * the exit code. */
+static int
+compute_times(const struct profile_args *a, struct tutti_profile *prof)
+{
+	struct tutti_profile old = *prof;
+	int rc;
+
+	if (a->layer_ns >= 0) {
+		for (uint32_t l = 0; l < a->geo.nr_layers; l++) {
+			prof->layer_ns_per_token[l] = a->layer_ns;
 		}
-		if (rc < 0 && rc != -ENOENT) {
-			free(prof.layer_ns_per_token);
-			return rc == -EINVAL ? 2 : 1;
-		}
+		return 0;
+	}
+	rc = tutti_profile_read(a->out, &old);
+
+	if (rc == 0 || rc == -ENOENT) {
+		return 0;
+	}
+	if (rc == -EBADMSG) {
+		fprintf(stderr, "tutti profile: %s exists but is not a profile for %u layers\n",
+		        a->out, a->geo.nr_layers);
+	} else if (rc == -EINVAL) {
+		fprintf(stderr, "tutti profile: %s is not a regular file\n", a->out);
 	} else {
-		for (uint32_t l = 0; l < geo.nr_layers; l++) {
-			prof.layer_ns_per_token[l] = layer_ns;
-		}
+		fprintf(stderr, "tutti profile: reading %s: %s\n", a->out, strerror(-rc));
 	}
+	return rc == -EINVAL ? 2 : 1;
+}
 
-	bytes = mib << 20;
-	for (uint32_t i = 0; i < nr_dirs; i++) {
+/* Sweep a scratch file in every directory: sequential writes, then reads. Returns 0 with both
+ * points measured, or -errno (-EIO where no point of a sweep ran: no figure to plan with). */
+static int
+measure_storage(const struct profile_args *a, struct rawbw_point *wr, struct rawbw_point *rd)
+{
+	uint64_t bytes = a->mib << 20;
+	struct rawbw_target t = {0};
+	int fds[MAX_DIRS], rc;
+
+	for (uint32_t i = 0; i < a->nr_dirs; i++) {
 		fds[i] = -1;
 	}
-	rc = open_scratch(dirs, nr_dirs, bytes, fds);
+	rc = open_scratch(a->dirs, a->nr_dirs, bytes, fds);
 	if (rc == 0) {
 		t.fds = fds;
-		t.nr_fds = nr_dirs;
+		t.nr_fds = a->nr_dirs;
 		t.span = bytes;
 		t.write = true;
-		rc = rawbw_sweep(&t, bytes, &wr);
+		rc = rawbw_sweep(&t, bytes, wr);
 	}
 	if (rc == 0) {
 		t.write = false;
-		t.async = async;
-		rc = rawbw_sweep(&t, bytes, &rd);
+		t.async = a->async;
+		rc = rawbw_sweep(&t, bytes, rd);
 	}
-	for (uint32_t i = 0; i < nr_dirs; i++) {
+	for (uint32_t i = 0; i < a->nr_dirs; i++) {
 		if (fds[i] >= 0) {
 			close(fds[i]);
 		}
 	}
-	if (rc == 0 && !(rd.gbps > 0 && wr.gbps > 0 && isfinite(rd.gbps) && isfinite(wr.gbps))) {
-		rc = -EIO; /* no point of the sweep ran: there is no figure to plan with */
+	if (rc == 0 &&
+	    !(rd->gbps > 0 && wr->gbps > 0 && isfinite(rd->gbps) && isfinite(wr->gbps))) {
+		rc = -EIO;
 	}
-	if (rc < 0) {
-		fprintf(stderr,
-		        "tutti profile: measuring the storage failed: %s; %s is left as it was\n",
-		        strerror(-rc), out);
-		free(prof.layer_ns_per_token);
+	return rc;
+}
+
+int
+cmd_profile(int argc, char **argv)
+{
+	struct profile_args a = {.layer_ns = -1, .mib = 1024};
+	struct tutti_profile prof = {.size = sizeof(prof)};
+	struct rawbw_point wr, rd;
+	int rc;
+
+	rc = parse_args(argc, argv, &a);
+	if (rc >= 0) {
+		return rc;
+	}
+	rc = check_paths(&a);
+	if (rc != 0) {
+		return rc;
+	}
+	prof.nr_layers = a.geo.nr_layers;
+	prof.layer_ns_per_token = calloc(a.geo.nr_layers, sizeof(double));
+	if (prof.layer_ns_per_token == NULL) {
 		return 1;
 	}
-	prof.read_bytes_per_s = rd.gbps * 1e9;
-	prof.write_bytes_per_s = wr.gbps * 1e9;
-	rc = tutti_profile_write(out, &prof);
-	if (rc < 0) {
-		fprintf(stderr, "tutti profile: writing %s: %s\n", out, strerror(-rc));
-		free(prof.layer_ns_per_token);
-		return 1;
+	rc = compute_times(&a, &prof);
+	if (rc == 0) {
+		rc = measure_storage(&a, &wr, &rd);
+		if (rc < 0) {
+			fprintf(stderr,
+			        "tutti profile: measuring the storage failed: %s; %s is left as it "
+			        "was\n",
+			        strerror(-rc), a.out);
+			rc = 1;
+		}
 	}
-	printf("profile %s: read %.2f GB/s (%u KiB x %u), write %.2f GB/s (%u KiB x %u), "
-	       "%u layers\n",
-	       out, rd.gbps, rd.bs >> 10, rd.qd, wr.gbps, wr.bs >> 10, wr.qd, geo.nr_layers);
+	if (rc == 0) {
+		prof.read_bytes_per_s = rd.gbps * 1e9;
+		prof.write_bytes_per_s = wr.gbps * 1e9;
+		rc = tutti_profile_write(a.out, &prof);
+		if (rc < 0) {
+			fprintf(stderr, "tutti profile: writing %s: %s\n", a.out, strerror(-rc));
+			rc = 1;
+		}
+	}
+	if (rc == 0) {
+		printf("profile %s: read %.2f GB/s (%u KiB x %u), write %.2f GB/s (%u KiB x %u), "
+		       "%u layers\n",
+		       a.out, rd.gbps, rd.bs >> 10, rd.qd, wr.gbps, wr.bs >> 10, wr.qd,
+		       a.geo.nr_layers);
+	}
 	free(prof.layer_ns_per_token);
-	return 0;
+	return rc;
 }
