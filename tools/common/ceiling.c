@@ -23,9 +23,8 @@
 #define DEFAULT_BUDGET_S 8.0
 #define DEFAULT_FILE_BYTES (128 * MIB)
 /* On page-cache-backed storage (tmpfs) a read is a copy out of memory, and a region the CPU's
- * last-level cache holds is read from that cache: on the H200 machine (300 MiB of L3) one
- * 128 MiB file read at 48.5-56.5 GB/s where 1 and 4 GiB files read 41.4-45.0
- * (bench/results/ceiling-cache-resident-emulated-h200.jsonl). A drive's data is never in the
+ * last-level cache holds is read from that cache, faster than any storage (docs/results.md,
+ * C3). A drive's data is never in the
  * CPU's cache, so there every scratch file is at least this many times the largest cache
  * (this many bytes where sysfs does not say how large it is). */
 #define CACHE_REGION_FACTOR 4u
@@ -49,10 +48,9 @@
 static const uint32_t io_sizes[] = {256u << 10, 1u << 20, 4u << 20, 16u << 20};
 #define NR_SIZES (sizeof(io_sizes) / sizeof(io_sizes[0]))
 /* I/Os each thread keeps in flight. A virtual or networked disk serves more in parallel than the
- * threads of a sweep with one each: on the VM's disk one io_uring reader at depth 32 read
- * 3.61-3.95 GB/s where 32 synchronous threads read 2.33 (docs/results.md, H7), and the engines
- * outran such a ceiling. Depth 1 is a synchronous pread/pwrite; deeper ones are an io_uring per
- * thread. */
+ * threads of a sweep with one each: on the VM's disk one io_uring reader at depth 32 outran 32
+ * synchronous threads, and so did the engines (docs/results.md, H7). Depth 1 is a synchronous
+ * pread/pwrite; deeper ones are an io_uring per thread. */
 static const uint32_t io_depths[] = {1, 4, 16, 32};
 #define NR_DEPTHS (sizeof(io_depths) / sizeof(io_depths[0]))
 #define MAX_IO (16u << 20)
@@ -163,7 +161,7 @@ run_fail(struct run *r, int rc)
 /* The next I/O number for a worker that has issued \p issued, or UINT64_MAX when the point is
  * over. The deadline ends a worker's I/O, never prevents its first: on a loaded machine every
  * thread of a point may start after the deadline, and a point that moved nothing would be a
- * measurement of 0 GB/s. */
+ * measurement of nothing. */
 static uint64_t
 run_next(struct run *r, uint64_t issued)
 {
@@ -369,8 +367,8 @@ through_ready(struct sink *k, bool write, uint64_t b, uint32_t depth, uint64_t s
 /* Depth I/Os in flight through an io_uring of the worker's own; short transfers are resumed.
  * Each new I/O moves the slot's next buffer, so the I/Os cycle through the whole slice as the
  * one-at-a-time workers do: a slot that kept one buffer would keep threads x depth x size bytes
- * in the CPU's cache, and on tmpfs such reads measured 83 GB/s where 4 MiB I/Os, whose buffers
- * outgrow that cache, read 38-46.
+ * in the CPU's cache, and on tmpfs such reads run far faster than I/Os whose buffers outgrow
+ * that cache (C3, C8).
  * On a through point (\p dest) each buffer also crosses to dest; the thread's stream, events
  * and ring are set up before the point's clock starts (run_point's gate), so that a point of
  * many threads and buffers is not charged for them. Its reads count once their bytes are there
@@ -816,10 +814,8 @@ search_dir(struct search *s, struct ceiling_sweep *sw, bool write, double share_
 	}
 	if (through != NULL) {
 		/* Not from the staged best: its buffers, small enough for the CPU's cache, were
-		 * the slowest start measured once the DMA reads them too (17-18 GB/s on the H200,
-		 * bench/results/ceiling-through-start-staged-run{1,2}-emulated-h200.jsonl, where
-		 * the best through 1 GiB started at 41-42, store-through-ceiling-run{1,2}). The
-		 * buffers per I/O in flight are swept first, from one. */
+		 * the slowest start measured once the DMA reads them too, far below the best
+		 * through 1 GiB (C7). The buffers per I/O in flight are swept first, from one. */
 		memcpy(at, best, sizeof(best));
 		s->stop_ns = start + share_ns;
 		at[4] = MODE_THROUGH;
